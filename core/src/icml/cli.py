@@ -1,0 +1,257 @@
+"""The ``icml`` command line. Fixed commands; the plugin is an argument, so ``--help`` loads no
+plugin and ``list`` imports only plugins' light entry modules."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from icml import __version__
+
+app = typer.Typer(
+    name="icml",
+    help="Run, inspect and write plugins implementing ICML 2026 methods.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_state: dict[str, object] = {"modules": []}
+
+CapabilityArg = Annotated[Optional[str], typer.Argument(
+    help="train, infer, evaluate, quantize or differentiate; default: the plugin's primary one")]
+
+
+def _console(stderr: bool = False):  # noqa: ANN202 - rich is imported lazily
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _version_cb(value: bool) -> None:
+    if value:
+        typer.echo(f"icml-core {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version_cb, is_eager=True,
+                                          help="Print the core's version and exit.")] = False,
+    plugin_module: Annotated[list[str], typer.Option(
+        "-p", "--plugin-module",
+        help="Also load this importable module as a plugin (development; repeatable).")] = [],  # noqa: B006
+) -> None:
+    _state["modules"] = list(plugin_module)
+
+
+def _host(only: list[str] | None = None):  # noqa: ANN202
+    from icml.loader import PluginLoadError, load_plugins
+
+    try:
+        return load_plugins(only=only, modules=_state["modules"])  # type: ignore[arg-type]
+    except PluginLoadError as exc:
+        raise _fail(str(exc), 1) from None
+
+
+@app.command("list")
+def list_plugins(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List installed plugins: slug, version, capabilities, summary; broken ones marked."""
+    host = _host()
+    rows = [r.as_dict() for r in host.all_records]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo("No plugins installed. Install one, e.g. `pip install ./plugins/<slug>`.")
+        return
+    from rich.table import Table
+
+    table = Table("plugin", "version", "capabilities", "summary", box=None)
+    for r in rows:
+        if r["status"] == "ok":
+            summary = r["summary"]
+        else:
+            summary = f"[red]{r['status']}[/red]: {r['error']}"
+        table.add_row(r["slug"], r["version"] or "-", ", ".join(r["capabilities"]) or "-",
+                      summary)
+    _console().print(table)
+    broken = [r for r in host.all_records if not r.ok and r.status != "disabled"]
+    for r in broken:
+        typer.echo(f"  {r.slug}: fix: {r.fix}" if r.fix else f"  {r.slug}: {r.error}", err=True)
+    for r in host.all_records:
+        for w in r.warnings:
+            typer.echo(f"  warning: {r.slug} {w}", err=True)
+
+
+def _require(host, slug: str):  # noqa: ANN001, ANN202
+    from icml.loader import PluginLoadError, UnknownPluginError
+
+    try:
+        return host.loaded(slug)
+    except UnknownPluginError as exc:
+        raise _fail(str(exc), 2) from None
+    except PluginLoadError as exc:
+        raise _fail(str(exc), 1) from None
+
+
+@app.command()
+def info(
+    slug: Annotated[str, typer.Argument(help="The plugin's slug (see `icml list`).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show a plugin's paper, capabilities and every config key with type, default and help."""
+    from icml.config import schema_rows
+
+    rec = _require(_host(only=[slug]), slug)
+    info = rec.info
+    schemas = {cap: schema_rows(info.configs[cap]) for cap in info.capabilities}
+    if as_json:
+        typer.echo(json.dumps({**rec.as_dict(), "paper": info.paper.__dict__,
+                               "primary": info.primary, "config": schemas}, indent=2,
+                              default=str))
+        return
+    from rich.table import Table
+
+    con = _console()
+    con.print(f"[bold]{info.name}[/bold] {rec.version}  ({rec.distribution})")
+    con.print(info.title)
+    con.print(info.summary)
+    con.print(f"paper: {info.paper.title} -- {info.paper.url}")
+    con.print(f"capabilities: {', '.join(info.capabilities)} (primary: {info.primary})")
+    for cap, rows in schemas.items():
+        table = Table("key", "type", "default", "allowed", "help", title=f"config for {cap}",
+                      title_justify="left", box=None)
+        for row in rows:
+            default = "(required)" if row["required"] else json.dumps(row["default"],
+                                                                      default=str)
+            table.add_row(row["key"], row["type"], default, row["allowed"], row["help"])
+        con.print(table)
+    con.print(f"run: icml run {slug} [CAPABILITY] --set key=value ...")
+
+
+@app.command()
+def run(
+    slug: Annotated[str, typer.Argument(help="The plugin's slug (see `icml list`).")],
+    capability: CapabilityArg = None,
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", "-c", help="TOML file with config keys (see `icml info SLUG`).")] = None,
+    set_: Annotated[list[str], typer.Option(
+        "--set", "-s", help="Override one config key: key=value (dotted for nested; repeatable).")
+    ] = [],  # noqa: B006
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for run folders.")] = Path(
+        "runs"),
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16, float64")] = "float32",
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback on failure.")
+                     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Run a plugin's job; writes result.json and report.md into a fresh run folder."""
+    import logging
+
+    from icml.config import ConfigError
+    from icml.runner import RunFailed
+    from icml.runner import run as do_run
+
+    host = _host(only=[slug])
+    _require(host, slug)
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
+                        format="%(message)s", stream=sys.stderr)
+    try:
+        result = do_run(slug, capability, config_file=config, overrides=set_, out=out,
+                        seed=seed, device=device, dtype=dtype, host=host,
+                        show_progress=not quiet)
+    except ConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    except RunFailed as exc:
+        if debug:
+            log = Path(exc.result.run_dir) / "run.log"
+            typer.echo(log.read_text(encoding="utf-8"), err=True)
+        raise _fail(str(exc), 1) from None
+    _print_summary(result)
+
+
+def _print_summary(result) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    con = _console()
+    for t in result.tables:
+        table = Table(*t.columns, title=t.title, title_justify="left")
+        for row in t.rows:
+            table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+        con.print(table)
+    if result.metrics and not result.tables:
+        table = Table("metric", "value", title="metrics", title_justify="left")
+        for k, v in result.metrics.items():
+            table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+        con.print(table)
+    total = result.timings.get("total_s")
+    con.print(f"{result.plugin} {result.capability}: {result.status}"
+              + (f" in {total:.1f} s" if total is not None else "")
+              + f" -> {result.run_dir}/result.json, report.md")
+
+
+@app.command()
+def new(
+    slug: Annotated[str, typer.Argument(help="New plugin's slug: lowercase, digits, '-'.")],
+    directory: Annotated[Path, typer.Option("--dir", "-d", help="Parent folder.")] = Path("."),
+    title: Annotated[str, typer.Option(help="The paper's title.")] = "",
+) -> None:
+    """Scaffold a plugin that installs and passes the conformance kit unchanged."""
+    from icml.scaffold import ScaffoldError, scaffold
+
+    try:
+        path = scaffold(slug, directory, title=title)
+    except ScaffoldError as exc:
+        raise _fail(str(exc), 2) from None
+    typer.echo(f"created {path}")
+    typer.echo(f"next: pip install -e {path} && pytest {path}/tests && icml run {slug}")
+
+
+@app.command()
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check the environment: Python, torch, CUDA, installed plugins and their load status."""
+    from icml.doctor import diagnose
+
+    report = diagnose(_host())
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    con = _console()
+    for k, v in report["environment"].items():
+        con.print(f"{k}: {v}")
+    con.print(f"plugins ({len(report['plugins'])}):")
+    for p in report["plugins"]:
+        mark = "ok" if p["status"] == "ok" else p["status"].upper()
+        con.print(f"  [{mark}] {p['slug']} {p['version']} ({p['distribution']})")
+        if p["status"] != "ok":
+            con.print(f"      {p['error']}")
+            if p["fix"]:
+                con.print(f"      fix: {p['fix']}")
+        for w in p["warnings"]:
+            con.print(f"      warning: {w}")
+        if p.get("traceback"):
+            con.print(p["traceback"], markup=False)
+    raise typer.Exit(0 if report["healthy"] else 1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,275 @@
+"""Typed objects passed across the hook boundary: plugin metadata, the run context, the result.
+
+Plain dataclasses, no heavy imports: the CLI builds them before any plugin code runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from icml.hookspecs import CAPABILITY_HOOKS
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Paper:
+    """The paper a plugin implements."""
+
+    title: str
+    url: str
+    authors: str = ""
+    venue: str = "ICML 2026"
+    bibtex: str = ""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """What a plugin says about itself through ``icml_plugin_info``.
+
+    ``capabilities`` lists the capability hooks it implements, its primary one first (the one
+    ``icml run <slug>`` runs when no capability is named). ``configs`` maps each capability to a
+    config dataclass whose fields carry defaults and help (see :func:`icml.config.option`).
+    ``version`` is filled in by the core from the plugin's distribution when left empty.
+    """
+
+    name: str
+    title: str
+    summary: str
+    paper: Paper
+    capabilities: tuple[str, ...]
+    configs: dict[str, type] = field(default_factory=dict)
+    version: str = ""
+    api_version: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capabilities", tuple(self.capabilities))
+
+    @property
+    def primary(self) -> str:
+        return self.capabilities[0]
+
+    def problems(self) -> list[str]:
+        """Every way this metadata breaks the contract, as fix-it sentences (empty if valid)."""
+        found = []
+        for name in ("name", "title", "summary"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                found.append(f"PluginInfo.{name} is empty: give a non-empty string")
+        if len(self.summary) > 120:
+            found.append("PluginInfo.summary is longer than 120 characters: keep it to one line")
+        if not isinstance(self.paper, Paper) or not self.paper.url.startswith("http"):
+            found.append("PluginInfo.paper must be an icml.Paper with an http(s) url")
+        if not self.capabilities:
+            found.append("PluginInfo.capabilities is empty: name at least one capability")
+        for cap in self.capabilities:
+            if cap not in CAPABILITY_HOOKS:
+                found.append(
+                    f"unknown capability {cap!r}: use one of {', '.join(CAPABILITY_HOOKS)}"
+                )
+            elif cap not in self.configs:
+                found.append(f"no config for capability {cap!r}: add configs={{{cap!r}: YourConfig}}")
+            elif not dataclasses.is_dataclass(self.configs[cap]):
+                found.append(f"configs[{cap!r}] is not a dataclass: decorate it with @dataclass")
+        for cap in self.configs:
+            if cap not in self.capabilities:
+                found.append(f"configs has {cap!r}, which is not in capabilities")
+        return found
+
+
+@dataclass
+class Table:
+    """A small table for the terminal summary and ``report.md``."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+    def to_markdown(self) -> str:
+        def cell(v: Any) -> str:
+            if isinstance(v, float):
+                return f"{v:.4g}"
+            return str(v).replace("|", "\\|")
+
+        lines = [f"### {self.title}", "", "| " + " | ".join(self.columns) + " |"]
+        lines.append("|" + "|".join("---" for _ in self.columns) + "|")
+        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in self.rows]
+        return "\n".join(lines)
+
+
+@dataclass
+class RunResult:
+    """What a capability hook returns. The plugin fills ``metrics``, ``tables``, ``artifacts``
+    and ``notes``; the core fills the rest (config, versions, seed, device, timings) before
+    writing ``result.json`` and ``report.md``.
+
+    ``metrics`` are flat ``name -> number`` pairs; ``artifacts`` map a label to a path relative to
+    the run folder (or absolute); ``notes`` is Markdown for the report.
+    """
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    tables: list[Table] = field(default_factory=list)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    notes: str = ""
+    plugin: str = ""
+    plugin_version: str = ""
+    capability: str = ""
+    status: str = "ok"
+    error: str = ""
+    seed: int | None = None
+    device: str = ""
+    dtype: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    run_dir: str = ""
+
+    def problems(self) -> list[str]:
+        """Every way this result breaks the contract (empty if valid)."""
+        found = []
+        for k, v in self.metrics.items():
+            if not isinstance(k, str):
+                found.append(f"metric name {k!r} is not a string")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                found.append(f"metric {k!r} is {type(v).__name__}, not a number: use float(...)")
+        for t in self.tables:
+            if not isinstance(t, Table):
+                found.append("tables must hold icml.Table objects")
+            elif any(len(r) != len(t.columns) for r in t.rows):
+                found.append(f"table {t.title!r} has a row whose length differs from its columns")
+        try:
+            self.to_json()
+        except (TypeError, ValueError) as exc:
+            found.append(f"result does not serialise to JSON: {exc}")
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["metrics"] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                        for k, v in self.metrics.items()}
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=_json_default, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        d = dict(d)
+        d["tables"] = [Table(**t) for t in d.get("tables", [])]
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_markdown(self) -> str:
+        lines = [f"# {self.plugin} {self.capability}", ""]
+        lines.append(f"- status: {self.status}" + (f" ({self.error})" if self.error else ""))
+        lines.append(f"- seed: {self.seed}, device: {self.device}, dtype: {self.dtype}")
+        if self.timings:
+            lines.append("- time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
+        lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()))
+        lines.append("")
+        if self.metrics:
+            lines.append(Table("Metrics", ["metric", "value"],
+                               [[k, v] for k, v in self.metrics.items()]).to_markdown())
+            lines.append("")
+        for t in self.tables:
+            lines += [t.to_markdown(), ""]
+        if self.notes:
+            lines += [self.notes.strip(), ""]
+        for label, path in self.artifacts.items():
+            if str(path).endswith(".png"):
+                lines.append(f"![{label}]({path})")
+            else:
+                lines.append(f"- {label}: `{path}`")
+        lines += ["", "## Config", "", "```json", json.dumps(self.config, indent=2,
+                  default=_json_default), "```", ""]
+        return "\n".join(lines)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return obj.item()
+    if hasattr(obj, "tolist") and callable(obj.tolist):
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable; save it as an artifact")
+
+
+@dataclass
+class RunContext:
+    """Everything a capability hook needs from the host besides its config.
+
+    ``out_dir`` is the run's fresh folder (write artifacts there); ``device`` is a string such as
+    ``"auto"``, ``"cpu"`` or ``"cuda:0"`` (resolve it with :meth:`torch_device`); ``dtype`` is a
+    string such as ``"float32"`` (:meth:`torch_dtype`).
+    """
+
+    out_dir: Path
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("icml.run"))
+    show_progress: bool = True
+
+    def path(self, name: str) -> Path:
+        """A path inside the run folder (parents created)."""
+        p = self.out_dir / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def torch_device(self) -> Any:
+        """The ``torch.device`` for ``self.device``; ``"auto"`` picks CUDA when available."""
+        import torch
+
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def torch_dtype(self) -> Any:
+        """The ``torch.dtype`` named by ``self.dtype`` (``float32``, ``bfloat16``, ...)."""
+        import torch
+
+        dt = getattr(torch, self.dtype, None)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"dtype {self.dtype!r} is not a torch dtype: use float32, "
+                             "float64, bfloat16 or float16")
+        return dt
+
+    def progress(self, iterable: Iterable[T], total: int | None = None,
+                 desc: str = "") -> Iterator[T]:
+        """Iterate with a progress bar (on a terminal) and a log line at the end."""
+        if total is None and hasattr(iterable, "__len__"):
+            total = len(iterable)  # type: ignore[arg-type]
+        start = time.perf_counter()
+        if self.show_progress and sys.stderr.isatty():
+            from rich.progress import track
+
+            yield from track(iterable, total=total, description=desc or "working",
+                             transient=True)
+        else:
+            yield from iterable
+        self.logger.info("%s done in %.1f s", desc or "step", time.perf_counter() - start)
+
+    @contextmanager
+    def step(self, desc: str) -> Iterator[None]:
+        """A spinner for a step without a natural loop, e.g. a solve or a model build."""
+        start = time.perf_counter()
+        if self.show_progress and sys.stderr.isatty():
+            from rich.console import Console
+
+            with Console(stderr=True).status(desc):
+                yield
+        else:
+            yield
+        self.logger.info("%s done in %.1f s", desc, time.perf_counter() - start)
