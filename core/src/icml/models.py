@@ -77,7 +77,7 @@ def load_causal_lm(name_or_path: str, *, device: Any = "cpu", dtype: Any = None)
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except (OSError, ValueError) as exc:
         raise ValueError(f"could not load a causal LM from {name_or_path!r}: {exc}. Pass a "
-                         "folder written by save_pretrained() or a hub name you can reach") from None
+                         "folder written by save_pretrained() or a reachable hub name") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model.to(device).eval(), tok

@@ -77,7 +77,8 @@ class PluginInfo:
                     f"unknown capability {cap!r}: use one of {', '.join(CAPABILITY_HOOKS)}"
                 )
             elif cap not in self.configs:
-                found.append(f"no config for capability {cap!r}: add configs={{{cap!r}: YourConfig}}")
+                found.append(f"no config for capability {cap!r}: "
+                             f"add configs={{{cap!r}: YourConfig}}")
             elif not dataclasses.is_dataclass(self.configs[cap]):
                 found.append(f"configs[{cap!r}] is not a dataclass: decorate it with @dataclass")
         for cap in self.configs:
