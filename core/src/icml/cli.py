@@ -75,16 +75,17 @@ def list_plugins(
     if not rows:
         typer.echo("No plugins installed. Install one, e.g. `pip install ./plugins/<slug>`.")
         return
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table("plugin", "version", "capabilities", "summary", box=None)
     for r in rows:
         if r["status"] == "ok":
-            summary = r["summary"]
+            summary = escape(r["summary"])
         else:
-            summary = f"[red]{r['status']}[/red]: {r['error']}"
-        table.add_row(r["slug"], r["version"] or "-", ", ".join(r["capabilities"]) or "-",
-                      summary)
+            summary = f"[red]{r['status']}[/red]: {escape(r['error'])}"
+        table.add_row(escape(r["slug"]), r["version"] or "-",
+                      ", ".join(r["capabilities"]) or "-", summary)
     _console().print(table)
     broken = [r for r in host.all_records if not r.ok and r.status != "disabled"]
     for r in broken:
@@ -230,20 +231,20 @@ def doctor(
     report = diagnose(_host())
     if as_json:
         typer.echo(json.dumps(report, indent=2))
-        return
+        raise typer.Exit(0 if report["healthy"] else 1)
     con = _console()
     for k, v in report["environment"].items():
         con.print(f"{k}: {v}")
     con.print(f"plugins ({len(report['plugins'])}):")
     for p in report["plugins"]:
         mark = "ok" if p["status"] == "ok" else p["status"].upper()
-        con.print(f"  [{mark}] {p['slug']} {p['version']} ({p['distribution']})")
+        con.print(f"  [{mark}] {p['slug']} {p['version']} ({p['distribution']})", markup=False)
         if p["status"] != "ok":
-            con.print(f"      {p['error']}")
+            con.print(f"      {p['error']}", markup=False)
             if p["fix"]:
-                con.print(f"      fix: {p['fix']}")
+                con.print(f"      fix: {p['fix']}", markup=False)
         for w in p["warnings"]:
-            con.print(f"      warning: {w}")
+            con.print(f"      warning: {w}", markup=False)
         if p.get("traceback"):
             con.print(p["traceback"], markup=False)
     raise typer.Exit(0 if report["healthy"] else 1)

@@ -158,7 +158,7 @@ def _build(schema: type[C], data: dict[str, Any], prefix: str) -> C:
     for key in data:
         if key not in flds:
             close = difflib.get_close_matches(key, list(flds), n=1)
-            hint = f"did you mean {prefix}{close[0]!r}? " if close else ""
+            hint = f"did you mean {prefix + close[0]!r}? " if close else ""
             raise ConfigError(f"unknown config key {prefix + key!r}: {hint}allowed keys: "
                               f"{', '.join(prefix + k for k in flds)}")
     kwargs = {}
@@ -188,8 +188,18 @@ def validate(config: Any) -> Any:
 
 
 def to_dict(config: Any) -> dict[str, Any]:
-    """A config instance as plain JSON/TOML-able values."""
-    return dataclasses.asdict(config)
+    """A config instance's settable fields (nested sections included) as plain values."""
+    out = {}
+    for f in dataclasses.fields(config):
+        if not f.init:
+            continue
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = to_dict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
 
 
 _TRUE = {"true", "1", "yes", "on"}

@@ -120,8 +120,10 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
             raise TypeError(f"{hook_name} of {slug!r} returned an invalid result: "
                             + "; ".join(problems))
     except BaseException as exc:  # noqa: BLE001 - keep what was written, then report
-        logger.error("run failed:\n%s", traceback.format_exc())
         error = f"{type(exc).__name__}: {exc}"
+        logger.error("run failed: %s", error)
+        handler.stream.write(traceback.format_exc())
+        handler.flush()
         result = RunResult(status="failed", error=error)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             result.status, interrupted = "interrupted", exc

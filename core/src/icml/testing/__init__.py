@@ -13,14 +13,13 @@ Each inherited test's docstring has a *Troubleshooting* section saying what to f
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from icml.config import ConfigError, build_config, schema_rows
+from icml.config import ConfigError, build_config, schema_rows, to_dict
 from icml.hookspecs import CAPABILITY_HOOKS
 from icml.loader import GROUP, HEAVY_MODULES, PluginHost, PluginRecord, discover, load_plugins
 
@@ -140,7 +139,7 @@ class PluginConformance:
             rows = schema_rows(schema)
             missing_help = [r["key"] for r in rows if not r["help"]]
             assert not missing_help, f"{cap}: keys without help: {missing_help}"
-            data = json.loads(json.dumps(dataclasses.asdict(cfg)))
+            data = json.loads(json.dumps(to_dict(cfg)))
             assert build_config(schema, data) == cfg, f"{cap}: config does not round-trip"
 
     def test_config_rejects_unknown_keys(self) -> None:
