@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from icml import __version__
 from icml.cli import app
-from typer.testing import CliRunner
 
 runner = CliRunner()
 

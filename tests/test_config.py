@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+
 from icml.config import ConfigError, build_config, load_toml, option, schema_rows, validate
 
 

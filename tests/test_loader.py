@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from icml.loader import PluginLoadError, UnknownPluginError, load_plugins
 
 FIXTURES = Path(__file__).parent / "fixtures"

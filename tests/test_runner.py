@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from icml.config import ConfigError
 from icml.loader import load_plugins
 from icml.runner import RunFailed, load_result, run

@@ -1,0 +1,49 @@
+"""nox sessions: lint, the whole suite in one environment, one plugin alone beside core, build.
+
+Every session installs ./core from this repository in the same pip command as any plugin, so
+`icml-core` is never resolved from an index (PyPI's unrelated `icml` is never involved).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "tests"]
+ROOT = Path(__file__).parent
+PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir()
+                 if (p / "pyproject.toml").is_file() and not p.name.startswith((".", "_")))
+TORCH = "torch==2.13.0"  # CPU build on the dev and CI machines; packages declare ranges
+ENV = {"ICML_STRICT_PLUGINS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The README's test command: every package with its test extras, the whole suite."""
+    session.install("-r", "requirements-test.txt")
+    session.run("pytest", *session.posargs, env=ENV)
+
+
+@nox.session
+@nox.parametrize("slug", PLUGINS)
+def plugin(session: nox.Session, slug: str) -> None:
+    """One plugin alone with only icml-core beside it: its tests and the cross-package kit."""
+    session.install(TORCH, "./core[test]", f"./plugins/{slug}[test]")
+    env = {**ENV, "ICML_PLUGINS": slug}
+    session.run("pytest", f"plugins/{slug}", "tests/test_installed_plugins.py", env=env)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build an sdist and a wheel of every distribution into dist/."""
+    session.install("build")
+    for folder in ["core", *(f"plugins/{p}" for p in PLUGINS)]:
+        session.run("python", "-m", "build", "--outdir", "dist", folder)

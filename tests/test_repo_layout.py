@@ -1,0 +1,37 @@
+"""The repository's promises: a two-command quickstart that CI runs, plugins/ holding papers
+only, the template where discovery and tooling ignore it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quickstart() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    start = re.search(r"^## Quickstart$", text, re.M)
+    block = re.search(r"```bash\n(.*?)```", text[start.end():], re.S)
+    return [ln.strip() for ln in block.group(1).splitlines() if ln.strip()]
+
+
+def test_quickstart_is_two_commands_and_ci_runs_the_second() -> None:
+    commands = quickstart()
+    assert len(commands) == 2
+    assert "icml run" in commands[0] and "./core" in commands[0]
+    assert commands[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_test_requirements_cover_core_and_every_plugin() -> None:
+    lines = (ROOT / "requirements-test.txt").read_text().splitlines()
+    assert any(ln.startswith("-e ./core") for ln in lines)
+    for folder in (ROOT / "plugins").iterdir():
+        assert any(ln.startswith(f"-e ./plugins/{folder.name}[") for ln in lines), folder.name
+
+
+def test_plugins_folder_holds_papers_only() -> None:
+    for folder in (ROOT / "plugins").iterdir():
+        assert folder.is_dir() and not folder.name.startswith(("_", ".")), folder
+        assert (folder / "pyproject.toml").is_file(), f"{folder} is not a plugin distribution"
+    assert (ROOT / "core" / "src" / "icml" / "_template" / "pyproject.toml.tmpl").is_file()
