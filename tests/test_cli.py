@@ -139,3 +139,13 @@ def test_strict_mode_cli(site, cli) -> None:
     site.add("icml-boom", {"boom": "icml_boom"}, modules={"icml_boom": "raise ValueError('x')"})
     proc = cli("list", ICML_STRICT_PLUGINS="1")
     assert proc.returncode == 1 and "plugin 'boom'" in proc.stderr
+
+
+def test_new_in_process_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    res = invoke("new", "my-method", "--dir", str(tmp_path))
+    assert res.exit_code == 0 and (tmp_path / "my-method" / "pyproject.toml").is_file()
+    assert 'my-method = "icml_my_method.plugin"' in \
+        (tmp_path / "my-method" / "pyproject.toml").read_text()
+    res = invoke("new", "my-method", "--dir", str(tmp_path))
+    assert res.exit_code == 2 and "already exists" in res.output
+    assert invoke("new", "Bad_Slug", "--dir", str(tmp_path)).exit_code == 2

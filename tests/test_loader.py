@@ -158,3 +158,16 @@ def test_heavy_module_level_import_is_warned(site) -> None:
         pytest.skip("scipy already imported in this process")
     rec = load_plugins().get("heavy")
     assert rec.ok and any("scipy" in w for w in rec.warnings)
+
+
+def test_missing_extra_of_a_dependency_is_reported(site) -> None:
+    site.add("fakedep", {}, requires=("surely-missing-gpu-pkg>=2; extra == 'gpu'",))
+    site.add("icml-extra", {"extra": "icml_extra"}, requires=("fakedep[gpu]>=0.1",),
+             modules={"icml_extra": "raise AssertionError('must not be imported')"})
+    site.add("icml-fine", {"fine": "icml_fine"}, requires=("fakedep>=0.1",),
+             modules={"icml_fine": GOOD.replace('name="example"', 'name="fine"')})
+    host = load_plugins()
+    rec = host.get("extra")
+    assert rec.status == "missing-dependency"
+    assert rec.fix == "pip install 'surely-missing-gpu-pkg>=2'"
+    assert host.get("fine").ok

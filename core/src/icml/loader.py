@@ -150,38 +150,54 @@ def _core_version() -> str:
 
 
 def _check_requirements(rec: PluginRecord) -> None:
-    """Before importing: the plugin's declared dependencies are installed and fit, using
-    distribution metadata only (OpenTelemetry-contrib's approach)."""
+    """Before importing: the plugin's declared dependencies (and the extras it asks of them) are
+    installed and fit, using distribution metadata only (OpenTelemetry-contrib's approach)."""
+    dist = getattr(rec, "_dist", None)
+    problem = _unmet(dist.requires or [] if dist else [], extras=("",), depth=0)
+    if problem is None:
+        return
+    req, have = problem
+    if _norm(req.name) == "icml-core" and have is not None:
+        rec.status = "incompatible"
+        rec.error = f"targets {req} but icml-core {have} is installed"
+        rec.fix = f"install a version of {rec.distribution} built for icml-core {have}"
+        return
+    wanted = f"{req.name}{req.specifier}"
+    rec.status = "missing-dependency"
+    rec.error = (f"needs {wanted}, which is not installed" if have is None
+                 else f"needs {wanted} but {req.name} {have} is installed")
+    rec.fix = f"pip install '{wanted}'"
+
+
+def _unmet(lines: list[str], extras: tuple[str, ...], depth: int) -> Any:
+    """The first requirement in ``lines`` (active for ``extras``) that is missing or out of
+    range, as ``(requirement, installed version or None)``; follows requested extras once."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    dist = getattr(rec, "_dist", None)
-    for line in (dist.requires or []) if dist else []:
+    for line in lines:
         try:
             req = Requirement(line)
         except InvalidRequirement:
             continue
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in extras):
             continue
         try:
             have = md.version(req.name)
         except md.PackageNotFoundError:
-            if _norm(req.name) == "icml-core":
-                have = _core_version()
-            else:
-                rec.status = "missing-dependency"
-                rec.error = f"needs {req}, which is not installed"
-                rec.fix = f"pip install '{req}'"
-                return
+            if _norm(req.name) != "icml-core":
+                return req, None
+            have = _core_version()
         if req.specifier and not req.specifier.contains(have, prereleases=True):
-            if _norm(req.name) == "icml-core":
-                rec.status = "incompatible"
-                rec.error = f"targets {req} but icml-core {have} is installed"
-                rec.fix = f"install a version of {rec.distribution} built for icml-core {have}"
-            else:
-                rec.status = "missing-dependency"
-                rec.error = f"needs {req} but {req.name} {have} is installed"
-                rec.fix = f"pip install '{req}'"
-            return
+            return req, have
+        if req.extras and depth == 0:
+            try:
+                sub = md.distribution(req.name).requires or []
+            except md.PackageNotFoundError:
+                sub = []
+            inner = _unmet([r for r in sub if "extra" in r], tuple(req.extras), depth + 1)
+            if inner is not None:
+                return inner
+    return None
 
 
 class PluginHost:
