@@ -124,7 +124,7 @@ def test_development_module_option(site, cli, tmp_path: Path) -> None:
 
 def test_doctor_reports_environment_and_broken_plugins(site, cli) -> None:
     site.add_example()
-    proc = cli("doctor")
+    proc = cli("doctor", ICML_PLUGINS="example")  # only this test's plugin counts
     assert proc.returncode == 0, proc.stdout
     assert "python:" in proc.stdout and "[ok] example 0.1.0" in proc.stdout
     site.add("icml-boom", {"boom": "icml_boom"}, modules={"icml_boom": "raise ValueError('x')"})
@@ -137,7 +137,7 @@ def test_doctor_reports_environment_and_broken_plugins(site, cli) -> None:
 
 def test_strict_mode_cli(site, cli) -> None:
     site.add("icml-boom", {"boom": "icml_boom"}, modules={"icml_boom": "raise ValueError('x')"})
-    proc = cli("list", ICML_STRICT_PLUGINS="1")
+    proc = cli("list", ICML_STRICT_PLUGINS="1", ICML_PLUGINS="boom")
     assert proc.returncode == 1 and "plugin 'boom'" in proc.stderr
 
 
