@@ -1,0 +1,42 @@
+"""Differential syntactic and semantic encoding in LLMs (Acevedo, Laio, Baroni): sentence
+representations per layer, syntactic and semantic centroids, projection ablation, recall@k and
+the Information Imbalance, on any transformers model.
+
+The public API is re-exported here lazily (PEP 562), so importing the package loads no torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "SynSemData": "data", "load_synsem_dir": "data",
+    "Lexicon": "generate", "make_toy_data": "generate",
+    "planted_llama": "toy_model", "toy_tokenizer": "toy_model", "toy_setup": "toy_model",
+    "extract_sentence_reps": "representations", "default_layers": "representations",
+    "resolve_layers": "representations", "clip_quantiles": "representations",
+    "load_model": "representations", "num_layers": "representations",
+    "remove_projection": "centroids", "subtract": "centroids", "orthogonalize": "centroids",
+    "ablate": "centroids", "explained_sq_norm": "centroids", "group_centroids": "centroids",
+    "syntactic_centroids": "centroids", "semantic_centroids": "centroids",
+    "derangement": "centroids",
+    "recall_at_k": "retrieval", "cosine_matrix": "retrieval",
+    "information_imbalance": "imbalance", "centroid_imbalance": "imbalance",
+    "SentenceReps": "protocol", "ProfileResult": "protocol", "sentence_reps": "protocol",
+    "analyse_reps": "protocol", "centroid_ablation_profile": "protocol",
+    "CONDITIONS": "protocol",
+    "profile_tables": "report", "profile_plots": "report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"icml_synsem.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'icml_synsem' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

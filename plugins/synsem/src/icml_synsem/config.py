@@ -1,0 +1,61 @@
+"""Typed configs. Field names are the CLI's ``--set`` keys and the Python API's arguments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+
+@dataclass
+class ToyConfig:
+    """The generated data and the planted tiny Llama used when ``model``/``data`` are empty."""
+
+    n_templates: int = option(40, help="number of POS templates (syntactic groups)", ge=3)
+    per_template: int = option(8, help="originals per template", ge=1)
+    n_languages: int = option(6, help="toy languages of translations (the paper uses 6)", ge=1)
+    hidden_size: int = option(128, help="hidden size of the planted Llama", ge=8)
+    num_layers: int = option(8, help="blocks of the planted Llama", ge=1)
+    syntax_weight: float = option(1.0, help="weight a of the POS direction in the embedding", ge=0)
+    semantic_weight: float = option(1.5, help="weight b of the concept direction", ge=0)
+    language_weight: float = option(0.2, help="weight c of the language direction", ge=0)
+    noise: float = option(0.3, help="per-word embedding noise sigma", ge=0)
+    mixing: float = option(1.5, help="how much causal context each attention layer adds", ge=0)
+    orthogonal: bool = option(True, help="make POS, concept and language directions orthonormal")
+
+
+@dataclass
+class EvaluateConfig:
+    model: str = option("", help="model folder or hub name (empty = built-in planted tiny Llama)")
+    data: str = option("", help="data folder in the paper's layout (empty = generated toy data)")
+    layers: list[int] = option([], help="hidden-state indices (0 = embeddings, -1 = last); "
+                               "empty = about half of the blocks incl. first and last")
+    k: int = option(3, help="recall@k", ge=1)
+    last_n: int = option(3, help="number of final tokens pooled per sentence", ge=1)
+    pool: str = option("mean", help="how the last tokens are pooled",
+                       choices=("mean", "concat"))
+    clip: bool = option(True, help="clip hidden states to per-sentence quantiles")
+    clip_low: float = option(0.05, help="lower clipping quantile", ge=0, lt=1)
+    clip_high: float = option(0.95, help="upper clipping quantile", gt=0, le=1)
+    global_center: bool = option(True, help="subtract the mean over all sentences")
+    ablation: str = option("projection", help="how a centroid is removed",
+                           choices=("projection", "subtract"))
+    decouple: bool = option(True, help="orthogonalise c_syn against c_sem before removing it")
+    leave_one_out: bool = option(False, help="syntactic centroids exclude the sentence itself")
+    min_group_size: int = option(2, help="drop originals whose template group is smaller", ge=1)
+    drop_short: bool = option(False, help="drop originals with a sentence shorter than last_n "
+                              "tokens (else such a sentence is an error)")
+    syntax_match: str = option("template", help="syntax hit: any same-template twin or the pair",
+                               choices=("template", "pair"))
+    imbalance_resamples: int = option(200, help="one-per-group resamples for the Information "
+                                      "Imbalance (0 = skip)", ge=0)
+    imbalance_k: int = option(1, help="neighbours in the Information Imbalance", ge=1)
+    batch_size: int = option(64, help="sentences per forward pass", ge=1)
+    add_special_tokens: bool = option(False, help="let the tokenizer add BOS/EOS (the paper "
+                                      "does not)")
+    toy: ToyConfig = option(default_factory=ToyConfig, help="generated data and planted model")
+
+    def __post_init__(self) -> None:
+        if self.clip_low >= self.clip_high:
+            raise ValueError(f"clip_low ({self.clip_low}) must be below clip_high "
+                             f"({self.clip_high})")

@@ -1,0 +1,90 @@
+"""Hook implementations: thin adapters from the run config to the API. Keep this module light:
+heavy libraries (torch, transformers) are imported inside the hook body."""
+
+from __future__ import annotations
+
+import icml
+from icml_synsem.config import EvaluateConfig
+
+BIBTEX = """@article{acevedo2026synsem,
+  title   = {Differential syntactic and semantic encoding in {LLMs}},
+  author  = {Acevedo, Santiago and Laio, Alessandro and Baroni, Marco},
+  journal = {arXiv preprint arXiv:2601.04765},
+  year    = {2026}
+}"""
+
+
+@icml.hookimpl
+def icml_plugin_info() -> icml.PluginInfo:
+    return icml.PluginInfo(
+        name="synsem",
+        title="Differential syntactic and semantic encoding in LLMs",
+        summary="Syntactic/semantic centroids of layer representations: ablation, recall@k, "
+                "Information Imbalance.",
+        paper=icml.Paper(title="Differential syntactic and semantic encoding in LLMs",
+                         url="https://arxiv.org/abs/2601.04765",
+                         authors="Santiago Acevedo, Alessandro Laio, Marco Baroni",
+                         bibtex=BIBTEX),
+        capabilities=("evaluate",),
+        configs={"evaluate": EvaluateConfig},
+    )
+
+
+def _setup(ctx: icml.RunContext, config: EvaluateConfig):  # noqa: ANN202
+    from icml_synsem.data import load_synsem_dir
+    from icml_synsem.generate import make_toy_data
+    from icml_synsem.representations import load_model
+    from icml_synsem.toy_model import planted_llama, toy_tokenizer
+
+    device, dtype = ctx.torch_device(), ctx.torch_dtype()
+    t = config.toy
+    if config.model:
+        with ctx.step(f"loading {config.model}"):
+            model, tok = load_model(config.model, device=device, dtype=dtype)
+        if config.data:
+            return model, tok, load_synsem_dir(config.data), "user model, user data"
+        data, _ = make_toy_data(n_templates=t.n_templates, per_template=t.per_template,
+                                n_languages=t.n_languages, seed=ctx.seed)
+        return model, tok, data, "user model, generated toy data"
+    if config.data:
+        raise icml.ConfigError("the built-in planted model reads only the generated toy data: "
+                               "set --set model=NAME_OR_PATH to analyse your data")
+    data, lex = make_toy_data(n_templates=t.n_templates, per_template=t.per_template,
+                              n_languages=t.n_languages, seed=ctx.seed)
+    model = planted_llama(lex, hidden_size=t.hidden_size, num_layers=t.num_layers,
+                          syntax_weight=t.syntax_weight, semantic_weight=t.semantic_weight,
+                          language_weight=t.language_weight, noise=t.noise, mixing=t.mixing,
+                          orthogonal=t.orthogonal, seed=ctx.seed)
+    return model.to(device=device, dtype=dtype), toy_tokenizer(lex), data, \
+        "planted tiny Llama, generated toy data"
+
+
+@icml.hookimpl
+def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
+    from icml_synsem.protocol import centroid_ablation_profile
+    from icml_synsem.report import profile_plots, profile_tables
+
+    model, tok, data, setup = _setup(ctx, config)
+    ctx.logger.info("%s: %d originals, languages %s", setup, len(data), data.languages)
+    res = centroid_ablation_profile(
+        model, tok, data, layers=config.layers or None, k=config.k, last_n=config.last_n,
+        pool=config.pool, clip_q=(config.clip_low, config.clip_high) if config.clip else None,
+        global_center=config.global_center, ablation=config.ablation, decouple=config.decouple,
+        leave_one_out=config.leave_one_out, min_group_size=config.min_group_size,
+        drop_short=config.drop_short, syntax_match=config.syntax_match,
+        imbalance_resamples=config.imbalance_resamples, imbalance_k=config.imbalance_k,
+        batch_size=config.batch_size, add_special_tokens=config.add_special_tokens,
+        seed=ctx.seed, device=ctx.torch_device(),
+        progress=lambda it: ctx.progress(it, desc="extracting representations"))
+    artifacts = profile_plots(res, ctx.out_dir)
+    m = res.summary()
+    notes = (f"Setup: {setup}; {res.n_queries} queries ({res.n_dropped} dropped), layers "
+             f"{res.layers}, recall@{res.k}. Conditions remove (by {config.ablation}) the "
+             "semantic centroid c_sem (mean of the translations), the syntactic centroid c_syn "
+             f"(template-group mean{', decoupled from c_sem' if config.decouple else ''}), or "
+             "the centroid of a random other sentence (perm.). The claim holds where -c_sem "
+             "lowers paraphrase recall far below its permuted control, and -c_syn lowers "
+             "same-template twin recall far below its control. Information Imbalance ~1 means "
+             "the centroid spaces carry independent information.")
+    return icml.RunResult(metrics=m, tables=profile_tables(res), artifacts=artifacts,
+                          notes=notes)

@@ -1,0 +1,60 @@
+import pytest
+import torch
+from icml_synsem import recall_at_k
+
+
+@pytest.fixture()
+def qc():
+    g = torch.Generator().manual_seed(0)
+    c = torch.randn(30, 8, generator=g, dtype=torch.float64)
+    q = c + 0.9 * torch.randn(30, 8, generator=g, dtype=torch.float64)
+    return q, c
+
+
+def test_recall_monotone_in_k_and_one_at_n(qc):
+    q, c = qc
+    vals = [recall_at_k(q, c, k) for k in range(1, 31)]
+    assert all(a <= b for a, b in zip(vals, vals[1:], strict=False))
+    assert vals[-1] == 1.0
+    assert 0.0 < vals[0] < 1.0  # the fixture is neither trivial nor hopeless
+    assert recall_at_k(c, c, 1) == 1.0
+
+
+def test_recall_invariant_to_rotation_and_row_scaling(qc):
+    q, c = qc
+    rot, _ = torch.linalg.qr(torch.randn(8, 8, generator=torch.Generator().manual_seed(3),
+                                         dtype=torch.float64))
+    scale_q = torch.rand(30, 1, dtype=torch.float64) + 0.1
+    scale_c = torch.rand(30, 1, dtype=torch.float64) + 0.1
+    for k in (1, 3, 7):
+        assert recall_at_k(scale_q * q @ rot, scale_c * c @ rot, k) == recall_at_k(q, c, k)
+
+
+def test_template_variant_counts_any_same_label(qc):
+    q, c = qc
+    labels = [i % 3 for i in range(30)]
+    # with 3 labels, 10 candidates share each label: top-10 always contains... at least pair hits
+    assert recall_at_k(q, c, 3, labels, labels) >= recall_at_k(q, c, 3)
+    # one label for everything: every query hits at k = 1
+    assert recall_at_k(q, c, 1, ["x"] * 30, ["x"] * 30) == 1.0
+    # disjoint labels: never a hit
+    assert recall_at_k(q, c, 5, ["a"] * 30, ["b"] * 30) == 0.0
+
+
+def test_recall_closed_form_two_points():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    c = torch.tensor([[0.0, 1.0], [1.0, 0.1]])  # swapped partners
+    assert recall_at_k(q, c, 1) == 0.0
+    assert recall_at_k(q, c, 2) == 1.0
+
+
+def test_recall_bad_input(qc):
+    q, c = qc
+    with pytest.raises(ValueError, match="k=31"):
+        recall_at_k(q, c, 31)
+    with pytest.raises(ValueError, match="one candidate per query"):
+        recall_at_k(q, c[:10], 1)
+    with pytest.raises(ValueError, match="same D"):
+        recall_at_k(q, c[:, :4], 1)
+    with pytest.raises(ValueError, match="both"):
+        recall_at_k(q, c, 1, query_labels=[0] * 30)
