@@ -1,0 +1,61 @@
+"""Typed configs, one per capability. Field names are the CLI's --set keys and match the
+Python API's keyword arguments (beta, penalty_coeff, active_tol, solver, linear_solver, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+FAMILIES = ("random", "dqp", "simplex", "chain")
+
+
+@dataclass
+class DifferentiateConfig:
+    family: str = option("random", help="problem family: random (dense, well-conditioned, "
+                         "strictly complementary), dqp (dQP's dense generator), simplex "
+                         "(sparse simplex projection), chain (sparse chain projection)",
+                         choices=FAMILIES)
+    sizes: list[int] = option([20, 50, 100], help="problem sizes: n for random/dqp/simplex, "
+                              "d (points in R^d, n = 100 d) for chain")
+    problems: int = option(3, help="problems (seeds) per size; errors are the worst, times "
+                           "the median", ge=1)
+    problem: str = option("", help="path to your own QP as .npz with arrays Q, q and "
+                          "optionally G, h, A, b; replaces family/sizes when set")
+    beta: float = option(1e-6, help="softplus smoothing width of the penalty", gt=0)
+    penalty_coeff: float = option(10.0, help="c in rho = c * ||dual||_1", gt=0)
+    active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
+    rho_min: float = option(1.0, help="floor on ||dual||_1 inside rho (ours; 0 = paper)", ge=0)
+    solver: str = option("clarabel", help="qpsolvers backend for the forward pass")
+    tol: float = option(1e-9, help="forward solver tolerance", gt=0)
+    linear_solver: str = option("auto", help="dXPP's linear solver",
+                                choices=("auto", "dense", "sparse", "cg"))
+    kkt_mode: str = option("reduced", help="KKT reference used for the error column",
+                           choices=("reduced", "full"))
+    betas: list[float] = option([1e-2, 1e-4, 1e-6], help="beta sweep on the largest problem "
+                                "(empty list: skip)")
+    repeats: int = option(3, help="timing repeats (the fastest is reported)", ge=1)
+    blas_threads: int = option(1, help="BLAS threads while timing (0: library default); 1 "
+                               "keeps timings comparable on a shared machine", ge=0)
+
+
+@dataclass
+class EvaluateConfig:
+    random_sizes: list[int] = option([20, 100, 300], help="n of the dense random QPs "
+                                     "(empty: skip)")
+    simplex_sizes: list[int] = option([1000, 10000, 100000], help="n of the sparse simplex "
+                                      "projections (empty: skip)")
+    chain_dims: list[int] = option([2, 10], help="d of the chain projections, n = 100 d "
+                                   "(empty: skip)")
+    portfolio_steps: int = option(30, help="Adam steps of end-to-end portfolio training with "
+                                  "dXPP and with KKT gradients (0: skip)", ge=0)
+    beta: float = option(1e-6, help="softplus smoothing width of the penalty", gt=0)
+    penalty_coeff: float = option(10.0, help="c in rho = c * ||dual||_1", gt=0)
+    active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
+    solver: str = option("clarabel", help="qpsolvers backend for the forward pass")
+    tol: float = option(1e-9, help="forward solver tolerance", gt=0)
+    linear_solver: str = option("auto", help="dXPP's linear solver",
+                                choices=("auto", "dense", "sparse", "cg"))
+    repeats: int = option(3, help="timing repeats (the fastest is reported)", ge=1)
+    blas_threads: int = option(1, help="BLAS threads while timing (0: library default); 1 "
+                               "keeps timings comparable on a shared machine", ge=0)

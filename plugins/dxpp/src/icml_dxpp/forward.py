@@ -1,0 +1,165 @@
+"""Forward pass: solve a QP with any ``qpsolvers`` backend and return x*, ν* (Gx ≤ h) and
+μ* (Ax = b). When a backend returns no duals they are rebuilt from stationarity on the active
+set, as dXPP does: least squares [G_𝒜ᵀ Aᵀ][ν_𝒜; μ] = −(Qx* + q), then ν ≥ 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from icml_dxpp.qp import QPInputError, QPProblem, QPSolveError, _where
+
+__all__ = ["QPResult", "solve_qp", "recover_duals", "solver_options", "check_solver"]
+
+# pip command per backend, for the "not installed" error
+_PIP = {
+    "clarabel": "pip install clarabel", "osqp": "pip install osqp", "daqp": "pip install daqp",
+    "piqp": "pip install piqp", "proxqp": "pip install proxsuite", "cvxopt": "pip install cvxopt",
+    "quadprog": "pip install quadprog", "ecos": "pip install ecos", "scs": "pip install scs",
+    "highs": "pip install highspy", "qpalm": "pip install qpalm", "gurobi": "pip install gurobipy",
+    "mosek": "pip install mosek", "hpipm": "pip install hpipm_python", "qpax": "pip install qpax",
+    "qpoases": "pip install qpsolvers[qpoases]", "jaxopt_osqp": "pip install jaxopt",
+    "kvxopt": "pip install kvxopt", "sip": "pip install sip-python",
+}
+
+
+@dataclass
+class QPResult:
+    """x* and both duals of one QP, plus how they were obtained."""
+
+    x: np.ndarray
+    ineq_dual: np.ndarray  # ν*, length m, >= 0
+    eq_dual: np.ndarray  # μ*, length p
+    solver: str = ""
+    duals_recovered: bool = False
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def check_solver(solver: str) -> None:
+    """Raise a clear error when ``solver`` is not an installed qpsolvers backend."""
+    import qpsolvers
+
+    if solver in qpsolvers.available_solvers:
+        return
+    known = sorted(set(qpsolvers.available_solvers))
+    hint = _PIP.get(solver, f"pip install {solver}")
+    raise QPInputError(f"QP solver {solver!r} is not installed: run `{hint}` or pick one of the "
+                       f"installed solvers {known}")
+
+
+def solver_options(solver: str, tol: float) -> dict[str, Any]:
+    """Tolerance settings for the common open-source backends (others get none)."""
+    if solver == "clarabel":
+        return {"tol_gap_abs": tol, "tol_gap_rel": tol, "tol_feas": tol,
+                "tol_ktratio": min(1e-6, tol * 1e3)}
+    if solver == "osqp":
+        return {"eps_abs": tol, "eps_rel": tol, "polishing": True, "max_iter": 100_000}
+    if solver == "piqp":
+        return {"eps_abs": tol, "eps_rel": tol}
+    if solver == "proxqp":
+        return {"eps_abs": tol, "eps_rel": 0.0}
+    if solver == "cvxopt":
+        return {"abstol": tol, "reltol": tol, "feastol": tol}
+    return {}
+
+
+def recover_duals(prob: QPProblem, x: np.ndarray, active_tol: float = 1e-5
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Duals from stationarity on the active set {i : h_i − G_i x < active_tol}."""
+    active = np.flatnonzero(prob.slack(x) < active_tol)
+    nu = np.zeros(prob.m)
+    rhs = -(prob.Q @ x + prob.q)
+    if active.size + prob.p == 0:
+        return nu, np.zeros(prob.p)
+    blocks = [prob.G[active].T, prob.A.T]
+    if prob.sparse:
+        from scipy.sparse.linalg import lsqr
+
+        M = sp.hstack([sp.csr_matrix(B) for B in blocks]).tocsr()
+        sol = lsqr(M, rhs, atol=1e-14, btol=1e-14, iter_lim=10 * M.shape[1] + 100)[0]
+    else:
+        M = np.hstack([np.asarray(B) for B in blocks])
+        sol = np.linalg.lstsq(M, rhs, rcond=None)[0]
+    nu[active] = np.maximum(sol[: active.size], 0.0)
+    return nu, sol[active.size:]
+
+
+def _unconstrained(prob: QPProblem, index: int | None) -> np.ndarray:
+    Q = prob.Q.toarray() if sp.issparse(prob.Q) else prob.Q
+    x, *_ = np.linalg.lstsq(Q, -prob.q, rcond=None)
+    if np.linalg.norm(Q @ x + prob.q) > 1e-8 * (1 + np.linalg.norm(prob.q)):
+        raise QPSolveError(f"{_where(index)}the QP is unbounded below: it has no constraints "
+                           "and q is not in the range of Q; add constraints or make Q "
+                           "positive definite")
+    return x
+
+
+def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float = 1e-9,
+             active_tol: float = 1e-5, recover: str = "auto", options: dict | None = None,
+             index: int | None = None) -> QPResult:
+    """Solve one QP with a ``qpsolvers`` backend.
+
+    ``recover``: ``"auto"`` rebuilds duals only when the backend returns none, ``"always"``
+    rebuilds them every time, ``"never"`` raises when they are missing.
+    """
+    import qpsolvers
+
+    if prob.m == 0 and prob.p == 0:
+        return QPResult(_unconstrained(prob, index), np.zeros(0), np.zeros(0), "lstsq")
+    check_solver(solver)
+    kwargs = solver_options(solver, tol)
+    kwargs.update(options or {})
+    qp = qpsolvers.Problem(prob.Q if not sp.issparse(prob.Q) else sp.csc_matrix(prob.Q),
+                           prob.q, _block(prob.G) if prob.m else None, prob.h if prob.m else None,
+                           _block(prob.A) if prob.p else None, prob.b if prob.p else None)
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sol = qpsolvers.solve_problem(qp, solver=solver, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - solvers raise anything; re-raise with context
+        raise QPSolveError(f"{_where(index)}solver {solver!r} failed: {exc}") from exc
+    status = str((sol.extras or {}).get("status", ""))
+    if not sol.found or sol.x is None or not np.all(np.isfinite(sol.x)):
+        raise QPSolveError(_failure_message(solver, status, index))
+    x = np.asarray(sol.x, dtype=np.float64)
+    viol = max(float(np.max(-prob.slack(x), initial=0.0)),
+               float(np.max(np.abs(prob.A @ x - prob.b), initial=0.0)))
+    if viol > 1e3 * max(tol, 1e-8) * (1 + np.abs(prob.h).max(initial=0) +
+                                      np.abs(prob.b).max(initial=0)):
+        raise QPSolveError(f"{_where(index)}solver {solver!r} returned a point violating the "
+                           f"constraints by {viol:.3g}: the QP is probably infeasible, or "
+                           "loosen nothing and try solver='clarabel'")
+    missing = (prob.m and sol.z is None) or (prob.p and sol.y is None)
+    if recover == "always" or (recover == "auto" and missing):
+        nu, mu = recover_duals(prob, x, active_tol)
+        return QPResult(x, nu, mu, solver, True, {"status": status})
+    if missing:
+        raise QPSolveError(f"{_where(index)}solver {solver!r} returned no duals: use "
+                           "recover_duals='auto' to rebuild them from stationarity")
+    nu = np.maximum(np.asarray(sol.z, dtype=np.float64), 0.0) if prob.m else np.zeros(0)
+    mu = np.asarray(sol.y, dtype=np.float64) if prob.p else np.zeros(0)
+    return QPResult(x, nu, mu, solver, False, {"status": status})
+
+
+def _block(M: Any) -> Any:
+    return sp.csc_matrix(M) if sp.issparse(M) else M
+
+
+def _failure_message(solver: str, status: str, index: int | None) -> str:
+    low = status.lower()
+    if "primalinfeasible" in low.replace("_", "") or low.startswith("primal_infeasible"):
+        why = "the constraints are infeasible: no x satisfies Gx <= h and Ax = b"
+    elif "dualinfeasible" in low.replace("_", ""):
+        why = "the QP is unbounded below: Q is singular along a feasible direction where qᵀx " \
+              "decreases; add constraints or make Q positive definite"
+    else:
+        why = ("the QP may be infeasible (no x satisfies Gx <= h, Ax = b) or unbounded "
+               "(Q singular along a feasible descent direction), or the solver did not converge")
+    st = f" (status {status})" if status else ""
+    return f"{_where(index)}solver {solver!r} found no solution{st}: {why}"

@@ -1,0 +1,333 @@
+"""PyTorch API: the differentiable QP layer (``DXPPQPLayer``), its functional form
+(``dxpp_solve``) and the NumPy-level ``differentiate``.
+
+Forward: every problem of the batch is solved on the CPU by a ``qpsolvers`` backend (float64);
+backward: dXPP's penalty system (default) or the KKT reference, per problem. Leading batch
+dimensions broadcast like qpth/NumPy (a Q of shape (n, n) is shared by a batch of q's, and its
+gradient is summed over the batch). Inputs on CUDA are accepted: the solve runs on the CPU and
+outputs and gradients come back on the input's device and dtype.
+
+``torch.sparse`` (COO or CSR) Q, G, A are accepted for a single (unbatched) problem; their
+gradients are sparse on the same pattern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from icml_dxpp.forward import QPResult, check_solver, solve_qp
+from icml_dxpp.kkt import kkt_backward
+from icml_dxpp.penalty import PenaltyOptions, dxpp_backward
+from icml_dxpp.qp import QPInputError, QPProblem, make_problem
+
+__all__ = ["QPSolution", "LayerOptions", "DXPPQPLayer", "dxpp_solve", "differentiate"]
+
+_NAMES = ("Q", "q", "G", "h", "A", "b")
+
+
+class QPSolution(NamedTuple):
+    """Outputs of the layer: x* (…, n), μ* for Ax = b (…, p), ν* ≥ 0 for Gx ≤ h (…, m)."""
+
+    x: torch.Tensor
+    eq_dual: torch.Tensor
+    ineq_dual: torch.Tensor
+
+
+@dataclass(frozen=True)
+class LayerOptions:
+    """Every option of the layer; see :class:`DXPPQPLayer` for their meaning."""
+
+    solver: str = "clarabel"
+    tol: float = 1e-9
+    backward: str = "dxpp"
+    kkt_mode: str = "reduced"
+    recover_duals: str = "auto"
+    check_inputs: bool = True
+    penalty: PenaltyOptions = field(default_factory=PenaltyOptions)
+    solver_options: dict | None = None
+
+    def validate(self) -> LayerOptions:
+        pen = self.penalty
+        for name, val in (("beta", pen.beta), ("penalty_coeff", pen.penalty_coeff),
+                          ("active_tol", pen.active_tol), ("tol", self.tol)):
+            if not (isinstance(val, (int, float)) and np.isfinite(val) and val > 0):
+                raise ValueError(f"{name} must be a positive number, got {val!r}")
+        if pen.rho_min < 0 or pen.ridge < 0:
+            raise ValueError("rho_min and ridge must be >= 0")
+        if self.backward not in ("dxpp", "kkt"):
+            raise ValueError(f"backward {self.backward!r} is unknown: use 'dxpp' (the penalty "
+                             "method) or 'kkt' (the KKT reference)")
+        if self.kkt_mode not in ("reduced", "full"):
+            raise ValueError(f"kkt_mode {self.kkt_mode!r} is unknown: use 'reduced' or 'full'")
+        if pen.linear_solver not in ("auto", "dense", "sparse", "cg"):
+            raise ValueError(f"linear_solver {pen.linear_solver!r} is unknown: use 'auto', "
+                             "'dense', 'sparse' or 'cg'")
+        if self.recover_duals not in ("auto", "always", "never"):
+            raise ValueError(f"recover_duals {self.recover_duals!r} is unknown: use 'auto', "
+                             "'always' or 'never'")
+        check_solver(self.solver)
+        return self
+
+
+def _options(**kw: Any) -> LayerOptions:
+    pen_keys = {f for f in PenaltyOptions.__dataclass_fields__}
+    pen = {k: kw.pop(k) for k in list(kw) if k in pen_keys}
+    unknown = set(kw) - set(LayerOptions.__dataclass_fields__) - {"penalty"}
+    if unknown:
+        allowed = sorted(pen_keys | set(LayerOptions.__dataclass_fields__) - {"penalty"})
+        raise TypeError(f"unknown option(s) {sorted(unknown)}: allowed are {allowed}")
+    return LayerOptions(penalty=PenaltyOptions(**pen), **kw).validate()
+
+
+# -- conversions --------------------------------------------------------------------------
+
+def _is_sparse(t: torch.Tensor | None) -> bool:
+    return t is not None and t.layout != torch.strided
+
+
+def _to_scipy(t: torch.Tensor) -> sp.csr_matrix:
+    t = t.detach().cpu().to(torch.float64)
+    if t.layout == torch.sparse_csr:
+        return sp.csr_matrix((t.values().numpy(), t.col_indices().numpy(),
+                              t.crow_indices().numpy()), shape=tuple(t.shape))
+    t = t.to_sparse_coo().coalesce() if t.layout != torch.sparse_coo else t.coalesce()
+    idx = t.indices().numpy()
+    return sp.csr_matrix((t.values().numpy(), (idx[0], idx[1])), shape=tuple(t.shape))
+
+
+def _grad_to_torch(g: Any, like: torch.Tensor) -> torch.Tensor:
+    if sp.issparse(g):
+        coo = g.tocoo()
+        idx = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+        out = torch.sparse_coo_tensor(idx, torch.from_numpy(coo.data), tuple(coo.shape))
+        out = out.to(dtype=like.dtype, device=like.device).coalesce()
+        return out.to_sparse_csr() if like.layout == torch.sparse_csr else out
+    return torch.as_tensor(np.asarray(g), dtype=like.dtype, device=like.device)
+
+
+class _QPFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, opts: LayerOptions, Q: torch.Tensor, q: torch.Tensor,
+                G: torch.Tensor | None, h: torch.Tensor | None, A: torch.Tensor | None,
+                b: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        inputs = (Q, q, G, h, A, b)
+        B = q.shape[0]
+
+        def item(t: torch.Tensor | None, i: int) -> Any:
+            if t is None:
+                return None
+            if _is_sparse(t):
+                return _to_scipy(t)
+            return t[i].detach().cpu().to(torch.float64).numpy()
+
+        probs, sols = [], []
+        for i in range(B):
+            index = i if B > 1 else None
+            prob = make_problem(*(item(t, i) for t in inputs), check=opts.check_inputs,
+                                index=index)
+            probs.append(prob)
+            sols.append(solve_qp(prob, opts.solver, opts.tol, opts.penalty.active_tol,
+                                 opts.recover_duals, opts.solver_options, index))
+        ctx.opts, ctx.probs, ctx.sols = opts, probs, sols
+        ctx.likes = [None if t is None else (t if _is_sparse(t) else t[:0]) for t in inputs]
+        dev, dt = q.device, q.dtype
+
+        def stack(key: str) -> torch.Tensor:
+            return torch.as_tensor(np.stack([getattr(s, key) for s in sols]), dtype=dt,
+                                   device=dev)
+
+        return stack("x"), stack("eq_dual"), stack("ineq_dual")
+
+    @staticmethod
+    def backward(ctx: Any, gx: torch.Tensor, gmu: torch.Tensor, gnu: torch.Tensor
+                 ) -> tuple[Any, ...]:
+        opts: LayerOptions = ctx.opts
+        needs = ctx.needs_input_grad[1:]
+        if not any(needs):
+            return (None,) * 7
+        per: list[dict[str, Any]] = []
+        for i, (prob, sol) in enumerate(zip(ctx.probs, ctx.sols, strict=False)):
+            args = (prob, sol.x, sol.ineq_dual, sol.eq_dual,
+                    gx[i].detach().cpu().double().numpy(),
+                    gnu[i].detach().cpu().double().numpy(),
+                    gmu[i].detach().cpu().double().numpy())
+            if opts.backward == "dxpp":
+                grads, _ = dxpp_backward(*args, opts=opts.penalty)
+            else:
+                grads, _ = kkt_backward(*args, mode=opts.kkt_mode,
+                                        active_tol=opts.penalty.active_tol)
+            per.append(grads)
+        out: list[Any] = [None]
+        for k, name in enumerate(_NAMES):
+            like = ctx.likes[k]
+            if like is None or not needs[k]:
+                out.append(None)
+            elif _is_sparse(like):
+                out.append(_grad_to_torch(per[0][name], like))
+            else:
+                out.append(torch.stack([_grad_to_torch(g[name], like) for g in per]))
+        return tuple(out)
+
+
+def _batch_shape(name: str, t: torch.Tensor, tail: int) -> tuple[int, ...]:
+    if t.dim() < tail:
+        raise QPInputError(f"{name} must have at least {tail} dimension(s), got shape "
+                           f"{tuple(t.shape)}")
+    return tuple(t.shape[: t.dim() - tail])
+
+
+def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
+               h: torch.Tensor | None = None, A: torch.Tensor | None = None,
+               b: torch.Tensor | None = None, **options: Any) -> QPSolution:
+    """Solve min ½xᵀQx + qᵀx s.t. Gx ≤ h, Ax = b and return a differentiable
+    :class:`QPSolution` ``(x, eq_dual, ineq_dual)``.
+
+    Options (all keyword): ``beta`` (1e-6), ``penalty_coeff`` (10), ``active_tol`` (1e-5),
+    ``rho_min`` (1), ``ridge`` (1e-9), ``linear_solver`` ('auto' | 'dense' | 'sparse' | 'cg'),
+    ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel' or any installed qpsolvers backend),
+    ``tol`` (1e-9, the forward solver's tolerance), ``backward`` ('dxpp' | 'kkt'),
+    ``kkt_mode`` ('reduced' | 'full'), ``recover_duals`` ('auto' | 'always' | 'never'),
+    ``check_inputs`` (True), ``solver_options`` (dict passed to the backend).
+    """
+    opts = options.pop("_opts", None) or _options(**options)
+    return _solve(opts, Q, q, G, h, A, b)
+
+
+def _solve(opts: LayerOptions, Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None,
+           h: torch.Tensor | None, A: torch.Tensor | None, b: torch.Tensor | None
+           ) -> QPSolution:
+    if (G is None) != (h is None):
+        raise QPInputError("G and h come together: pass both (Gx <= h) or neither")
+    if (A is None) != (b is None):
+        raise QPInputError("A and b come together: pass both (Ax = b) or neither")
+    tensors = {k: v for k, v in zip(_NAMES, (Q, q, G, h, A, b), strict=False) if v is not None}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise QPInputError(f"{name} must be a torch.Tensor, got {type(t).__name__}; use "
+                               "torch.as_tensor(...) or icml_dxpp.differentiate for NumPy")
+        if not t.is_floating_point():
+            raise QPInputError(f"{name} has dtype {t.dtype}: use float64 or float32")
+    dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors.values()) \
+        else q.dtype
+    n = q.shape[-1]
+    if any(_is_sparse(t) for t in tensors.values()):
+        for name, t in tensors.items():
+            if t.dim() != (2 if name in "QGA" else 1):
+                raise QPInputError(f"{name} has shape {tuple(t.shape)}: torch.sparse inputs "
+                                   "are supported for one unbatched problem; loop over the "
+                                   "batch or pass dense tensors")
+        args = [None if t is None else (t if _is_sparse(t) else t.unsqueeze(0))
+                for t in (Q, q, G, h, A, b)]
+        _check_tails(n, Q, G, h, A, b)
+        x, mu, nu = _QPFunction.apply(opts, *args)
+        return QPSolution(x[0], mu[0], nu[0])
+    _check_tails(n, Q, G, h, A, b)
+    shapes = [_batch_shape("Q", Q, 2), _batch_shape("q", q, 1)]
+    if G is not None:
+        shapes += [_batch_shape("G", G, 2), _batch_shape("h", h, 1)]
+    if A is not None:
+        shapes += [_batch_shape("A", A, 2), _batch_shape("b", b, 1)]
+    try:
+        bshape = torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        raise QPInputError(f"the batch dimensions of the inputs {shapes} do not broadcast: "
+                           "give every input the same leading dimensions or none") from None
+    B = int(np.prod(bshape)) if bshape else 1
+
+    def flat(t: torch.Tensor | None, tail: int) -> torch.Tensor | None:
+        if t is None:
+            return None
+        t = t.to(dtype)
+        full = t.expand(*bshape, *t.shape[t.dim() - tail:])
+        return full.reshape(B, *t.shape[t.dim() - tail:])
+
+    x, mu, nu = _QPFunction.apply(opts, flat(Q, 2), flat(q, 1), flat(G, 2), flat(h, 1),
+                                  flat(A, 2), flat(b, 1))
+    return QPSolution(x.reshape(*bshape, -1), mu.reshape(*bshape, -1), nu.reshape(*bshape, -1))
+
+
+def _check_tails(n: int, Q: torch.Tensor, G: Any, h: Any, A: Any, b: Any) -> None:
+    if Q.dim() < 2 or tuple(Q.shape[-2:]) != (n, n):
+        raise QPInputError(f"Q has shape {tuple(Q.shape)} but q has length {n}: Q must be "
+                           f"(..., {n}, {n})")
+    for M, v, Mn, vn in ((G, h, "G", "h"), (A, b, "A", "b")):
+        if M is None:
+            continue
+        if M.dim() < 2 or M.shape[-1] != n:
+            raise QPInputError(f"{Mn} has shape {tuple(M.shape)}: it needs {n} columns (the "
+                               "length of q)")
+        if v.dim() < 1 or v.shape[-1] != M.shape[-2]:
+            raise QPInputError(f"{Mn} has {M.shape[-2]} rows but {vn} has shape "
+                               f"{tuple(v.shape)}: they must match")
+
+
+class DXPPQPLayer(torch.nn.Module):
+    """Differentiable convex QP layer with dXPP's penalty backward.
+
+    ``layer(Q, q, G, h, A=None, b=None)`` returns :class:`QPSolution` ``(x, eq_dual,
+    ineq_dual)``, differentiable w.r.t. every tensor input.
+
+    Args:
+        beta: softplus smoothing width β of the penalty (paper default 1e-6 in every example).
+        penalty_coeff: c in ρ_I = c‖ν*‖₁, ρ_E = c‖μ*‖₁ (paper: 10).
+        solver: any installed ``qpsolvers`` backend for the forward pass (default clarabel).
+        active_tol: a row is active when h_i − G_i x* < active_tol (paper: 1e-5).
+        linear_solver: 'auto' (dense Cholesky for dense inputs, sparse LU for sparse ones),
+            'dense', 'sparse' or 'cg' (matrix-free, residual-checked, direct fallback).
+        backward: 'dxpp' (the paper) or 'kkt' (reference; ``kkt_mode`` 'reduced' or 'full').
+        tol: the forward solver's tolerance.
+        rho_min: floor on ‖ν*‖₁ and ‖μ*‖₁ in ρ, so that a constraint with zero duals still
+            enters the backward (our addition; the paper has none).
+        **options: ``ridge``, ``cg_tol``, ``cg_maxiter``, ``recover_duals``, ``check_inputs``,
+            ``solver_options`` (see :func:`dxpp_solve`).
+    """
+
+    def __init__(self, beta: float = 1e-6, penalty_coeff: float = 10.0,
+                 solver: str = "clarabel", active_tol: float = 1e-5,
+                 linear_solver: str = "auto", backward: str = "dxpp", kkt_mode: str = "reduced",
+                 tol: float = 1e-9, rho_min: float = 1.0, **options: Any) -> None:
+        super().__init__()
+        self.options = _options(beta=beta, penalty_coeff=penalty_coeff, solver=solver,
+                                active_tol=active_tol, linear_solver=linear_solver,
+                                backward=backward, kkt_mode=kkt_mode, tol=tol,
+                                rho_min=rho_min, **options)
+
+    def forward(self, Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
+                h: torch.Tensor | None = None, A: torch.Tensor | None = None,
+                b: torch.Tensor | None = None) -> QPSolution:
+        return _solve(self.options, Q, q, G, h, A, b)
+
+    def extra_repr(self) -> str:
+        o = self.options
+        return (f"solver={o.solver!r}, backward={o.backward!r}, beta={o.penalty.beta}, "
+                f"penalty_coeff={o.penalty.penalty_coeff}, "
+                f"linear_solver={o.penalty.linear_solver!r}")
+
+
+def differentiate(problem: QPProblem, grad_x: np.ndarray | None = None,
+                  grad_ineq_dual: np.ndarray | None = None,
+                  grad_eq_dual: np.ndarray | None = None, method: str = "dxpp",
+                  solution: QPResult | None = None, **options: Any
+                  ) -> tuple[QPResult, dict[str, Any], dict[str, Any]]:
+    """NumPy API: solve ``problem`` (unless ``solution`` is given) and return
+    ``(solution, grads, info)`` where ``grads`` maps Q, q, G, h, A, b to ∂ℓ/∂· for the upstream
+    gradients given. ``method`` is 'dxpp' or 'kkt' (``kkt_mode`` picks reduced/full)."""
+    opts = _options(**options)
+    opts = replace(opts, backward=method).validate()
+    if solution is None:
+        solution = solve_qp(problem, opts.solver, opts.tol, opts.penalty.active_tol,
+                            opts.recover_duals, opts.solver_options)
+    gx = np.zeros(problem.n) if grad_x is None else np.asarray(grad_x, dtype=np.float64)
+    args = (problem, solution.x, solution.ineq_dual, solution.eq_dual, gx, grad_ineq_dual,
+            grad_eq_dual)
+    if method == "dxpp":
+        grads, info = dxpp_backward(*args, opts=opts.penalty)
+    else:
+        grads, info = kkt_backward(*args, mode=opts.kkt_mode,
+                                   active_tol=opts.penalty.active_tol)
+    return solution, grads, info

@@ -1,0 +1,147 @@
+"""Solvers for dXPP's SPD system  H v = g,  H = Q + G_𝒜ᵀ W_I G_𝒜 + Aᵀ W_E A + ridge·I.
+
+* ``dense``: Cholesky (LU if Cholesky fails, e.g. when Q is far from PSD numerically).
+* ``sparse``: sparse LU of H. When AᵀW_EA would fill in (an equality row with many non-zeros,
+  like the simplex's 1ᵀx = 1), H is split as H₀ + AᵀW_EA and solved with the Woodbury identity,
+  which needs p solves with the sparse H₀ and a p×p dense system instead of a dense n×n matrix.
+* ``cg``: matrix-free conjugate gradients with a Jacobi preconditioner; the true residual is
+  checked afterwards and a direct solve is used when CG did not reach ``tol`` (the official code's
+  MINRES fallback reports success while its residual is still large; see the README).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["PenaltySystem", "solve_system"]
+
+
+@dataclass
+class PenaltySystem:
+    """The pieces of H, kept separate so every solver can use the form it likes."""
+
+    Q: Any
+    GA: Any  # active rows of G (k × n)
+    wI: np.ndarray  # (k,)
+    A: Any  # (p × n)
+    wE: np.ndarray  # (p,)
+    ridge: float
+
+    @property
+    def n(self) -> int:
+        return int(self.Q.shape[0])
+
+    @property
+    def sparse(self) -> bool:
+        return any(sp.issparse(M) for M in (self.Q, self.GA, self.A))
+
+    def matvec(self, v: np.ndarray) -> np.ndarray:
+        out = self.Q @ v + self.ridge * v
+        if self.GA.shape[0]:
+            out = out + self.GA.T @ (self.wI * (self.GA @ v))
+        if self.A.shape[0]:
+            out = out + self.A.T @ (self.wE * (self.A @ v))
+        return np.asarray(out).reshape(-1)
+
+    def diagonal(self) -> np.ndarray:
+        def sq(M: Any) -> Any:
+            return M.multiply(M) if sp.issparse(M) else M * M
+
+        d = np.asarray(self.Q.diagonal()).reshape(-1) + self.ridge
+        if self.GA.shape[0]:
+            d = d + np.asarray(sq(self.GA).T @ self.wI).reshape(-1)
+        if self.A.shape[0]:
+            d = d + np.asarray(sq(self.A).T @ self.wE).reshape(-1)
+        return d
+
+    def dense(self) -> np.ndarray:
+        def arr(M: Any) -> np.ndarray:
+            return M.toarray() if sp.issparse(M) else np.asarray(M)
+
+        Q, GA, A = arr(self.Q), arr(self.GA), arr(self.A)
+        H = Q + (GA.T * self.wI) @ GA + (A.T * self.wE) @ A
+        H[np.diag_indices_from(H)] += self.ridge
+        return H
+
+    def sparse_base(self) -> sp.csc_matrix:
+        """H₀ = Q + G_𝒜ᵀ W_I G_𝒜 + ridge·I as a sparse matrix."""
+        Q, GA = sp.csr_matrix(self.Q), sp.csr_matrix(self.GA)
+        H0 = Q + sp.identity(self.n, format="csr") * self.ridge
+        if GA.shape[0]:
+            H0 = H0 + GA.T @ sp.diags(self.wI) @ GA
+        return sp.csc_matrix(H0)
+
+
+def _woodbury_pays(A: sp.csr_matrix, H0: sp.spmatrix) -> bool:
+    row_nnz = np.diff(A.indptr).astype(np.float64)
+    return A.shape[0] > 0 and float(row_nnz @ row_nnz) > 4.0 * (H0.nnz + A.shape[1])
+
+
+def _solve_dense(S: PenaltySystem, g: np.ndarray) -> np.ndarray:
+    import scipy.linalg as sla
+
+    H = S.dense()
+    try:
+        return sla.cho_solve(sla.cho_factor(H, lower=True, check_finite=False), g,
+                             check_finite=False)
+    except (np.linalg.LinAlgError, sla.LinAlgError):
+        return sla.lu_solve(sla.lu_factor(H, check_finite=False), g, check_finite=False)
+
+
+def _solve_sparse(S: PenaltySystem, g: np.ndarray) -> np.ndarray:
+    from scipy.sparse.linalg import splu
+
+    H0 = S.sparse_base()
+    A = sp.csr_matrix(S.A)
+    if A.shape[0] and _woodbury_pays(A, H0):
+        lu = splu(H0)
+        Y = lu.solve(np.asarray(A.T.toarray()))  # H₀⁻¹Aᵀ, n × p
+        y = lu.solve(g)
+        C = np.diag(1.0 / S.wE) + A @ Y  # W_E⁻¹ + A H₀⁻¹ Aᵀ
+        return y - Y @ np.linalg.solve(C, A @ y)
+    H = H0 + (A.T @ sp.diags(S.wE) @ A if A.shape[0] else 0)
+    return splu(sp.csc_matrix(H)).solve(g)
+
+
+def _solve_cg(S: PenaltySystem, g: np.ndarray, tol: float, maxiter: int | None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+    from scipy.sparse.linalg import LinearOperator, cg
+
+    n = S.n
+    dinv = 1.0 / S.diagonal()
+    H = LinearOperator((n, n), matvec=S.matvec, dtype=np.float64)
+    M = LinearOperator((n, n), matvec=lambda r: dinv * r, dtype=np.float64)
+    iters = [0]
+
+    def count(_: np.ndarray) -> None:
+        iters[0] += 1
+
+    v, _info = cg(H, g, rtol=tol, atol=0.0, maxiter=maxiter or 10 * n, M=M, callback=count)
+    res = float(np.linalg.norm(S.matvec(v) - g) / max(np.linalg.norm(g), 1e-300))
+    return v, {"cg_iters": iters[0], "cg_residual": res}
+
+
+def solve_system(S: PenaltySystem, g: np.ndarray, method: str = "auto", cg_tol: float = 1e-8,
+                 cg_maxiter: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """Solve H v = g. Returns v and a dict saying which solver ran (and CG's residual)."""
+    if method == "auto":
+        method = "sparse" if S.sparse else "dense"
+    if method == "dense":
+        return _solve_dense(S, g), {"linear_solver": "dense"}
+    if method == "sparse":
+        return _solve_sparse(S, g), {"linear_solver": "sparse"}
+    if method == "cg":
+        v, info = _solve_cg(S, g, cg_tol, cg_maxiter)
+        if info["cg_residual"] <= 10 * cg_tol:
+            return v, {"linear_solver": "cg", **info}
+        warnings.warn(f"dXPP: CG stopped at relative residual {info['cg_residual']:.2e} > "
+                      f"{10 * cg_tol:.1e}; falling back to a direct solve", stacklevel=3)
+        v = _solve_sparse(S, g) if S.sparse else _solve_dense(S, g)
+        return v, {"linear_solver": "cg->direct", **info}
+    raise ValueError(f"linear_solver {method!r} is unknown: use 'auto', 'dense', 'sparse' or "
+                     "'cg'")

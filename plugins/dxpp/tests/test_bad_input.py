@@ -1,0 +1,95 @@
+"""Bad input gets a clear error naming the problem and the fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from icml_dxpp import DXPPQPLayer, QPInputError, QPSolveError, dxpp_solve
+from icml_dxpp.forward import solve_qp
+from icml_dxpp.problems import random_qp
+from icml_dxpp.qp import make_problem
+
+
+def _t(*arrays):
+    return [torch.tensor(np.asarray(a), dtype=torch.float64) for a in arrays]
+
+
+def test_shape_mismatches():
+    Q, q, G, h = _t(np.eye(3), np.ones(3), np.ones((2, 3)), np.ones(2))
+    with pytest.raises(QPInputError, match=r"Q has shape \(3, 3\) but q has length 4"):
+        dxpp_solve(Q, torch.ones(4, dtype=torch.float64))
+    with pytest.raises(QPInputError, match="G has shape .* it needs 3 columns"):
+        dxpp_solve(Q, q, torch.ones(2, 4, dtype=torch.float64), h)
+    with pytest.raises(QPInputError, match="G has 2 rows but h has shape"):
+        dxpp_solve(Q, q, G, torch.ones(5, dtype=torch.float64))
+    with pytest.raises(QPInputError, match="G and h come together"):
+        dxpp_solve(Q, q, G, None)
+    with pytest.raises(QPInputError, match="do not broadcast"):
+        dxpp_solve(Q.expand(2, 3, 3), q.expand(3, 3), G, h)
+
+
+def test_non_symmetric_and_indefinite_q():
+    with pytest.raises(QPInputError, match=r"not symmetric.*\(Q \+ Qᵀ\)/2"):
+        make_problem(np.array([[1.0, 1.0], [0.0, 1.0]]), np.ones(2))
+    with pytest.raises(QPInputError, match="indefinite.*positive semidefinite"):
+        make_problem(np.diag([1.0, -1.0]), np.ones(2), np.eye(2), np.ones(2))
+
+
+def test_nan_inf_named():
+    q = np.ones(2)
+    q[1] = np.nan
+    with pytest.raises(QPInputError, match="q contains NaN or Inf"):
+        make_problem(np.eye(2), q)
+    with pytest.raises(QPInputError, match="h contains NaN or Inf"):
+        make_problem(np.eye(2), np.ones(2), np.eye(2), np.array([1.0, np.inf]))
+
+
+def test_infeasible_and_unbounded():
+    infeasible = make_problem(np.eye(2), np.ones(2), np.array([[1.0, 0.0], [-1.0, 0.0]]),
+                              np.array([-1.0, -1.0]))  # x0 <= -1 and x0 >= 1
+    with pytest.raises(QPSolveError, match="infeasible"):
+        solve_qp(infeasible, "clarabel")
+    unbounded = make_problem(np.zeros((2, 2)), np.array([-1.0, 0.0]), np.array([[0.0, 1.0]]),
+                             np.array([1.0]))
+    with pytest.raises(QPSolveError, match="unbounded"):
+        solve_qp(unbounded, "clarabel")
+    with pytest.raises(QPSolveError, match="unbounded below"):
+        solve_qp(make_problem(np.zeros((2, 2)), np.ones(2)), "clarabel")
+
+
+def test_missing_solver_names_pip_command():
+    with pytest.raises(QPInputError, match="'quadprog' is not installed: run `pip install "
+                                           "quadprog`"):
+        DXPPQPLayer(solver="quadprog")
+    with pytest.raises(QPInputError, match="pip install no_such_solver"):
+        dxpp_solve(*_t(np.eye(2), np.ones(2)), solver="no_such_solver")
+
+
+def test_batch_failure_names_index():
+    good = random_qp(3, seed=0).problem
+    Q = torch.tensor(np.stack([good.Q, good.Q, np.diag([1.0, -1.0, 1.0])]))
+    q = torch.tensor(np.stack([good.q] * 3))
+    with pytest.raises(QPInputError, match="QP #2 in the batch: Q is indefinite"):
+        dxpp_solve(Q, q, torch.tensor(good.G), torch.tensor(good.h))
+    G = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)  # |x0| <= h
+    h = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [1.0, 1.0]], dtype=torch.float64)
+    with pytest.raises(QPSolveError, match="QP #1 in the batch: .*infeasible"):
+        dxpp_solve(torch.eye(2, dtype=torch.float64), torch.ones(3, 2, dtype=torch.float64),
+                   G, h)
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="beta must be a positive number"):
+        DXPPQPLayer(beta=0.0)
+    with pytest.raises(ValueError, match="backward 'adjoint' is unknown"):
+        DXPPQPLayer(backward="adjoint")
+    with pytest.raises(ValueError, match="linear_solver 'lu' is unknown"):
+        DXPPQPLayer(linear_solver="lu")
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['betta'\]"):
+        dxpp_solve(*_t(np.eye(2), np.ones(2)), betta=1e-3)
+
+
+def test_integer_tensors_rejected():
+    with pytest.raises(QPInputError, match="dtype torch.int64: use float64 or float32"):
+        dxpp_solve(torch.eye(2, dtype=torch.int64), torch.ones(2))

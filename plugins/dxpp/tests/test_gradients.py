@@ -1,0 +1,286 @@
+"""Invariants of the dXPP backward: agreement with KKT, finite differences, closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from icml_dxpp import PenaltyOptions, differentiate, dxpp_backward, dxpp_solve, kkt_backward
+from icml_dxpp.benchmark import rel_error
+from icml_dxpp.forward import solve_qp
+from icml_dxpp.problems import (
+    chain_projection,
+    random_qp,
+    simplex_projection,
+    simplex_solution,
+    simplex_vjp,
+)
+from icml_dxpp.qp import make_problem
+
+
+def _solve_and_grads(prob, g, **kw):
+    sol = solve_qp(prob, kw.pop("solver", "clarabel"))
+    args = (prob, sol.x, sol.ineq_dual, sol.eq_dual, g)
+    ref = kkt_backward(*args, mode="reduced")[0]
+    return sol, args, ref
+
+
+@pytest.mark.parametrize("n,seed", [(10, 0), (30, 1), (60, 2)])
+def test_dxpp_matches_reduced_kkt_at_small_beta(n, seed):
+    prob = random_qp(n, seed=seed).problem
+    g = np.random.default_rng(seed).standard_normal(n)
+    _, args, ref = _solve_and_grads(prob, g)
+    grads, info = dxpp_backward(*args, opts=PenaltyOptions(beta=1e-6))
+    assert info["active"] == round(0.5 * n)
+    assert rel_error(grads, ref) <= 1e-5
+
+
+def test_error_shrinks_with_beta():
+    prob = random_qp(40, seed=5).problem
+    g = np.random.default_rng(5).standard_normal(40)
+    _, args, ref = _solve_and_grads(prob, g)
+    errs = [rel_error(dxpp_backward(*args, opts=PenaltyOptions(beta=b))[0], ref)
+            for b in (1e-2, 1e-3, 1e-4)]
+    assert errs[0] > errs[1] > errs[2]
+    assert errs[0] / errs[2] > 50  # O(beta): two decades of beta buy about two of error
+
+
+def test_full_and_reduced_kkt_agree():
+    prob = random_qp(25, seed=3).problem
+    g = np.random.default_rng(3).standard_normal(25)
+    _, args, ref = _solve_and_grads(prob, g)
+    full = kkt_backward(*args, mode="full")[0]
+    assert rel_error(full, ref) < 1e-7
+
+
+def test_gradcheck_all_inputs_and_outputs(exact_solver, to_torch):
+    """Finite differences through the solver, for x, both duals and all six inputs."""
+    prob = random_qp(6, seed=11).problem
+    inputs = tuple(to_torch(prob))
+
+    def f(Q, q, G, h, A, b):
+        sol = dxpp_solve((Q + Q.T) / 2, q, G, h, A, b, solver=exact_solver, tol=1e-12)
+        return sol.x, sol.eq_dual, sol.ineq_dual
+
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def test_forward_recovers_the_constructed_solution():
+    known = random_qp(30, seed=4)
+    sol = solve_qp(known.problem, "clarabel")
+    np.testing.assert_allclose(sol.x, known.x, atol=1e-7)
+    np.testing.assert_allclose(sol.ineq_dual, known.ineq_dual, atol=1e-6)
+    np.testing.assert_allclose(sol.eq_dual, known.eq_dual, atol=1e-6)
+
+
+def test_no_active_constraints_gives_inverse_q():
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((8, 8))
+    Q = M @ M.T + np.eye(8)
+    q = rng.standard_normal(8)
+    x0 = np.linalg.solve(Q, -q)
+    prob = make_problem(Q, q, np.eye(8), x0 + 1.0)  # all rows inactive by a margin of 1
+    g = rng.standard_normal(8)
+    _, grads, info = differentiate(prob, g)
+    assert info["active"] == 0
+    np.testing.assert_allclose(grads["q"], -np.linalg.solve(Q, g), rtol=1e-8)
+    assert np.all(grads["h"] == 0.0) and np.all(grads["G"] == 0.0)
+
+
+def test_dq_symmetric_and_inactive_rows_exactly_zero():
+    known = random_qp(20, seed=8)
+    g = np.random.default_rng(8).standard_normal(20)
+    sol, grads, _ = differentiate(known.problem, g)
+    np.testing.assert_array_equal(grads["Q"], grads["Q"].T)
+    inactive = known.ineq_dual == 0
+    assert inactive.any()
+    assert np.all(grads["h"][inactive] == 0.0)
+    assert np.all(grads["G"][inactive] == 0.0)
+    assert np.all(grads["h"][~inactive] != 0.0)
+
+
+def test_same_gradients_across_solvers():
+    import qpsolvers
+
+    solvers = [s for s in ("clarabel", "daqp", "osqp", "piqp") if s in
+               qpsolvers.available_solvers]
+    if len(solvers) < 2:
+        pytest.skip("needs two qpsolvers backends (pip install daqp)")
+    prob = random_qp(25, seed=9).problem
+    g = np.random.default_rng(9).standard_normal(25)
+    results = [differentiate(prob, g, solver=s)[1] for s in solvers]
+    for other in results[1:]:
+        assert rel_error(other, results[0]) < 1e-6
+
+
+def test_row_scaling_leaves_x_and_scales_dh():
+    known = random_qp(15, seed=2)
+    prob = known.problem
+    i = int(np.flatnonzero(known.ineq_dual > 0)[0])
+    c = 3.0
+    G2, h2 = prob.G.copy(), prob.h.copy()
+    G2[i] *= c
+    h2[i] *= c
+    prob2 = make_problem(prob.Q, prob.q, G2, h2, prob.A, prob.b)
+    g = np.random.default_rng(2).standard_normal(15)
+    s1, g1, _ = differentiate(prob, g)
+    s2, g2, _ = differentiate(prob2, g)
+    np.testing.assert_allclose(s1.x, s2.x, atol=1e-7)
+    np.testing.assert_allclose(g2["h"][i], g1["h"][i] / c, rtol=1e-5)
+
+
+def test_simplex_closed_form_numpy_sparse():
+    prob = simplex_projection(3000, seed=1)
+    g = np.random.default_rng(1).standard_normal(3000)
+    sol, grads, info = differentiate(prob, g)
+    exact_x = simplex_solution(-prob.q)
+    np.testing.assert_allclose(sol.x, exact_x, atol=1e-7)
+    ref = simplex_vjp(exact_x, g)
+    assert info["linear_solver"] == "sparse"
+    assert np.linalg.norm(grads["q"] - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
+def test_simplex_closed_form_torch_sparse_inputs():
+    prob = simplex_projection(500, seed=3)
+    Qs = torch.sparse_coo_tensor(np.vstack(prob.Q.nonzero()), prob.Q.data, (500, 500))
+    Gc = prob.G.tocoo()
+    Gs = torch.sparse_coo_tensor(np.vstack([Gc.row, Gc.col]), Gc.data, (500, 500))
+    Qs, Gs = Qs.coalesce().requires_grad_(), Gs.coalesce().requires_grad_()
+    q = torch.tensor(prob.q, requires_grad=True)
+    A = torch.ones(1, 500, dtype=torch.float64, requires_grad=True)
+    sol = dxpp_solve(Qs, q, Gs, torch.zeros(500, dtype=torch.float64), A,
+                     torch.ones(1, dtype=torch.float64))
+    w = torch.linspace(-1, 1, 500, dtype=torch.float64)
+    (sol.x * w).sum().backward()
+    exact = simplex_vjp(simplex_solution(-prob.q), w.numpy())
+    assert np.linalg.norm(q.grad.numpy() - exact) <= 1e-5 * np.linalg.norm(exact)
+    assert Qs.grad.is_sparse and Gs.grad.is_sparse
+    assert Qs.grad.coalesce().indices().shape[1] <= 500  # gradient stays on Q's pattern
+
+
+def test_sparse_and_dense_inputs_agree():
+    prob = chain_projection(2, N=20, seed=0)
+    dense = make_problem(prob.Q.toarray(), prob.q, prob.G.toarray(), prob.h)
+    g = np.random.default_rng(0).standard_normal(prob.n)
+    s1, g_sparse, i1 = differentiate(prob, g)
+    s2, g_dense, i2 = differentiate(dense, g)
+    assert (i1["linear_solver"], i2["linear_solver"]) == ("sparse", "dense")
+    mask = prob.G.toarray() != 0
+    np.testing.assert_allclose(g_sparse["G"].toarray()[mask], g_dense["G"][mask], atol=1e-6)
+    np.testing.assert_allclose(g_sparse["q"], g_dense["q"], atol=1e-6)
+
+
+def test_chain_matches_kkt():
+    prob = chain_projection(2, N=50, seed=1)
+    g = np.random.default_rng(1).standard_normal(prob.n)
+    _, args, ref = _solve_and_grads(prob, g)
+    grads, info = dxpp_backward(*args)
+    assert info["active"] > 0
+    assert rel_error(grads, ref) <= 1e-5
+
+
+def test_equality_only_within_beta_of_kkt():
+    rng = np.random.default_rng(6)
+    M = rng.standard_normal((12, 12))
+    prob = make_problem(M @ M.T / 12 + np.eye(12), rng.standard_normal(12),
+                        A=rng.standard_normal((4, 12)), b=rng.standard_normal(4))
+    g = rng.standard_normal(12)
+    _, args, ref = _solve_and_grads(prob, g)
+    for beta in (1e-3, 1e-6):
+        err = rel_error(dxpp_backward(*args, opts=PenaltyOptions(beta=beta))[0], ref)
+        assert err < 50 * beta
+
+
+def test_cg_matches_direct_and_falls_back():
+    prob = simplex_projection(2000, seed=2)
+    g = np.random.default_rng(2).standard_normal(prob.n)
+    sol = solve_qp(prob)
+    args = (prob, sol.x, sol.ineq_dual, sol.eq_dual, g)
+    direct, _ = dxpp_backward(*args)
+    cg, info = dxpp_backward(*args, opts=PenaltyOptions(linear_solver="cg"))
+    assert info["linear_solver"] == "cg" and info["cg_residual"] <= 1e-7
+    assert rel_error(cg, direct) < 1e-5
+    chain = chain_projection(3, N=40, seed=2)
+    sol = solve_qp(chain)
+    args = (chain, sol.x, sol.ineq_dual, sol.eq_dual, np.ones(chain.n))
+    direct, _ = dxpp_backward(*args)
+    with pytest.warns(UserWarning, match="falling back to a direct solve"):
+        fb, info = dxpp_backward(*args, opts=PenaltyOptions(linear_solver="cg", cg_maxiter=1))
+    assert info["linear_solver"] == "cg->direct"
+    assert rel_error(fb, direct) < 1e-10
+
+
+def test_batched_equals_looped_and_broadcast_sums(to_torch):
+    probs = [random_qp(8, seed=s).problem for s in range(3)]
+    G = torch.tensor(probs[0].G, requires_grad=True)  # shared across the batch
+    Q = torch.stack([torch.tensor(p.Q) for p in probs]).requires_grad_()
+    q = torch.stack([torch.tensor(p.q) for p in probs]).requires_grad_()
+    h = torch.stack([torch.tensor(p.h) for p in probs]).requires_grad_()
+    x = dxpp_solve(Q, q, G, h).x
+    w = torch.arange(24, dtype=torch.float64).reshape(3, 8)
+    (x * w).sum().backward()
+    G_sum = torch.zeros_like(G)
+    for i in range(3):
+        Gi = G.detach().clone().requires_grad_()
+        qi = q[i].detach().clone().requires_grad_()
+        xi = dxpp_solve(Q[i].detach(), qi, Gi, h[i].detach()).x
+        (xi * w[i]).sum().backward()
+        torch.testing.assert_close(x[i].detach(), xi.detach())
+        torch.testing.assert_close(q.grad[i], qi.grad)
+        G_sum += Gi.grad
+    torch.testing.assert_close(G.grad, G_sum)
+
+
+def test_kkt_backward_option_in_layer(to_torch):
+    prob = random_qp(12, seed=7).problem
+    grads = []
+    for backward in ("dxpp", "kkt"):
+        ts = to_torch(prob)
+        sol = dxpp_solve(*ts, backward=backward)
+        (sol.x.sum() + sol.ineq_dual.sum() + sol.eq_dual.sum()).backward()
+        grads.append(torch.cat([t.grad.reshape(-1) for t in ts]))
+    assert torch.linalg.norm(grads[0] - grads[1]) <= 1e-5 * torch.linalg.norm(grads[1])
+
+
+def test_float32_keeps_dtype_and_matches_float64(to_torch):
+    prob = random_qp(10, seed=1).problem
+    t64 = to_torch(prob)
+    t32 = to_torch(prob, dtype=torch.float32)
+    s64 = dxpp_solve(*t64)
+    s32 = dxpp_solve(*t32)
+    assert s32.x.dtype == torch.float32 and s64.x.dtype == torch.float64
+    s64.x.sum().backward()
+    s32.x.sum().backward()
+    torch.testing.assert_close(t32[1].grad.double(), t64[1].grad, atol=1e-5, rtol=1e-4)
+
+
+def test_recovered_duals_match_solver_duals():
+    known = random_qp(20, seed=12)
+    direct = solve_qp(known.problem, "clarabel")
+    rebuilt = solve_qp(known.problem, "clarabel", recover="always")
+    assert rebuilt.duals_recovered and not direct.duals_recovered
+    np.testing.assert_allclose(rebuilt.ineq_dual, known.ineq_dual, atol=1e-6)
+    np.testing.assert_allclose(rebuilt.eq_dual, known.eq_dual, atol=1e-6)
+
+
+def test_rho_floor_keeps_equalities_when_duals_vanish():
+    # the unconstrained minimiser already satisfies Ax = b, so μ* = 0; the backward must still
+    # keep x on the constraint (∂x/∂q projected onto the null space of A)
+    Q = np.eye(4)
+    A = np.array([[1.0, 1.0, 0.0, 0.0]])
+    q = -np.array([0.5, 0.5, 1.0, -1.0])
+    prob = make_problem(Q, q, A=A, b=np.array([1.0]))
+    g = np.array([1.0, 0.0, 0.0, 0.0])
+    sol, grads, _ = differentiate(prob, g)
+    assert abs(sol.eq_dual[0]) < 1e-8
+    np.testing.assert_allclose(grads["q"], [-0.5, 0.5, 0.0, 0.0], atol=1e-6)
+
+
+def test_sparse_gradient_on_pattern_of_input():
+    prob = chain_projection(2, N=10, seed=0)
+    g = np.ones(prob.n)
+    _, grads, _ = differentiate(prob, g)
+    assert sp.issparse(grads["G"]) and sp.issparse(grads["Q"])
+    pattern = prob.G.toarray() != 0
+    assert np.all(grads["G"].toarray()[~pattern] == 0)
