@@ -24,11 +24,12 @@ __all__ = ["assemble_grads"]
 
 
 def _outer(pattern: Any, u: np.ndarray, w: np.ndarray, scale: float = 1.0) -> Any:
-    """scale·u wᵀ, dense, or restricted to the sparsity pattern of ``pattern``."""
+    """scale·u wᵀ, dense, or restricted to the sparsity pattern of ``pattern`` (CSR)."""
     if sp.issparse(pattern):
-        coo = pattern.tocoo()
-        vals = scale * u[coo.row] * w[coo.col]
-        return sp.csr_matrix((vals, (coo.row, coo.col)), shape=pattern.shape)
+        P = pattern if pattern.format == "csr" else sp.csr_matrix(pattern)
+        rows = np.repeat(np.arange(P.shape[0]), np.diff(P.indptr))
+        vals = scale * u[rows] * w[P.indices]
+        return sp.csr_matrix((vals, P.indices.copy(), P.indptr.copy()), shape=P.shape)
     return scale * np.outer(u, w)
 
 

@@ -93,19 +93,31 @@ def _solve_dense(S: PenaltySystem, g: np.ndarray) -> np.ndarray:
         return sla.lu_solve(sla.lu_factor(H, check_finite=False), g, check_finite=False)
 
 
-def _solve_sparse(S: PenaltySystem, g: np.ndarray) -> np.ndarray:
+def _factor(H: sp.spmatrix) -> Any:
+    """A solver for the SPD sparse matrix H: division when H is diagonal, else sparse LU with
+    a symmetric ordering."""
     from scipy.sparse.linalg import splu
 
+    H = sp.csc_matrix(H)
+    coo = H.tocoo()
+    if np.array_equal(coo.row, coo.col):  # diagonal (e.g. simplex or box projections)
+        d = H.diagonal()
+        return lambda rhs: rhs / (d[:, None] if np.ndim(rhs) == 2 else d)
+    lu = splu(H, permc_spec="MMD_AT_PLUS_A", options={"SymmetricMode": True})
+    return lu.solve
+
+
+def _solve_sparse(S: PenaltySystem, g: np.ndarray) -> np.ndarray:
     H0 = S.sparse_base()
     A = sp.csr_matrix(S.A)
     if A.shape[0] and _woodbury_pays(A, H0):
-        lu = splu(H0)
-        Y = lu.solve(np.asarray(A.T.toarray()))  # H₀⁻¹Aᵀ, n × p
-        y = lu.solve(g)
+        solve = _factor(H0)
+        Y = solve(np.asarray(A.T.toarray()))  # H₀⁻¹Aᵀ, n × p
+        y = solve(g)
         C = np.diag(1.0 / S.wE) + A @ Y  # W_E⁻¹ + A H₀⁻¹ Aᵀ
         return y - Y @ np.linalg.solve(C, A @ y)
     H = H0 + (A.T @ sp.diags(S.wE) @ A if A.shape[0] else 0)
-    return splu(sp.csc_matrix(H)).solve(g)
+    return _factor(H)(g)
 
 
 def _solve_cg(S: PenaltySystem, g: np.ndarray, tol: float, maxiter: int | None

@@ -1,0 +1,211 @@
+"""Benchmark: dXPP against the KKT backwards and the pip peers (qpth, cvxpylayers), in one run.
+
+    python plugins/dxpp/benchmarks/bench.py                    # our arms only
+    python plugins/dxpp/benchmarks/bench.py --peers /tmp/dxpp-peers   # + qpth, cvxpylayers
+
+qpth and cvxpylayers are never dependencies of the plugin: installing them into the shared
+environment downgrades numpy/cvxpy. Install them beside it, without dependencies, and pass the
+folder with --peers (see the README for the exact command).
+
+Every arm gets the same problem and the same upstream gradient ḡ ~ N(0, I) on x*. Times are the
+fastest of --repeats runs, with BLAS limited to --blas-threads threads. The error column is
+‖(∂q, ∂h, ∂b) − ref‖ / ‖ref‖ where ref is the reduced-KKT backward at a clarabel solution
+(tol 1e-9), so a peer's error also contains its own forward accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def _ints(s: str) -> list[int]:
+    return [int(v) for v in s.split(",") if v.strip()]
+
+
+def _err(grads: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> float:
+    keys = [k for k in ("q", "h", "b") if ref[k].size]
+    d = np.sqrt(sum(np.sum((grads[k] - ref[k]) ** 2) for k in keys))
+    return float(d / max(np.sqrt(sum(np.sum(ref[k] ** 2) for k in keys)), 1e-300))
+
+
+def _best(fn: Any, repeats: int) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def ours(prob: Any, g: np.ndarray, repeats: int, beta: float) -> dict[str, dict[str, Any]]:
+    from icml_dxpp.forward import solve_qp
+    from icml_dxpp.kkt import kkt_backward
+    from icml_dxpp.penalty import PenaltyOptions, dxpp_backward
+
+    fwd, sol = _best(lambda: solve_qp(prob, "clarabel", 1e-9), 1 if prob.n > 20000 else repeats)
+    args = (prob, sol.x, sol.ineq_dual, sol.eq_dual, g)
+    arms = {"dXPP": lambda: dxpp_backward(*args, opts=PenaltyOptions(beta=beta))[0],
+            "KKT-reduced": lambda: kkt_backward(*args, mode="reduced")[0],
+            "KKT-full": lambda: kkt_backward(*args, mode="full")[0]}
+    out = {}
+    for name, fn in arms.items():
+        bwd, grads = _best(fn, repeats)
+        out[name] = {"fwd": fwd, "bwd": bwd, "grads": grads}
+    return out
+
+
+def _dense(M: Any) -> np.ndarray:
+    return M.toarray() if sp.issparse(M) else np.asarray(M)
+
+
+def qpth_arm(prob: Any, g: np.ndarray, repeats: int) -> dict[str, Any]:
+    import torch
+    from qpth.qp import QPFunction
+
+    T = lambda a: torch.tensor(_dense(a), dtype=torch.float64).unsqueeze(0)  # noqa: E731
+    Q, G, A = T(prob.Q), T(prob.G), T(prob.A)
+    e = torch.empty(0, dtype=torch.float64)
+    gt = torch.tensor(g).unsqueeze(0)
+    best_f, best_b, grads = float("inf"), float("inf"), None
+    for _ in range(repeats):
+        q, h, b = (T(v).requires_grad_() for v in (prob.q, prob.h, prob.b))
+        t = time.perf_counter()
+        x = QPFunction(verbose=-1, eps=1e-12, maxIter=50)(
+            Q, q, G if prob.m else e, h if prob.m else e, A if prob.p else e,
+            b if prob.p else e)
+        t1 = time.perf_counter()
+        (x * gt).sum().backward()
+        t2 = time.perf_counter()
+        best_f, best_b = min(best_f, t1 - t), min(best_b, t2 - t1)
+        grads = {k: (v.grad[0].numpy() if v.grad is not None else np.zeros(v.shape[1]))
+                 for k, v in (("q", q), ("h", h), ("b", b))}
+    return {"fwd": best_f, "bwd": best_b, "grads": grads}
+
+
+def cvxpylayers_arm(prob: Any, g: np.ndarray, repeats: int) -> dict[str, Any]:
+    import cvxpy as cp
+    import torch
+    from cvxpylayers.torch import CvxpyLayer
+
+    n, m, p = prob.n, prob.m, prob.p
+    x = cp.Variable(n)
+    qp, hp = cp.Parameter(n), cp.Parameter(m)
+    Q = prob.Q if sp.issparse(prob.Q) else np.asarray(prob.Q)
+    cons = [prob.G @ x <= hp]
+    params = [qp, hp]
+    if p:
+        bp = cp.Parameter(p)
+        cons.append(prob.A @ x == bp)
+        params.append(bp)
+    problem = cp.Problem(cp.Minimize(0.5 * cp.quad_form(x, cp.psd_wrap(Q)) + qp @ x), cons)
+    layer = CvxpyLayer(problem, parameters=params, variables=[x])
+    gt = torch.tensor(g)
+    best_f, best_b, grads = float("inf"), float("inf"), None
+    for _ in range(repeats):
+        vals = [torch.tensor(v).requires_grad_() for v in (prob.q, prob.h, prob.b)[:len(params)]]
+        t = time.perf_counter()
+        (xs,) = layer(*vals, solver_args={"solve_method": "Clarabel"})
+        t1 = time.perf_counter()
+        (xs * gt).sum().backward()
+        t2 = time.perf_counter()
+        best_f, best_b = min(best_f, t1 - t), min(best_b, t2 - t1)
+        grads = {"q": vals[0].grad.numpy(), "h": vals[1].grad.numpy(),
+                 "b": vals[2].grad.numpy() if p else np.zeros(0)}
+    return {"fwd": best_f, "bwd": best_b, "grads": grads}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--random-sizes", type=_ints, default=[20, 100, 300])
+    ap.add_argument("--simplex-sizes", type=_ints, default=[1000, 10000, 100000])
+    ap.add_argument("--chain-dims", type=_ints, default=[2, 10, 50])
+    ap.add_argument("--portfolio-steps", type=int, default=30)
+    ap.add_argument("--peers", default="", help="folder holding qpth and cvxpylayers")
+    ap.add_argument("--peer-max-n", type=int, default=1000,
+                    help="largest n given to qpth/cvxpylayers (they densify or canonicalize)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--beta", type=float, default=1e-6)
+    ap.add_argument("--blas-threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.peers:
+        sys.path.insert(0, args.peers)
+    from icml_dxpp.problems import chain_projection, random_qp, simplex_projection
+
+    peers = {}
+    for name, fn, mod in (("qpth", qpth_arm, "qpth"), ("cvxpylayers", cvxpylayers_arm,
+                                                        "cvxpylayers")):
+        try:
+            __import__(mod)
+            peers[name] = fn
+        except ImportError as exc:
+            print(f"# {name} not available ({exc}); pass --peers DIR", file=sys.stderr)
+    limit = contextlib.nullcontext()
+    if args.blas_threads > 0:
+        from threadpoolctl import threadpool_limits
+
+        limit = threadpool_limits(limits=args.blas_threads, user_api="blas")
+    import torch
+
+    torch.set_num_threads(max(args.blas_threads, 1))
+    jobs = ([("random", n, lambda n=n: random_qp(n, seed=args.seed).problem)
+             for n in args.random_sizes] +
+            [("simplex", n, lambda n=n: simplex_projection(n, seed=args.seed))
+             for n in args.simplex_sizes] +
+            [("chain", d, lambda d=d: chain_projection(d, seed=args.seed))
+             for d in args.chain_dims])
+    print("| family | size | n | m | p | arm | fwd ms | bwd ms | total ms | bwd / dXPP | "
+          "total / dXPP | grad err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    with limit:
+        for family, size, make in jobs:
+            prob = make()
+            g = np.random.default_rng(args.seed).standard_normal(prob.n)
+            res = ours(prob, g, args.repeats, args.beta)
+            ref = res["KKT-reduced"]["grads"]
+            for name, fn in peers.items():
+                if prob.n > args.peer_max_n:
+                    res[name] = {"skip": f"n > --peer-max-n {args.peer_max_n}"}
+                    continue
+                try:
+                    res[name] = fn(prob, g, args.repeats)
+                except Exception as exc:  # noqa: BLE001 - report a peer failure, keep going
+                    res[name] = {"skip": f"failed: {type(exc).__name__}: {str(exc)[:60]}"}
+            base = res["dXPP"]
+            for name, r in res.items():
+                head = f"| {family} | {size} | {prob.n} | {prob.m} | {prob.p} | {name} |"
+                if "skip" in r:
+                    print(f"{head} – | – | – | – | – | {r['skip']} |")
+                    continue
+                tot, btot = r["fwd"] + r["bwd"], base["fwd"] + base["bwd"]
+                err = _err(r["grads"], ref) if name != "KKT-reduced" else 0.0
+                print(f"{head} {1e3 * r['fwd']:.2f} | {1e3 * r['bwd']:.2f} | {1e3 * tot:.2f} | "
+                      f"{r['bwd'] / base['bwd']:.2f} | {tot / btot:.2f} | {err:.2e} |",
+                      flush=True)
+        if args.portfolio_steps:
+            from icml_dxpp.benchmark import portfolio_training
+
+            print("\n| portfolio (T=5, k=10, n=50, batch 8) | initial loss | final loss | "
+                  "s / step |\n|---|---|---|---|")
+            curves = {}
+            for method in ("dxpp", "kkt"):
+                t = time.perf_counter()
+                curves[method] = portfolio_training(method, steps=args.portfolio_steps,
+                                                    seed=args.seed, beta=args.beta)["losses"]
+                dt = (time.perf_counter() - t) / args.portfolio_steps
+                c = curves[method]
+                print(f"| {method} gradients | {c[0]:.5f} | {c[-1]:.5f} | {dt:.3f} |")
+            gap = max(abs(a - b) for a, b in zip(curves["dxpp"], curves["kkt"], strict=True))
+            print(f"\nmax |loss_dXPP - loss_KKT| over {args.portfolio_steps} steps: {gap:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
