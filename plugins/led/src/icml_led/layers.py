@@ -1,0 +1,147 @@
+"""Layer-wise posteriors: logit-lens logits of the final layer and of intermediate layers.
+
+Indices are positions in transformers' ``outputs.hidden_states`` (length ``L + 1``): ``0`` is the
+embedding output, ``i`` the residual stream after block ``i`` and ``L`` the final hidden state,
+which transformers has *already* passed through the final norm (never normalise it twice).
+
+The official LED code uses the final state plus ``depth - 1`` intermediate states taken from the
+top down while skipping the state after block ``L - 1``: ``{L} + {L-2, ..., L-depth}``. The paper's
+figure draws ``{L} + {L-1, ..., L-depth+1}``; both are available (``skip_penultimate``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LAYER_SETS = ("official", "figure")
+
+
+def num_layers_of(model: Any) -> int:
+    """The number of decoder blocks of a transformers causal LM."""
+    cfg = getattr(model, "config", None)
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    n = getattr(cfg, "num_hidden_layers", None)
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"{type(model).__name__} has no config.num_hidden_layers: LED needs a "
+                         "decoder-only transformers model (Llama, Qwen2, ...) with hidden states")
+    return n
+
+
+def layer_indices(num_layers: int, depth: int, skip_penultimate: bool = True,
+                  layers: list[int] | tuple[int, ...] | None = None) -> list[int]:
+    """Hidden-state indices of the ``depth`` posteriors, final layer first.
+
+    ``skip_penultimate=True`` is the official code's set ``[L, L-2, ..., L-depth]``; ``False`` is
+    the paper's figure, ``[L, L-1, ..., L-depth+1]``. An explicit ``layers`` list (intermediate
+    indices, top down) replaces both; the final layer ``L`` is always index 0.
+    """
+    L = int(num_layers)
+    if layers is not None:
+        inter = [int(i) for i in layers]
+        bad = [i for i in inter if not 0 <= i < L]
+        if bad:
+            raise ValueError(f"layers {bad} are outside the model's intermediate hidden states "
+                             f"0..{L - 1} (it has {L} layers; index {L} is the final layer, "
+                             "which is always included)")
+        return [L, *inter]
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    first = L - 2 if skip_penultimate else L - 1
+    inter = [first - j for j in range(depth - 1)]
+    max_depth = L if skip_penultimate else L + 1
+    if inter and inter[-1] < 0:
+        raise ValueError(f"depth {depth} is larger than the model allows: it has {L} layers, so "
+                         f"depth <= {max_depth} with skip_penultimate={skip_penultimate}; "
+                         "lower depth or pass explicit layers")
+    return [L, *inter]
+
+
+def lm_head_of(model: Any) -> Any:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        raise ValueError(f"{type(model).__name__} has no output embeddings (lm_head): LED needs a "
+                         "causal LM head to read out intermediate layers")
+    return head
+
+
+def final_norm_of(model: Any) -> Any:
+    """The final norm of a Llama/Qwen2-style model (``model.model.norm``)."""
+    base = getattr(model, "model", None) or getattr(model, "base_model", None)
+    norm = getattr(base, "norm", None) or getattr(base, "final_layernorm", None)
+    if norm is None:
+        raise ValueError(f"could not find the final norm of {type(model).__name__} (looked for "
+                         "model.model.norm): use use_final_norm=False")
+    return norm
+
+
+def intermediate_logits(model: Any, hidden_states: Any, indices: list[int],
+                        use_final_norm: bool = False, position: int = -1) -> Any:
+    """Logit-lens logits ``lm_head(h_i)`` (optionally ``lm_head(norm(h_i))``) at ``position`` for
+    each hidden-state index in ``indices``: a float32 tensor ``(B, len(indices), V)``."""
+    import torch
+
+    if not indices:
+        ref = hidden_states[-1]
+        return torch.empty(ref.shape[0], 0, lm_head_of(model).out_features, device=ref.device)
+    h = torch.stack([hidden_states[i][:, position] for i in indices], dim=1)
+    if use_final_norm:
+        h = final_norm_of(model)(h)
+    return lm_head_of(model)(h).float()
+
+
+def layerwise_from_outputs(model: Any, outputs: Any, indices: list[int],
+                           use_final_norm: bool = False) -> Any:
+    """``(B, d, V)`` float32 logits from one forward's outputs: index 0 is the model's own
+    last-position logits (exactly), then the intermediate indices ``indices[1:]``."""
+    import torch
+
+    hs = getattr(outputs, "hidden_states", None)
+    if hs is None:
+        raise ValueError("the model's outputs carry no hidden_states: LED needs a model whose "
+                         "forward accepts output_hidden_states=True")
+    final = outputs.logits[:, -1].float()
+    inter = intermediate_logits(model, hs, list(indices[1:]), use_final_norm)
+    return torch.cat([final[:, None], inter.to(final.device)], dim=1)
+
+
+def layerwise_logits(model: Any, input_ids: Any, attention_mask: Any = None, *, depth: int = 8,
+                     skip_penultimate: bool = True, use_final_norm: bool = False,
+                     layers: list[int] | None = None) -> Any:
+    """Run ``model`` once on ``input_ids`` and return the next-token logits of the final layer
+    and ``depth - 1`` intermediate layers, ``(B, d, V)``, final layer first."""
+    import torch
+
+    idx = layer_indices(num_layers_of(model), depth, skip_penultimate, layers)
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention_mask,
+                    output_hidden_states=True, return_dict=True)
+    return layerwise_from_outputs(model, out, idx, use_final_norm)
+
+
+def entropy(logits: Any, temperature: float = 1.0) -> Any:
+    """Shannon entropy (nats) of ``softmax(logits / temperature)`` over the last dimension."""
+    import torch
+
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def entropy_profile(model: Any, input_ids: Any, mask: Any, use_final_norm: bool = False,
+                    temperature: float = 1.0) -> list[float]:
+    """Mean logit-lens entropy at the positions where ``mask`` is true, for every hidden-state
+    index ``1..L`` (``L`` = the final layer; the embeddings, index 0, are left out)."""
+    import torch
+
+    L = num_layers_of(model)
+    m = mask.bool()
+    prof = []
+    with torch.no_grad():
+        out = model(input_ids=input_ids, output_hidden_states=True, return_dict=True)
+        for i in range(1, L + 1):
+            if i == L:
+                lg = out.logits.float()
+            else:
+                h = out.hidden_states[i]
+                lg = lm_head_of(model)(final_norm_of(model)(h) if use_final_norm else h).float()
+            prof.append(float(entropy(lg, temperature)[m].mean()))
+    return prof

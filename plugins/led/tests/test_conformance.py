@@ -1,0 +1,9 @@
+from icml.testing import PluginConformance
+
+_SMOKE = {"hidden_size": 32, "num_layers": 4, "depth": 3, "sft_steps": 5, "post_steps": 1,
+          "num_problems": 3, "num_samples": 4, "ks": [1, 4], "num_terms": 3}
+
+
+class TestConformance(PluginConformance):
+    slug = "led"
+    smoke = {"infer": dict(_SMOKE), "evaluate": {**_SMOKE, "temperatures": [0.6, 1.2]}}

@@ -1,0 +1,189 @@
+"""The layer-wise readout and the generate-compatible decoders on real Llama / Qwen2 models."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from icml_led import (
+    DoLaDecoding,
+    LEDConfig,
+    LEDDecoding,
+    SamplingDecoding,
+    dola_contrast,
+    layer_indices,
+    layerwise_logits,
+    think_state,
+)
+from icml_led.layers import layerwise_from_outputs, num_layers_of
+
+
+def _ids(seed=0, B=3, T=6):
+    return torch.randint(4, 260, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def test_official_and_figure_layer_sets():
+    assert layer_indices(36, 8) == [36, 34, 33, 32, 31, 30, 29, 28]
+    assert layer_indices(36, 8, skip_penultimate=False) == [36, 35, 34, 33, 32, 31, 30, 29]
+    assert layer_indices(36, 1) == [36]
+    assert layer_indices(6, 6) == [6, 4, 3, 2, 1, 0]
+    assert layer_indices(6, 3, layers=[5, 1]) == [6, 5, 1]
+
+
+def test_index_zero_is_the_models_own_logits_exactly(model):
+    ids = _ids()
+    lw = layerwise_logits(model, ids, depth=4)
+    assert lw.shape == (3, 4, 260)
+    with torch.no_grad():
+        ref = model(ids).logits[:, -1].float()
+    assert torch.equal(lw[:, 0], ref)
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_intermediate_rows_are_logit_lens_of_the_right_states(model, norm):
+    ids = _ids(1)
+    lw = layerwise_logits(model, ids, depth=3, use_final_norm=norm)
+    with torch.no_grad():
+        hs = model(ids, output_hidden_states=True).hidden_states
+        L = num_layers_of(model)
+        for row, i in enumerate([L - 2, L - 3], start=1):
+            h = hs[i][:, -1]
+            h = model.model.norm(h) if norm else h
+            assert torch.allclose(lw[:, row], model.lm_head(h).float(), atol=1e-5)
+
+
+def test_depth_beyond_model_layers_is_a_clear_error(llama):
+    with pytest.raises(ValueError, match="depth 7 is larger than the model allows"):
+        layerwise_logits(llama, _ids(), depth=7)
+    out = llama.generate(_ids(), max_new_tokens=1, do_sample=False,
+                         custom_generate=LEDDecoding(LEDConfig(depth=7, skip_penultimate=False)))
+    assert out.shape == (3, 7)   # the figure's set reaches the embeddings: depth 7 allowed
+    with pytest.raises(ValueError, match="larger than the model allows"):
+        llama.generate(_ids(), max_new_tokens=1,
+                       custom_generate=LEDDecoding(LEDConfig(depth=8)))
+    with pytest.raises(ValueError, match="outside the model's intermediate"):
+        layer_indices(6, 2, layers=[6])
+
+
+def test_topk_larger_than_vocab_and_bad_think_id_are_errors(llama):
+    with pytest.raises(ValueError, match="larger than the vocabulary"):
+        llama.generate(_ids(), max_new_tokens=1,
+                       custom_generate=LEDDecoding(LEDConfig(depth=2, top_k=500)))
+    with pytest.raises(ValueError, match="think_end_id=999 is not a token id"):
+        llama.generate(_ids(), max_new_tokens=1,
+                       custom_generate=LEDDecoding(LEDConfig(depth=2, think_end_id=999)))
+
+
+def test_missing_hidden_states_is_a_clear_error(llama):
+    out = SimpleNamespace(logits=torch.zeros(1, 1, 260), hidden_states=None)
+    with pytest.raises(ValueError, match="no hidden_states"):
+        layerwise_from_outputs(llama, out, [6, 4])
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        num_layers_of(SimpleNamespace(config=SimpleNamespace()))
+
+
+def test_led_depth_one_generation_equals_topk_sampling(model):
+    ids = _ids(2, B=4)
+    kw = dict(do_sample=True, temperature=0.7, max_new_tokens=10)
+    a = model.generate(ids, custom_generate=LEDDecoding(LEDConfig(depth=1, top_k=8),
+                       torch.Generator().manual_seed(5)), **kw)
+    b = model.generate(ids, top_k=8, top_p=1.0, custom_generate=SamplingDecoding(
+                       torch.Generator().manual_seed(5)), **kw)
+    assert torch.equal(a, b)
+
+
+def test_led_tokens_in_final_topk_during_generation(model):
+    dec = LEDDecoding(LEDConfig(depth=4, top_k=3, exploit_by_confidence=False),
+                      torch.Generator().manual_seed(0))
+    ids = _ids(3)
+    out = model.generate(ids, do_sample=True, temperature=1.5, max_new_tokens=6,
+                         custom_generate=dec)
+    # re-score every prefix and check each emitted token is in the final layer's top-3
+    with torch.no_grad():
+        logits = model(out).logits
+    T0 = ids.shape[1]
+    for t in range(T0, out.shape[1]):
+        top = logits[:, t - 1].topk(3, -1).indices
+        assert (out[:, t, None] == top).any(-1).all()
+    assert dec.stats["explored"] == dec.stats["steps"] * 3
+
+
+def _left_pad(rows):
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r)
+        mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("make", [lambda: LEDDecoding(LEDConfig(depth=4, top_k=8)),
+                                  lambda: DoLaDecoding("low")], ids=["led", "dola"])
+def test_greedy_batched_equals_unbatched_and_cached_equals_uncached(model, make):
+    rows = [[1, 50, 60, 70, 80, 90], [1, 33, 44], [1, 100, 101, 102, 103]]
+    ids, mask = _left_pad(rows)
+    kw = dict(do_sample=False, max_new_tokens=8, pad_token_id=0)
+    batched = model.generate(ids, attention_mask=mask, custom_generate=make(), **kw)
+    for i, r in enumerate(rows):
+        single = model.generate(torch.tensor([r]), custom_generate=make(), **kw)
+        assert batched[i, -8:].tolist() == single[0, -8:].tolist()
+    uncached = model.generate(ids, attention_mask=mask, use_cache=False,
+                              custom_generate=make(), **kw)
+    assert torch.equal(batched, uncached)
+
+
+def test_think_state_tracks_the_span():
+    ids = torch.tensor([[5, 7, 9], [5, 7, 5], [7, 9, 9], [9, 9, 9]])
+    assert think_state(ids, 7, 5).tolist() == [True, False, True, False]
+    assert think_state(ids, None, 5).tolist() == [False, False, True, True]
+
+
+def test_no_exploration_outside_the_think_span(llama):
+    """The think-start token is banned, so the span never opens: every token is the base path's
+    (zero explorations), while the same run with the span open explores."""
+    ids = _ids(4, B=6)
+    kw = dict(do_sample=True, temperature=1.5, max_new_tokens=12, bad_words_ids=[[200]])
+    closed = LEDDecoding(LEDConfig(depth=4, think_start_id=200, think_end_id=201),
+                         torch.Generator().manual_seed(0))
+    out = llama.generate(ids, custom_generate=closed, **kw)
+    assert closed.stats["explored"] == 0 and closed.stats["think_tokens"] == 0
+    assert not (out[:, ids.shape[1]:] == 200).any()
+    opened = LEDDecoding(LEDConfig(depth=4, think_start_id=200, think_end_id=201),
+                         torch.Generator().manual_seed(0))
+    llama.generate(torch.cat([ids, torch.full((6, 1), 200)], 1), custom_generate=opened, **kw)
+    assert opened.stats["explored"] > 0
+
+
+def test_dola_decoding_first_step_matches_the_algorithm(llama):
+    ids = _ids(5)
+    dec = DoLaDecoding("high")
+    out = llama.generate(ids, do_sample=False, max_new_tokens=1, custom_generate=dec)
+    with torch.no_grad():
+        o = llama(ids, output_hidden_states=True)
+    L = 6
+    cands = list(range(L // 2, L, 2))
+    prem = torch.stack([llama.lm_head(o.hidden_states[i][:, -1]) for i in cands])
+    scores, chosen = dola_contrast(o.logits[:, -1], prem)
+    assert dec.chosen_layers == [cands[chosen]]
+    assert torch.equal(out[:, -1], scores.argmax(-1))
+
+
+def test_stopping_criteria_and_return_dict(llama):
+    ids = _ids(6, B=2)
+    out = llama.generate(ids, do_sample=False, max_new_tokens=5, return_dict_in_generate=True,
+                         output_scores=True, custom_generate=LEDDecoding(LEDConfig(depth=3)))
+    assert out.sequences.shape == (2, 11) and len(out.scores) == 5
+    # eos: force eos (id 2) as soon as possible via a processor-free check on a long run
+    eos = int(out.sequences[0, 7])
+    short = llama.generate(ids[:1], do_sample=False, max_new_tokens=5, eos_token_id=eos,
+                           pad_token_id=0, custom_generate=LEDDecoding(LEDConfig(depth=3)))
+    assert short.shape[1] <= 8 and int(short[0, -1]) == eos
+
+
+def test_bfloat16_model_generates(tok):
+    from icml.models import tiny_causal_lm
+
+    m = tiny_causal_lm("qwen2", num_layers=4, hidden_size=32, dtype=torch.bfloat16)
+    out = m.generate(_ids(7), do_sample=True, temperature=0.6, max_new_tokens=4,
+                     custom_generate=LEDDecoding(LEDConfig(depth=3), torch.Generator()))
+    assert out.shape == (3, 10) and out.max() < 260

@@ -1,0 +1,145 @@
+"""Invariants of the LED step on fixed tensors (no model)."""
+
+import pytest
+import torch
+from icml_led import LEDConfig, led_step, sample_sorted
+
+
+def _logits(B=64, d=4, V=50, seed=0, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, d, V, generator=g) * scale
+
+
+def test_depth_one_equals_topk_sampling_with_same_stream():
+    lg = _logits(d=1)
+    k, T = 8, 0.6
+    a = led_step(lg, LEDConfig(depth=1, top_k=k), temperature=T,
+                 generator=torch.Generator().manual_seed(7))
+    # plain top-k sampling: temperature, mask all but the top k, renormalise, same stream
+    scaled = lg[:, 0] / T
+    kth = scaled.topk(k, -1).values[:, -1:]
+    probs = torch.softmax(scaled.masked_fill(scaled < kth, -float("inf")), -1)
+    b = sample_sorted(probs, torch.Generator().manual_seed(7))
+    assert torch.equal(a.tokens, b)
+    assert not a.explore.any()
+
+
+def test_depth_one_matches_topk_distribution():
+    lg = _logits(B=1, d=1, V=12, seed=3, scale=1.0).expand(20000, 1, 12).contiguous()
+    info = led_step(lg, LEDConfig(depth=1, top_k=4), temperature=1.0,
+                    generator=torch.Generator().manual_seed(0))
+    p = torch.softmax(lg[0, 0], -1)
+    top_p, top_i = p.topk(4)
+    want = top_p / top_p.sum()
+    got = torch.stack([(info.tokens == i).float().mean() for i in top_i])
+    assert torch.allclose(got, want, atol=0.015)
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_token_always_in_final_topk(greedy):
+    lg = _logits(B=256, d=6, V=40, seed=1)
+    info = led_step(lg, LEDConfig(depth=6, top_k=5, exploit_by_confidence=False),
+                    temperature=1.3, generator=torch.Generator().manual_seed(2), greedy=greedy)
+    top = lg[:, 0].topk(5, -1).indices
+    assert (info.tokens[:, None] == top).any(-1).all()
+    assert info.explore.all()  # exploration on every row without the confidence gate
+
+
+def test_no_exploration_at_full_confidence():
+    lg = _logits(B=128, d=4, V=30, seed=4)
+    lg[:, 0] = -30.0
+    lg[:, 0, 7] = 200.0   # top-1 confidence exactly 1 in float32
+    assert torch.softmax(lg[:, 0] / 0.6, -1)[:, 7].eq(1.0).all()
+    for seed in range(5):
+        info = led_step(lg, LEDConfig(depth=4, top_k=8), temperature=0.6,
+                        generator=torch.Generator().manual_seed(seed))
+        assert not info.explore.any()
+        assert info.tokens.eq(7).all()
+
+
+def test_exploration_rate_follows_confidence_gate():
+    lg = _logits(B=1, d=3, V=20, seed=5, scale=1.5).expand(20000, 3, 20).contiguous()
+    info = led_step(lg, LEDConfig(depth=3, top_k=8), temperature=1.0,
+                    generator=torch.Generator().manual_seed(9))
+    p1 = torch.softmax(lg[0, 0], -1).max()
+    assert abs(info.explore.float().mean() - (1 - p1)) < 0.015
+
+
+def test_chosen_entropy_at_least_final_layer():
+    lg = _logits(B=200, d=8, V=60, seed=6)
+    info = led_step(lg, LEDConfig(depth=8, top_k=8), temperature=0.6,
+                    generator=torch.Generator().manual_seed(0))
+    rows = torch.arange(200)
+    chosen = info.entropies[rows, info.chosen_depth]
+    assert (chosen >= info.entropies[:, 0]).all()
+    assert torch.equal(chosen, info.entropies.max(1).values)
+
+
+def test_aggregation_is_topdown_cumulative_sum():
+    lg = _logits(B=8, d=4, V=25, seed=7)
+    info = led_step(lg, LEDConfig(depth=4, top_k=6), temperature=0.8,
+                    generator=torch.Generator().manual_seed(0))
+    P = torch.softmax(lg / 0.8, -1)
+    Q = P.gather(2, info.candidates[:, None, :].expand(8, 4, 6))
+    for j in range(4):
+        c = Q[:, :j + 1].sum(1)
+        assert torch.allclose(info.aggregated[:, j], c / c.sum(-1, keepdim=True), atol=1e-6)
+
+
+def test_equal_posteriors_give_renormalised_topk():
+    one = _logits(B=16, d=1, V=30, seed=8)
+    lg = one.expand(16, 5, 30).contiguous()
+    info = led_step(lg, LEDConfig(depth=5, top_k=6), temperature=0.7,
+                    generator=torch.Generator().manual_seed(0))
+    p = torch.softmax(one[:, 0] / 0.7, -1).topk(6, -1).values
+    want = p / p.sum(-1, keepdim=True)
+    for j in range(5):
+        assert torch.allclose(info.aggregated[:, j], want, atol=1e-6)
+
+
+def test_outside_think_span_equals_base_path():
+    lg = _logits(B=128, d=4, V=30, seed=9, scale=1.0)
+    in_think = torch.arange(128) % 2 == 0
+    info = led_step(lg, LEDConfig(depth=4, top_k=8, exploit_by_confidence=False),
+                    temperature=1.0, generator=torch.Generator().manual_seed(0),
+                    in_think=in_think)
+    assert torch.equal(info.tokens[~in_think], info.base_tokens[~in_think])
+    assert info.explore[in_think].all() and not info.explore[~in_think].any()
+    assert (info.tokens[in_think] != info.base_tokens[in_think]).any()
+
+
+def test_greedy_is_deterministic_and_uses_mode_of_gate():
+    lg = _logits(B=64, d=4, V=30, seed=10, scale=1.0)
+    a = led_step(lg, LEDConfig(depth=4), greedy=True)
+    b = led_step(lg, LEDConfig(depth=4), greedy=True)
+    assert torch.equal(a.tokens, b.tokens)
+    p1 = torch.softmax(lg[:, 0], -1).max(-1).values
+    assert torch.equal(a.explore, (1 - p1) > 0.5)
+    assert torch.equal(a.base_tokens, lg[:, 0].argmax(-1))
+
+
+def test_masked_final_tokens_are_never_emitted():
+    lg = _logits(B=64, d=4, V=10, seed=11)
+    lg[:, 0, :6] = -float("inf")      # only 4 finite final-layer tokens, k = 8
+    info = led_step(lg, LEDConfig(depth=4, top_k=8, exploit_by_confidence=False),
+                    temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert (info.tokens >= 6).all()
+
+
+def test_bfloat16_logits_are_accepted():
+    lg = _logits(B=8, d=3, V=20).to(torch.bfloat16)
+    info = led_step(lg, LEDConfig(depth=3, top_k=4), generator=torch.Generator().manual_seed(0))
+    assert info.tokens.shape == (8,) and info.aggregated.dtype == torch.float32
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="larger than the vocabulary"):
+        led_step(_logits(V=5), LEDConfig(top_k=8))
+    with pytest.raises(ValueError, match=r"\(batch, depth, vocab\)"):
+        led_step(torch.zeros(3, 5), LEDConfig(top_k=2))
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        led_step(_logits(), LEDConfig(top_k=2), temperature=0.0)
+    with pytest.raises(ValueError, match="depth must be"):
+        LEDConfig(depth=0)
+    with pytest.raises(ValueError, match="top_k must be"):
+        LEDConfig(top_k=0)
