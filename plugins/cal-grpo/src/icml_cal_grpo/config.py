@@ -1,0 +1,81 @@
+"""Typed configs, one per capability. Field names are the CLI's --set keys and match the
+Python API's argument names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+_MODES = ("cal", "trajectory", "naive", "td")
+
+
+@dataclass
+class TrainConfig:
+    model: str = option("", help="causal LM folder or hub name; empty = built-in tiny model")
+    arch: str = option("qwen2", help="architecture of the built-in tiny model",
+                       choices=("qwen2", "llama"))
+    hidden_size: int = option(64, help="hidden size of the built-in tiny model", ge=8)
+    modes: list[str] = option(["naive", "trajectory", "cal"],
+                              help="advantage estimators to train and compare "
+                                   "(cal, trajectory, naive, td)")
+    seeds: int = option(3, help="seeds per estimator (run seed, seed+1, ...)", ge=1)
+    steps: int = option(40, help="policy updates per run", ge=1)
+    num_generations: int = option(8, help="rollouts per prompt (group size G)", ge=2)
+    prompts_per_step: int = option(2, help="prompts (groups) per update", ge=1)
+    max_attempts: int = option(3, help="attempts per rollout (K)", ge=1)
+    learning_rate: float = option(3e-3, help="AdamW learning rate", gt=0)
+    lam: float = option(1.0, help="td mode: weight of the Monte Carlo return", ge=0, le=1)
+    scale: str = option("none", help="advantage scaling",
+                        choices=("none", "group", "batch", "position"))
+    baseline: str = option("loo", help="group baseline: leave-one-out or mean incl. self",
+                           choices=("loo", "mean"))
+    loss_type: str = option("dapo", help="token aggregation of the clipped loss",
+                            choices=("grpo", "bnpo", "dapo", "dr_grpo"))
+    epsilon: float = option(0.2, help="PPO clip range", gt=0)
+    num_iterations: int = option(1, help="optimizer steps per rollout batch", ge=1)
+    target: float = option(0.85, help="Ver@K target for steps-to-target", gt=0, le=1)
+    p_guess: float = option(0.3, help="probe task: success prob. of the guess arm", ge=0, le=1)
+    p_exploit: float = option(0.9, help="probe task: exploit success after a probe", ge=0, le=1)
+    estimator_groups: int = option(4000, help="Monte Carlo groups (G=8) for the estimator "
+                                   "variance table; 0 skips the table", ge=0)
+    torch_threads: int = option(1, help="torch CPU threads (tiny models run fastest on 1; "
+                                "0 = leave unchanged)", ge=0)
+    save_model: bool = option(False, help="save the last CAL-trained model to the run folder")
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.modes if m not in _MODES]
+        if bad or not self.modes:
+            raise ValueError(f"modes {self.modes!r}: each must be one of {', '.join(_MODES)}")
+
+
+@dataclass
+class InferConfig:
+    model: str = option("", help="causal LM folder or hub name; empty = built-in tiny model")
+    verifier: str = option("probe", help="'probe' (built-in probe task) or 'module:function' "
+                           "taking (prompt, attempt, earlier) -> bool")
+    prompts: list[str] = option([], help="prompts; empty = the probe task's prompt")
+    num_generations: int = option(4, help="rollouts per prompt", ge=1)
+    max_attempts: int = option(3, help="attempts per rollout (K)", ge=1)
+    feedback: str = option("", help="text appended after a failed attempt; empty = task default")
+    max_attempt_tokens: int = option(32, help="token limit per attempt (probe task: 1)", ge=1)
+    on_length: str = option("fail", help="an attempt cut by the limit: fail or verify",
+                            choices=("fail", "verify"))
+    temperature: float = option(1.0, help="sampling temperature", gt=0)
+    torch_threads: int = option(1, help="torch CPU threads (0 = leave unchanged)", ge=0)
+
+
+@dataclass
+class EvaluateConfig:
+    model: str = option("", help="causal LM folder or hub name; empty = built-in tiny model")
+    verifier: str = option("probe", help="'probe' (built-in probe task) or 'module:function' "
+                           "taking (prompt, attempt, earlier) -> bool")
+    prompts: list[str] = option([], help="prompts; empty = the probe task's prompt")
+    num_generations: int = option(256, help="rollouts per prompt", ge=1)
+    max_attempts: int = option(3, help="attempts per rollout (K)", ge=1)
+    feedback: str = option("", help="text appended after a failed attempt; empty = task default")
+    max_attempt_tokens: int = option(32, help="token limit per attempt (probe task: 1)", ge=1)
+    on_length: str = option("fail", help="an attempt cut by the limit: fail or verify",
+                            choices=("fail", "verify"))
+    temperature: float = option(1.0, help="sampling temperature", gt=0)
+    torch_threads: int = option(1, help="torch CPU threads (0 = leave unchanged)", ge=0)

@@ -1,0 +1,298 @@
+"""Multi-attempt rollout: up to K attempts per prompt with a hard verifier after each, a fixed
+feedback text appended after each failure, and a stop at the first success.
+
+Works with any transformers causal LM and tokenizer. Rollouts are batched: each attempt is one
+left-padded prefill of every still-running context followed by token-by-token sampling with the
+model's KV cache. Token spans are recorded per attempt so the loss can give each attempt its own
+advantage while prompt and feedback tokens stay masked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Verifier = Callable[[str, str, list[str]], bool]
+"""``verifier(prompt, attempt_text, earlier_attempts) -> bool`` (a hard pass/fail)."""
+
+
+class VerifierError(RuntimeError):
+    """The verifier raised or returned a non-boolean. ``partial`` holds the rollouts finished
+    so far (a :class:`RolloutBatch` whose unfinished rows are marked in ``complete``)."""
+
+    def __init__(self, message: str, partial: RolloutBatch | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+@dataclass
+class MultiAttemptConfig:
+    """How attempts are generated and verified."""
+
+    max_attempts: int = 3
+    feedback: str = "\nIncorrect. Try again.\n"
+    max_attempt_tokens: int = 64
+    on_length: str = "fail"
+    temperature: float = 1.0
+    top_k: int = 0
+    allowed_token_ids: tuple[int, ...] | None = None  # constrained decoding; add EOS to end
+    add_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ValueError(f"max_attempts (K) must be an int >= 1, got {self.max_attempts!r}")
+        if self.max_attempt_tokens < 1:
+            raise ValueError(f"max_attempt_tokens must be >= 1, got {self.max_attempt_tokens}")
+        if self.on_length not in ("fail", "verify"):
+            raise ValueError(f"on_length {self.on_length!r} is not known: use 'fail' (an attempt "
+                             "cut by max_attempt_tokens counts as failed) or 'verify'")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+
+
+@dataclass
+class RolloutBatch:
+    """Rollouts of ``N = len(prompts) * num_generations`` rows (each prompt's group is
+    consecutive). ``rewards``/``reached``/``truncated`` are ``[N, K]`` tensors; ``input_ids``,
+    ``attention_mask`` and ``attempt_index`` are right-padded ``[N, L]`` training sequences
+    (prompt, attempt 1, feedback, attempt 2, ...), where ``attempt_index`` is the 0-based
+    attempt of each token and -1 for prompt, feedback and padding."""
+
+    prompts: list[str]
+    prompt_index: list[int]
+    num_generations: int
+    attempts: list[list[str]]
+    attempt_ids: list[list[list[int]]]
+    rewards: Any
+    reached: Any
+    truncated: Any
+    complete: list[bool] = field(default_factory=list)
+    attempt_logprobs: list[list[list[float]]] = field(default_factory=list)
+    input_ids: Any = None
+    attention_mask: Any = None
+    attempt_index: Any = None
+
+    @property
+    def success(self) -> Any:
+        """``[N]`` bool: some attempt passed."""
+        return ((self.rewards > 0.5) & self.reached).any(dim=1)
+
+
+def _is_bool(x: Any) -> bool:
+    return isinstance(x, bool) or type(x).__name__ in ("bool_", "bool")
+
+
+def _sample(logits: Any, cfg: MultiAttemptConfig, allowed: Any, generator: Any) -> Any:
+    import torch
+
+    logits = logits.float() / cfg.temperature
+    if allowed is not None:
+        logits = logits + allowed
+    if cfg.top_k and cfg.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, cfg.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def _cache_kwarg(model: Any) -> str:
+    """``cache`` on transformers >= 5.x (where ``past_key_values`` is deprecated), else
+    ``past_key_values``."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _get_cache(out: Any) -> Any:
+    if "cache" in out:
+        return out["cache"]
+    return out["past_key_values"] if "past_key_values" in out else None
+
+
+def _generate_attempt(model: Any, contexts: list[list[int]], cfg: MultiAttemptConfig,
+                      eos_ids: set[int], pad_id: int, allowed: Any,
+                      generator: Any) -> tuple[list[list[int]], list[bool], list[list[float]]]:
+    """Sample one attempt for each context: (tokens incl. a final EOS, ended_by_eos, the
+    model's log-probs of the sampled tokens at ``cfg.temperature``)."""
+    import torch
+
+    device = next(model.parameters()).device
+    n = len(contexts)
+    width = max(len(c) for c in contexts)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for i, c in enumerate(contexts):
+        ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
+        mask[i, width - len(c):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    cache_kw = _cache_kwarg(model)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    past = _get_cache(out)
+    last_pos = pos[:, -1]
+    logits = out.logits[:, -1]
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    lps: list[list[float]] = [[] for _ in range(n)]
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    eos_t = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
+    for step in range(cfg.max_attempt_tokens):
+        nxt = _sample(logits, cfg, allowed, generator)
+        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        lp = torch.log_softmax(logits.float() / cfg.temperature, dim=-1)
+        lp = lp.gather(1, nxt[:, None]).squeeze(1).tolist()
+        for i, t in enumerate(nxt.tolist()):
+            if not bool(done[i]):
+                tokens[i].append(t)
+                lps[i].append(lp[i])
+        done = done | torch.isin(nxt, eos_t)
+        if bool(done.all()) or step + 1 == cfg.max_attempt_tokens:
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        last_pos = last_pos + 1
+        out = model(input_ids=nxt[:, None], attention_mask=mask,
+                    position_ids=last_pos[:, None], use_cache=True, **{cache_kw: past})
+        past = _get_cache(out)
+        logits = out.logits[:, -1]
+    ended = [bool(toks) and toks[-1] in eos_ids for toks in tokens]
+    return tokens, ended, lps
+
+
+def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
+                          verifier: Verifier, config: MultiAttemptConfig | None = None, *,
+                          num_generations: int = 1, generator: Any = None) -> RolloutBatch:
+    """Roll out up to ``config.max_attempts`` attempts per (prompt, generation).
+
+    After each attempt the verifier is called as ``verifier(prompt, attempt_text,
+    earlier_attempt_texts)`` and must return a bool. A failed attempt gets ``config.feedback``
+    appended to its context before the next one; a success ends the rollout. An attempt cut by
+    ``max_attempt_tokens`` (no EOS) counts as failed when ``on_length="fail"`` (the verifier is
+    not called). Returns a :class:`RolloutBatch`. Raises :class:`VerifierError` (naming the
+    prompt, with the finished rollouts in ``.partial``) if the verifier raises or returns a
+    non-boolean, and ``ValueError`` on empty prompts.
+    """
+    import torch
+
+    cfg = config or MultiAttemptConfig()
+    if isinstance(prompts, str):
+        raise ValueError("prompts must be a list of strings, not one string: wrap it in [...]")
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("prompts is empty: pass at least one prompt")
+    if num_generations < 1:
+        raise ValueError(f"num_generations must be >= 1, got {num_generations}")
+    if not callable(verifier):
+        raise ValueError("verifier must be callable as verifier(prompt, attempt, earlier) -> bool")
+    prompt_ids = []
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str):
+            raise ValueError(f"prompt #{i} is {type(p).__name__}, not str")
+        toks = tokenizer(p, add_special_tokens=cfg.add_special_tokens)["input_ids"]
+        if not p.strip() or not toks:
+            raise ValueError(f"prompt #{i} ({p!r}) is empty: every prompt needs some text")
+        prompt_ids.append(list(toks))
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no eos_token_id: set tokenizer.eos_token")
+    eos_ids = {int(eos)}
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else int(eos)
+    fb_ids = list(tokenizer(cfg.feedback, add_special_tokens=False)["input_ids"]) \
+        if cfg.feedback else []
+    device = next(model.parameters()).device
+    allowed = None
+    if cfg.allowed_token_ids is not None:
+        vocab = model.get_output_embeddings().weight.shape[0]
+        allowed = torch.full((vocab,), float("-inf"), device=device)
+        allowed[list(cfg.allowed_token_ids)] = 0.0
+
+    k_max = cfg.max_attempts
+    n = len(prompts) * num_generations
+    row_prompt = [i // num_generations for i in range(n)]
+    contexts = [list(prompt_ids[row_prompt[r]]) for r in range(n)]
+    attempts: list[list[str]] = [[] for _ in range(n)]
+    attempt_ids: list[list[list[int]]] = [[] for _ in range(n)]
+    rewards = torch.zeros((n, k_max), dtype=torch.float32)
+    reached = torch.zeros((n, k_max), dtype=torch.bool)
+    truncated = torch.zeros((n, k_max), dtype=torch.bool)
+    running = list(range(n))
+    batch = RolloutBatch([prompts[row_prompt[r]] for r in range(n)], row_prompt,
+                         num_generations, attempts, attempt_ids, rewards, reached, truncated,
+                         complete=[False] * n, attempt_logprobs=[[] for _ in range(n)])
+    was_training = model.training
+    model.eval()
+    try:
+        for k in range(k_max):
+            if not running:
+                break
+            with torch.no_grad():
+                toks, ended, lps = _generate_attempt(model, [contexts[r] for r in running], cfg,
+                                                eos_ids, pad_id, allowed, generator)
+            still = []
+            for j, r in enumerate(running):
+                body = [t for t in toks[j] if t not in eos_ids]
+                text = tokenizer.decode(body, skip_special_tokens=True)
+                reached[r, k] = True
+                truncated[r, k] = not ended[j]
+                if truncated[r, k] and cfg.on_length == "fail":
+                    ok = False
+                else:
+                    prompt = prompts[row_prompt[r]]
+                    try:
+                        ok = verifier(prompt, text, list(attempts[r]))
+                    except Exception as exc:
+                        raise VerifierError(
+                            f"verifier raised {type(exc).__name__}: {exc} on prompt "
+                            f"#{row_prompt[r]} ({prompt[:60]!r}), attempt {k + 1}; the finished "
+                            "rollouts are in .partial", batch) from exc
+                    if not _is_bool(ok):
+                        raise VerifierError(
+                            f"verifier returned {type(ok).__name__} {ok!r} on prompt "
+                            f"#{row_prompt[r]} ({prompt[:60]!r}), attempt {k + 1}: it must "
+                            "return True or False; the finished rollouts are in .partial", batch)
+                    ok = bool(ok)
+                attempts[r].append(text)
+                attempt_ids[r].append(list(toks[j]))
+                batch.attempt_logprobs[r].append(lps[j])
+                rewards[r, k] = float(ok)
+                contexts[r] = contexts[r] + list(toks[j])
+                if ok or k + 1 == k_max:
+                    batch.complete[r] = True
+                else:
+                    contexts[r] = contexts[r] + fb_ids
+                    still.append(r)
+            running = still
+    finally:
+        model.train(was_training)
+    _build_sequences(batch, prompt_ids, fb_ids, pad_id)
+    return batch
+
+
+def _build_sequences(batch: RolloutBatch, prompt_ids: list[list[int]], fb_ids: list[int],
+                     pad_id: int) -> None:
+    import torch
+
+    seqs, labels = [], []
+    for r, atts in enumerate(batch.attempt_ids):
+        s = list(prompt_ids[batch.prompt_index[r]])
+        lab = [-1] * len(s)
+        for k, a in enumerate(atts):
+            if k > 0:
+                s += fb_ids
+                lab += [-1] * len(fb_ids)
+            s += a
+            lab += [k] * len(a)
+        seqs.append(s)
+        labels.append(lab)
+    width = max(len(s) for s in seqs)
+    n = len(seqs)
+    batch.input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    batch.attention_mask = torch.zeros((n, width), dtype=torch.long)
+    batch.attempt_index = torch.full((n, width), -1, dtype=torch.long)
+    for r, (s, lab) in enumerate(zip(seqs, labels, strict=True)):
+        batch.input_ids[r, :len(s)] = torch.tensor(s)
+        batch.attention_mask[r, :len(s)] = 1
+        batch.attempt_index[r, :len(s)] = torch.tensor(lab)

@@ -1,0 +1,255 @@
+"""Tabular multi-attempt environments and exact enumeration: the ground truth for the estimators.
+
+A tabular softmax policy picks one of ``A`` arms per attempt; the success probability of an arm
+may depend on the earlier (failed) arms. Because every trajectory can be enumerated, the exact
+Verification@K objective, its exact gradient, and the *exact* mean and variance of any
+advantage estimator over groups of rollouts can be computed -- no Monte Carlo noise.
+
+Environments:
+
+* :func:`probe_env` -- arms ``guess`` (succeeds w.p. ``p_guess``), ``probe`` (always fails) and
+  ``exploit`` (succeeds w.p. ``p_exploit`` only after a probe). The myopic policy guesses
+  (Ver@3 = 1 - 0.7^3 = 0.657); probe-then-exploit reaches 0.99.
+* :func:`memoryless_env` -- success depends on the arm only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from icml_cal_grpo.advantages import attempt_advantages
+
+
+@dataclass(frozen=True)
+class TabularEnv:
+    """``arms`` names; ``success(arm, history) -> prob`` where ``history`` is the tuple of earlier
+    arm indices (all failed, as generation stops at the first success)."""
+
+    arms: tuple[str, ...]
+    success: Callable[[int, tuple[int, ...]], float]
+    name: str = "env"
+
+
+def probe_env(p_guess: float = 0.3, p_exploit: float = 0.9, p_cold: float = 0.0) -> TabularEnv:
+    """Probe environment: a failed ``probe`` makes a later ``exploit`` succeed w.p. ``p_exploit``
+    (``p_cold`` without a probe before it)."""
+    def success(arm: int, history: tuple[int, ...]) -> float:
+        if arm == 0:
+            return p_guess
+        if arm == 1:
+            return 0.0
+        return p_exploit if 1 in history else p_cold
+
+    return TabularEnv(("guess", "probe", "exploit"), success, "probe")
+
+
+def memoryless_env(probs: Sequence[float] = (0.3, 0.5, 0.1)) -> TabularEnv:
+    """Success probability depends on the arm only."""
+    ps = tuple(float(p) for p in probs)
+    return TabularEnv(tuple(f"arm{i}" for i in range(len(ps))), lambda a, h: ps[a], "memoryless")
+
+
+@dataclass
+class Trajectories:
+    """All trajectories of ``K`` attempts (stop at first success), as padded arrays."""
+
+    arms: Any        # [T, K] long, -1 where not reached
+    states: Any      # [T, K] long, policy state index of each attempt, -1 where not reached
+    rewards: Any     # [T, K] float64
+    reached: Any     # [T, K] bool
+    env_prob: Any    # [T] float64, product of the environment's outcome probabilities
+    n_states: int
+    n_arms: int
+    state_keys: list[tuple[int, ...]] = field(default_factory=list)
+
+
+def policy_states(n_arms: int, k: int, shared: bool) -> list[tuple[int, ...]]:
+    """State keys: every history of earlier arms (``shared=False``) or one state (``True``)."""
+    if shared:
+        return [()]
+    return [h for m in range(k) for h in itertools.product(range(n_arms), repeat=m)]
+
+
+def enumerate_trajectories(env: TabularEnv, max_attempts: int,
+                           shared: bool = False) -> Trajectories:
+    """Every (arms, outcomes) path with its environment probability; zero-probability paths
+    are dropped."""
+    import torch
+
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    n_arms = len(env.arms)
+    keys = policy_states(n_arms, max_attempts, shared)
+    index = {h: i for i, h in enumerate(keys)}
+    rows: list[tuple[list[int], list[int], list[float], float]] = []
+
+    def walk(hist: tuple[int, ...], prob: float) -> None:
+        k = len(hist)
+        for a in range(n_arms):
+            p = float(env.success(a, hist))
+            for ok, q in ((1, p), (0, 1.0 - p)):
+                if q <= 0.0:
+                    continue
+                new = hist + (a,)
+                if ok or k + 1 == max_attempts:
+                    rows.append((list(new), [0] * k + [ok], [0.0] * k + [float(ok)], prob * q))
+                else:
+                    walk(new, prob * q)
+
+    walk((), 1.0)
+    t = len(rows)
+    arms = torch.full((t, max_attempts), -1, dtype=torch.long)
+    states = torch.full((t, max_attempts), -1, dtype=torch.long)
+    rewards = torch.zeros((t, max_attempts), dtype=torch.float64)
+    for i, (a, _, r, _) in enumerate(rows):
+        for k, ak in enumerate(a):
+            arms[i, k] = ak
+            states[i, k] = 0 if shared else index[tuple(a[:k])]
+            rewards[i, k] = r[k]
+    env_prob = torch.tensor([row[3] for row in rows], dtype=torch.float64)
+    return Trajectories(arms, states, rewards, arms >= 0, env_prob, len(keys), n_arms, keys)
+
+
+def trajectory_logprob(logits: Any, tr: Trajectories) -> Any:
+    """``log pi(trajectory)`` for a ``[n_states, n_arms]`` logit table (differentiable)."""
+    import torch
+
+    logp = torch.log_softmax(logits, dim=-1)
+    s = tr.states.clamp(min=0)
+    a = tr.arms.clamp(min=0)
+    per = logp[s, a] * tr.reached.to(logp.dtype)
+    return per.sum(dim=1)
+
+
+def exact_objective(logits: Any, tr: Trajectories) -> Any:
+    """Verification@K = P(some attempt succeeds), exactly, differentiable in ``logits``."""
+    import torch
+
+    prob = torch.exp(trajectory_logprob(logits, tr)) * tr.env_prob
+    return (prob * tr.rewards.sum(dim=1)).sum()
+
+
+def exact_gradient(logits: Any, tr: Trajectories) -> Any:
+    """The exact gradient of Verification@K with respect to the logit table (autograd)."""
+    import torch
+
+    x = logits.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(exact_objective(x, tr), x)
+    return g
+
+
+def score_vectors(logits: Any, tr: Trajectories) -> Any:
+    """``grad log pi(a_k | h_{k-1})`` for each trajectory and attempt: ``[T, K, S*A]``."""
+    import torch
+
+    pi = torch.softmax(logits.detach(), dim=-1)
+    t, k = tr.arms.shape
+    s_count, a_count = pi.shape
+    out = torch.zeros((t, k, s_count, a_count), dtype=pi.dtype)
+    s = tr.states.clamp(min=0)
+    a = tr.arms.clamp(min=0)
+    out[torch.arange(t)[:, None], torch.arange(k)[None, :], s] -= pi[s]
+    onehot = torch.nn.functional.one_hot(a, a_count).to(pi.dtype)
+    out[torch.arange(t)[:, None], torch.arange(k)[None, :], s] += onehot
+    out = out * tr.reached[:, :, None, None].to(pi.dtype)
+    return out.reshape(t, k, s_count * a_count)
+
+
+def group_gradients(logits: Any, tr: Trajectories, idx: Any, adv: Any, group_size: int) -> Any:
+    """Per-group estimates ``(1/G) sum_i sum_k A[i, k] grad log pi(a_{i,k} | h_{i,k-1})`` for
+    trajectories ``idx`` (consecutive groups of ``group_size``): ``[num_groups, S*A]``."""
+    import torch
+
+    pi = torch.softmax(logits.detach(), dim=-1)
+    s_count, a_count = pi.shape
+    n, k = adv.shape
+    rows = (torch.arange(n) // group_size)[:, None].expand(n, k)
+    st = tr.states[idx].clamp(min=0)
+    ar = tr.arms[idx].clamp(min=0)
+    a = adv.to(pi.dtype) * tr.reached[idx].to(pi.dtype)
+    out = torch.zeros((n // group_size, s_count, a_count), dtype=pi.dtype)
+    out.index_put_((rows.reshape(-1), st.reshape(-1), ar.reshape(-1)), a.reshape(-1),
+                   accumulate=True)
+    neg = a[:, :, None] * pi[st]                                  # [n, k, A]
+    out.index_put_((rows.reshape(-1), st.reshape(-1)), -neg.reshape(-1, a_count),
+                   accumulate=True)
+    return out.reshape(n // group_size, s_count * a_count) / group_size
+
+
+def expected_estimator(logits: Any, tr: Trajectories, group_size: int,
+                       weights: Callable[[Any, Any, int], Any] | None = None,
+                       **adv_kwargs: Any) -> tuple[Any, Any]:
+    """Exact mean and total variance of a group's policy-gradient estimate
+    ``g = (1/G) sum_i sum_k A[i, k] grad log pi(a_{i,k} | h_{i,k-1})`` over all ``T^G`` groups.
+
+    ``weights(rewards, reached, group_size) -> A`` defaults to
+    :func:`attempt_advantages` with ``adv_kwargs``. Returns ``(mean [S, A], total variance)``.
+    Cost grows as ``T^G``: keep ``G <= 3``.
+    """
+    import torch
+
+    t = tr.arms.shape[0]
+    probs = torch.exp(trajectory_logprob(logits.detach(), tr)) * tr.env_prob
+    combos = torch.cartesian_prod(*[torch.arange(t)] * group_size) if group_size > 1 \
+        else torch.arange(t)[:, None]
+    combos = combos.reshape(-1, group_size)
+    w = probs[combos].prod(dim=1)                                 # [C]
+    flat = combos.reshape(-1)
+    r = tr.rewards[flat]
+    reached = tr.reached[flat]
+    if weights is None:
+        adv = attempt_advantages(r, reached, group_size=group_size, **adv_kwargs)
+    else:
+        adv = weights(r, reached, group_size)
+    g = group_gradients(logits, tr, flat, adv, group_size)
+    mean = (w[:, None] * g).sum(dim=0)
+    second = (w * (g * g).sum(dim=1)).sum()
+    var = second - (mean * mean).sum()
+    return mean.reshape(logits.shape), var
+
+
+def sample_trajectories(logits: Any, env: TabularEnv, tr: Trajectories, n: int,
+                        generator: Any = None) -> Any:
+    """Indices of ``n`` trajectories sampled from the policy (by exact trajectory probability)."""
+    import torch
+
+    probs = torch.exp(trajectory_logprob(logits.detach(), tr)) * tr.env_prob
+    return torch.multinomial(probs / probs.sum(), n, replacement=True, generator=generator)
+
+
+def monte_carlo_estimator(logits: Any, env: TabularEnv, tr: Trajectories, group_size: int,
+                          num_groups: int, generator: Any = None,
+                          **adv_kwargs: Any) -> tuple[Any, Any]:
+    """Monte Carlo mean and total variance of the group estimate over ``num_groups`` groups."""
+
+    idx = sample_trajectories(logits, env, tr, num_groups * group_size, generator)
+    adv = attempt_advantages(tr.rewards[idx], tr.reached[idx], group_size=group_size,
+                             **adv_kwargs)
+    g = group_gradients(logits, tr, idx, adv, group_size)
+    mean = g.mean(dim=0)
+    var = ((g - mean) ** 2).sum(dim=1).mean()
+    return mean.reshape(logits.shape), var
+
+
+def train_tabular(env: TabularEnv, mode: str, *, max_attempts: int = 3, group_size: int = 8,
+                  steps: int = 200, lr: float = 0.5, seed: int = 0, shared: bool = False,
+                  **adv_kwargs: Any) -> list[float]:
+    """Plain policy-gradient ascent of a tabular policy with the chosen estimator; returns the
+    exact Verification@K after each step."""
+    import torch
+
+    tr = enumerate_trajectories(env, max_attempts, shared)
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.zeros((tr.n_states, tr.n_arms), dtype=torch.float64)
+    curve = []
+    for _ in range(steps):
+        idx = sample_trajectories(logits, env, tr, group_size, gen)
+        adv = attempt_advantages(tr.rewards[idx], tr.reached[idx], group_size=group_size,
+                                 mode=mode, **adv_kwargs)
+        g = group_gradients(logits, tr, idx, adv, group_size)[0]
+        logits = logits + lr * g.reshape(logits.shape)
+        curve.append(float(exact_objective(logits, tr)))
+    return curve

@@ -1,0 +1,90 @@
+"""The LM-shaped probe task: a causal LM answers each attempt with one arm token.
+
+``g`` (guess) passes w.p. ``p_guess``; ``p`` (probe) always fails; ``e`` (exploit) passes w.p.
+``p_exploit`` only if a probe failed earlier in the same rollout. The context after a failure is
+``prompt a1 fb a2 fb ...``, so the model sees its earlier attempts. The myopic policy guesses
+(Ver@3 = 0.657); probe-then-exploit reaches Ver@3 = 0.99.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from icml_cal_grpo.rollout import MultiAttemptConfig
+from icml_cal_grpo.tabular import TabularEnv, enumerate_trajectories, exact_objective, probe_env
+
+
+class ProbeTask:
+    """A stochastic verifier for the probe environment plus the matching rollout config."""
+
+    arms = ("g", "p", "e")
+
+    def __init__(self, max_attempts: int = 3, p_guess: float = 0.3, p_exploit: float = 0.9,
+                 prompt: str = "?", feedback: str = "!", seed: int = 0) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts (K) must be >= 1, got {max_attempts}")
+        self.max_attempts = max_attempts
+        self.env: TabularEnv = probe_env(p_guess, p_exploit)
+        self.prompt = prompt
+        self.feedback = feedback
+        self.rng = random.Random(seed)
+
+    def __call__(self, prompt: str, attempt: str, earlier: list[str]) -> bool:
+        if attempt not in self.arms:
+            return False
+        hist = tuple(self.arms.index(a) for a in earlier if a in self.arms)
+        return self.rng.random() < self.env.success(self.arms.index(attempt), hist)
+
+    def arm_token_ids(self, tokenizer: Any) -> tuple[int, ...]:
+        ids = []
+        for a in self.arms:
+            toks = tokenizer(a, add_special_tokens=False)["input_ids"]
+            if len(toks) != 1:
+                raise ValueError(f"arm {a!r} is {len(toks)} tokens for this tokenizer; the probe "
+                                 "task needs one token per arm")
+            ids.append(int(toks[0]))
+        return tuple(ids)
+
+    def rollout_config(self, tokenizer: Any, temperature: float = 1.0) -> MultiAttemptConfig:
+        return MultiAttemptConfig(max_attempts=self.max_attempts, feedback=self.feedback,
+                                  max_attempt_tokens=1, on_length="verify",
+                                  temperature=temperature,
+                                  allowed_token_ids=self.arm_token_ids(tokenizer),
+                                  add_special_tokens=False)
+
+    def policy_logits(self, model: Any, tokenizer: Any, temperature: float = 1.0) -> Any:
+        """The model's sampling distribution over arms at every history, as a tabular logit
+        table ``[n_states, 3]`` (one batched forward)."""
+        import torch
+
+        tr = enumerate_trajectories(self.env, self.max_attempts)
+        arm_ids = list(self.arm_token_ids(tokenizer))
+        ctxs = []
+        for hist in tr.state_keys:
+            text = self.prompt + "".join(self.arms[a] + self.feedback for a in hist)
+            ctxs.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        width = max(len(c) for c in ctxs)
+        pad = tokenizer.pad_token_id or 0
+        ids = torch.full((len(ctxs), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, c in enumerate(ctxs):
+            ids[i, width - len(c):] = torch.tensor(c)
+            mask[i, width - len(c):] = 1
+        device = next(model.parameters()).device
+        ids, mask = ids.to(device), mask.to(device)
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
+        return (logits[:, arm_ids].double() / temperature).cpu()
+
+    def exact_verification(self, model: Any, tokenizer: Any, temperature: float = 1.0) -> float:
+        """The model's exact Verification@K on this task (no sampling noise)."""
+        tr = enumerate_trajectories(self.env, self.max_attempts)
+        return float(exact_objective(self.policy_logits(model, tokenizer, temperature), tr))
+
+    def probe_first_prob(self, model: Any, tokenizer: Any) -> float:
+        """Probability that the first attempt probes."""
+        import torch
+
+        return float(torch.softmax(self.policy_logits(model, tokenizer)[0], -1)[1])

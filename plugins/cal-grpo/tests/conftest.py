@@ -1,0 +1,34 @@
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest single-threaded (and the test machine is shared)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="session")
+def tok():
+    from icml.models import byte_tokenizer
+
+    return byte_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def probe_tr():
+    from icml_cal_grpo.tabular import enumerate_trajectories, probe_env
+
+    return enumerate_trajectories(probe_env(), 3)
+
+
+@pytest.fixture
+def rand_logits(probe_tr):
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    return torch.randn((probe_tr.n_states, probe_tr.n_arms), dtype=torch.float64, generator=g)

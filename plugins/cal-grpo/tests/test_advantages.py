@@ -1,0 +1,189 @@
+"""Exact identities of the attempt-level advantage estimators."""
+
+import pytest
+import torch
+from icml_cal_grpo import attempt_advantages, token_advantages
+from icml_cal_grpo.tabular import (
+    enumerate_trajectories,
+    exact_gradient,
+    exact_objective,
+    expected_estimator,
+    memoryless_env,
+    probe_env,
+)
+
+
+def _rel(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+def test_enumeration_is_a_distribution_and_gradient_matches_finite_differences(probe_tr,
+                                                                                rand_logits):
+    p = torch.exp(torch.log_softmax(rand_logits, -1)[probe_tr.states.clamp(min=0),
+                                                     probe_tr.arms.clamp(min=0)]
+                  * probe_tr.reached).prod(1) * probe_tr.env_prob
+    assert float(p.sum()) == pytest.approx(1.0, abs=1e-12)
+    g = exact_gradient(rand_logits, probe_tr)
+    h = 1e-6
+    for s, a in [(0, 0), (0, 1), (2, 2), (7, 1)]:
+        e = torch.zeros_like(rand_logits)
+        e[s, a] = h
+        fd = (exact_objective(rand_logits + e, probe_tr)
+              - exact_objective(rand_logits - e, probe_tr)) / (2 * h)
+        assert float(g[s, a]) == pytest.approx(float(fd), abs=1e-8)
+
+
+@pytest.mark.parametrize("group_size", [2, 3])
+@pytest.mark.parametrize("mode", ["cal", "trajectory"])
+def test_estimator_expectation_equals_exact_gradient(probe_tr, rand_logits, mode, group_size):
+    mean, var = expected_estimator(rand_logits, probe_tr, group_size, mode=mode)
+    exact = exact_gradient(rand_logits, probe_tr)
+    assert _rel(mean, exact) < 1e-10
+    assert float(var) > 0
+
+
+def test_td_with_lam_one_is_cal_and_lam_below_one_is_biased(probe_tr, rand_logits):
+    exact = exact_gradient(rand_logits, probe_tr)
+    m1, _ = expected_estimator(rand_logits, probe_tr, 2, mode="td", lam=1.0)
+    m0, _ = expected_estimator(rand_logits, probe_tr, 2, mode="td", lam=0.5)
+    assert _rel(m1, exact) < 1e-10
+    assert _rel(m0, exact) > 0.1
+
+
+def test_history_only_baseline_adds_no_bias(probe_tr, rand_logits):
+    """Weights equal to an arbitrary function b(h_{k-1}) of the history give mean zero."""
+    table = torch.randn(probe_tr.n_states, dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(9))
+
+    def weights(r, reached, g):
+        return weights.states_b
+
+    # expected_estimator enumerates all pairs of trajectories in cartesian_prod order
+    combos = torch.cartesian_prod(torch.arange(probe_tr.arms.shape[0]),
+                                  torch.arange(probe_tr.arms.shape[0])).reshape(-1)
+    st = probe_tr.states[combos]
+    weights.states_b = torch.where(probe_tr.reached[combos], table[st.clamp(min=0)],
+                                   torch.zeros(()).double())
+    mean, _ = expected_estimator(rand_logits, probe_tr, 2, weights=weights)
+    assert float(mean.abs().max()) < 1e-12
+    # sanity: a baseline that depends on the attempt's own outcome does add bias
+    own = probe_tr.rewards[combos] * 0.7
+    weights.states_b = own
+    mean2, _ = expected_estimator(rand_logits, probe_tr, 2, weights=weights)
+    assert float(mean2.abs().max()) > 1e-3
+
+
+def test_naive_biased_on_probe_env(probe_tr, rand_logits):
+    exact = exact_gradient(rand_logits, probe_tr)
+    mean, _ = expected_estimator(rand_logits, probe_tr, 2, mode="naive")
+    cos = float((mean * exact).sum() / mean.norm() / exact.norm())
+    assert _rel(mean, exact) > 0.5 and cos < 0.8
+    # at the uniform policy naive pushes first-attempt probing *down*, the exact gradient *up*
+    uniform = torch.zeros_like(rand_logits)
+    exact_u = exact_gradient(uniform, probe_tr)
+    naive_u, _ = expected_estimator(uniform, probe_tr, 2, mode="naive")
+    assert float(exact_u[0, 1]) > 0.01 and float(naive_u[0, 1]) < -0.01
+
+
+def test_naive_direction_unbiased_on_memoryless_env():
+    """With a history-independent policy in a memoryless env, naive weighting's expectation is
+    a positive multiple of the exact gradient (same direction, larger norm)."""
+    tr = enumerate_trajectories(memoryless_env((0.3, 0.5, 0.1)), 3, shared=True)
+    logits = torch.tensor([[0.2, -0.4, 0.1]], dtype=torch.float64)
+    exact = exact_gradient(logits, tr)
+    mean, _ = expected_estimator(logits, tr, 2, mode="naive")
+    cos = float((mean * exact).sum() / mean.norm() / exact.norm())
+    assert cos == pytest.approx(1.0, abs=1e-12)
+    assert float(mean.norm()) > float(exact.norm()) * 1.05
+
+
+@pytest.mark.parametrize("mode", ["cal", "trajectory", "naive", "td"])
+def test_single_attempt_reduces_to_grpo(mode):
+    g = torch.Generator().manual_seed(0)
+    r = (torch.rand(24, 1, generator=g) < 0.4).double()
+    a = attempt_advantages(r, group_size=6, mode=mode, lam=0.3)
+    rg = r.view(4, 6)
+    loo = (rg.sum(1, keepdim=True) - rg) / 5
+    assert torch.allclose(a.view(4, 6), rg - loo, atol=1e-12)
+    # TRL's formula: (r - mean) / (std + 1e-4) with baseline="mean", scale="group"
+    trl = (rg - rg.mean(1, keepdim=True)) / (rg.std(1, keepdim=True) + 1e-4)
+    b = attempt_advantages(r, group_size=6, mode=mode, baseline="mean", scale="group")
+    assert torch.allclose(b.view(4, 6), trl, atol=1e-12)
+
+
+def test_first_attempt_cal_equals_grpo_leave_one_out():
+    g = torch.Generator().manual_seed(1)
+    r = (torch.rand(32, 3, generator=g) < 0.35).double()
+    cal = attempt_advantages(r, group_size=8, mode="cal")
+    traj = attempt_advantages(r, group_size=8, mode="trajectory")
+    assert torch.allclose(cal[:, 0], traj[:, 0], atol=1e-12)
+    assert not torch.allclose(cal, traj)
+
+
+def test_hand_computed_group():
+    r = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    cal = attempt_advantages(r, group_size=3, mode="cal")
+    traj = attempt_advantages(r, group_size=3, mode="trajectory")
+    naive = attempt_advantages(r, group_size=3, mode="naive")
+    assert cal.tolist() == [[0.5, 0.0], [0.5, 1.0], [-1.0, -1.0]]
+    assert traj.tolist() == [[0.5, 0.0], [0.5, 0.5], [-1.0, -1.0]]
+    assert naive.tolist() == [[1.0, 0.0], [-0.5, 1.0], [-0.5, -1.0]]
+
+
+@pytest.mark.parametrize("scale", ["none", "group", "batch", "position"])
+@pytest.mark.parametrize("mode", ["cal", "trajectory", "td"])
+def test_equal_returns_give_zero_advantages(mode, scale):
+    # every rollout succeeds, at different attempts; and a group where all fail
+    r = torch.tensor([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0, 0],
+                      [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]], dtype=torch.float64)
+    a = attempt_advantages(r, group_size=4, mode=mode, scale=scale, lam=1.0)
+    assert float(a.abs().max()) == 0.0
+    assert float(attempt_advantages(r[4:], group_size=4, mode="naive").abs().max()) == 0.0
+
+
+def test_attempts_after_success_or_unreached_get_zero():
+    r = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    reached = torch.tensor([[True, True, True], [True, True, True]])
+    for mode in ("cal", "trajectory", "naive", "td"):
+        a = attempt_advantages(r, reached, group_size=2, mode=mode)
+        assert a[0, 1] == 0 and a[0, 2] == 0
+
+
+def test_token_advantages_broadcast_and_mask():
+    adv = torch.tensor([[1.0, -2.0, 3.0]])
+    idx = torch.tensor([[-1, -1, 0, 0, -1, 1, 1, 2, -1]])
+    out = token_advantages(adv, idx)
+    assert out.tolist() == [[0, 0, 1, 1, 0, -2, -2, 3, 0]]
+    with pytest.raises(ValueError, match="attempt_index"):
+        token_advantages(adv, torch.tensor([[3]]))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"rewards": [1.0, 0.0]}, "2-D"),
+    ({"rewards": [[1.0], [0.0], [1.0]], "group_size": 2}, "groups of 2"),
+    ({"rewards": [[0.5], [0.0]]}, "0 or 1"),
+    ({"rewards": [[0.0, 0.0], [0.0, 0.0]], "reached": [[True, False], [False, True]]}, "reach"),
+    ({"rewards": [[1.0], [0.0]], "mode": "ppo"}, "mode"),
+    ({"rewards": [[1.0], [0.0]], "scale": "std"}, "scale"),
+    ({"rewards": [[1.0]], "group_size": 1}, "group_size >= 2"),
+    ({"rewards": [[1.0], [0.0]], "lam": 1.5}, "lam"),
+    ({"rewards": [[1.0], [0.0]], "reached": [[True]]}, "shape"),
+    ({"rewards": [[float("nan")], [0.0]]}, "0 or 1"),
+])
+def test_bad_input_is_named(kwargs, match):
+    kw = {"group_size": 2, **kwargs}
+    r = kw.pop("rewards")
+    reached = kw.pop("reached", None)
+    with pytest.raises(ValueError, match=match):
+        attempt_advantages(r, reached, **kw)
+
+
+def test_probe_env_values():
+    tr = enumerate_trajectories(probe_env(), 3)
+    myopic = torch.full((tr.n_states, 3), -50.0, dtype=torch.float64)
+    myopic[:, 0] = 50.0
+    assert float(exact_objective(myopic, tr)) == pytest.approx(1 - 0.7 ** 3, abs=1e-9)
+    probe = torch.full((tr.n_states, 3), -50.0, dtype=torch.float64)
+    probe[:, 2] = 50.0
+    probe[0, :] = torch.tensor([-50.0, 50.0, -50.0])
+    assert float(exact_objective(probe, tr)) == pytest.approx(0.99, abs=1e-9)

@@ -1,0 +1,10 @@
+from icml.testing import PluginConformance
+
+
+class TestConformance(PluginConformance):
+    slug = "cal-grpo"
+    smoke = {
+        "train": {"steps": 2, "seeds": 1, "estimator_groups": 100, "hidden_size": 32},
+        "infer": {"num_generations": 2},
+        "evaluate": {"num_generations": 16},
+    }

@@ -1,0 +1,76 @@
+"""The clipped loss over attempt spans and the multi-attempt metrics."""
+
+import pytest
+import torch
+from icml_cal_grpo.loss import clipped_pg_loss
+from icml_cal_grpo.metrics import (
+    attempt_metrics,
+    correction_rate,
+    per_attempt_pass_rate,
+    verification_at_k,
+)
+
+
+def _case():
+    g = torch.Generator().manual_seed(0)
+    logps = (-torch.rand(3, 6, generator=g)).requires_grad_(True)
+    adv = torch.randn(3, 6, generator=g)
+    mask = torch.tensor([[0, 1, 1, 0, 1, 0], [0, 0, 1, 1, 1, 1], [0, 1, 0, 0, 0, 0]])
+    return logps, adv, mask
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+def test_masked_tokens_get_zero_gradient_and_on_policy_closed_form(loss_type):
+    logps, adv, mask = _case()
+    old = logps.detach().clone()
+    old[mask == 0] = float("inf")   # garbage on masked tokens must not leak
+    loss, _ = clipped_pg_loss(logps, old, adv, mask, loss_type=loss_type)
+    loss.backward()
+    grad = logps.grad
+    assert torch.isfinite(grad).all() and float(grad[mask == 0].abs().max()) == 0.0
+    m = mask.double()
+    if loss_type == "grpo":
+        w = m / m.sum(1, keepdim=True) / 3
+    elif loss_type == "dr_grpo":
+        w = m / 18
+    else:
+        w = m / m.sum()
+    assert torch.allclose(grad.double(), (-adv * w).double(), atol=1e-6)
+
+
+def test_clipping_stops_gradient_beyond_the_trust_region():
+    logps = torch.zeros(1, 2, requires_grad=True)
+    old = torch.log(torch.tensor([[1 / 1.5, 1 / 0.5]]))   # ratios 1.5 and 0.5
+    adv = torch.tensor([[1.0, -1.0]])
+    loss, stats = clipped_pg_loss(logps, old, adv, torch.ones(1, 2), epsilon=0.2)
+    loss.backward()
+    assert float(logps.grad.abs().max()) == 0.0 and stats["clip_fraction"] == 1.0
+
+
+def test_loss_rejects_bad_shapes_and_types():
+    x = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="shapes differ"):
+        clipped_pg_loss(x, x, x, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="loss_type"):
+        clipped_pg_loss(x, x, x, x, loss_type="ppo")
+
+
+def test_metrics_closed_forms():
+    r = torch.tensor([[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=torch.float)
+    vk = [verification_at_k(r, k=k) for k in (1, 2, 3)]
+    assert vk == pytest.approx([0.2, 0.6, 0.8])
+    assert vk == sorted(vk)
+    assert per_attempt_pass_rate(r) == pytest.approx([0.2, 0.4, 0.2])
+    assert sum(per_attempt_pass_rate(r)) == pytest.approx(vk[-1])
+    assert correction_rate(r) == pytest.approx([0.2, 0.5, 0.5])
+    m = attempt_metrics(r)
+    assert m["mean_attempts"] == pytest.approx((1 + 2 + 3 + 3 + 2) / 5)
+    with pytest.raises(ValueError, match="k must be"):
+        verification_at_k(r, k=0)
+
+
+def test_ver_at_k_nondecreasing_on_random_rollouts():
+    g = torch.Generator().manual_seed(4)
+    r = (torch.rand(200, 5, generator=g) < 0.2).float()
+    vk = [verification_at_k(r, k=k) for k in range(1, 6)]
+    assert all(a <= b for a, b in zip(vk, vk[1:], strict=False)) and vk[-1] > vk[0]

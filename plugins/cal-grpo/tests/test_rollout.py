@@ -1,0 +1,142 @@
+"""Multi-attempt rollout: stopping, spans, KV-cache consistency, bad input."""
+
+import pytest
+import torch
+from icml_cal_grpo.loss import sequence_logprobs
+from icml_cal_grpo.rollout import MultiAttemptConfig, VerifierError, multi_attempt_rollout
+
+from icml.models import tiny_causal_lm
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_causal_lm("qwen2", seed=0, hidden_size=32)
+
+
+class Scripted:
+    """Passes attempt number `target[prompt]` (1-based; 0 = never); counts calls."""
+
+    def __init__(self, target):
+        self.target, self.calls = target, []
+
+    def __call__(self, prompt, attempt, earlier):
+        self.calls.append((prompt, len(earlier)))
+        return len(earlier) + 1 == self.target[prompt]
+
+
+def test_stops_exactly_at_first_success(model, tok):
+    v = Scripted({"aa": 1, "bbb": 2, "c": 3, "dd": 0})
+    cfg = MultiAttemptConfig(max_attempts=3, feedback=" no.", max_attempt_tokens=3)
+    b = multi_attempt_rollout(model, tok, ["aa", "bbb", "c", "dd"], v, cfg, num_generations=2,
+                              generator=torch.Generator().manual_seed(0))
+    counts = {p: sum(1 for q, _ in v.calls if q == p) for p in v.target}
+    trunc = b.truncated
+    # attempts cut by the length limit fail without a verifier call, so compare per row
+    for i in range(len(b.prompts)):
+        n = len(b.attempts[i])
+        ok = (b.rewards[i, :n] > 0.5).tolist()
+        assert b.reached[i].tolist() == [k < n for k in range(3)]
+        if True in ok:
+            assert ok.index(True) == n - 1          # the last attempt is the first success
+        else:
+            assert n == 3
+        assert all(not (trunc[i, k] and ok[k]) for k in range(n))
+    assert sum(counts.values()) == int((b.reached & ~b.truncated).sum())
+
+
+def test_spans_prompt_and_feedback_are_masked(model, tok):
+    v = Scripted({"xy": 0})
+    cfg = MultiAttemptConfig(max_attempts=3, feedback="FB", max_attempt_tokens=2,
+                             on_length="verify")
+    b = multi_attempt_rollout(model, tok, ["xy"], v, cfg, num_generations=3)
+    fb = tok("FB", add_special_tokens=False)["input_ids"]
+    p = tok("xy")["input_ids"]
+    for i in range(3):
+        ids = b.input_ids[i].tolist()
+        lab = b.attempt_index[i].tolist()
+        expect_ids, expect_lab = list(p), [-1] * len(p)
+        for k, a in enumerate(b.attempt_ids[i]):
+            if k:
+                expect_ids += fb
+                expect_lab += [-1] * len(fb)
+            expect_ids += a
+            expect_lab += [k] * len(a)
+        n = len(expect_ids)
+        assert ids[:n] == expect_ids and lab[:n] == expect_lab
+        assert all(x == -1 for x in lab[n:]) and int(b.attention_mask[i].sum()) == n
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_cached_batched_sampling_matches_full_forward(arch, tok):
+    """Log-probs recorded while sampling with left padding and a KV cache equal a full
+    right-padded forward of the final sequences."""
+    m = tiny_causal_lm(arch, seed=1, hidden_size=32)
+    cfg = MultiAttemptConfig(max_attempts=2, feedback="?!", max_attempt_tokens=4,
+                             temperature=0.7, on_length="verify")
+    b = multi_attempt_rollout(m, tok, ["a", "longer prompt"], lambda p, a, e: False, cfg,
+                              num_generations=2, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = sequence_logprobs(m, b.input_ids, b.attention_mask, 0.7)
+    for i in range(4):
+        got = [x for lp in b.attempt_logprobs[i] for x in lp]
+        pos = (b.attempt_index[i, 1:] >= 0).nonzero().flatten()
+        assert torch.allclose(full[i, pos], torch.tensor(got), atol=1e-4)
+
+
+def test_length_limit_counts_as_failed(model, tok):
+    calls = []
+
+    def v(p, a, e):
+        calls.append(a)
+        return True
+
+    letters = tuple(tok("ab", add_special_tokens=False)["input_ids"])  # no EOS allowed
+    cfg = MultiAttemptConfig(max_attempts=2, max_attempt_tokens=3, allowed_token_ids=letters)
+    b = multi_attempt_rollout(model, tok, ["q"], v, cfg, num_generations=2)
+    assert calls == [] and bool(b.truncated.all()) and float(b.rewards.sum()) == 0.0
+    cfg.on_length = "verify"
+    b = multi_attempt_rollout(model, tok, ["q"], v, cfg, num_generations=2)
+    assert len(calls) == 2 and float(b.rewards[:, 0].sum()) == 2.0
+    assert all(len(a) == 3 for a in calls)
+
+
+def test_same_generator_seed_is_deterministic(model, tok):
+    cfg = MultiAttemptConfig(max_attempts=2, max_attempt_tokens=3)
+    runs = [multi_attempt_rollout(model, tok, ["hi"], lambda p, a, e: False, cfg,
+                                  num_generations=3, generator=torch.Generator().manual_seed(5))
+            for _ in range(2)]
+    assert runs[0].attempt_ids == runs[1].attempt_ids
+
+
+def test_verifier_that_raises_names_the_prompt_and_keeps_partial(model, tok):
+    def v(p, a, e):
+        if p == "bad one":
+            raise KeyError("boom")
+        return False
+
+    cfg = MultiAttemptConfig(max_attempts=2, max_attempt_tokens=2, on_length="verify")
+    with pytest.raises(VerifierError, match=r"KeyError.*prompt #1 \('bad one'\)") as ei:
+        multi_attempt_rollout(model, tok, ["fine", "bad one"], v, cfg, num_generations=2)
+    part = ei.value.partial
+    assert part is not None and len(part.attempts[0]) == 1 and part.reached[0, 0]
+
+
+@pytest.mark.parametrize("ret", [1, "yes", None, 0.0])
+def test_verifier_returning_non_bool_is_rejected(model, tok, ret):
+    cfg = MultiAttemptConfig(max_attempts=1, max_attempt_tokens=2, on_length="verify")
+    with pytest.raises(VerifierError, match="must return True or False"):
+        multi_attempt_rollout(model, tok, ["p"], lambda p, a, e: ret, cfg)
+
+
+def test_bad_inputs(model, tok):
+    ok = MultiAttemptConfig(max_attempts=1, max_attempt_tokens=1)
+    with pytest.raises(ValueError, match="prompts is empty"):
+        multi_attempt_rollout(model, tok, [], lambda p, a, e: True, ok)
+    with pytest.raises(ValueError, match="prompt #1 .* is empty"):
+        multi_attempt_rollout(model, tok, ["x", "  "], lambda p, a, e: True, ok)
+    with pytest.raises(ValueError, match="not one string"):
+        multi_attempt_rollout(model, tok, "x", lambda p, a, e: True, ok)
+    with pytest.raises(ValueError, match="max_attempts"):
+        MultiAttemptConfig(max_attempts=0)
+    with pytest.raises(ValueError, match="on_length"):
+        MultiAttemptConfig(on_length="truncate")
