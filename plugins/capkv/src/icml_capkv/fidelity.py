@@ -1,0 +1,162 @@
+"""Fidelity at equal budgets: tensor level (attention-output error with planted redundancy) and
+model level (answer accuracy and KL(full || compressed) of a model's next-token distribution)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from icml_capkv.capacity import information_capacity
+from icml_capkv.generation import continuation_logits, prefill
+from icml_capkv.presses import POLICIES, make_press
+from icml_capkv.scorers import capkv_relevance
+
+__all__ = ["fidelity_table", "planted_redundancy", "spearman", "tensor_benchmark"]
+
+
+def _kl(full_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    p = full_logits.float().log_softmax(-1)
+    q = logits.float().log_softmax(-1)
+    return (p.exp() * (p - q)).sum(-1)
+
+
+@torch.no_grad()
+def fidelity_table(model: Any, contexts: torch.Tensor, questions: torch.Tensor,
+                   answers: torch.Tensor | None, policies: Sequence[str],
+                   ratios: Sequence[float], press_kwargs: dict | None = None,
+                   batch_size: int = 64, progress: Callable | None = None) -> list[dict]:
+    """For every policy and ratio: prefill ``contexts`` compressed by the policy, teacher-force
+    ``questions`` and compare the next-token distribution after the question with the one on the
+    full cache. Returns rows ``{policy, ratio, kept, accuracy, kl, top1_agree, scoring_s,
+    prefill_s}``; ``accuracy`` is NaN without ``answers``. A ratio of 0 is the full cache."""
+    for p in policies:
+        if p not in POLICIES:
+            raise ValueError(f"unknown policy {p!r}: use one of {', '.join(POLICIES)}")
+    if contexts.shape[0] != questions.shape[0]:
+        raise ValueError("contexts and questions must have the same batch size")
+    kw = dict(press_kwargs or {})
+    chunks = [slice(i, i + batch_size) for i in range(0, contexts.shape[0], batch_size)]
+    dev = next(model.parameters()).device
+    full, t_full = [], 0.0
+    for sl in chunks:
+        t0 = time.perf_counter()
+        cache = prefill(model, contexts[sl].to(dev))
+        t_full += time.perf_counter() - t0
+        full.append(continuation_logits(model, cache, questions[sl].to(dev))[:, -1].cpu())
+    full_logits = torch.cat(full)
+    rows = []
+    jobs = [(p, r) for r in ratios for p in policies]
+    for policy, ratio in (progress(jobs) if progress else jobs):
+        press = make_press(policy, ratio, **kw)
+        logits, scoring, kept, t_pre = [], 0.0, [], 0.0
+        for sl in chunks:
+            t0 = time.perf_counter()
+            cache = prefill(model, contexts[sl].to(dev), press)
+            t_pre += time.perf_counter() - t0
+            scoring += press.last_scoring_s
+            kept.append(sum(cache.physical_lengths()) / (len(cache.layers) * contexts.shape[1]))
+            logits.append(continuation_logits(model, cache, questions[sl].to(dev))[:, -1].cpu())
+        lg = torch.cat(logits)
+        acc = (float((lg.argmax(-1) == answers.cpu()).float().mean()) if answers is not None
+               else math.nan)
+        rows.append({"policy": policy, "ratio": float(ratio), "kept": sum(kept) / len(kept),
+                     "accuracy": acc, "kl": float(_kl(full_logits, lg).mean()),
+                     "top1_agree": float((lg.argmax(-1) == full_logits.argmax(-1)).float().mean()),
+                     "scoring_s": scoring, "prefill_s": t_pre - scoring, "full_prefill_s": t_full})
+    rows.append({"policy": "full", "ratio": 0.0, "kept": 1.0,
+                 "accuracy": (float((full_logits.argmax(-1) == answers.cpu()).float().mean())
+                              if answers is not None else math.nan),
+                 "kl": 0.0, "top1_agree": 1.0, "scoring_s": 0.0, "prefill_s": t_full,
+                 "full_prefill_s": t_full})
+    return rows
+
+
+def planted_redundancy(T: int = 256, d: int = 16, heads: int = 4, n_unique: int = 24,
+                       noise: float = 0.05, n_queries: int = 128, sharpness: float = 4.0,
+                       query_mode: str = "retrieval", seed: int = 0) -> dict[str, torch.Tensor]:
+    """Synthetic attention state with planted redundancy: ``T`` tokens (after 4 distinct sinks)
+    that are noisy copies of ``n_unique`` prototypes with Zipf multiplicities, so a few
+    prototypes fill most of the context and many are rare.
+
+    ``query_mode="retrieval"``: each future query looks up one prototype (uniformly), ``q =
+    sharpness * k_proto / ||k_proto|| * sqrt(d) + noise``, so attention is sharp and one copy of a
+    prototype answers it as well as all copies. ``query_mode="diffuse"``: queries are ``N(mu,
+    I/4)`` around one direction (soft attention, where the copy count matters). The observed
+    queries (the prefill's last 16, for SnapKV/H2O) come from the same law as the future ones;
+    the anchor is their mean. Shapes: keys/values ``(1, H, T, d)``, queries ``(1, H, n, d)``,
+    anchor ``(1, H, d)``."""
+    if query_mode not in ("retrieval", "diffuse"):
+        raise ValueError(f"query_mode must be 'retrieval' or 'diffuse', got {query_mode!r}")
+    g = torch.Generator().manual_seed(seed)
+    H = heads
+    protos_k = torch.randn(H, n_unique, d, generator=g)
+    protos_v = torch.randn(H, n_unique, d, generator=g)
+    probs = 1.0 / torch.arange(1, n_unique + 1, dtype=torch.float) ** 1.5
+    assign = torch.multinomial(probs / probs.sum(), T, replacement=True, generator=g)
+    keys = protos_k[:, assign] + noise * torch.randn(H, T, d, generator=g)
+    values = protos_v[:, assign] + noise * torch.randn(H, T, d, generator=g)
+    keys[:, :4] = torch.randn(H, 4, d, generator=g)
+    values[:, :4] = torch.randn(H, 4, d, generator=g)
+    present = assign.unique()
+    mu = torch.randn(H, d, generator=g)
+
+    def draw(n: int) -> torch.Tensor:
+        if query_mode == "diffuse":
+            return mu[:, None] + 0.5 * torch.randn(H, n, d, generator=g)
+        pick = present[torch.randint(len(present), (n,), generator=g)]
+        kp = protos_k[:, pick]
+        q = sharpness * math.sqrt(d) * kp / kp.norm(dim=-1, keepdim=True)
+        return q + 0.1 * torch.randn(H, n, d, generator=g)
+
+    future, observed = draw(n_queries), draw(16)
+    return {"keys": keys[None], "values": values[None], "future": future[None],
+            "observed": observed[None], "anchor": observed.mean(1)[None]}
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    logits = torch.einsum("bhqd,bhtd->bhqt", q, k) / math.sqrt(k.shape[-1])
+    return logits.softmax(-1) @ v
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (no ties handling beyond average order)."""
+    def rank(a: Sequence[float]) -> torch.Tensor:
+        t = torch.tensor(list(a), dtype=torch.float64)
+        return t.argsort().argsort().double()
+
+    rx, ry = rank(x), rank(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return float((rx * ry).sum() / (rx.norm() * ry.norm()).clamp_min(1e-12))
+
+
+def tensor_benchmark(ratios: Sequence[float] = (0.5, 0.75, 0.9),
+                     policies: Sequence[str] = tuple(POLICIES), seeds: Sequence[int] = (0, 1, 2),
+                     press_kwargs: dict | None = None, **setup: Any) -> tuple[list[dict], float]:
+    """Relative attention-output error ``E_q ||o_full(q) - o_S(q)|| / ||o_full(q)||`` on
+    :func:`planted_redundancy` states, per policy and ratio (mean over ``seeds``), with the
+    information capacity of each retained set. Returns ``(rows, spearman(capacity, error))``."""
+    kw = dict(press_kwargs or {})
+    rows, caps, errs = [], [], []
+    for ratio in ratios:
+        for policy in policies:
+            err_s, cap_s = [], []
+            for seed in seeds:
+                st = planted_redundancy(seed=seed, **setup)
+                press = make_press(policy, ratio, **kw)
+                k, v, idx = press.compress_tensors(st["keys"], st["values"],
+                                                   queries=st["observed"],
+                                                   query_anchor=st["anchor"])
+                o_full = _attend(st["future"], st["keys"], st["values"])
+                o = _attend(st["future"], k, v)
+                err_s.append(float(((o - o_full).norm(dim=-1) / o_full.norm(dim=-1)).mean()))
+                w = capkv_relevance(st["keys"], st["anchor"], kw.get("tau", 5.0)).mean(2)
+                cap_s.append(float(information_capacity(st["values"], w, idx).mean()))
+            rows.append({"policy": policy, "ratio": float(ratio),
+                         "error": sum(err_s) / len(err_s), "capacity": sum(cap_s) / len(cap_s)})
+            caps.append(rows[-1]["capacity"])
+            errs.append(rows[-1]["error"])
+    return rows, spearman(caps, errs)

@@ -1,0 +1,134 @@
+"""A tiny associative-recall task with planted redundancy, and a trainer for a tiny model on it.
+
+Sequence (token ids): ``BOS`` then a context of ``context_len - 1`` tokens in which ``n_pairs``
+key/value pairs ``k v`` sit at random slots among *filler* tokens drawn from a small set (the
+planted redundancy: many near-duplicate entries in the KV cache). Training appends ``n_queries``
+questions ``? k_j v_j``; at evaluation the context is prefilled (and compressed) and the question
+``? k_j`` must be answered with ``v_j``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["RecallTask", "train_recall_model"]
+
+PAD, BOS, QUERY = 0, 1, 2
+
+
+@dataclass
+class RecallTask:
+    """Vocabulary layout: 0 pad, 1 BOS, 2 query marker, 3 unused, then keys, values, fillers."""
+
+    context_len: int = 64
+    n_pairs: int = 8
+    n_keys: int = 32
+    n_values: int = 32
+    n_fillers: int = 4
+    n_queries: int = 4
+
+    def __post_init__(self) -> None:
+        if self.n_pairs > self.n_keys:
+            raise ValueError(f"n_pairs ({self.n_pairs}) must be <= n_keys ({self.n_keys}): keys "
+                             "are distinct within a context")
+        if 2 * self.n_pairs > self.context_len - 1:
+            raise ValueError(f"context_len {self.context_len} is too short for {self.n_pairs} "
+                             f"pairs: it needs at least {2 * self.n_pairs + 1} tokens")
+        if min(self.n_keys, self.n_values, self.n_fillers, self.n_queries) < 1:
+            raise ValueError("n_keys, n_values, n_fillers and n_queries must all be >= 1")
+
+    @property
+    def key0(self) -> int:
+        return 4
+
+    @property
+    def value0(self) -> int:
+        return self.key0 + self.n_keys
+
+    @property
+    def filler0(self) -> int:
+        return self.value0 + self.n_values
+
+    @property
+    def vocab_size(self) -> int:
+        return self.filler0 + self.n_fillers
+
+    def sample(self, batch: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """``context`` (B, context_len), ``keys``/``values`` (B, n_pairs), ``slots`` (B, n_pairs)
+        the context positions of the keys."""
+        B, L, P = batch, self.context_len, self.n_pairs
+        n_slots = (L - 1) // 2
+        ctx = self.filler0 + torch.randint(self.n_fillers, (B, L), generator=generator)
+        ctx[:, 0] = BOS
+        keys = torch.stack([torch.randperm(self.n_keys, generator=generator)[:P]
+                            for _ in range(B)]) + self.key0
+        values = torch.randint(self.n_values, (B, P), generator=generator) + self.value0
+        slot = torch.stack([torch.randperm(n_slots, generator=generator)[:P].sort().values
+                            for _ in range(B)])
+        pos = 1 + 2 * slot
+        rows = torch.arange(B)[:, None]
+        ctx[rows, pos] = keys
+        ctx[rows, pos + 1] = values
+        return {"context": ctx, "keys": keys, "values": values, "slots": pos}
+
+    def training_batch(self, batch: int, generator: torch.Generator):
+        """``(input_ids, labels)`` with loss only on the answers of ``n_queries`` questions."""
+        s = self.sample(batch, generator)
+        j = torch.randint(self.n_pairs, (batch, self.n_queries), generator=generator)
+        k = s["keys"].gather(1, j)
+        v = s["values"].gather(1, j)
+        q = torch.stack([torch.full_like(k, QUERY), k, v], -1).reshape(batch, -1)
+        ids = torch.cat([s["context"], q], 1)
+        labels = torch.full_like(ids, -100)
+        ans = self.context_len + 3 * torch.arange(self.n_queries) + 2
+        labels[:, ans] = v
+        return ids, labels
+
+    def eval_batch(self, batch: int, generator: torch.Generator):
+        """``(context, question, answer)``: question ``? k_j`` (B, 2), answer ``v_j`` (B,)."""
+        s = self.sample(batch, generator)
+        j = torch.randint(self.n_pairs, (batch, 1), generator=generator)
+        k = s["keys"].gather(1, j)
+        question = torch.cat([torch.full_like(k, QUERY), k], 1)
+        return s["context"], question, s["values"].gather(1, j)[:, 0]
+
+
+def train_recall_model(task: RecallTask, *, arch: str = "llama", hidden_size: int = 64,
+                       num_layers: int = 2, num_heads: int = 4, num_kv_heads: int = 2,
+                       steps: int = 600, batch_size: int = 32, lr: float = 3e-3,
+                       seed: int = 0, device: Any = "cpu",
+                       progress: Any = None) -> tuple[Any, dict]:
+    """Train a tiny Llama/Qwen2 on ``task`` (AdamW, cosine schedule). Returns ``(model, stats)``
+    with ``stats`` = final training loss and wall time. ``progress`` wraps the step iterator."""
+    import time
+
+    from icml.models import tiny_causal_lm
+
+    if steps < 0 or batch_size < 1:
+        raise ValueError("steps must be >= 0 and batch_size >= 1")
+    model = tiny_causal_lm(arch, seed=seed, device=device, hidden_size=hidden_size,
+                           num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                           vocab_size=task.vocab_size,
+                           max_positions=max(512, 2 * task.context_len))
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1),
+                                                pct_start=0.1)
+    model.train()
+    t0 = time.perf_counter()
+    loss_val = float("nan")
+    it = range(steps)
+    for _ in (progress(it) if progress else it):
+        ids, labels = task.training_batch(batch_size, gen)
+        out = model(input_ids=ids.to(device), labels=labels.to(device))
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_val = float(out.loss.detach())
+    model.eval()
+    return model, {"train_loss": loss_val, "train_s": time.perf_counter() - t0}
