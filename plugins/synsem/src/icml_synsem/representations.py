@@ -74,6 +74,8 @@ def tokenize(tokenizer: Any, sentences: Sequence[str], add_special_tokens: bool 
     """Token ids of each sentence (no padding)."""
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, not one string")
+    if len(sentences) == 0:
+        return []
     enc = tokenizer(list(sentences), add_special_tokens=add_special_tokens)
     return [list(ids) for ids in enc["input_ids"]]
 

@@ -1,0 +1,130 @@
+import pytest
+import torch
+from icml_synsem import (
+    clip_quantiles,
+    default_layers,
+    extract_sentence_reps,
+    load_model,
+    resolve_layers,
+)
+
+
+def _one_by_one(model, tok, sentences, **kw):
+    return torch.cat([extract_sentence_reps(model, tok, [s], batch_size=1, **kw)
+                      for s in sentences], dim=1)
+
+
+@pytest.mark.parametrize("pool", ["mean", "concat"])
+def test_batched_equals_per_sentence(byte_lm, sentences, pool):
+    """Right padding leaves every real token's hidden state unchanged, and clipping quantiles
+    are computed over each sentence's own tokens only."""
+    model, tok = byte_lm
+    batched = extract_sentence_reps(model, tok, sentences, layers=[0, 1, 2], pool=pool,
+                                    batch_size=4)
+    single = _one_by_one(model, tok, sentences, layers=[0, 1, 2], pool=pool)
+    assert batched.shape == (3, len(sentences), 32 * (3 if pool == "concat" else 1))
+    torch.testing.assert_close(batched, single, atol=2e-5, rtol=1e-4)
+
+
+def test_concat_chunks_average_to_mean_pool(byte_lm, sentences):
+    model, tok = byte_lm
+    sentences = [s for s in sentences if len(s) >= 4]
+    cat = extract_sentence_reps(model, tok, sentences, layers=[2], pool="concat", last_n=4)
+    mean = extract_sentence_reps(model, tok, sentences, layers=[2], pool="mean", last_n=4)
+    torch.testing.assert_close(cat.reshape(1, len(sentences), 4, 32).mean(2), mean)
+
+
+def test_mean_pool_matches_manual_hidden_states(byte_lm):
+    model, tok = byte_lm
+    s = "a small manual check"
+    ids = torch.tensor([tok(s, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+    for layer in (0, 1, 2):
+        h = hs[layer][0]
+        lo, hi = torch.quantile(h.flatten(), torch.tensor([0.05, 0.95]))
+        want = h.clamp(lo, hi)[-3:].mean(0)
+        got = extract_sentence_reps(model, tok, [s], layers=[layer])[0, 0]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    raw = extract_sentence_reps(model, tok, [s], layers=[2], clip_q=None)[0, 0]
+    torch.testing.assert_close(raw, hs[2][0, -3:].mean(0), atol=1e-5, rtol=1e-5)
+
+
+def test_clip_quantiles_bounds_and_padding_ignored():
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(2, 5, 4, generator=g)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    h_pad = h.clone()
+    h_pad[0, 3:] = 1e6  # huge padding values must not move the quantiles
+    out = clip_quantiles(h_pad, mask, (0.1, 0.9))
+    lo, hi = torch.quantile(h[0, :3].flatten(), torch.tensor([0.1, 0.9]))
+    assert out[0, :3].min() >= lo - 1e-6 and out[0, :3].max() <= hi + 1e-6
+    torch.testing.assert_close(out[0, :3], h[0, :3].clamp(lo, hi))
+    torch.testing.assert_close(clip_quantiles(h, torch.ones(2, 5), (0.0, 1.0)), h)
+    with pytest.raises(ValueError, match="low < high"):
+        clip_quantiles(h, mask, (0.9, 0.1))
+
+
+def test_default_layers_keep_first_and_last():
+    for n in range(1, 40):
+        layers = default_layers(n)
+        assert layers[0] == 1 and layers[-1] == n
+        assert layers == sorted(set(layers))
+        assert len(layers) == (1 if n == 1 else max(2, -(-n // 2)))
+    assert resolve_layers([-1, 0], 4) == [0, 4]
+    with pytest.raises(ValueError, match="out of range.*0..4"):
+        resolve_layers([5], 4)
+
+
+def test_bad_input(byte_lm):
+    model, tok = byte_lm
+    with pytest.raises(ValueError, match="fewer than last_n=3"):
+        extract_sentence_reps(model, tok, ["ok sentence", "ab"])
+    with pytest.raises(ValueError, match="no sentences"):
+        extract_sentence_reps(model, tok, [])
+    with pytest.raises(ValueError, match="out of range"):
+        extract_sentence_reps(model, tok, ["abcdef"], layers=[7])
+    with pytest.raises(ValueError, match="pool"):
+        extract_sentence_reps(model, tok, ["abcdef"], pool="max")
+    with pytest.raises(TypeError, match="list of strings"):
+        extract_sentence_reps(model, tok, "abcdef")
+
+
+def test_encoder_model_and_qwen2(byte_lm, sentences):
+    from transformers import BertConfig, BertModel
+
+    from icml.models import tiny_causal_lm
+
+    _, tok = byte_lm
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=260, hidden_size=32, num_hidden_layers=2,
+                                num_attention_heads=4, intermediate_size=64,
+                                pad_token_id=0)).eval()
+    qwen = tiny_causal_lm("qwen2", num_layers=2, hidden_size=32, seed=1)
+    for model in (bert, qwen):
+        batched = extract_sentence_reps(model, tok, sentences, layers=[0, 2], batch_size=3)
+        assert batched.shape == (2, len(sentences), 32) and torch.isfinite(batched).all()
+        torch.testing.assert_close(batched, _one_by_one(model, tok, sentences, layers=[0, 2]),
+                                   atol=2e-5, rtol=1e-4)
+
+
+def test_bfloat16_runs(byte_lm, sentences):
+    model, tok = byte_lm
+    ref = extract_sentence_reps(model, tok, sentences, layers=[2])
+    bf = extract_sentence_reps(model.to(torch.bfloat16), tok, sentences, layers=[2])
+    model.to(torch.float32)
+    assert bf.dtype == torch.float32 and torch.isfinite(bf).all()
+    cos = torch.nn.functional.cosine_similarity(bf[0], ref[0], dim=1)
+    assert cos.min() > 0.98
+
+
+def test_load_model_from_save_pretrained(toy, tmp_path):
+    model, tok, data, _ = toy
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, ltok = load_model(str(tmp_path))
+    a = extract_sentence_reps(model, tok, data.originals[:10], layers=[1, 3])
+    b = extract_sentence_reps(loaded, ltok, data.originals[:10], layers=[1, 3])
+    torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="save_pretrained"):
+        load_model(str(tmp_path / "missing"))
