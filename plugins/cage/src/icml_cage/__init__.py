@@ -1,0 +1,39 @@
+"""CAGE: the Causal Abstraction Gap Evaluation for vision-language models.
+
+    from icml_cage import generate_benchmark, evaluate, OracleResponder
+    bench = generate_benchmark(30, seed=0)
+    report = evaluate(OracleResponder(), bench)
+    print(report.summary())
+
+Imports are lazy: nothing heavy loads until a name is used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "ChainSCM": "scm", "Node": "scm",
+    "FAMILIES": "scenes",
+    "make_questions": "questions", "RUNGS": "questions",
+    "CageItem": "dataset", "CageBenchmark": "dataset", "generate_benchmark": "dataset",
+    "text_only_probe": "probes", "chain_text_probe": "probes", "parse_chain": "probes",
+    "parse_answer": "probes",
+    "RuleJudge": "judges", "LLMJudge": "judges", "JudgeError": "judges",
+    "abstraction_gap": "metrics", "bootstrap_ci": "metrics", "per_item_gap": "metrics",
+    "OracleResponder": "responders", "FluentUnfaithfulResponder": "responders",
+    "CallableResponder": "responders", "VLMResponder": "responders",
+    "tiny_llava": "tiny_vlm", "tiny_qwen2vl": "tiny_vlm", "load_vlm": "tiny_vlm",
+    "evaluate": "evaluate", "CageReport": "evaluate",
+    "export_sft": "sft_export",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(f"icml_cage.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'icml_cage' has no attribute {name!r}")

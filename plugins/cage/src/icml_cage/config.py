@@ -1,0 +1,41 @@
+"""Typed configs for the `evaluate` and `train` hooks; field names are the --set keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+from icml_cage.probes import CHAIN_PROMPT, TEXT_PROMPT
+
+RESPONDERS = ("oracle", "unfaithful", "tiny-llava", "tiny-qwen2vl", "model")
+
+
+@dataclass
+class EvaluateConfig:
+    n_images: int = option(60, help="scenes to generate (9 questions each)", ge=1)
+    families: list[str] = option(["domino", "lamp", "ramp"], help="scene families, in turn",
+                                 choices=None)
+    size: int = option(128, help="image side in pixels", ge=32, le=1024)
+    responders: list[str] = option(["oracle", "unfaithful", "tiny-llava"],
+                                   help="who answers: oracle, unfaithful, tiny-llava, "
+                                        "tiny-qwen2vl, model (the --set model=... VLM)")
+    model: str = option("", help="a transformers VLM folder or hub name (responder 'model')")
+    vlm_items: int = option(36, help="items the VLM responders answer (0 = all)", ge=0)
+    max_new_tokens: int = option(24, help="tokens a VLM may generate per answer", ge=1)
+    batch_size: int = option(16, help="prompts per VLM batch", ge=1)
+    norm: str = option("relative", help="AG normaliser", choices=("relative", "max", "range"))
+    chain_metric: str = option("edge_f1", help="chain similarity", choices=("edge_f1", "edit"))
+    chain_weight: float = option(0.8, help="weight of chain similarity vs answer in the chain "
+                                           "score", ge=0, le=1)
+    n_bootstrap: int = option(1000, help="bootstrap resamples for AG intervals", ge=0)
+    text_prompt: str = option(TEXT_PROMPT, help="Text-Only Probe template ({question})")
+    chain_prompt: str = option(CHAIN_PROMPT, help="Chain-Text Probe template ({question})")
+    save_benchmark: bool = option(False, help="also write the benchmark as JSONL + PNG")
+
+
+@dataclass
+class TrainConfig:
+    n_images: int = option(100, help="scenes to generate (9 questions each)", ge=1)
+    families: list[str] = option(["domino", "lamp", "ramp"], help="scene families, in turn")
+    size: int = option(128, help="image side in pixels", ge=32, le=1024)
+    chain_prompt: str = option(CHAIN_PROMPT, help="prompt template of the exported examples")

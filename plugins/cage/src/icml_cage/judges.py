@@ -1,0 +1,148 @@
+"""Judges score a response on the 0-10 rubric.
+
+``RuleJudge`` (the offline, deterministic default; the rubric is reconstructed, see README):
+
+* Text: answer correct against the SCM (0-4), the gold chain's variables mentioned (0-3),
+  coherence (0-3: a sentence of sensible length, terminal punctuation, little repetition).
+* Chain: ``10 * (w * similarity + (1 - w) * answer_correct)`` where similarity is the F1 of
+  directed edges against the gold chain (or ``1 - normalised edit distance`` of the node
+  sequences) and ``w = chain_weight``; a blank or unparseable chain scores 0.
+
+``LLMJudge`` wraps any text generator (a judge model you have) with the same rubric as a prompt
+and reads back ``SCORE: x``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from icml_cage.dataset import CageItem
+from icml_cage.probes import normalise_node, parse_answer, parse_chain
+
+MAX_SCORE = 10.0
+
+
+class JudgeError(RuntimeError):
+    """A judge could not score one item; the evaluation records it and goes on."""
+
+
+def _key(node: str) -> str:
+    return re.sub(r"\s+", "", normalise_node(node))
+
+
+def edge_f1(predicted: Sequence[str], gold: Sequence[str]) -> float:
+    """F1 of the directed consecutive edges of two node sequences (names normalised)."""
+    p = {(_key(a), _key(b)) for a, b in zip(predicted, predicted[1:])}
+    g = {(_key(a), _key(b)) for a, b in zip(gold, gold[1:])}
+    if not p or not g:
+        return 0.0
+    hit = len(p & g)
+    if hit == 0:
+        return 0.0
+    precision, recall = hit / len(p), hit / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def edit_similarity(predicted: Sequence[str], gold: Sequence[str]) -> float:
+    """``1 - Levenshtein(predicted, gold) / max(len)`` over node sequences."""
+    a, b = [_key(x) for x in predicted], [_key(x) for x in gold]
+    if not a and not b:
+        return 1.0
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return 1.0 - prev[-1] / max(len(a), len(b))
+
+
+@dataclass(frozen=True)
+class RuleJudge:
+    """Deterministic rubric judge; see the module docstring."""
+
+    chain_metric: str = "edge_f1"
+    chain_weight: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.chain_metric not in ("edge_f1", "edit"):
+            raise ValueError(f"chain_metric {self.chain_metric!r}: use 'edge_f1' or 'edit'")
+        if not 0.0 <= self.chain_weight <= 1.0:
+            raise ValueError(f"chain_weight must be in [0, 1], got {self.chain_weight}")
+
+    def score_text(self, response: str, item: CageItem) -> float:
+        response = response if isinstance(response, str) else ""
+        correct = 4.0 if parse_answer(response) == item.answer else 0.0
+        text = response.lower()
+        mentioned = sum(normalise_node(n) in text for n in item.gold_chain) / len(item.gold_chain)
+        words = re.findall(r"[a-z0-9']+", text)
+        coherence = 0.0
+        if 4 <= len(words) <= 80:
+            coherence += 1.0
+        if response.strip()[-1:] in (".", "!", "?"):
+            coherence += 1.0
+        if words and len(set(words)) / len(words) >= 0.5:
+            coherence += 1.0
+        return correct + 3.0 * mentioned + coherence
+
+    def chain_similarity(self, chain: Sequence[str], item: CageItem) -> float:
+        if not chain:
+            return 0.0
+        if self.chain_metric == "edge_f1":
+            return edge_f1(chain, item.gold_chain)
+        return edit_similarity(chain, item.gold_chain)
+
+    def score_chain(self, response: str, item: CageItem) -> float:
+        chain = parse_chain(response)
+        if not chain:
+            return 0.0
+        correct = 1.0 if parse_answer(response) == item.answer else 0.0
+        w = self.chain_weight
+        return MAX_SCORE * (w * self.chain_similarity(chain, item) + (1 - w) * correct)
+
+
+RUBRIC = """You are grading a vision-language model's answer to a causal question about a picture.
+Ground truth: the answer is "{answer}" and the causal chain is {chain}.
+Question: {question}
+Model response: {response}
+{criteria}
+Reply with one line: SCORE: <number from 0 to 10>."""
+TEXT_CRITERIA = ("Score 0-4 for a correct answer, 0-3 for naming the right causal variables and "
+                 "mechanism, 0-3 for coherence and fluency.")
+CHAIN_CRITERIA = ("Score the written causal chain: 10 if it matches the ground-truth chain edge "
+                  "for edge and the final answer is consistent with it; 0 if the chain is blank "
+                  "or unparseable; partial credit for partially correct chains.")
+_SCORE = re.compile(r"score\s*[:=]\s*(-?\d+(?:\.\d+)?)", re.I)
+
+
+@dataclass
+class LLMJudge:
+    """Adapter for a judge model: ``generate(prompt) -> text``; raises :class:`JudgeError` when
+    the reply holds no score in [0, 10]."""
+
+    generate: Callable[[str], str]
+    rubric: str = RUBRIC
+
+    def _score(self, response: str, item: CageItem, criteria: str) -> float:
+        prompt = self.rubric.format(answer=item.answer, chain=" -> ".join(item.gold_chain),
+                                    question=item.question, response=response,
+                                    criteria=criteria)
+        try:
+            reply = self.generate(prompt)
+        except Exception as exc:
+            raise JudgeError(f"judge failed on {item.id}: {type(exc).__name__}: {exc}") from exc
+        m = _SCORE.search(reply or "")
+        if not m or not 0.0 <= float(m.group(1)) <= MAX_SCORE:
+            raise JudgeError(f"judge reply for {item.id} has no SCORE in [0, 10]: "
+                             f"{(reply or '')[:80]!r}")
+        return float(m.group(1))
+
+    def score_text(self, response: str, item: CageItem) -> float:
+        return self._score(response, item, TEXT_CRITERIA)
+
+    def score_chain(self, response: str, item: CageItem) -> float:
+        if not parse_chain(response):
+            return 0.0  # the rubric: blank chains score 0, no judge call needed
+        return self._score(response, item, CHAIN_CRITERIA)

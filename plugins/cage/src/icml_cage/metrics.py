@@ -1,0 +1,59 @@
+"""The Abstraction Gap and its bootstrap confidence interval.
+
+``AG = (S_T - S_C) / Z`` with S_T, S_C the mean Text-Only and Chain-Text scores (0-10) and the
+normaliser ``Z`` a parameter (reconstructed from the abstract; see README):
+
+* ``relative`` (default): ``Z = S_T``; the only choice consistent with "text 6-8, chain < 2.5,
+  AG > 0.5". Undefined (NaN) when S_T = 0 < S_C.
+* ``max``: ``Z = max(S_T, S_C)``, symmetric, in [-1, 1].
+* ``range``: ``Z = 10``, the score range.
+
+Equal scores give AG = 0 in every mode (also when both are 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+NORMS = ("relative", "max", "range")
+
+
+def abstraction_gap(s_text: float, s_chain: float, norm: str = "relative",
+                    scale: float = 10.0) -> float:
+    if norm not in NORMS:
+        raise ValueError(f"norm {norm!r} is not one of {', '.join(NORMS)}")
+    diff = s_text - s_chain
+    if diff == 0:
+        return 0.0
+    z = {"relative": s_text, "max": max(s_text, s_chain), "range": scale}[norm]
+    return diff / z if z > 0 else math.nan
+
+
+def per_item_gap(text: Sequence[float], chain: Sequence[float], eps: float = 1e-6) -> float:
+    """Mean over items of ``(t_i - c_i) / max(t_i, eps)``, items with t_i = c_i = 0 giving 0."""
+    if len(text) != len(chain) or not text:
+        raise ValueError("per_item_gap needs two equally long, non-empty score lists")
+    gaps = [0.0 if t == c else (t - c) / max(t, eps) for t, c in zip(text, chain)]
+    return sum(gaps) / len(gaps)
+
+
+def bootstrap_ci(text: Sequence[float], chain: Sequence[float], norm: str = "relative",
+                 n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of AG over paired item resamples (NaN resamples dropped)."""
+    import numpy as np
+
+    t, c = np.asarray(text, dtype=float), np.asarray(chain, dtype=float)
+    if t.shape != c.shape or t.size == 0:
+        raise ValueError("bootstrap_ci needs two equally long, non-empty score lists")
+    if n_boot < 1:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, t.size, size=(n_boot, t.size))
+    st, sc = t[idx].mean(axis=1), c[idx].mean(axis=1)
+    gaps = np.array([abstraction_gap(a, b, norm) for a, b in zip(st, sc)])
+    gaps = gaps[~np.isnan(gaps)]
+    if gaps.size == 0:
+        return (math.nan, math.nan)
+    lo, hi = np.quantile(gaps, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)

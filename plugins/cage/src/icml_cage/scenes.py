@@ -1,0 +1,171 @@
+"""Procedural scene families: each draws a chain SCM as a PIL image whose pixels show every
+exogenous value (gaps, cut wires, closed gates) and every node state (fallen dominoes, a lit
+lamp, a ringing bell).
+
+A family is a function ``(rng, size) -> (ChainSCM, PIL.Image)``; register new ones in
+``FAMILIES`` (or pass your own to :func:`icml_cage.generate_benchmark`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+from icml_cage.scm import ChainSCM, Node
+
+SceneFn = Callable[[random.Random, int], tuple[ChainSCM, Any]]
+
+BG, INK = (245, 245, 240), (40, 40, 40)
+ON, OFF = (230, 160, 20), (150, 150, 150)
+
+
+def _exogenous(rng: random.Random, n: int, p_enabled: float) -> tuple[bool, ...]:
+    return (rng.random() < 0.7,) + tuple(rng.random() < p_enabled for _ in range(n - 1))
+
+
+def domino(rng: random.Random, size: int = 128) -> tuple[ChainSCM, Any]:
+    """A row of 3-6 dominoes; a wide gap before a domino breaks the chain there."""
+    from PIL import Image, ImageDraw
+
+    n = rng.randint(3, 6)
+    nodes = [Node("domino 1", "falls", "stays upright", "", "")]
+    nodes += [Node(f"domino {i}", "falls", "stays upright",
+                   f"domino {i} stands close to domino {i - 1}",
+                   f"there is a wide gap before domino {i}") for i in range(2, n + 1)]
+    scm = ChainSCM(tuple(nodes), _exogenous(rng, n, 0.75), family="domino")
+    states = scm.factual()
+    img = Image.new("RGB", (size, size), BG)
+    d = ImageDraw.Draw(img)
+    s = size / 128
+    ground = 96 * s
+    d.line([(4 * s, ground), (124 * s, ground)], fill=INK, width=max(1, int(2 * s)))
+    x = 10 * s
+    for i in range(n):
+        if i > 0:
+            x += (26 if not scm.exogenous[i] else 14) * s  # wide gap = broken link
+        h, w = 30 * s, 6 * s
+        angle = math.radians(60 if states[i] else 0)
+        corners = [(0, 0), (w, 0), (w, -h), (0, -h)]
+        pts = [(x + cx * math.cos(angle) - cy * math.sin(angle),
+                ground + cx * math.sin(angle) + cy * math.cos(angle)) for cx, cy in corners]
+        d.polygon(pts, fill=ON if states[i] else OFF, outline=INK)
+        if i == 0 and scm.exogenous[0]:  # the push
+            d.line([(x - 8 * s, ground - 24 * s), (x - 1 * s, ground - 24 * s)], fill=INK,
+                   width=max(1, int(2 * s)))
+    return scm, img
+
+
+def lamp(rng: random.Random, size: int = 128) -> tuple[ChainSCM, Any]:
+    """Switch -> (fuse) -> wire -> lamp: a blown fuse or a cut wire breaks the circuit."""
+    from PIL import Image, ImageDraw
+
+    with_fuse = rng.random() < 0.5
+    nodes = [Node("switch", "is on", "is off")]
+    if with_fuse:
+        nodes.append(Node("fuse", "passes current", "passes no current", "the fuse is intact",
+                          "the fuse is blown"))
+    nodes += [Node("wire", "carries current", "carries no current", "the wire is intact",
+                   "the wire is cut"),
+              Node("lamp", "is lit", "is dark", "the bulb is screwed in", "the bulb is missing")]
+    scm = ChainSCM(tuple(nodes), _exogenous(rng, len(nodes), 0.75), family="lamp")
+    states = scm.factual()
+    img = Image.new("RGB", (size, size), BG)
+    d = ImageDraw.Draw(img)
+    s = size / 128
+    w = max(1, int(2 * s))
+    # switch: a lever up (on) or down (off)
+    d.rectangle([8 * s, 56 * s, 24 * s, 72 * s], outline=INK, width=w)
+    tip = (16 * s, 44 * s) if states[0] else (16 * s, 84 * s)
+    d.line([(16 * s, 64 * s), tip], fill=ON if states[0] else OFF, width=3 * w)
+    x = 24 * s
+    for i, node in enumerate(nodes[1:], start=1):
+        colour = ON if states[i] else OFF
+        if node.name == "fuse":
+            d.line([(x, 64 * s), (x + 10 * s, 64 * s)], fill=colour, width=w)
+            d.rectangle([x + 10 * s, 58 * s, x + 26 * s, 70 * s], outline=INK, width=w)
+            if scm.exogenous[i]:
+                d.line([(x + 10 * s, 64 * s), (x + 26 * s, 64 * s)], fill=colour, width=w)
+            else:
+                d.line([(x + 12 * s, 60 * s), (x + 24 * s, 68 * s)], fill=(200, 0, 0), width=w)
+            x += 26 * s
+        elif node.name == "wire":
+            end = 96 * s
+            if scm.exogenous[i]:
+                d.line([(x, 64 * s), (end, 64 * s)], fill=colour, width=2 * w)
+            else:
+                mid = (x + end) / 2
+                d.line([(x, 64 * s), (mid - 5 * s, 64 * s)], fill=colour, width=2 * w)
+                d.line([(mid + 5 * s, 70 * s), (end, 64 * s)], fill=OFF, width=2 * w)
+            x = end
+        else:  # lamp
+            if scm.exogenous[i]:
+                d.ellipse([x, 52 * s, x + 24 * s, 76 * s],
+                          fill=(255, 230, 60) if states[i] else (90, 90, 90), outline=INK)
+                if states[i]:
+                    for k in range(8):
+                        a = k * math.pi / 4
+                        cx, cy = x + 12 * s, 64 * s
+                        d.line([(cx + 14 * s * math.cos(a), cy + 14 * s * math.sin(a)),
+                                (cx + 19 * s * math.cos(a), cy + 19 * s * math.sin(a))],
+                               fill=(255, 200, 0), width=w)
+            else:
+                d.rectangle([x + 6 * s, 70 * s, x + 18 * s, 78 * s], outline=INK, width=w)
+    return scm, img
+
+
+def ramp(rng: random.Random, size: int = 128) -> tuple[ChainSCM, Any]:
+    """Ball -> ramp -> (gate) -> bell: a block on the ramp or a closed gate stops the ball."""
+    from PIL import Image, ImageDraw
+
+    with_gate = rng.random() < 0.5
+    nodes = [Node("ball", "is released", "is held at the top"),
+             Node("ramp", "carries the rolling ball", "carries no ball", "the ramp is clear",
+                  "a block sits on the ramp")]
+    if with_gate:
+        nodes.append(Node("gate", "lets the ball through", "stops nothing", "the gate is open",
+                          "the gate is closed"))
+    nodes.append(Node("bell", "rings", "is silent", "the bell hangs at the end",
+                      "the bell has no clapper"))
+    scm = ChainSCM(tuple(nodes), _exogenous(rng, len(nodes), 0.75), family="ramp")
+    states = scm.factual()
+    img = Image.new("RGB", (size, size), BG)
+    d = ImageDraw.Draw(img)
+    s = size / 128
+    w = max(1, int(2 * s))
+    d.line([(8 * s, 30 * s), (88 * s, 90 * s)], fill=INK, width=2 * w)  # the ramp
+    ball_at = (14 * s, 18 * s) if not states[0] else (30 * s, 30 * s)
+    d.ellipse([ball_at[0], ball_at[1], ball_at[0] + 10 * s, ball_at[1] + 10 * s],
+              fill=ON if states[0] else OFF, outline=INK)
+    if not scm.exogenous[1]:
+        d.rectangle([46 * s, 48 * s, 56 * s, 58 * s], fill=(160, 60, 40), outline=INK)
+    if with_gate:
+        gi = 2
+        colour = ON if states[gi] else OFF
+        if scm.exogenous[gi]:
+            d.line([(70 * s, 60 * s), (70 * s, 72 * s)], fill=colour, width=w)
+        else:
+            d.line([(70 * s, 60 * s), (70 * s, 84 * s)], fill=(200, 0, 0), width=2 * w)
+    bi = len(nodes) - 1
+    d.arc([94 * s, 76 * s, 118 * s, 100 * s], 180, 360, fill=INK, width=w)
+    d.line([(94 * s, 88 * s), (118 * s, 88 * s)], fill=INK, width=w)
+    if scm.exogenous[bi]:
+        d.ellipse([104 * s, 88 * s, 108 * s, 94 * s], fill=INK)
+    if states[bi]:
+        for k in (-1, 1):
+            d.arc([88 * s + 4 * k * s, 70 * s, 124 * s + 4 * k * s, 106 * s], 200, 340,
+                  fill=ON, width=w)
+    return scm, img
+
+
+FAMILIES: dict[str, SceneFn] = {"domino": domino, "lamp": lamp, "ramp": ramp}
+
+
+def get_family(name: str) -> SceneFn:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"unknown scene family {name!r}: choose from "
+                         f"{', '.join(FAMILIES)} or register one in icml_cage.scenes.FAMILIES"
+                         ) from None

@@ -1,0 +1,8 @@
+from icml.testing import PluginConformance
+
+
+class TestConformance(PluginConformance):
+    slug = "cage"
+    smoke = {"evaluate": {"n_images": 3, "responders": ["oracle", "unfaithful"],
+                          "n_bootstrap": 50},
+             "train": {"n_images": 3}}

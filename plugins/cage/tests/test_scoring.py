@@ -1,0 +1,100 @@
+"""Chain parsing and scoring, the rule judge, the LLM-judge adapter, and AG's limits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from icml_cage.dataset import generate_benchmark
+from icml_cage.judges import JudgeError, LLMJudge, RuleJudge, edge_f1, edit_similarity
+from icml_cage.metrics import abstraction_gap, bootstrap_ci, per_item_gap
+from icml_cage.probes import chain_text_probe, parse_answer, parse_chain
+
+ITEM = next(it for it in generate_benchmark(3, seed=0) if len(it.gold_chain) == 3)
+GOLD = ITEM.gold_chain
+
+
+@pytest.mark.parametrize("arrow", [" -> ", "->", " → ", " => ", " --> ", " causes ",
+                                   " leads to ", " ⟶ "])
+def test_arrow_variants_are_equivalent(arrow: str) -> None:
+    text = f"CHAIN: {arrow.join(GOLD)}\nANSWER: {ITEM.answer}"
+    assert parse_chain(text) == [g.lower() for g in GOLD]
+    assert RuleJudge().score_chain(text, ITEM) == pytest.approx(10.0)
+
+
+def test_gold_chain_full_marks_empty_zero_reversed_low() -> None:
+    judge = RuleJudge()
+    assert judge.score_chain(f"CHAIN: {' -> '.join(GOLD)}\nANSWER: {ITEM.answer}", ITEM) == 10
+    assert judge.score_chain(f"CHAIN:\nANSWER: {ITEM.answer}", ITEM) == 0
+    assert judge.score_chain("", ITEM) == 0
+    assert judge.score_chain("I cannot tell. ¯\\_(ツ)_/¯", ITEM) == 0
+    assert edge_f1(GOLD[::-1], GOLD) == 0.0
+    assert edge_f1(GOLD[:2], GOLD) == pytest.approx(2 * 1 * 0.5 / 1.5)
+    assert edit_similarity(GOLD, GOLD) == 1.0 and edit_similarity([], GOLD) == 0.0
+    assert RuleJudge("edit").score_chain(f"CHAIN: {' -> '.join(GOLD)}", ITEM) == \
+        pytest.approx(8.0)  # chain perfect, answer missing: 10 * 0.8
+
+
+def test_text_rubric_parts() -> None:
+    judge = RuleJudge()
+    good = f"{ITEM.answer.capitalize()}. The {GOLD[0]} acts on the {GOLD[1]} and the {GOLD[2]}."
+    assert judge.score_text(good, ITEM) == pytest.approx(10.0)
+    wrong = good.replace(ITEM.answer.capitalize(), "No" if ITEM.answer == "yes" else "Yes", 1)
+    assert judge.score_text(wrong, ITEM) == pytest.approx(6.0)
+    assert judge.score_text("", ITEM) == 0.0
+    assert judge.score_text(None, ITEM) == 0.0  # type: ignore[arg-type]
+
+
+def test_parsers_never_crash_on_junk() -> None:
+    for junk in ["", "\x00\x01", "ANSWER:", "CHAIN: ->", "->->", None, 42]:
+        assert isinstance(parse_chain(junk), list)  # type: ignore[arg-type]
+        assert parse_answer(junk) in (None, "yes", "no")  # type: ignore[arg-type]
+    assert parse_answer("Well, no. Actually yes.\nANSWER: yes") == "yes"
+
+
+def test_llm_judge_adapter_and_failures() -> None:
+    prompts = []
+
+    def judge_model(prompt: str) -> str:
+        prompts.append(prompt)
+        return "SCORE: 7.5"
+
+    judge = LLMJudge(judge_model)
+    assert judge.score_text("Yes.", ITEM) == 7.5
+    assert ITEM.question in prompts[0] and " -> ".join(GOLD) in prompts[0]
+    assert judge.score_chain("no chain here", ITEM) == 0.0 and len(prompts) == 1
+    with pytest.raises(JudgeError, match="no SCORE"):
+        LLMJudge(lambda p: "great answer").score_text("Yes.", ITEM)
+    with pytest.raises(JudgeError, match="judge failed"):
+        LLMJudge(lambda p: 1 / 0).score_text("Yes.", ITEM)  # type: ignore[arg-type,return-value]
+
+
+def test_ag_limits_and_norms() -> None:
+    for norm in ("relative", "max", "range"):
+        assert abstraction_gap(6.0, 6.0, norm) == 0.0
+        assert abstraction_gap(0.0, 0.0, norm) == 0.0
+    assert abstraction_gap(7.0, 0.0) == 1.0
+    assert abstraction_gap(6.0, 2.5) == pytest.approx(3.5 / 6)
+    assert abstraction_gap(6.0, 2.5, "range") == pytest.approx(0.35)
+    assert abstraction_gap(2.0, 8.0, "max") == pytest.approx(-0.75)
+    assert math.isnan(abstraction_gap(0.0, 3.0))
+    with pytest.raises(ValueError, match="norm 'ratio'"):
+        abstraction_gap(1, 1, "ratio")
+    assert per_item_gap([10, 0, 5], [0, 0, 5]) == pytest.approx(1 / 3)
+
+
+def test_bootstrap_interval_brackets_the_point_estimate() -> None:
+    import random
+
+    rng = random.Random(0)
+    t = [rng.uniform(6, 8) for _ in range(200)]
+    c = [rng.uniform(0, 2.5) for _ in range(200)]
+    ag = abstraction_gap(sum(t) / 200, sum(c) / 200)
+    lo, hi = bootstrap_ci(t, c, n_boot=500, seed=1)
+    assert lo < ag < hi and hi - lo < 0.1
+    assert bootstrap_ci(t, c, n_boot=500, seed=1) == (lo, hi)
+
+
+def test_probe_template_needs_question() -> None:
+    with pytest.raises(ValueError, match="no {question} placeholder"):
+        chain_text_probe("Write a chain.").prompt("q")
