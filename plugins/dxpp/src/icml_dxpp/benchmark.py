@@ -58,7 +58,7 @@ class CompareRow:
 
 
 def compare_backwards(prob: QPProblem, family: str = "", size: int = 0, *,
-                      solver: str = "clarabel", tol: float = 1e-9,
+                      solver: str = "clarabel", tol: float | None = None,
                       penalty: PenaltyOptions | None = None,
                       methods: tuple[str, ...] = ("dxpp", "kkt-reduced", "kkt-full"),
                       reference: str = "kkt-reduced", repeats: int = 3, seed: int = 0,

@@ -27,7 +27,8 @@ class DifferentiateConfig:
     active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
     rho_min: float = option(1.0, help="floor on ||dual||_1 inside rho (ours; 0 = paper)", ge=0)
     solver: str = option("clarabel", help="qpsolvers backend for the forward pass")
-    tol: float = option(1e-9, help="forward solver tolerance", gt=0)
+    tol: float | None = option(None, help="forward solver tolerance (none: a tight "
+                              "per-solver default, 1e-12 for clarabel)", gt=0)
     linear_solver: str = option("auto", help="dXPP's linear solver",
                                 choices=("auto", "dense", "sparse", "cg"))
     kkt_mode: str = option("reduced", help="KKT reference used for the error column",
@@ -53,7 +54,8 @@ class EvaluateConfig:
     penalty_coeff: float = option(10.0, help="c in rho = c * ||dual||_1", gt=0)
     active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
     solver: str = option("clarabel", help="qpsolvers backend for the forward pass")
-    tol: float = option(1e-9, help="forward solver tolerance", gt=0)
+    tol: float | None = option(None, help="forward solver tolerance (none: a tight "
+                              "per-solver default, 1e-12 for clarabel)", gt=0)
     linear_solver: str = option("auto", help="dXPP's linear solver",
                                 choices=("auto", "dense", "sparse", "cg"))
     repeats: int = option(3, help="timing repeats (the fastest is reported)", ge=1)

@@ -51,11 +51,22 @@ def check_solver(solver: str) -> None:
                        f"installed solvers {known}")
 
 
-def solver_options(solver: str, tol: float) -> dict[str, Any]:
-    """Tolerance settings for the common open-source backends (others get none)."""
+_DEFAULT_TOL = {"clarabel": 1e-12, "osqp": 1e-10, "piqp": 1e-10, "proxqp": 1e-10,
+                "cvxopt": 1e-10}
+
+
+def solver_options(solver: str, tol: float | None = None) -> dict[str, Any]:
+    """Tolerance settings for the common open-source backends (others get none).
+
+    ``tol=None`` picks a tight per-solver default: gradients are taken at the solver's point,
+    and a loose point misplaces rows near the active-set threshold (clarabel's gap criteria
+    are relative to the objective, so its default is 1e-12; it costs few extra iterations).
+    """
+    if tol is None:
+        tol = _DEFAULT_TOL.get(solver, 1e-10)
     if solver == "clarabel":
         return {"tol_gap_abs": tol, "tol_gap_rel": tol, "tol_feas": tol,
-                "tol_ktratio": min(1e-6, tol * 1e3)}
+                "tol_ktratio": min(1e-6, tol * 1e2)}
     if solver == "osqp":
         return {"eps_abs": tol, "eps_rel": tol, "polishing": True, "max_iter": 100_000}
     if solver == "piqp":
@@ -98,7 +109,7 @@ def _unconstrained(prob: QPProblem, index: int | None) -> np.ndarray:
     return x
 
 
-def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float = 1e-9,
+def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None,
              active_tol: float = 1e-5, recover: str = "auto", options: dict | None = None,
              index: int | None = None) -> QPResult:
     """Solve one QP with a ``qpsolvers`` backend.
@@ -106,35 +117,41 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float = 1e-9,
     ``recover``: ``"auto"`` rebuilds duals only when the backend returns none, ``"always"``
     rebuilds them every time, ``"never"`` raises when they are missing.
     """
+    import warnings
+
     import qpsolvers
 
     if prob.m == 0 and prob.p == 0:
         return QPResult(_unconstrained(prob, index), np.zeros(0), np.zeros(0), "lstsq")
     check_solver(solver)
-    kwargs = solver_options(solver, tol)
-    kwargs.update(options or {})
     qp = qpsolvers.Problem(prob.Q if not sp.issparse(prob.Q) else sp.csc_matrix(prob.Q),
                            prob.q, _block(prob.G) if prob.m else None, prob.h if prob.m else None,
                            _block(prob.A) if prob.p else None, prob.b if prob.p else None)
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            sol = qpsolvers.solve_problem(qp, solver=solver, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - solvers raise anything; re-raise with context
-        raise QPSolveError(f"{_where(index)}solver {solver!r} failed: {exc}") from exc
-    status = str((sol.extras or {}).get("status", ""))
-    if not sol.found or sol.x is None or not np.all(np.isfinite(sol.x)):
-        raise QPSolveError(_failure_message(solver, status, index))
+    # with the tight default tolerance an interior-point solver may stall short of it
+    # (clarabel: InsufficientProgress); then retry once at a standard 1e-9
+    tols = [tol] if tol is not None else [None, 1e-9]
+    for attempt, t in enumerate(tols):
+        kwargs = solver_options(solver, t)
+        kwargs.update(options or {})
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sol = qpsolvers.solve_problem(qp, solver=solver, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - solvers raise anything; re-raise with context
+            raise QPSolveError(f"{_where(index)}solver {solver!r} failed: {exc}") from exc
+        status = str((sol.extras or {}).get("status", ""))
+        ok = sol.found and sol.x is not None and np.all(np.isfinite(sol.x))
+        if ok:
+            break
+        if attempt == len(tols) - 1 or "infeasible" in status.lower():
+            raise QPSolveError(_failure_message(solver, status, index))
     x = np.asarray(sol.x, dtype=np.float64)
     viol = max(float(np.max(-prob.slack(x), initial=0.0)),
                float(np.max(np.abs(prob.A @ x - prob.b), initial=0.0)))
-    if viol > 1e3 * max(tol, 1e-8) * (1 + np.abs(prob.h).max(initial=0) +
-                                      np.abs(prob.b).max(initial=0)):
+    if viol > 1e-5 * (1 + np.abs(prob.h).max(initial=0) + np.abs(prob.b).max(initial=0)):
         raise QPSolveError(f"{_where(index)}solver {solver!r} returned a point violating the "
-                           f"constraints by {viol:.3g}: the QP is probably infeasible, or "
-                           "loosen nothing and try solver='clarabel'")
+                           f"constraints by {viol:.3g}: the QP is probably infeasible; if "
+                           "it is not, tighten tol or try solver='clarabel'")
     missing = (prob.m and sol.z is None) or (prob.p and sol.y is None)
     if recover == "always" or (recover == "auto" and missing):
         nu, mu = recover_duals(prob, x, active_tol)

@@ -43,7 +43,7 @@ class LayerOptions:
     """Every option of the layer; see :class:`DXPPQPLayer` for their meaning."""
 
     solver: str = "clarabel"
-    tol: float = 1e-9
+    tol: float | None = None
     backward: str = "dxpp"
     kkt_mode: str = "reduced"
     recover_duals: str = "auto"
@@ -54,7 +54,7 @@ class LayerOptions:
     def validate(self) -> LayerOptions:
         pen = self.penalty
         for name, val in (("beta", pen.beta), ("penalty_coeff", pen.penalty_coeff),
-                          ("active_tol", pen.active_tol), ("tol", self.tol)):
+                          ("active_tol", pen.active_tol), ("tol", self.tol or 1.0)):
             if not (isinstance(val, (int, float)) and np.isfinite(val) and val > 0):
                 raise ValueError(f"{name} must be a positive number, got {val!r}")
         if pen.rho_min < 0 or pen.ridge < 0:
@@ -190,8 +190,9 @@ def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
     Options (all keyword): ``beta`` (1e-6), ``penalty_coeff`` (10), ``active_tol`` (1e-5),
     ``rho_min`` (1), ``ridge`` (1e-9), ``linear_solver`` ('auto' | 'dense' | 'sparse' | 'cg'),
     ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel' or any installed qpsolvers backend),
-    ``tol`` (1e-9, the forward solver's tolerance), ``backward`` ('dxpp' | 'kkt'),
-    ``kkt_mode`` ('reduced' | 'full'), ``recover_duals`` ('auto' | 'always' | 'never'),
+    ``tol`` (the forward solver's tolerance; None = a tight per-solver default),
+    ``backward`` ('dxpp' | 'kkt'), ``kkt_mode`` ('reduced' | 'full'),
+    ``recover_duals`` ('auto' | 'always' | 'never'),
     ``check_inputs`` (True), ``solver_options`` (dict passed to the backend).
     """
     opts = options.pop("_opts", None) or _options(**options)
@@ -290,7 +291,7 @@ class DXPPQPLayer(torch.nn.Module):
     def __init__(self, beta: float = 1e-6, penalty_coeff: float = 10.0,
                  solver: str = "clarabel", active_tol: float = 1e-5,
                  linear_solver: str = "auto", backward: str = "dxpp", kkt_mode: str = "reduced",
-                 tol: float = 1e-9, rho_min: float = 1.0, **options: Any) -> None:
+                 tol: float | None = None, rho_min: float = 1.0, **options: Any) -> None:
         super().__init__()
         self.options = _options(beta=beta, penalty_coeff=penalty_coeff, solver=solver,
                                 active_tol=active_tol, linear_solver=linear_solver,

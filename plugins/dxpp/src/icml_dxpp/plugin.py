@@ -168,7 +168,7 @@ def icml_differentiate(ctx: icml.RunContext, config: DifferentiateConfig) -> icm
     notes = (f"dXPP solves one SPD n×n system; the KKT references solve (n+|active|+p) "
              f"(reduced) or (n+m+p) (full) systems. Errors are relative, over all six "
              f"gradients, against the {ref} KKT backward at the same forward solution "
-             f"({config.solver}, tol {config.tol:g}). Times are the fastest of "
+             f"({config.solver}, tol {config.tol or 'default'}). Times are the fastest of "
              f"{config.repeats} on this machine.")
     return icml.RunResult(metrics=metrics, tables=tables, artifacts=artifacts, notes=notes)
 
