@@ -26,9 +26,14 @@ CapabilityArg = Annotated[Optional[str], typer.Argument(
 
 
 def _console(stderr: bool = False):  # noqa: ANN202 - rich is imported lazily
+    import shutil
+
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    # Wide tables stay readable in logs and pipes, where rich would assume 80 columns.
+    width = None if stream.isatty() else max(shutil.get_terminal_size((160, 24)).columns, 160)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
