@@ -1,0 +1,70 @@
+"""Typed configs, one per capability. Field names are the CLI's --set keys and the Python API's
+argument names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+NORMALIZE = ("kept", "valid", "num_items", "sum")
+ALL_OBJECTIVES = ("logp,p,GeneralFamily-10,OnlyTopP-0.1,OnlyBottomP-0.5,OnlyTopLogP-0.1,"
+                  "OnlyBottomLogP-0.5")
+
+
+@dataclass
+class TrainConfig:
+    model: str = option("", help="causal LM folder or hub name to start from; empty = a tiny "
+                        "built-in Qwen2-style model pretrained here on the rule task")
+    objectives: str = option("logp,p,GeneralFamily-10,OnlyTopP-0.1",
+                             help="comma-separated official objective keys to compare "
+                             "(logp/original, p, GeneralFamily-a, OnlyTopP-q, OnlyBottomP-q, "
+                             "OnlyTopLogP-q, OnlyBottomLogP-q)")
+    regimes: str = option("strong,weak", help="comma-separated regimes: strong (noisy SFT on "
+                          "the prior's task), weak (a cipher the prior does not know)")
+    seeds: int = option(1, help="number of fine-tuning seeds per cell (seed, seed+1, ...)",
+                        ge=1)
+    normalize: str = option("kept", help="loss normaliser: kept (paper), valid, num_items, sum",
+                            choices=NORMALIZE)
+    pretrain_steps: int = option(100, help="NLL pretraining steps on the rule task (built-in "
+                                 "model; 0 to skip)", ge=0)
+    pretrain_lr: float = option(3e-3, help="pretraining learning rate", gt=0)
+    steps: int = option(60, help="fine-tuning optimizer steps per objective and regime", ge=1)
+    lr: float = option(3e-3, help="fine-tuning peak learning rate (cosine, 10% warmup)", gt=0)
+    batch_size: int = option(64, help="micro-batch size", ge=1)
+    grad_accum: int = option(1, help="gradient accumulation steps", ge=1)
+    noise: float = option(0.3, help="strong regime: probability an answer digit is replaced "
+                          "by a random one", ge=0, le=1)
+    tail: int = option(0, help="strong regime: random digits appended to each response", ge=0)
+    n_strong: int = option(128, help="strong regime: training examples", ge=1)
+    n_weak: int = option(1000, help="weak regime: training examples", ge=1)
+    n_test: int = option(500, help="clean test examples per regime", ge=1)
+    hidden_size: int = option(64, help="built-in model width", ge=8)
+    num_layers: int = option(2, help="built-in model depth", ge=1)
+
+
+@dataclass
+class EvaluateConfig:
+    model: str = option("", help="causal LM folder or hub name; empty = the built-in tiny "
+                        "model pretrained here on the rule task")
+    data: str = option("", help="JSONL file with 'prompt' and 'response' fields to diagnose; "
+                       "empty = the synthetic strong and weak regimes")
+    n: int = option(256, help="examples per synthetic regime (or first n lines of data)", ge=1)
+    pretrain_steps: int = option(100, help="NLL pretraining steps for the built-in model", ge=0)
+    pretrain_lr: float = option(3e-3, help="pretraining learning rate", gt=0)
+    batch_size: int = option(64, help="evaluation batch size", ge=1)
+    confident_at: float = option(0.5, help="a token is confident when p >= this", gt=0, le=1)
+    strong_at: float = option(0.6, help="mean p at or above this = model-strong", ge=0, le=1)
+    weak_at: float = option(0.3, help="mean p at or below this = model-weak", ge=0, le=1)
+    noise: float = option(0.3, help="strong regime label noise (as in train)", ge=0, le=1)
+    tail: int = option(0, help="strong regime random tail length (as in train)", ge=0)
+
+
+@dataclass
+class DifferentiateConfig:
+    objectives: str = option(ALL_OBJECTIVES, help="comma-separated official objective keys")
+    vocab: int = option(50, help="vocabulary size of the random logits", ge=2)
+    n_tokens: int = option(256, help="random tokens for the closed-form vs autograd check",
+                           ge=1)
+    scale: float = option(4.0, help="std of the random logits (spreads p over (0, 1))", gt=0)
+    grid: int = option(200, help="points of the W(p) curve plot", ge=2)

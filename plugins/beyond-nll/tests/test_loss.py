@@ -1,0 +1,213 @@
+"""The loss: closed-form gradients, limits, masking, normalisation, HF conventions, dtypes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from icml_beyond_nll import ProbObjective, gradient_check, prob_objective_loss, token_logprobs
+
+ALL = ["logp", "p", "GeneralFamily-10", "GeneralFamily-0.5", "OnlyTopP-0.1", "OnlyBottomP-0.5",
+       "OnlyTopLogP-0.1", "OnlyBottomLogP-0.5"]
+
+
+def _grad(key, z, y, **kw):
+    z = z.clone().requires_grad_(True)
+    loss = prob_objective_loss(z, y, key, shift=False, **kw)
+    loss.backward()
+    return loss.detach(), z.grad
+
+
+def _data(n=64, v=20, scale=3.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, v, generator=g) * scale, torch.randint(0, v, (n,), generator=g)
+
+
+@pytest.mark.parametrize("key", ALL)
+def test_logit_gradient_matches_closed_form_and_float64_autograd(key):
+    chk = gradient_check(key, n_tokens=128, vocab=30, scale=4.0, seed=1)
+    assert chk["max_err_closed_form"] < 2e-6
+    assert chk["max_err_reference"] < 2e-6
+    if key.startswith("Only"):
+        assert 0.0 < chk["kept_share"] < 1.0  # the check really exercised both branches
+
+
+def test_finite_differences_in_float64():
+    z, y = _data(n=6, v=7)
+    z = z.double()
+    obj = ProbObjective.power(2.5)
+    _, g = _grad(obj, z, y, normalize="valid")
+    h = 1e-5
+    for i, j in [(0, 0), (1, int(y[1])), (3, 5), (5, int(y[5]))]:
+        zp, zm = z.clone(), z.clone()
+        zp[i, j] += h
+        zm[i, j] -= h
+        fd = (prob_objective_loss(zp, y, obj, shift=False, normalize="valid")
+              - prob_objective_loss(zm, y, obj, shift=False, normalize="valid")) / (2 * h)
+        assert float(g[i, j]) == pytest.approx(float(fd), rel=1e-3, abs=1e-6)
+
+
+def test_limits_small_alpha_is_nll_alpha_one_is_p_and_p_is_dft():
+    z, y = _data()
+    l_nll, g_nll = _grad("logp", z, y)
+    l_a, g_a = _grad(ProbObjective.power(1e-4), z, y)
+    assert torch.allclose(l_a, l_nll, rtol=1e-3)
+    assert torch.allclose(g_a, g_nll, atol=1e-4)
+    l_p, g_p = _grad("p", z, y)
+    l_1, g_1 = _grad(ProbObjective.power(1.0), z, y)
+    assert torch.allclose(l_1, l_p, atol=1e-7) and torch.allclose(g_1, g_p, atol=1e-8)
+    # DFT: -sg(p) log p has the same gradient as -p
+    zz = z.clone().requires_grad_(True)
+    logp = F.log_softmax(zz, -1).gather(-1, y[:, None]).squeeze(-1)
+    (-(logp.exp().detach() * logp)).mean().backward()
+    assert torch.allclose(zz.grad, g_p, atol=1e-7)
+
+
+@pytest.mark.parametrize("key,equiv", [("OnlyTopLogP-0", "logp"), ("OnlyBottomLogP-1", "logp"),
+                                       ("OnlyTopP-0", "p"), ("OnlyBottomP-1", "p")])
+def test_boundary_thresholds_equal_their_base(key, equiv):
+    z, y = _data(seed=2)
+    la, ga = _grad(key, z, y)
+    lb, gb = _grad(equiv, z, y)
+    assert torch.equal(la, lb) and torch.equal(ga, gb)
+
+
+@pytest.mark.parametrize("key", ALL)
+def test_zero_gradient_on_ignored_and_dropped_tokens(key):
+    z, y = _data(seed=3)
+    y = y.clone()
+    y[::4] = -100
+    _, g = _grad(key, z, y)
+    assert torch.count_nonzero(g[::4]) == 0
+    obj = ProbObjective.parse(key)
+    p = torch.softmax(z, -1).gather(-1, y.clamp(min=0)[:, None]).squeeze(-1)
+    dropped = (y != -100) & ~obj.keep(p)
+    assert torch.count_nonzero(g[dropped]) == 0
+    kept = (y != -100) & obj.keep(p)
+    assert kept.any() and torch.count_nonzero(g[kept]) > 0
+
+
+@pytest.mark.parametrize("normalize", ["kept", "valid", "num_items", "sum"])
+@pytest.mark.parametrize("key", ["logp", "OnlyTopP-0.99"])
+def test_all_masked_batch_gives_zero_not_nan(key, normalize):
+    z = torch.randn(2, 5, 9, requires_grad=True)
+    labels = torch.full((2, 5), -100)
+    loss = prob_objective_loss(z, labels, key, normalize=normalize)
+    loss.backward()
+    assert float(loss) == 0.0 and torch.count_nonzero(z.grad) == 0
+    # everything dropped by the threshold (none has p >= 0.99): also 0, not NaN
+    labels = torch.randint(0, 9, (2, 5))
+    z2 = torch.zeros(2, 5, 9, requires_grad=True)
+    loss = prob_objective_loss(z2, labels, "OnlyTopP-0.99", normalize=normalize)
+    loss.backward()
+    assert float(loss) == 0.0 and not torch.isnan(z2.grad).any()
+
+
+def test_kept_normalisation_by_hand():
+    # three tokens with p = 0.9, 0.5, 0.05 (vocab 2: z = [logit(p), 0])
+    ps = torch.tensor([0.9, 0.5, 0.05])
+    z = torch.stack([torch.log(ps / (1 - ps)), torch.zeros(3)], -1)
+    y = torch.zeros(3, dtype=torch.long)
+    kw = {"shift": False}
+    s = float((1 - ps[:2]).sum())  # OnlyTopP-0.1 keeps 0.9 and 0.5
+    assert float(prob_objective_loss(z, y, "OnlyTopP-0.1", normalize="kept", **kw)) == \
+        pytest.approx(s / 2, rel=1e-6)
+    assert float(prob_objective_loss(z, y, "OnlyTopP-0.1", normalize="valid", **kw)) == \
+        pytest.approx(s / 3, rel=1e-6)
+    assert float(prob_objective_loss(z, y, "OnlyTopP-0.1", normalize="sum", **kw)) == \
+        pytest.approx(s, rel=1e-6)
+    assert float(prob_objective_loss(z, y, "OnlyTopP-0.1", normalize="num_items",
+                                     num_items_in_batch=10, **kw)) == pytest.approx(s / 10,
+                                                                                    rel=1e-6)
+    st = prob_objective_loss(z, y, "OnlyTopP-0.1", return_stats=True, **kw)
+    assert (st.n_valid, st.n_kept) == (3, 2) and st.mean_p == pytest.approx(float(ps.mean()))
+
+
+def test_padding_does_not_change_the_loss():
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(2, 6, 11, generator=g)
+    labels = torch.randint(0, 11, (2, 6), generator=g)
+    labels[:, :2] = -100  # prompt
+    padded_z = torch.cat([z, torch.randn(2, 3, 11, generator=g)], 1)
+    padded_l = torch.cat([labels, torch.full((2, 3), -100)], 1)
+    for key in ("logp", "GeneralFamily-3", "OnlyBottomP-0.5"):
+        a = prob_objective_loss(z, labels, key)
+        b = prob_objective_loss(padded_z, padded_l, key)
+        assert torch.allclose(a, b, atol=1e-7)
+
+
+def test_shift_matches_hf_causal_lm_loss(tiny_llama):
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(4, 64, (3, 10), generator=g)
+    labels = ids.clone()
+    labels[:, :3] = -100
+    labels[2, 7:] = -100
+    out = tiny_llama(input_ids=ids, labels=labels)
+    ours = prob_objective_loss(out.logits, labels, "logp")
+    assert torch.allclose(ours, out.loss.float(), atol=1e-5)
+    manual = prob_objective_loss(out.logits[:, :-1], labels[:, 1:], "logp", shift=False)
+    assert torch.allclose(ours, manual, atol=1e-7)
+    via_shift = prob_objective_loss(out.logits, None, "logp", shift_labels=F.pad(
+        labels, (0, 1), value=-100)[:, 1:])
+    assert torch.allclose(ours, via_shift, atol=1e-7)
+
+
+def test_bfloat16_is_stable_and_close_to_float32():
+    g = torch.Generator().manual_seed(6)
+    z = torch.randn(4, 16, 300, generator=g) * 30  # large logits: p spans (0, 1) widely
+    labels = torch.randint(0, 300, (4, 16), generator=g)
+    for key in ALL:
+        zb = z.bfloat16().requires_grad_(True)
+        lb = prob_objective_loss(zb, labels, key)
+        lb.backward()
+        lf = prob_objective_loss(z.bfloat16().float(), labels, key)
+        assert torch.isfinite(lb) and torch.isfinite(zb.grad.float()).all()
+        assert zb.grad.dtype == torch.bfloat16
+        assert torch.allclose(lb, lf, rtol=1e-5, atol=1e-5)  # same math on the same values
+
+
+def test_chunking_does_not_change_results():
+    z, y = _data(n=50, v=13)
+    a = token_logprobs(z, y)
+    b = token_logprobs(z, y, chunk_size=7)
+    assert torch.equal(a, b)
+    _, ga = _grad("GeneralFamily-2", z, y)
+    _, gb = _grad("GeneralFamily-2", z, y, chunk_size=7)
+    assert torch.allclose(ga, gb, atol=1e-9)
+
+
+def test_saves_less_for_backward_than_cross_entropy():
+    """Memory: beyond the logits themselves, the kernel saves O(N) floats; HF-style
+    cross-entropy on upcast logits saves an N x V float32 tensor."""
+    z = torch.randn(64, 1000, dtype=torch.bfloat16, requires_grad=True)
+    y = torch.randint(0, 1000, (64,))
+
+    def saved_bytes(fn):
+        total = []
+
+        def pack(t):
+            if t.untyped_storage().data_ptr() != z.untyped_storage().data_ptr():
+                total.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn()
+        return sum(total)
+
+    ours = saved_bytes(lambda: prob_objective_loss(z, y, "GeneralFamily-10", shift=False))
+    ce = saved_bytes(lambda: F.cross_entropy(z.float(), y))
+    assert ours < 64 * 1000 * 4 // 10 < ce
+
+
+def test_bad_inputs_raise_clear_errors():
+    z = torch.randn(2, 5, 9)
+    with pytest.raises(ValueError, match="do not match"):
+        prob_objective_loss(z, torch.zeros(2, 4, dtype=torch.long), "p")
+    with pytest.raises(ValueError, match="labels must be in"):
+        prob_objective_loss(z, torch.full((2, 5), 9), "p")
+    with pytest.raises(ValueError, match="normalize"):
+        prob_objective_loss(z, torch.zeros(2, 5, dtype=torch.long), "p", normalize="mean")
+    with pytest.raises(ValueError, match="valid keys"):
+        prob_objective_loss(z, torch.zeros(2, 5, dtype=torch.long), "focal")
+    with pytest.raises(TypeError, match="floating-point"):
+        prob_objective_loss(z.long(), torch.zeros(2, 5, dtype=torch.long), "p")
