@@ -1,0 +1,145 @@
+"""Hook implementations: thin adapters from the run config to the icml_capkv API. Keep this
+module light: torch and transformers are imported inside the hook bodies."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import icml
+from icml_capkv.config import EvaluateConfig, InferConfig
+
+BIBTEX = """@article{capkv2026,
+  title   = {Rethinking KV Cache Eviction via a Unified Information-Theoretic Objective},
+  journal = {arXiv preprint arXiv:2604.25975},
+  year    = {2026},
+  url     = {https://arxiv.org/abs/2604.25975}
+}"""
+
+
+@icml.hookimpl
+def icml_plugin_info() -> icml.PluginInfo:
+    return icml.PluginInfo(
+        name="capkv",
+        title="CapKV: capacity-aware KV cache eviction",
+        summary="KV-cache eviction by relevance-weighted leverage scores (log-det capacity), "
+                "with baselines, for transformers.",
+        paper=icml.Paper(
+            title="Rethinking KV Cache Eviction via a Unified Information-Theoretic Objective",
+            url="https://arxiv.org/abs/2604.25975", bibtex=BIBTEX),
+        capabilities=("infer", "evaluate"),
+        configs={"infer": InferConfig, "evaluate": EvaluateConfig},
+    )
+
+
+def _grid(rows: list[dict], policies: list[str], ratios: list[float], key: str) -> list[list]:
+    out = []
+    for p in policies:
+        by_r = {r["ratio"]: r[key] for r in rows if r["policy"] == p}
+        out.append([p] + [by_r.get(float(r), math.nan) for r in ratios])
+    return out
+
+
+def _best(rows: list[dict], ratios: list[float], key: str, lower: bool = True) -> str:
+    lines = []
+    for r in ratios:
+        cand = [x for x in rows if x["ratio"] == float(r) and x["policy"] != "full"]
+        if not cand:
+            continue
+        best = (min if lower else max)(cand, key=lambda x: x[key])
+        lines.append(f"ratio {r}: {best['policy']} ({key} {best[key]:.4g})")
+    return "; ".join(lines)
+
+
+@icml.hookimpl
+def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
+    import torch
+
+    from icml.models import load_causal_lm
+    from icml.report import line_plot
+    from icml_capkv.fidelity import fidelity_table
+    from icml_capkv.recall import RecallTask, train_recall_model
+
+    device, dtype = ctx.torch_device(), ctx.torch_dtype()
+    task = RecallTask(context_len=config.context_len, n_pairs=config.n_pairs,
+                      n_fillers=config.n_fillers)
+    metrics: dict[str, float] = {}
+    if config.model:
+        with ctx.step(f"loading {config.model}"):
+            model, _ = load_causal_lm(config.model, device=device, dtype=dtype)
+        vocab = model.get_input_embeddings().weight.shape[0]
+        if vocab < task.vocab_size:
+            raise ValueError(f"model vocabulary {vocab} is smaller than the recall task's "
+                             f"{task.vocab_size} token ids: lower n_pairs/n_fillers")
+    else:
+        model, stats = train_recall_model(
+            task, arch=config.arch, hidden_size=config.hidden_size, steps=config.train_steps,
+            batch_size=config.batch_size, lr=config.lr, seed=ctx.seed, device=device,
+            progress=lambda it: ctx.progress(it, desc="training tiny model on recall"))
+        model = model.to(dtype)
+        metrics.update(stats)
+    gen = torch.Generator().manual_seed(ctx.seed + 1)
+    contexts, questions, answers = task.eval_batch(config.eval_samples, gen)
+    kw = dataclasses.asdict(config.press)
+    rows = fidelity_table(model, contexts, questions, answers, config.policies, config.ratios,
+                          press_kwargs=kw,
+                          progress=lambda it: ctx.progress(it, desc="policies x ratios"))
+    ratios = [float(r) for r in config.ratios]
+    full = next(r for r in rows if r["policy"] == "full")
+    metrics["full_accuracy"] = full["accuracy"]
+    for r in rows:
+        if r["policy"] != "full":
+            metrics[f"kl/{r['policy']}/{r['ratio']}"] = r["kl"]
+            metrics[f"accuracy/{r['policy']}/{r['ratio']}"] = r["accuracy"]
+    cap = [r for r in rows if r["policy"] == "capkv"]
+    if cap:
+        metrics["capkv_scoring_over_prefill"] = (sum(r["scoring_s"] for r in cap) /
+                                                 max(sum(r["full_prefill_s"] for r in cap),
+                                                     1e-9))
+    cols = ["policy"] + [f"r={r}" for r in ratios]
+    tables = [
+        icml.Table(f"Answer accuracy (full cache: {full['accuracy']:.3f})", cols,
+                   _grid(rows, config.policies, ratios, "accuracy")),
+        icml.Table("KL(full || compressed) of the answer distribution", cols,
+                   _grid(rows, config.policies, ratios, "kl")),
+    ]
+    series = {p: (ratios, [max(v, 1e-6) for v in _grid(rows, [p], ratios, "kl")[0][1:]])
+              for p in config.policies}
+    artifacts = {}
+    if line_plot(ctx.path("kl_vs_ratio.png"), series, title="KL(full || compressed)",
+                 xlabel="compression ratio", ylabel="KL (nats)", logy=True):
+        artifacts["kl_vs_ratio"] = "kl_vs_ratio.png"
+    notes = ("Lowest KL per ratio: " + _best(rows, ratios, "kl") + ".\n\nHighest accuracy per "
+             "ratio: " + _best(rows, ratios, "accuracy", lower=False) + ".")
+    return icml.RunResult(metrics=metrics, tables=tables, artifacts=artifacts, notes=notes)
+
+
+@icml.hookimpl
+def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
+    from icml.report import line_plot
+    from icml_capkv.fidelity import tensor_benchmark
+
+    modes = ["retrieval", "diffuse"] if config.query_mode == "both" else [config.query_mode]
+    kw = dataclasses.asdict(config.press)
+    ratios = [float(r) for r in config.ratios]
+    metrics, tables, artifacts, notes = {}, [], {}, []
+    for mode in ctx.progress(modes, desc="tensor benchmark"):
+        rows, rho = tensor_benchmark(ratios, config.policies, config.seeds, press_kwargs=kw,
+                                     T=config.T, d=config.d, heads=config.heads,
+                                     n_unique=config.n_unique, query_mode=mode)
+        metrics[f"spearman_capacity_error/{mode}"] = rho
+        for r in rows:
+            metrics[f"error/{mode}/{r['policy']}/{r['ratio']}"] = r["error"]
+        cols = ["policy"] + [f"r={r}" for r in ratios]
+        tables.append(icml.Table(f"Relative attention-output error, {mode} queries", cols,
+                                 _grid(rows, config.policies, ratios, "error")))
+        tables.append(icml.Table(f"Information capacity of the kept set, {mode} queries", cols,
+                                 _grid(rows, config.policies, ratios, "capacity")))
+        series = {p: (ratios, _grid(rows, [p], ratios, "error")[0][1:]) for p in config.policies}
+        if line_plot(ctx.path(f"error_{mode}.png"), series, title=f"{mode} queries",
+                     xlabel="compression ratio", ylabel="relative output error"):
+            artifacts[f"error_{mode}"] = f"error_{mode}.png"
+        notes.append(f"{mode}: lowest error per ratio: {_best(rows, ratios, 'error')}; "
+                     f"Spearman(capacity, error) = {rho:.3f}.")
+    return icml.RunResult(metrics=metrics, tables=tables, artifacts=artifacts,
+                          notes="\n\n".join(notes))
