@@ -135,12 +135,16 @@ class _QPFunction(torch.autograd.Function):
                                  opts.recover_duals, opts.solver_options, index))
         ctx.opts, ctx.probs, ctx.sols = opts, probs, sols
         ctx.likes = [None if t is None else (t if _is_sparse(t) else t[:0]) for t in inputs]
+        ctx.dense = not any(_is_sparse(t) for t in inputs)
+        if ctx.dense:  # kept for the batched torch backward
+            ctx.inputs = tuple(None if t is None else t.detach() for t in inputs)
         dev, dt = q.device, q.dtype
 
-        def stack(key: str) -> torch.Tensor:
-            return torch.as_tensor(np.stack([getattr(s, key) for s in sols]), dtype=dt,
+        def stack(key: str, dtype: Any = dt) -> torch.Tensor:
+            return torch.as_tensor(np.stack([getattr(s, key) for s in sols]), dtype=dtype,
                                    device=dev)
 
+        ctx.sol64 = tuple(stack(k, torch.float64) for k in ("x", "ineq_dual", "eq_dual"))
         return stack("x"), stack("eq_dual"), stack("ineq_dual")
 
     @staticmethod
@@ -150,6 +154,8 @@ class _QPFunction(torch.autograd.Function):
         needs = ctx.needs_input_grad[1:]
         if not any(needs):
             return (None,) * 7
+        if opts.backward == "dxpp" and ctx.dense and opts.penalty.linear_solver == "auto":
+            return (None, *_batched_backward(ctx, gx, gmu, gnu, needs))
         per: list[dict[str, Any]] = []
         for i, (prob, sol) in enumerate(zip(ctx.probs, ctx.sols, strict=False)):
             args = (prob, sol.x, sol.ineq_dual, sol.eq_dual,
@@ -172,6 +178,28 @@ class _QPFunction(torch.autograd.Function):
             else:
                 out.append(torch.stack([_grad_to_torch(g[name], like) for g in per]))
         return tuple(out)
+
+
+def _batched_backward(ctx: Any, gx: torch.Tensor, gmu: torch.Tensor, gnu: torch.Tensor,
+                      needs: tuple[bool, ...]) -> list[Any]:
+    """dXPP backward for the whole dense batch with torch (batched Cholesky, input device)."""
+    from icml_dxpp.penalty import dxpp_backward_batched
+
+    Q, q, G, h, A, b = ctx.inputs
+    B, n = q.shape
+    dev = q.device
+    zeros = {"m": torch.zeros(B, 0, n, dtype=torch.float64, device=dev),
+             "v": torch.zeros(B, 0, dtype=torch.float64, device=dev)}
+    G_, h_ = (zeros["m"], zeros["v"]) if G is None else (G, h)
+    A_, b_ = (zeros["m"], zeros["v"]) if A is None else (A, b)
+    x, nu, mu = ctx.sol64
+    grads = dxpp_backward_batched(Q, G_, h_, A_, b_, x, nu, mu, gx, gnu, gmu,
+                                  ctx.opts.penalty)
+    out: list[Any] = []
+    for k, name in enumerate(_NAMES):
+        like = ctx.likes[k]
+        out.append(None if like is None or not needs[k] else grads[name].to(like.dtype))
+    return out
 
 
 def _batch_shape(name: str, t: torch.Tensor, tail: int) -> tuple[int, ...]:

@@ -97,3 +97,52 @@ def dxpp_backward(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
     grads = assemble_grads(prob, x, nu_active, mu, v, r, s)
     info.update(active=int(active.size))
     return grads, info
+
+
+def dxpp_backward_batched(Q: Any, G: Any, h: Any, A: Any, b: Any, x: Any, nu: Any, mu: Any,
+                          grad_x: Any, grad_nu: Any, grad_mu: Any,
+                          opts: PenaltyOptions | None = None) -> dict[str, Any]:
+    """The same backward for a batch of dense problems as torch tensors, on their device.
+
+    Shapes: Q (B, n, n), G (B, m, n), h (B, m), A (B, p, n), b (B, p), x (B, n), nu (B, m),
+    mu (B, p) and the upstream gradients like x, nu, mu (m or p may be 0). Inactive rows get
+    w_I = 0, so every problem of the batch shares one shape and H is factored by one batched
+    Cholesky (LU where Cholesky fails). Computes in float64; returns float64 gradients.
+    """
+    import torch
+
+    opts = opts or PenaltyOptions()
+    f64 = torch.float64
+    Q, G, h, A, b, x, nu, mu = (t.to(f64) for t in (Q, G, h, A, b, x, nu, mu))
+    gx, gnu, gmu = (t.to(f64) for t in (grad_x, grad_nu, grad_mu))
+    B, n = x.shape
+    Gx = (G @ x.unsqueeze(-1)).squeeze(-1)
+    active = (h - Gx) < opts.active_tol
+    rho_i = opts.penalty_coeff * nu.abs().sum(-1).clamp_min(opts.rho_min)
+    rho_e = opts.penalty_coeff * mu.abs().sum(-1).clamp_min(opts.rho_min)
+
+    def dsig(z: torch.Tensor) -> torch.Tensor:
+        s = torch.sigmoid(z)
+        return s * (1 - s)
+
+    w_i = rho_i[:, None] / opts.beta * dsig((Gx - h) / opts.beta) * active
+    Ax = (A @ x.unsqueeze(-1)).squeeze(-1)
+    w_e = 2.0 * rho_e[:, None] / opts.beta * dsig((Ax - b) / opts.beta)
+    gnu = gnu * active
+    H = Q + G.transpose(-1, -2) @ (w_i.unsqueeze(-1) * G) \
+        + A.transpose(-1, -2) @ (w_e.unsqueeze(-1) * A)
+    H = H + opts.ridge * torch.eye(n, dtype=f64, device=H.device)
+    rhs = gx + (G.transpose(-1, -2) @ (w_i * gnu).unsqueeze(-1)).squeeze(-1) \
+        + (A.transpose(-1, -2) @ (w_e * gmu).unsqueeze(-1)).squeeze(-1)
+    L, info = torch.linalg.cholesky_ex(H)
+    if bool((info == 0).all()):
+        v = torch.cholesky_solve(rhs.unsqueeze(-1), L).squeeze(-1)
+    else:
+        v = torch.linalg.solve(H, rhs)
+    r = w_i * ((G @ v.unsqueeze(-1)).squeeze(-1) - gnu)
+    s = w_e * ((A @ v.unsqueeze(-1)).squeeze(-1) - gmu)
+    nu_a = nu * active
+    dQ = -0.5 * (v.unsqueeze(-1) * x.unsqueeze(-2) + x.unsqueeze(-1) * v.unsqueeze(-2))
+    dG = -(nu_a.unsqueeze(-1) * v.unsqueeze(-2) + r.unsqueeze(-1) * x.unsqueeze(-2))
+    dA = -(mu.unsqueeze(-1) * v.unsqueeze(-2) + s.unsqueeze(-1) * x.unsqueeze(-2))
+    return {"Q": dQ, "q": -v, "G": dG, "h": r, "A": dA, "b": s}
