@@ -48,8 +48,10 @@ def estimator_table(*, max_attempts: int = 3, group_size: int = 8, num_groups: i
     """Bias and variance of each estimator at the uniform policy of the tabular probe env.
 
     Bias is exact (enumeration over all groups of 2: the leave-one-out baselines make the mean
-    independent of the group size); the total variance ``E||g - E g||^2`` of one group's
-    estimate is Monte Carlo over ``num_groups`` groups of ``group_size``.
+    of the unscaled estimators independent of the group size; std-scaled ones are shown at
+    G=2); the total variance ``E||g - E g||^2`` of one group's estimate is Monte Carlo over
+    ``num_groups`` groups of ``group_size``, and ``rel_variance`` divides it by ``||E g||^2``
+    (scale-free, so std-scaled estimators compare fairly).
     """
     import torch
 
@@ -64,11 +66,13 @@ def estimator_table(*, max_attempts: int = 3, group_size: int = 8, num_groups: i
         mean, _ = expected_estimator(logits, tr, 2, **kw)
         rel = float((mean - exact).norm() / exact.norm())
         cos = float((mean * exact).sum() / (mean.norm() * exact.norm()).clamp(min=1e-300))
-        var = float("nan")
+        var = rel_var = float("nan")
         if num_groups > 0:
-            _, v = monte_carlo_estimator(logits, env, tr, group_size, num_groups, gen, **kw)
+            m8, v = monte_carlo_estimator(logits, env, tr, group_size, num_groups, gen, **kw)
             var = float(v)
-        rows.append({"estimator": name, "rel_bias": rel, "cosine": cos, "variance": var})
+            rel_var = var / float((m8 * m8).sum())
+        rows.append({"estimator": name, "rel_bias": rel, "cosine": cos, "variance": var,
+                     "rel_variance": rel_var})
     base = next((r["variance"] for r in rows if r["estimator"] == "trajectory"), float("nan"))
     for r in rows:
         r["var_ratio"] = float(r["variance"]) / float(base) if base == base and base else \
@@ -124,13 +128,14 @@ def train_probe_lm(mode: str, seed: int, *, make_model: Callable[[int], tuple[An
 
 def summarize(curves: Sequence[RunCurve], steps: int) -> list[dict[str, Any]]:
     """Per estimator: mean final exact Ver@K, min over seeds, P(probe first), median
-    steps-to-target (unreached counted as ``steps + 1``) and seeds that reached it."""
+    steps-to-target (NaN when the median run did not reach it) and seeds that reached it."""
     out = []
     for mode in dict.fromkeys(c.mode for c in curves):
         cs = [c for c in curves if c.mode == mode]
         finals = [c.ver[-1] for c in cs]
         reach = [c.steps_to_target for c in cs]
-        med = statistics.median([r if r == r else steps + 1 for r in reach])
+        med = statistics.median([r if r == r else math.inf for r in reach])
+        med = med if math.isfinite(med) else float("nan")
         out.append({"estimator": mode, "final_ver": statistics.fmean(finals),
                     "min_ver": min(finals),
                     "probe_first": statistics.fmean(c.probe_first for c in cs),

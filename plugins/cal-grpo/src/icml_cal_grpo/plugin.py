@@ -95,9 +95,9 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
                 f"bias exact, variance over {config.estimator_groups} groups of "
                 f"{config.num_generations})",
                 ["estimator", "relative bias", "cosine to grad J", "variance",
-                 "variance / trajectory"],
-                [[r["estimator"], r["rel_bias"], r["cosine"], r["variance"], r["var_ratio"]]
-                 for r in rows]))
+                 "variance / trajectory", "variance / |E g|^2"],
+                [[r["estimator"], r["rel_bias"], r["cosine"], r["variance"], r["var_ratio"],
+                  r["rel_variance"]] for r in rows]))
             for r in rows:
                 metrics[f"bias_{r['estimator']}"] = float(r["rel_bias"])
                 metrics[f"variance_{r['estimator']}"] = float(r["variance"])
@@ -122,7 +122,8 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
         ["estimator", f"Ver@{k} (mean)", f"Ver@{k} (min)", "P(probe first)",
          f"median steps to Ver@{k} >= {config.target}", "seeds reaching target"],
         [[s["estimator"], s["final_ver"], s["min_ver"], s["probe_first"],
-          s["median_steps_to_target"], f"{s['reached']}/{s['seeds']}"] for s in summary]))
+          _steps_cell(s["median_steps_to_target"], config.steps),
+          f"{s['reached']}/{s['seeds']}"] for s in summary]))
     for s in summary:
         metrics[f"ver@{k}_{s['estimator']}"] = s["final_ver"]
         metrics[f"steps_to_target_{s['estimator']}"] = s["median_steps_to_target"]
@@ -145,6 +146,10 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
              "Ver@K values are exact (enumerated over the task's arm tree with the model's "
              "probabilities). The CAL estimator is reconstructed from the abstract.")
     return icml.RunResult(metrics=metrics, tables=tables, artifacts=artifacts, notes=notes)
+
+
+def _steps_cell(v: float, steps: int) -> Any:
+    return f"> {steps}" if v != v else v
 
 
 def _rollout_setup(ctx: icml.RunContext, config: Any) -> tuple[Any, Any, Any, Any, list[str]]:

@@ -1,0 +1,131 @@
+"""TRL adapter: CAL advantages inside TRL's ``GRPOTrainer`` (tested with trl 1.16).
+
+TRL's reward functions return one scalar per completion, which cannot give different attempts of
+one completion different advantages. Two pieces close the gap:
+
+* :func:`make_rollout_func` turns :func:`~icml_cal_grpo.rollout.multi_attempt_rollout` into a
+  TRL ``rollout_func``: the completion is ``attempt 1, feedback, attempt 2, ...``, feedback tokens
+  are masked through TRL's ``env_mask``, and the per-attempt verdicts and token spans travel to
+  the trainer as extra fields.
+* :class:`CALGRPOTrainer` subclasses ``GRPOTrainer`` and, after TRL scored the batch, replaces
+  the scalar advantages by per-token ``[B, T]`` advantages from
+  :func:`~icml_cal_grpo.advantages.attempt_advantages` (TRL's loss accepts that shape). The
+  clipped loss, KL, ``loss_type`` and the rest of TRL stay as configured.
+
+This overrides a private TRL method, whose behaviour drifts between releases; the ``trl`` extra
+pins ``trl>=1.16,<1.17``. Single process only (groups must not straddle processes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from icml_cal_grpo.advantages import attempt_advantages
+from icml_cal_grpo.rollout import MultiAttemptConfig, Verifier, multi_attempt_rollout
+
+
+def make_rollout_func(verifier: Verifier, config: MultiAttemptConfig | None = None,
+                      seed: int = 0) -> Callable[[list[str], Any], dict[str, Any]]:
+    """A TRL ``rollout_func(prompts, trainer)``: one multi-attempt rollout per prompt entry."""
+    cfg = config or MultiAttemptConfig()
+    state: dict[str, Any] = {}
+
+    def rollout_func(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        if prompts and not isinstance(prompts[0], str):
+            raise ValueError("the CAL rollout needs plain-text prompts; apply the chat template "
+                             "to the dataset's 'prompt' column first")
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tok = trainer.processing_class
+        dev = next(model.parameters()).device
+        if "gen" not in state:
+            state["gen"] = torch.Generator(device=dev).manual_seed(seed)
+        batch = multi_attempt_rollout(model, tok, prompts, verifier, cfg, num_generations=1,
+                                      generator=state["gen"])
+        prompt_ids, completion_ids, env_mask, logprobs, spans, verdicts = [], [], [], [], [], []
+        for i in range(len(prompts)):
+            ids = batch.input_ids[i][batch.attention_mask[i].bool()].tolist()
+            lab = batch.attempt_index[i][batch.attention_mask[i].bool()].tolist()
+            start = next(j for j, x in enumerate(lab) if x >= 0)
+            prompt_ids.append(ids[:start])
+            completion_ids.append(ids[start:])
+            env_mask.append([int(x >= 0) for x in lab[start:]])
+            lab_c = lab[start:]
+            flat = iter([x for lp in batch.attempt_logprobs[i] for x in lp])
+            logprobs.append([next(flat) if x >= 0 else 0.0 for x in lab_c])
+            row_spans = []
+            for k in range(len(batch.attempt_ids[i])):
+                pos = [j for j, x in enumerate(lab_c) if x == k]
+                row_spans.append((pos[0], pos[-1] + 1) if pos else (0, 0))
+            spans.append(row_spans)
+            verdicts.append(batch.rewards[i, :len(batch.attempt_ids[i])].tolist())
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs,
+                "env_mask": env_mask, "attempt_rewards": verdicts, "attempt_spans": spans}
+
+    return rollout_func
+
+
+def verification_reward_func(prompts: list[Any], completions: list[Any],
+                        attempt_rewards: list[list[float]] | None = None,
+                        **kwargs: Any) -> list[float]:
+    """TRL reward function: Verification@K of each completion (1 if some attempt passed)."""
+    if attempt_rewards is None:
+        raise ValueError("verification_reward_func needs the 'attempt_rewards' field from "
+                         "make_rollout_func; use it with CALGRPOTrainer")
+    return [float(any(r > 0.5 for r in rs)) for rs in attempt_rewards]
+
+
+class CALGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with multi-attempt rollouts and per-attempt (CAL) advantages.
+
+    Extra arguments: ``verifier(prompt, attempt, earlier) -> bool``, ``rollout_config``
+    (:class:`MultiAttemptConfig`), ``cal_mode`` (``"cal"``, ``"trajectory"``, ``"naive"``,
+    ``"td"``), ``cal_lam``, ``cal_baseline`` (``"loo"``/``"mean"``) and ``cal_scale`` (default:
+    ``args.scale_rewards``). ``reward_funcs`` defaults to :func:`verification_reward_func`.
+    """
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None,
+                 train_dataset: Any = None, *, verifier: Verifier,
+                 rollout_config: MultiAttemptConfig | None = None, cal_mode: str = "cal",
+                 cal_lam: float = 1.0, cal_baseline: str = "loo", cal_scale: str | None = None,
+                 **kwargs: Any) -> None:
+        self.rollout_config = rollout_config or MultiAttemptConfig()
+        self.cal_mode, self.cal_lam, self.cal_baseline = cal_mode, cal_lam, cal_baseline
+        seed = getattr(args, "seed", 0) if args is not None else 0
+        super().__init__(model=model, reward_funcs=reward_funcs or [verification_reward_func],
+                         args=args, train_dataset=train_dataset,
+                         rollout_func=make_rollout_func(verifier, self.rollout_config, seed),
+                         **kwargs)
+        self.cal_scale = cal_scale or self.args.scale_rewards
+        if self.accelerator.num_processes > 1:
+            raise ValueError("CALGRPOTrainer runs in a single process: a CAL baseline needs whole "
+                             "groups; use AttemptGRPOTrainer for multi-process runs")
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        g = self.num_generations if mode == "train" else self.num_generations_eval
+        k_max = self.rollout_config.max_attempts
+        n = len(inputs)
+        rewards = torch.zeros((n, k_max), dtype=torch.float64)
+        reached = torch.zeros((n, k_max), dtype=torch.bool)
+        for i, inp in enumerate(inputs):
+            rs = inp["attempt_rewards"]
+            rewards[i, :len(rs)] = torch.tensor(rs, dtype=torch.float64)
+            reached[i, :len(rs)] = True
+        adv = attempt_advantages(rewards, reached, group_size=g, mode=self.cal_mode,
+                                 lam=self.cal_lam, baseline=self.cal_baseline,
+                                 scale=self.cal_scale)
+        t = out["completion_ids"].shape[1]
+        tok_adv = torch.zeros((n, t), dtype=torch.float32)
+        for i, inp in enumerate(inputs):
+            for k, (s, e) in enumerate(inp["attempt_spans"]):
+                tok_adv[i, s:min(e, t)] = float(adv[i, k])
+        out["advantages"] = tok_adv.to(out["completion_ids"].device)
+        self._metrics[mode]["cal/ver_at_k"].append(float(reached.new_tensor(
+            [any(r > 0.5 for r in inp["attempt_rewards"]) for inp in inputs]).float().mean()))
+        self._metrics[mode]["cal/mean_attempts"].append(float(reached.sum(1).float().mean()))
+        return out
