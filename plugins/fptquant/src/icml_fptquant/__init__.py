@@ -1,0 +1,38 @@
+"""FPTQuant: function-preserving transforms for static W4A4KV4 quantization of Llama- and
+Qwen2-style transformers models.
+
+The public API is imported lazily (PEP 562), so ``import icml_fptquant`` loads no torch."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from icml_fptquant.config import EvaluateConfig, FPTQuantConfig, QuantizeConfig, TrainConfig
+
+_API = {
+    "apply_fpt_transforms": "apply", "merge_transforms": "apply",
+    "transform_parameters": "apply",
+    "optimize_local": "training", "optimize_e2e": "training", "outlier_norm": "training",
+    "e2e_loss": "training",
+    "merge_and_quantize": "quantize", "attach_quantizers": "quantize", "calibrate": "quantize",
+    "round_weights": "quantize", "quant_disabled": "quantize",
+    "perplexity": "evaluation", "compare_logits": "evaluation", "logits_of": "evaluation",
+    "apply_smoothquant": "baselines", "apply_quarot": "baselines", "quarot_config": "baselines",
+    "inject_outliers": "outliers",
+    "save_quantized": "export", "load_quantized": "export",
+    "apply_dynamic_residual_scaling": "residual_scaling",
+    "ActQuantizer": "quantizers", "quantize_weight_rtn": "quantizers",
+    "quantize_weight_gptq": "quantizers", "quantize_weight_nf4": "quantizers",
+    "ResidualRotation": "transforms", "PreRoPETransform": "transforms",
+    "ValueTransform": "transforms", "MLPScale": "transforms",
+    "check_function_preservation": "evaluation",
+}
+
+__all__ = ["EvaluateConfig", "FPTQuantConfig", "QuantizeConfig", "TrainConfig", *_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(import_module(f"icml_fptquant.{_API[name]}"), name)
+    raise AttributeError(f"module 'icml_fptquant' has no attribute {name!r}")

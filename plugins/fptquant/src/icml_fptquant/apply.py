@@ -1,0 +1,143 @@
+"""Insert every FPTQuant transform into a transformers model (function-preserving) and merge
+the mergeable ones back into plain weights."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from icml_fptquant.arch import check_supported, fuse_norms, require_untied
+from icml_fptquant.config import FPTQuantConfig
+from icml_fptquant.qlinear import as_fpt_linear
+from icml_fptquant.residual_scaling import apply_dynamic_residual_scaling
+from icml_fptquant.transforms import (
+    ColHadamard,
+    ColInverseScale,
+    HeadLeft,
+    MLPScale,
+    OProjValueInverse,
+    PreRoPETransform,
+    ReaderRotation,
+    ResidualRotation,
+    RowScale,
+    ValueTransform,
+    WriterRotation,
+    hadamard_block,
+)
+
+
+class FPTTransforms(nn.Module):
+    """Container of the learnable transform modules of one model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rotation: ResidualRotation | None = None
+        self.prerope = nn.ModuleList()
+        self.value = nn.ModuleList()
+        self.mlp = nn.ModuleList()
+
+
+def _reg(module: nn.Module, name: str, p: nn.Module) -> None:
+    if getattr(module, name, None) is None:
+        return
+    parametrize.register_parametrization(module, name, p, unsafe=True)
+
+
+def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
+                         seed: int = 0) -> Any:
+    """Insert FPTQuant's transforms into ``model`` in place and return it.
+
+    Mergeable transforms become ``torch.nn.utils.parametrize`` parametrizations of the weights
+    (learnable, function-preserving); the online Hadamard and the dynamic residual scaling are
+    installed on the modules. The learnable modules are reachable as ``model.fpt_transforms``.
+    """
+    cfg = config or FPTQuantConfig()
+    geo = check_supported(model)
+    if getattr(model, "fpt_transforms", None) is not None:
+        raise ValueError("transforms are already applied to this model: call merge_transforms "
+                         "first or start from a fresh model")
+    ref = model.lm_head.weight
+    dtype, device = ref.dtype, ref.device
+    ops = FPTTransforms()
+    if cfg.residual_rotation != "none":
+        require_untied(model, cfg.untie_embeddings)
+        fuse_norms(model)
+        ops.rotation = ResidualRotation(geo.hidden, cfg.residual_rotation, cfg.orthogonal_map,
+                                        seed, dtype, device)
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj,
+                    m.down_proj):
+            as_fpt_linear(lin)
+        if cfg.prerope:
+            t = PreRoPETransform(geo.kv_heads, geo.head_dim, dtype, device)
+            ops.prerope.append(t)
+            for name in ("weight", "bias"):
+                _reg(a.q_proj, name, HeadLeft(t, "query", geo.heads, geo.n_rep))
+                _reg(a.k_proj, name, HeadLeft(t, "key", geo.kv_heads, 1))
+        if cfg.value:
+            v = ValueTransform(geo.kv_heads, geo.head_dim, cfg.value_init, cfg.orthogonal_map,
+                               dtype, device)
+            ops.value.append(v)
+            for name in ("weight", "bias"):
+                _reg(a.v_proj, name, HeadLeft(v, "value", geo.kv_heads, 1))
+            _reg(a.o_proj, "weight", OProjValueInverse(v, geo.heads, geo.n_rep))
+        if cfg.mlp_scale:
+            s = MLPScale(m.up_proj.out_features, dtype, device)
+            ops.mlp.append(s)
+            _reg(m.up_proj, "weight", RowScale(s))
+            _reg(m.up_proj, "bias", RowScale(s))
+            _reg(m.down_proj, "weight", ColInverseScale(s))
+        if cfg.down_hadamard:
+            block = hadamard_block(m.down_proj.in_features, dtype, device)
+            _reg(m.down_proj, "weight", ColHadamard(block))
+            m.down_proj.fpt_hadamard = block
+        if ops.rotation is not None:
+            for lin in (a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj):
+                _reg(lin, "weight", ReaderRotation(ops.rotation))
+            for lin in (a.o_proj, m.down_proj):
+                _reg(lin, "weight", WriterRotation(ops.rotation))
+                _reg(lin, "bias", WriterRotation(ops.rotation))
+    if ops.rotation is not None:
+        _reg(model.model.embed_tokens, "weight", ReaderRotation(ops.rotation))
+        as_fpt_linear(model.lm_head)
+        _reg(model.lm_head, "weight", ReaderRotation(ops.rotation))
+    if cfg.dynamic_residual_scaling:
+        apply_dynamic_residual_scaling(model)
+    model.__dict__["fpt_transforms"] = ops
+    model.__dict__["fpt_config"] = dataclasses.replace(cfg)
+    return model
+
+
+def transform_parameters(model: Any) -> list[nn.Parameter]:
+    ops = getattr(model, "fpt_transforms", None)
+    if ops is None:
+        raise ValueError("no FPTQuant transforms on this model: call apply_fpt_transforms first")
+    params = list(ops.parameters())
+    if ops.rotation is not None:
+        params.append(ops.rotation.a)
+    seen, out = set(), []
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+def parametrized_modules(model: Any) -> list[nn.Module]:
+    return [m for m in model.modules() if parametrize.is_parametrized(m)]
+
+
+@torch.no_grad()
+def merge_transforms(model: Any) -> Any:
+    """Fold every mergeable transform into plain weights (``remove_parametrizations`` keeping
+    the transformed values); online parts (Hadamard, residual scaling) stay."""
+    for mod in parametrized_modules(model):
+        for name in list(mod.parametrizations.keys()):
+            parametrize.remove_parametrizations(mod, name, leave_parametrized=True)
+    model.__dict__["fpt_transforms_merged"] = model.__dict__.pop("fpt_transforms", None)
+    return model

@@ -1,0 +1,106 @@
+"""Typed configs. ``FPTQuantConfig`` drives the Python API; the hook configs extend it, so a
+``--set key=value`` on the CLI uses the same name as ``FPTQuantConfig(key=value)`` in Python."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+ARMS = ("fp", "rtn", "smoothquant", "quarot", "fptquant_local", "fptquant_e2e", "nf4")
+
+
+@dataclass
+class FPTQuantConfig:
+    """Settings of the method: which transforms, the quantizers and the two training stages."""
+
+    # quantizers
+    w_bits: int = option(4, help="weight bits (per output channel, symmetric); 16 = off",
+                         ge=2, le=16)
+    a_bits: int = option(4, help="activation bits (static per tensor, asymmetric); 16 = off",
+                         ge=2, le=16)
+    kv_bits: int = option(4, help="KV-cache bits (static per KV head, asymmetric); 16 = off",
+                          ge=2, le=16)
+    weight_quantizer: str = option("rtn", help="weight rounding: round-to-nearest or GPTQ-style "
+                                   "error correction", choices=("rtn", "gptq"))
+    act_range: str = option("mse", help="how static activation/KV ranges are set from the "
+                            "calibration set", choices=("mse", "minmax"))
+    quantize_lm_head: bool = option(False, help="also quantize lm_head weights and inputs")
+    # transforms
+    residual_rotation: str = option("hadamard", help="residual rotation Q init (learnable): "
+                                    "normalised Hadamard, random orthogonal, or none",
+                                    choices=("hadamard", "random", "none"))
+    orthogonal_map: str = option("cayley", help="parametrisation that keeps Q orthogonal",
+                                 choices=("cayley", "matrix_exp"))
+    prerope: bool = option(True, help="pre-RoPE scaled-rotation transform for queries/keys")
+    value: bool = option(True, help="per-KV-head invertible value transform (v_proj/o_proj)")
+    value_init: str = option("identity", help="value transform init (hadamard = QuaRot R2)",
+                             choices=("identity", "hadamard"))
+    mlp_scale: bool = option(True, help="per-channel up/down scaling in the MLP")
+    down_hadamard: bool = option(True, help="online grouped Hadamard before down_proj")
+    dynamic_residual_scaling: bool = option(True, help="cheap dynamic per-token residual "
+                                            "scaling (1/c at o_proj/down_proj input)")
+    untie_embeddings: bool = option(False, help="untie embed_tokens and lm_head when tied "
+                                    "(the residual rotation needs untied ones)")
+    # local, data-free objective
+    local_steps: int = option(200, help="steps of the local (weight outlier) objective", ge=0)
+    local_lr: float = option(1e-2, help="AdamW learning rate of the local objective", gt=0)
+    local_p: float = option(4.0, help="p of the (mean |W|^p)^(1/p) outlier norm", ge=1)
+    # end-to-end objective
+    e2e_steps: int = option(0, help="steps of end-to-end training (quantized student vs FP "
+                            "teacher)", ge=0)
+    e2e_lr: float = option(2e-3, help="AdamW learning rate of end-to-end training", gt=0)
+    e2e_loss: str = option("kl", help="end-to-end loss: KL(teacher||student) or logit MSE",
+                           choices=("kl", "mse"))
+    e2e_batch_size: int = option(4, help="sequences per end-to-end step", ge=1)
+    e2e_recalibrate_every: int = option(20, help="recalibrate static ranges every N e2e steps",
+                                        ge=1)
+
+
+@dataclass
+class QuantizeConfig(FPTQuantConfig):
+    """The default job: a tiny Llama with injected outliers, quantized by every arm."""
+
+    model: str = option("", help="a save_pretrained folder or hub name; empty = built-in tiny "
+                        "model trained for a few seconds")
+    arms: list[str] = option(list(ARMS[:6]), help=f"arms to compare, from {', '.join(ARMS)}")
+    arch: str = option("llama", help="tiny model architecture", choices=("llama", "qwen2"))
+    hidden_size: int = option(64, help="tiny model hidden size", ge=8)
+    num_layers: int = option(2, help="tiny model layers", ge=1)
+    num_heads: int = option(4, help="tiny model attention heads", ge=1)
+    num_kv_heads: int = option(2, help="tiny model KV heads (GQA when < num_heads)", ge=1)
+    train_steps: int = option(150, help="steps to pre-train the tiny model", ge=0)
+    train_lr: float = option(3e-3, help="learning rate of the tiny model's pre-training", gt=0)
+    seq_len: int = option(64, help="tokens per sequence", ge=8)
+    outlier_strength: float = option(30.0, help="function-preserving outlier factor injected "
+                                     "into the model (0 = none)", ge=0)
+    calib_samples: int = option(8, help="calibration sequences", ge=1)
+    eval_samples: int = option(16, help="held-out sequences for perplexity/KL", ge=1)
+    smoothquant_alpha: float = option(0.5, help="SmoothQuant migration strength", ge=0, le=1)
+    e2e_steps: int = option(60, help="steps of end-to-end training (quantized student vs FP "
+                            "teacher)", ge=0)
+    local_steps: int = option(150, help="steps of the local (weight outlier) objective", ge=0)
+
+    def __post_init__(self) -> None:
+        bad = [a for a in self.arms if a not in ARMS]
+        if bad:
+            raise ValueError(f"arms {bad} unknown: use some of {', '.join(ARMS)}")
+        if not self.arms:
+            raise ValueError("arms is empty: name at least one of " + ", ".join(ARMS))
+
+
+@dataclass
+class TrainConfig(QuantizeConfig):
+    """Train the transforms (local then end-to-end) and report losses and outlier norms."""
+
+    arms: list[str] = option(["fp", "rtn", "fptquant_local", "fptquant_e2e"],
+                             help=f"arms to compare, from {', '.join(ARMS)}")
+
+
+@dataclass
+class EvaluateConfig(QuantizeConfig):
+    """Perplexity and KL-to-FP of a few arms (or of a saved quantized model)."""
+
+    arms: list[str] = option(["fp", "rtn", "fptquant_local"],
+                             help=f"arms to compare, from {', '.join(ARMS)}")
+    quantized: str = option("", help="folder written by save_quantized to evaluate instead")

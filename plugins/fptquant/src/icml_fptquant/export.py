@@ -1,0 +1,125 @@
+"""Save a merged and quantized model as a plain transformers checkpoint (weights already on the
+quantization grid, stored dequantized) plus ``fptquant.json`` with the static ranges and the
+online parts, and load it back so it runs through ``generate`` again."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from icml_fptquant.config import FPTQuantConfig
+
+META = "fptquant.json"
+
+
+def _linears(model: Any) -> dict[str, Any]:
+    from icml_fptquant.qlinear import decoder_linears
+
+    out = {f"model.{k}": v for k, v in decoder_linears(model).items()}
+    out["lm_head"] = model.lm_head
+    return out
+
+
+def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
+    """Write ``model`` (after :func:`merge_and_quantize`) to the folder ``path``."""
+    from torch.nn.utils import parametrize
+    from transformers import AutoModelForCausalLM
+
+    cfg = getattr(model, "fpt_quant_config", None)
+    if cfg is None:
+        raise ValueError("this model is not quantized: call merge_and_quantize(model, "
+                         "calibration_data, config) before save_quantized")
+    if any(parametrize.is_parametrized(m) for m in model.modules()):
+        raise ValueError("the model still has unmerged transforms: call merge_and_quantize")
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    lins = _linears(model)
+    meta: dict[str, Any] = {"config": dataclasses.asdict(cfg),
+                            "dynamic_residual_scaling": bool(getattr(model, "fpt_drs", False)),
+                            "hadamard": [], "act": {}, "kv": {}}
+    state = {}
+    qweights = {f"{n}.weight": lin.fpt_qweight for n, lin in lins.items()
+                if getattr(lin, "fpt_qweight", None) is not None}
+    for key, value in model.state_dict().items():
+        if ".act_quant." in key or ".fpt_k_quant." in key or ".fpt_v_quant." in key:
+            continue
+        state[key] = qweights.get(key, value).detach().clone()
+    for name, lin in lins.items():
+        if getattr(lin, "fpt_hadamard", None) is not None:
+            meta["hadamard"].append(name)
+        q = getattr(lin, "act_quant", None)
+        if q is not None:
+            meta["act"][name] = {"bits": q.bits, "lo": q.lo.tolist(), "hi": q.hi.tolist()}
+    for i, layer in enumerate(model.model.layers):
+        for kind in ("k", "v"):
+            q = getattr(layer.self_attn, f"fpt_{kind}_quant", None)
+            if q is not None:
+                meta["kv"][f"{i}.{kind}"] = {"bits": q.bits, "lo": q.lo.tolist(),
+                                             "hi": q.hi.tolist()}
+    config = copy.deepcopy(model.config)
+    config._attn_implementation = "sdpa"
+    plain = AutoModelForCausalLM.from_config(config).to(next(model.parameters()).dtype)
+    plain.load_state_dict(state, strict=True)
+    plain.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    (out / META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    return out
+
+
+def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
+    """Load a folder written by :func:`save_quantized`; returns ``(model, tokenizer or None)``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from icml_fptquant.qlinear import as_fpt_linear
+    from icml_fptquant.quantize import attach_quantizers
+    from icml_fptquant.residual_scaling import apply_dynamic_residual_scaling
+    from icml_fptquant.transforms import hadamard_block
+
+    folder = Path(path)
+    if not (folder / META).is_file():
+        raise ValueError(f"{str(folder)!r} has no {META}: pass a folder written by "
+                         "save_quantized")
+    meta = json.loads((folder / META).read_text(encoding="utf-8"))
+    model = AutoModelForCausalLM.from_pretrained(folder).to(device).eval()
+    try:
+        tok = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError):
+        tok = None
+    cfg = FPTQuantConfig(**meta["config"])
+    if meta["dynamic_residual_scaling"]:
+        apply_dynamic_residual_scaling(model)
+    attach_quantizers(model, cfg)
+    lins = _linears(model)
+    dtype = next(model.parameters()).dtype
+    for name in meta["hadamard"]:
+        lin = as_fpt_linear(lins[name])
+        lin.fpt_hadamard = hadamard_block(lin.in_features, dtype, device)
+    for name, lin in lins.items():
+        if hasattr(lin, "w_bits"):
+            lin.w_bits = 16  # stored weights are already on the quantization grid
+        entry = meta["act"].get(name)
+        if entry is None:
+            if hasattr(lin, "act_quant"):
+                lin.act_quant = None
+            continue
+        lin.act_quant.lo.copy_(torch.tensor(entry["lo"]))
+        lin.act_quant.hi.copy_(torch.tensor(entry["hi"]))
+        lin.act_quant.state = "quant"
+    for i, layer in enumerate(model.model.layers):
+        for kind in ("k", "v"):
+            entry = meta["kv"].get(f"{i}.{kind}")
+            q = getattr(layer.self_attn, f"fpt_{kind}_quant")
+            if entry is None:
+                setattr(layer.self_attn, f"fpt_{kind}_quant", None)
+                continue
+            q.lo.copy_(torch.tensor(entry["lo"]))
+            q.hi.copy_(torch.tensor(entry["hi"]))
+            q.state = "quant"
+    model.__dict__["fpt_quant_config"] = cfg
+    return model, tok

@@ -1,0 +1,178 @@
+"""The comparison job shared by the hooks and the benchmark: build (or load) a model, inject
+outliers, quantize it with every arm, and measure perplexity / KL / logit error / size."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from typing import Any
+
+import torch
+
+from icml_fptquant.config import FPTQuantConfig, QuantizeConfig
+
+ARM_LABELS = {"fp": "FP", "rtn": "RTN", "smoothquant": "SmoothQuant-style",
+              "quarot": "QuaRot-style", "fptquant_local": "FPTQuant-local",
+              "fptquant_e2e": "FPTQuant-end-to-end", "nf4": "NF4 weight-only"}
+
+
+def method_config(cfg: QuantizeConfig) -> FPTQuantConfig:
+    """The :class:`FPTQuantConfig` part of a job config."""
+    names = {f.name for f in dataclasses.fields(FPTQuantConfig)}
+    return FPTQuantConfig(**{k: v for k, v in dataclasses.asdict(cfg).items() if k in names})
+
+
+def build_model(cfg: QuantizeConfig, device: Any, dtype: Any, seed: int = 0,
+                progress: Any = None) -> dict[str, Any]:
+    """Model + tokenizer + (train, calib, eval) token chunks; trains the tiny model."""
+    from icml.models import byte_tokenizer, load_causal_lm, tiny_causal_lm
+    from icml_fptquant.data import pretrain, split_data, stdlib_text, token_chunks
+
+    if cfg.model:
+        model, tok = load_causal_lm(cfg.model, device=device, dtype=dtype)
+    else:
+        tok = byte_tokenizer()
+        model = tiny_causal_lm(cfg.arch, seed=seed, device=device, hidden_size=cfg.hidden_size,
+                               num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+                               num_kv_heads=cfg.num_kv_heads, vocab_size=len(tok),
+                               max_positions=max(512, cfg.seq_len))
+    chunks = token_chunks(stdlib_text(), tok, cfg.seq_len)
+    train, calib, evaluation = split_data(chunks, cfg.calib_samples, cfg.eval_samples, seed)
+    losses = []
+    if not cfg.model:
+        model = model.float()
+        losses = pretrain(model, train, cfg.train_steps, cfg.train_lr, seed=seed,
+                          progress=progress)
+        model = model.to(dtype)
+    return {"model": model.eval(), "tokenizer": tok, "train": train, "calib": calib,
+            "eval": evaluation, "pretrain_losses": losses}
+
+
+def model_bytes(model: Any, w_bits: int, weight_only_nf4: bool = False) -> int:
+    """Storage of the quantized model: decoder linears at ``w_bits`` plus an fp16 scale per
+    output channel (NF4: per 64-block), everything else at 16 bits."""
+    from icml_fptquant.qlinear import decoder_linears
+
+    lin_ids = set()
+    total = 0
+    for lin in decoder_linears(model).values():
+        lin_ids.add(id(lin.weight))
+        n = lin.weight.numel()
+        if weight_only_nf4:
+            total += n // 2 + 2 * (n // 64)
+        elif w_bits >= 16:
+            total += 2 * n
+        else:
+            total += (n * w_bits + 7) // 8 + 2 * lin.weight.shape[0]
+        if lin.bias is not None:
+            total += 2 * lin.bias.numel()
+    seen = set()
+    for p in model.parameters():
+        if id(p) in seen or id(p) in lin_ids:
+            continue
+        seen.add(id(p))
+        if not any(p is lin.bias for lin in decoder_linears(model).values()):
+            total += 2 * p.numel()
+    return total
+
+
+def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
+             progress: Any = None, log: Any = None) -> dict[str, Any]:
+    """Quantize copies of ``base["model"]`` with every arm of ``cfg.arms``; returns rows of
+    metrics and the training histories."""
+    from icml_fptquant.apply import apply_fpt_transforms
+    from icml_fptquant.baselines import apply_quarot, apply_smoothquant
+    from icml_fptquant.evaluation import compare_logits, logits_of, perplexity
+    from icml_fptquant.outliers import inject_outliers
+    from icml_fptquant.quantize import merge_and_quantize, round_weights
+    from icml_fptquant.training import max_abs_weight, optimize_e2e, optimize_local, outlier_norm
+
+    mcfg = method_config(cfg)
+    fp = base["model"]
+    inject_outliers(fp, cfg.outlier_strength, seed=seed)
+    calib, evaluation = base["calib"], base["eval"]
+    ref = logits_of(fp, evaluation)
+    ppl_fp = perplexity(fp, evaluation)
+    rows: dict[str, dict[str, float]] = {}
+    hist: dict[str, Any] = {}
+    local_state = None
+    t_local = 0.0
+
+    def finish(name: str, model: Any, t0: float, nf4: bool = False) -> None:
+        m = compare_logits(model, evaluation, ref)
+        rows[name] = {"ppl": perplexity(model, evaluation), **m,
+                      "bytes": float(model_bytes(model, mcfg.w_bits, nf4)),
+                      "seconds": time.perf_counter() - t0}
+        if log:
+            log(f"{ARM_LABELS[name]}: ppl {rows[name]['ppl']:.3f}, KL {rows[name]['kl']:.4f}")
+
+    for arm in cfg.arms:
+        t0 = time.perf_counter()
+        if arm == "fp":
+            rows["fp"] = {"ppl": ppl_fp, "kl": 0.0, "max_logit_err": 0.0,
+                          "bytes": float(model_bytes(fp, 16)), "seconds": 0.0}
+            continue
+        model = copy.deepcopy(fp)
+        if arm == "rtn":
+            merge_and_quantize(model, calib, mcfg, seed)
+        elif arm == "nf4":
+            wcfg = dataclasses.replace(mcfg, a_bits=16, kv_bits=16)
+            merge_and_quantize(model, calib, wcfg, seed)
+            round_weights(model, wcfg, method="nf4")
+            finish(arm, model, t0, nf4=True)
+            continue
+        elif arm == "smoothquant":
+            apply_smoothquant(model, calib, cfg.smoothquant_alpha)
+            merge_and_quantize(model, calib, mcfg, seed)
+        elif arm == "quarot":
+            apply_quarot(model, mcfg, seed)
+            merge_and_quantize(model, calib, mcfg, seed)
+        elif arm in ("fptquant_local", "fptquant_e2e"):
+            apply_fpt_transforms(model, mcfg, seed)
+            reused = local_state is not None
+            if not reused:
+                with torch.no_grad():
+                    before = (float(outlier_norm(model, mcfg.local_p)), max_abs_weight(model))
+                hist["local_loss"] = optimize_local(model, mcfg, progress)
+                with torch.no_grad():
+                    after = (float(outlier_norm(model, mcfg.local_p)), max_abs_weight(model))
+                hist["outlier_norm_before_after"] = [before[0], after[0]]
+                hist["max_abs_weight_before_after"] = [before[1], after[1]]
+                local_state = copy.deepcopy(model.fpt_transforms.state_dict())
+                t_local = time.perf_counter() - t0
+            else:
+                model.fpt_transforms.load_state_dict(local_state)
+            t_arm = t0 - t_local if reused else t0  # an arm's time includes the local stage
+            if arm == "fptquant_e2e":
+                h = optimize_e2e(model, calib, mcfg, seed, progress)
+                hist["e2e_loss"] = h["loss"]
+                hist["value_cond"] = h["value_cond"]
+            merge_and_quantize(model, calib, mcfg, seed)
+            finish(arm, model, t_arm)
+            continue
+        finish(arm, model, t0)
+    for r in rows.values():
+        gap = rows.get("rtn", {}).get("ppl", float("nan")) - ppl_fp
+        r["rtn_gap_closed"] = (rows["rtn"]["ppl"] - r["ppl"]) / gap if "rtn" in rows and gap > 0 \
+            else float("nan")
+    return {"rows": rows, "history": hist}
+
+
+def _num(v: float) -> Any:
+    return "" if v != v else round(v, 3)  # NaN -> empty cell
+
+
+def arm_table_rows(rows: dict[str, dict[str, float]]) -> list[list[Any]]:
+    fp_bytes = rows.get("fp", {}).get("bytes")
+    out = []
+    for name, r in rows.items():
+        out.append([ARM_LABELS[name], round(r["ppl"], 3), round(r["kl"], 4),
+                    round(r["max_logit_err"], 3), _num(r["rtn_gap_closed"]),
+                    int(r["bytes"]), round(r["bytes"] / fp_bytes, 3) if fp_bytes else "",
+                    round(r["seconds"], 2)])
+    return out
+
+
+ARM_COLUMNS = ["arm", "perplexity", "KL to FP", "max |dlogit|", "RTN gap closed", "bytes",
+               "size vs FP16", "quantize s"]

@@ -1,0 +1,110 @@
+"""Hook implementations: thin adapters from the run config to the API (light module: heavy
+imports happen inside the hooks)."""
+
+from __future__ import annotations
+
+import icml
+from icml_fptquant.config import EvaluateConfig, QuantizeConfig, TrainConfig
+
+BIBTEX = """@article{vanbreugel2025fptquant,
+  title   = {FPTQuant: Function-Preserving Transforms for LLM Quantization},
+  author  = {van Breugel, Boris and Bondarenko, Yelysei and Whatmough, Paul and Nagel, Markus},
+  journal = {arXiv preprint arXiv:2506.04985},
+  year    = {2025}
+}"""
+
+
+@icml.hookimpl
+def icml_plugin_info() -> icml.PluginInfo:
+    return icml.PluginInfo(
+        name="fptquant",
+        title="FPTQuant: Function-Preserving Transforms for LLM Quantization",
+        summary="Mergeable pre-RoPE, value, MLP and residual transforms for static W4A4KV4 LLMs",
+        paper=icml.Paper(title="FPTQuant: Function-Preserving Transforms for LLM Quantization",
+                         url="https://arxiv.org/abs/2506.04985",
+                         authors="B. van Breugel, Y. Bondarenko, P. Whatmough, M. Nagel",
+                         venue="arXiv 2025", bibtex=BIBTEX),
+        capabilities=("quantize", "train", "evaluate"),
+        configs={"quantize": QuantizeConfig, "train": TrainConfig, "evaluate": EvaluateConfig},
+    )
+
+
+def _setup(ctx: icml.RunContext, config: QuantizeConfig) -> dict:
+    from icml_fptquant.pipeline import build_model
+
+    with ctx.step("building model"):
+        return build_model(config, ctx.torch_device(), ctx.torch_dtype(), ctx.seed,
+                           progress=ctx.progress)
+
+
+def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str) -> icml.RunResult:
+    from icml.report import bar_plot, line_plot
+    from icml_fptquant.pipeline import ARM_COLUMNS, ARM_LABELS, arm_table_rows, run_arms
+
+    base = _setup(ctx, config)
+    res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info)
+    rows, hist = res["rows"], res["history"]
+    metrics: dict[str, float] = {}
+    for name, r in rows.items():
+        for k in ("ppl", "kl", "max_logit_err", "rtn_gap_closed", "bytes"):
+            if r[k] == r[k]:  # skip NaN (e.g. no RTN arm to compare with)
+                metrics[f"{name}.{k}"] = float(r[k])
+    for k in ("outlier_norm_before_after", "max_abs_weight_before_after"):
+        if k in hist:
+            metrics[f"local.{k.replace('_before_after', '')}_before"] = hist[k][0]
+            metrics[f"local.{k.replace('_before_after', '')}_after"] = hist[k][1]
+    if hist.get("value_cond"):
+        metrics["e2e.max_value_condition_number"] = max(hist["value_cond"])
+    artifacts = {}
+    p = bar_plot(ctx.path("perplexity.png"), {ARM_LABELS[n]: r["ppl"] for n, r in rows.items()},
+                 title=f"{title}: perplexity", ylabel="perplexity", logy=True)
+    if p:
+        artifacts["perplexity"] = "perplexity.png"
+    series = {}
+    if hist.get("local_loss"):
+        series["local outlier norm"] = (range(len(hist["local_loss"])), hist["local_loss"])
+    if hist.get("e2e_loss"):
+        series["end-to-end loss"] = (range(len(hist["e2e_loss"])), hist["e2e_loss"])
+    if series:
+        p = line_plot(ctx.path("training.png"), series, title="transform training",
+                      xlabel="step", logy=True)
+        if p:
+            artifacts["training"] = "training.png"
+    bits = f"W{config.w_bits}A{config.a_bits}KV{config.kv_bits}"
+    notes = (f"Static {bits} (weights per channel {config.weight_quantizer.upper()}, "
+             f"activations per tensor, KV per head, {config.act_range} ranges from "
+             f"{config.calib_samples} calibration sequences); outliers injected with strength "
+             f"{config.outlier_strength}. Quantization is simulated (fake-quant); sizes are the "
+             "packed storage the bit widths imply. 'RTN gap closed' = (ppl_RTN - ppl_arm) / "
+             "(ppl_RTN - ppl_FP).")
+    return icml.RunResult(metrics=metrics,
+                          tables=[icml.Table(f"{title} ({bits})", ARM_COLUMNS,
+                                             arm_table_rows(rows))],
+                          artifacts=artifacts, notes=notes)
+
+
+@icml.hookimpl
+def icml_quantize(ctx: icml.RunContext, config: QuantizeConfig) -> icml.RunResult:
+    return _arm_result(ctx, config, "Quantization arms")
+
+
+@icml.hookimpl
+def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
+    return _arm_result(ctx, config, "FPTQuant transform training")
+
+
+@icml.hookimpl
+def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
+    if not config.quantized:
+        return _arm_result(ctx, config, "Evaluation")
+    from icml_fptquant.data import split_data, stdlib_text, token_chunks
+    from icml_fptquant.evaluation import perplexity
+    from icml_fptquant.export import load_quantized
+
+    model, tok = load_quantized(config.quantized, device=ctx.torch_device())
+    chunks = token_chunks(stdlib_text(), tok, config.seq_len)
+    _, _, evaluation = split_data(chunks, config.calib_samples, config.eval_samples, ctx.seed)
+    ppl = perplexity(model, evaluation)
+    return icml.RunResult(metrics={"ppl": ppl},
+                          tables=[icml.Table("Saved quantized model", ["folder", "perplexity"],
+                                             [[config.quantized, round(ppl, 3)]])])

@@ -1,0 +1,177 @@
+"""Static W/A/KV quantization of a (transformed) model: attach quantizers, calibrate static
+ranges on a calibration set, round weights (RTN or GPTQ-style), and merge-and-quantize."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from icml_fptquant.arch import check_supported
+from icml_fptquant.config import FPTQuantConfig
+from icml_fptquant.qlinear import as_fpt_linear, decoder_linears, use_kv_attention
+from icml_fptquant.quantizers import (
+    ActQuantizer,
+    check_bits,
+    quantize_weight_gptq,
+    quantize_weight_nf4,
+    quantize_weight_rtn,
+)
+
+
+def as_batches(data: Any, batch_size: int = 4) -> list[torch.Tensor]:
+    """Token-id sequences as a list of ``(batch, seq)`` LongTensors; raises on empty data."""
+    if isinstance(data, torch.Tensor):
+        seqs = [data] if data.dim() == 2 else ([data.unsqueeze(0)] if data.dim() == 1 else [])
+        if data.dim() not in (1, 2):
+            raise ValueError(f"token ids must be 1-D or 2-D, got shape {tuple(data.shape)}")
+    else:
+        seqs = [torch.as_tensor(s).reshape(1, -1) if torch.as_tensor(s).dim() == 1
+                else torch.as_tensor(s) for s in (data or [])]
+    seqs = [s for s in seqs if s.numel() > 0]
+    if not seqs:
+        raise ValueError("the calibration/evaluation set is empty: pass at least one non-empty "
+                         "sequence of token ids, e.g. a (n, seq_len) LongTensor")
+    out = []
+    for s in seqs:
+        out += list(s.long().split(batch_size, dim=0))
+    return out
+
+
+def quantizers(model: Any) -> list[ActQuantizer]:
+    return [m for m in model.modules() if isinstance(m, ActQuantizer)]
+
+
+def attach_quantizers(model: Any, config: FPTQuantConfig, seed: int = 0) -> Any:
+    """Give every decoder linear a weight bit width and a static input quantizer, and every
+    attention module per-KV-head key/value quantizers (replacing any existing ones)."""
+    geo = check_supported(model)
+    for b, what in ((config.w_bits, "w_bits"), (config.a_bits, "a_bits"),
+                    (config.kv_bits, "kv_bits")):
+        check_bits(b, what)
+    lins = list(decoder_linears(model).values())
+    if config.quantize_lm_head:
+        lins.append(model.lm_head)
+    for i, lin in enumerate(lins):
+        lin = as_fpt_linear(lin)
+        lin.w_bits = config.w_bits
+        lin.fpt_qweight = None
+        lin.act_quant = (ActQuantizer(config.a_bits, method=config.act_range, seed=seed + i)
+                         if config.a_bits < 16 else None)
+    for i, layer in enumerate(model.model.layers):
+        attn = layer.self_attn
+        for name in ("fpt_k_quant", "fpt_v_quant"):
+            q = (ActQuantizer(config.kv_bits, geo.kv_heads, 1, config.act_range, seed=seed + i)
+                 if config.kv_bits < 16 else None)
+            setattr(attn, name, q)
+    use_kv_attention(model)
+    device = next(model.parameters()).device
+    for q in quantizers(model):
+        q.to(device)
+    return model
+
+
+@torch.no_grad()
+def calibrate(model: Any, calibration_data: Any, batch_size: int = 4) -> None:
+    """Set every static activation / KV range from the calibration set (min/max or MSE)."""
+    batches = as_batches(calibration_data, batch_size)
+    qs = quantizers(model)
+    for q in qs:
+        q.start_observing()
+    device = next(model.parameters()).device
+    for b in batches:
+        model(b.to(device), use_cache=False)
+    for q in qs:
+        q.finish_observing()
+
+
+@contextmanager
+def quant_disabled(model: Any) -> Iterator[None]:
+    """Temporarily run the model in full precision (quantizers off, weights unrounded)."""
+    qs = quantizers(model)
+    states = [q.state for q in qs]
+    lins = [m for m in model.modules() if hasattr(m, "w_bits") and hasattr(m, "fpt_qweight")]
+    saved = [(m.w_bits, m.fpt_qweight) for m in lins]
+    for q in qs:
+        q.state = "off"
+    for m in lins:
+        m.w_bits, m.fpt_qweight = 16, None
+    try:
+        yield
+    finally:
+        for q, s in zip(qs, states):
+            q.state = s
+        for m, (b, w) in zip(lins, saved):
+            m.w_bits, m.fpt_qweight = b, w
+
+
+@torch.no_grad()
+def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor]) -> dict:
+    hs: dict[str, torch.Tensor] = {}
+    handles = []
+    for name, lin in lins.items():
+        def hook(mod: Any, args: tuple, name: str = name) -> None:
+            x = args[0]
+            if mod.fpt_input_scale is not None:
+                x = x * mod.fpt_input_scale.to(x.dtype)
+            if mod.fpt_hadamard is not None:
+                from icml_fptquant.hadamard import apply_grouped
+
+                x = apply_grouped(x, mod.fpt_hadamard)
+            x = x.reshape(-1, x.shape[-1]).double()
+            hs[name] = hs.get(name, 0) + x.T @ x
+        handles.append(lin.register_forward_pre_hook(hook))
+    device = next(model.parameters()).device
+    try:
+        with quant_disabled(model):
+            for b in batches:
+                model(b.to(device), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return hs
+
+
+@torch.no_grad()
+def round_weights(model: Any, config: FPTQuantConfig, calibration_data: Any = None,
+                  method: str | None = None) -> None:
+    """Freeze the quantized weights (``rtn``, ``gptq`` or weight-only ``nf4``)."""
+    method = method or config.weight_quantizer
+    lins = {n: m for n, m in decoder_linears(model).items()}
+    if config.quantize_lm_head:
+        lins["lm_head"] = model.lm_head
+    if method == "gptq":
+        hs = _input_hessians(model, lins, as_batches(calibration_data))
+    for name, lin in lins.items():
+        w = lin.weight.detach()
+        if method == "rtn":
+            q = quantize_weight_rtn(w, config.w_bits)
+        elif method == "gptq":
+            q = quantize_weight_gptq(w, hs[name], config.w_bits).to(w.dtype)
+        elif method == "nf4":
+            q = quantize_weight_nf4(w)
+        else:
+            raise ValueError(f"weight method {method!r} unknown: use rtn, gptq or nf4")
+        lin.fpt_qweight = q
+
+
+def merge_and_quantize(model: Any, calibration_data: Any,
+                       config: FPTQuantConfig | None = None, seed: int = 0) -> Any:
+    """Merge every mergeable transform into the weights, then quantize statically: weights per
+    output channel (RTN or GPTQ-style), activations per tensor and the KV cache per head with
+    ranges from ``calibration_data``. In place; returns the model, which still runs through
+    ``generate``."""
+    from icml_fptquant.apply import merge_transforms
+
+    cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
+    batches = as_batches(calibration_data)
+    merge_transforms(model)
+    attach_quantizers(model, cfg, seed)
+    for q in quantizers(model):
+        q.state = "off"
+    round_weights(model, cfg, batches)
+    calibrate(model, batches)
+    model.__dict__["fpt_quant_config"] = cfg
+    return model

@@ -1,0 +1,176 @@
+"""Quantizers: per-output-channel weights (RTN, GPTQ-style, NF4), static per-tensor activations
+and static per-head KV cache, all as fake quantization with straight-through estimators."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+NF4_LEVELS = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+              -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+              0.07958029955625534, 0.16093020141124725, 0.24611230194568634,
+              0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+              0.7229568362236023, 1.0)
+
+
+def check_bits(bits: int, what: str = "bits") -> int:
+    """Validate a bit width: 2..16 (16 means no quantization)."""
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 16:
+        raise ValueError(f"{what}={bits!r} is out of range: use an integer from 2 to 16 "
+                         "(16 = keep full precision)")
+    return bits
+
+
+def round_ste(x: torch.Tensor) -> torch.Tensor:
+    """Round to nearest with a straight-through gradient (identity)."""
+    return x + (torch.round(x) - x).detach()
+
+
+def quantize_weight_rtn(w: torch.Tensor, bits: int) -> torch.Tensor:
+    """Symmetric per-output-channel (row) round-to-nearest fake quantization, STE gradient.
+    Elementwise error is at most half the row's step ``max|w_row| / (2^(bits-1) - 1)``."""
+    check_bits(bits, "w_bits")
+    if bits >= 16:
+        return w
+    qmax = 2 ** (bits - 1) - 1
+    scale = (w.abs().amax(dim=1, keepdim=True) / qmax).clamp_min(1e-12)
+    return torch.clamp(round_ste(w / scale), -qmax - 1, qmax) * scale
+
+
+def quantize_weight_nf4(w: torch.Tensor, block_size: int = 64) -> torch.Tensor:
+    """NF4 weight-only fake quantization (absmax per block of ``block_size`` inputs, the
+    bitsandbytes NormalFloat-4 code book), as a simulated reference arm."""
+    out, inn = w.shape
+    bs = block_size if inn % block_size == 0 else inn
+    blocks = w.reshape(out, inn // bs, bs)
+    absmax = blocks.abs().amax(-1, keepdim=True).clamp_min(1e-12)
+    levels = torch.tensor(NF4_LEVELS, dtype=w.dtype, device=w.device)
+    idx = (blocks / absmax).unsqueeze(-1).sub(levels).abs().argmin(-1)
+    return (levels[idx] * absmax).reshape(out, inn)
+
+
+@torch.no_grad()
+def quantize_weight_gptq(w: torch.Tensor, hessian: torch.Tensor, bits: int,
+                         damp: float = 0.01, block: int = 128) -> torch.Tensor:
+    """GPTQ-style error correction (Frantar et al. 2023): quantize columns one by one with the
+    per-row RTN grid and spread each column's error over the remaining columns with the inverse
+    Hessian ``H = X X^T`` of the layer's calibration inputs. Returns the dequantized weight."""
+    check_bits(bits, "w_bits")
+    if bits >= 16:
+        return w
+    w = w.detach().to(torch.float64).clone()
+    h = hessian.detach().to(torch.float64).clone()
+    n = w.shape[1]
+    dead = torch.diagonal(h) == 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    qmax = 2 ** (bits - 1) - 1
+    scale = (w.abs().amax(dim=1, keepdim=True) / qmax).clamp_min(1e-12)
+    h += damp * torch.diagonal(h).mean() * torch.eye(n, dtype=h.dtype, device=h.device)
+    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    q = torch.zeros_like(w)
+    for i1 in range(0, n, block):
+        i2 = min(i1 + block, n)
+        w1 = w[:, i1:i2].clone()
+        err = torch.zeros_like(w1)
+        hinv1 = hinv[i1:i2, i1:i2]
+        for i in range(i2 - i1):
+            col = w1[:, i:i + 1]
+            qc = torch.clamp(torch.round(col / scale), -qmax - 1, qmax) * scale
+            q[:, i1 + i:i1 + i + 1] = qc
+            e = (col - qc) / hinv1[i, i]
+            w1[:, i:] -= e @ hinv1[i:i + 1, i:]
+            err[:, i:i + 1] = e
+        w[:, i2:] -= err @ hinv[i1:i2, i2:]
+    return q.to(hessian.dtype if hessian.is_floating_point() else torch.float32)
+
+
+def fake_quant_asym(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+                    bits: int) -> torch.Tensor:
+    """Asymmetric uniform fake quantization of ``x`` to ``[lo, hi]`` (broadcast), STE through
+    rounding and zero gradient outside the range."""
+    levels = 2 ** bits - 1
+    scale = ((hi - lo) / levels).clamp_min(1e-12)
+    zero = torch.round(-lo / scale)
+    q = torch.clamp(round_ste(x / scale) + zero, 0, levels)
+    return (q - zero) * scale
+
+
+class ActQuantizer(nn.Module):
+    """Static asymmetric activation quantizer with ranges calibrated on data.
+
+    ``group_dim=None``: one range per tensor (activations). ``group_dim=1``: one range per
+    index of that dimension (the KV cache, shape ``(batch, kv_heads, seq, head_dim)``). States:
+    ``observe`` (record statistics, pass through), ``quant`` (fake-quantize), ``off``.
+    """
+
+    def __init__(self, bits: int, groups: int = 1, group_dim: int | None = None,
+                 method: str = "mse", max_samples: int = 1 << 15, seed: int = 0) -> None:
+        super().__init__()
+        self.bits = check_bits(bits)
+        self.group_dim = group_dim
+        self.groups = groups
+        if method not in ("mse", "minmax"):
+            raise ValueError(f"range method {method!r} unknown: use 'mse' or 'minmax'")
+        self.method = method
+        self.max_samples = max_samples
+        self.register_buffer("lo", torch.zeros(groups))
+        self.register_buffer("hi", torch.zeros(groups))
+        self.state = "off"
+        self._samples: list[torch.Tensor] = []
+        self._gen = torch.Generator().manual_seed(seed)
+
+    def _grouped(self, x: torch.Tensor) -> torch.Tensor:
+        if self.group_dim is None:
+            return x.reshape(1, -1)
+        return x.transpose(0, self.group_dim).reshape(x.shape[self.group_dim], -1)
+
+    def start_observing(self) -> None:
+        self.state, self._samples = "observe", []
+
+    def _shape(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        if self.group_dim is None:
+            return t.reshape(())
+        shape = [1] * x.dim()
+        shape[self.group_dim] = -1
+        return t.reshape(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.state == "observe":
+            g = self._grouped(x.detach()).float().cpu()
+            k = min(g.shape[1], self.max_samples)
+            idx = torch.randperm(g.shape[1], generator=self._gen)[:k]
+            self._samples.append(torch.cat([g[:, idx], g.amin(1, keepdim=True),
+                                            g.amax(1, keepdim=True)], 1))
+            return x
+        if self.state == "quant" and self.bits < 16:
+            return fake_quant_asym(x, self._shape(self.lo, x).to(x.dtype),
+                                   self._shape(self.hi, x).to(x.dtype), self.bits)
+        return x
+
+    @torch.no_grad()
+    def finish_observing(self) -> None:
+        """Set the static ranges from what was observed and switch to ``quant``."""
+        if not self._samples:
+            raise ValueError("the calibration set produced no activations: pass at least one "
+                             "non-empty sequence as calibration data")
+        s = torch.cat(self._samples, 1).double()
+        lo = s.amin(1).clamp(max=0.0)
+        hi = s.amax(1).clamp(min=0.0)
+        if self.method == "mse" and self.bits < 16:
+            best = torch.full_like(lo, math.inf)
+            blo, bhi = lo.clone(), hi.clone()
+            for r in torch.linspace(1.0, 0.2, 33, dtype=torch.float64):
+                lo_r, hi_r = lo * r, hi * r
+                fq = fake_quant_asym(s, lo_r[:, None], hi_r[:, None], self.bits)
+                err = (fq - s).pow(2).mean(1)
+                better = err < best
+                best = torch.where(better, err, best)
+                blo, bhi = torch.where(better, lo_r, blo), torch.where(better, hi_r, bhi)
+            lo, hi = blo, bhi
+        self.lo.copy_(lo.to(self.lo))
+        self.hi.copy_(hi.to(self.hi))
+        self._samples = []
+        self.state = "quant"

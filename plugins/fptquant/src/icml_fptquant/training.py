@@ -1,0 +1,104 @@
+"""The two training objectives of the transforms.
+
+* :func:`optimize_local` -- data-free: minimise ``sum_layers (mean |W~|^p)^(1/p)`` over the
+  merged weights ``W~(phi)`` of every transformed linear (AIMET defaults p = 4, AdamW lr 1e-2,
+  200 steps). Shrinks weight outliers.
+* :func:`optimize_e2e` -- end-to-end (reconstructed): the fake-quantized model (static ranges,
+  STE through rounding) is trained so its next-token distribution matches the full-precision
+  model's, ``KL(p_FP || p_quant)`` (or logit MSE). As every transform is function-preserving,
+  the teacher is the same model with quantization switched off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from icml_fptquant.apply import transform_parameters
+from icml_fptquant.config import FPTQuantConfig
+from icml_fptquant.qlinear import decoder_linears
+
+
+def outlier_norm(model: Any, p: float = 4.0) -> torch.Tensor:
+    """``sum (mean |W|^p)^(1/p)`` over the decoder linears' (merged) weights."""
+    total = 0.0
+    for lin in decoder_linears(model).values():
+        total = total + lin.weight.abs().pow(p).mean().pow(1.0 / p)
+    return total
+
+
+def max_abs_weight(model: Any) -> float:
+    return max(float(lin.weight.detach().abs().max()) for lin in decoder_linears(model).values())
+
+
+def optimize_local(model: Any, config: FPTQuantConfig | None = None,
+                   progress: Any = None) -> list[float]:
+    """Run the local, data-free objective on the transform parameters; returns the loss
+    history (first entry = before training)."""
+    cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
+    params = transform_parameters(model)
+    history = []
+    if cfg.local_steps == 0:
+        with torch.no_grad():
+            return [float(outlier_norm(model, cfg.local_p))]
+    opt = torch.optim.AdamW(params, lr=cfg.local_lr, weight_decay=0.0)
+    steps = range(cfg.local_steps)
+    for _ in (progress(steps, desc="local objective") if progress else steps):
+        loss = outlier_norm(model, cfg.local_p)
+        history.append(float(loss.detach()))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        history.append(float(outlier_norm(model, cfg.local_p)))
+    return history
+
+
+def e2e_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+             kind: str = "kl") -> torch.Tensor:
+    """KL(teacher || student) averaged over tokens, or mean squared logit error."""
+    if kind == "kl":
+        t = F.log_softmax(teacher_logits.float(), -1)
+        s = F.log_softmax(student_logits.float(), -1)
+        return (t.exp() * (t - s)).sum(-1).mean()
+    if kind == "mse":
+        return (student_logits.float() - teacher_logits.float()).pow(2).mean()
+    raise ValueError(f"e2e_loss {kind!r} unknown: use 'kl' or 'mse'")
+
+
+def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | None = None,
+                 seed: int = 0, progress: Any = None) -> dict[str, list[float]]:
+    """End-to-end training of the transforms through the fake-quantized model (STE). Attaches
+    quantizers (static ranges recalibrated every ``e2e_recalibrate_every`` steps). Returns
+    ``{"loss": [...], "value_cond": [...]}`` (max condition number of the value transforms)."""
+    from icml_fptquant.quantize import as_batches, attach_quantizers, calibrate, quant_disabled
+
+    cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
+    batches = as_batches(calibration_data, cfg.e2e_batch_size)
+    params = transform_parameters(model)
+    attach_quantizers(model, cfg, seed)
+    ops = model.fpt_transforms
+    out: dict[str, list[float]] = {"loss": [], "value_cond": []}
+    if cfg.e2e_steps == 0:
+        return out
+    opt = torch.optim.AdamW(params, lr=cfg.e2e_lr, weight_decay=0.0)
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(seed)
+    steps = range(cfg.e2e_steps)
+    for step in (progress(steps, desc="end-to-end") if progress else steps):
+        if step % cfg.e2e_recalibrate_every == 0:
+            with torch.no_grad():
+                calibrate(model, batches)
+        ids = batches[int(torch.randint(len(batches), (1,), generator=gen))].to(device)
+        with torch.no_grad(), quant_disabled(model):
+            teacher = model(ids, use_cache=False).logits
+        loss = e2e_loss(model(ids, use_cache=False).logits, teacher, cfg.e2e_loss)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        out["loss"].append(float(loss.detach()))
+        conds = [float(v.condition_numbers().max()) for v in ops.value]
+        out["value_cond"].append(max(conds) if conds else 1.0)
+    return out

@@ -1,0 +1,240 @@
+"""The function-preserving transforms (FPTs) as learnable modules, and the weight
+parametrizations that fold them into a transformers model's linears.
+
+Notation: column vectors, ``y = W x``; query head ``h`` reads KV head ``g(h) = h // n_rep``.
+
+* :class:`ResidualRotation` Q (orthogonal, Cayley or matrix-exp map around a Hadamard/random
+  init): readers ``W <- W Q^T``, writers ``W <- Q W``, embedding ``E <- E Q^T``.
+* :class:`PreRoPETransform` T_g: per KV head and RoPE pair j a scaled 2x2 rotation
+  ``s_j R(theta_j)``; keys ``W_k[g] <- T_g W_k[g]``, queries ``W_q[h] <- T_g(h)^{-T} W_q[h]``.
+  Commutes with RoPE (both are per-pair 2-D rotations/scalings), so scores are unchanged.
+* :class:`ValueTransform` M_g = R_g diag(exp(d_g)) (always invertible, cond = e^(max d - min d)):
+  ``W_v[g] <- M_g W_v[g]``, o_proj columns of head h ``<- . M_g(h)^{-1}``.
+* :class:`MLPScale` u = exp(log u): ``W_up <- diag(u) W_up``, ``W_down <- W_down diag(u)^{-1}``.
+* The online grouped Hadamard H before down_proj merges ``H^T`` into ``W_down`` (see qlinear).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from icml_fptquant.hadamard import grouped_hadamard, hadamard, random_orthogonal
+
+
+def _skew(a: torch.Tensor) -> torch.Tensor:
+    return a - a.transpose(-1, -2)
+
+
+def orthogonal_map(a: torch.Tensor, kind: str) -> torch.Tensor:
+    """An orthogonal matrix from an unconstrained square (batch of) matrix ``a``; identity at
+    ``a = 0``. ``cayley``: (I - S)^{-1}(I + S); ``matrix_exp``: exp(S), with S = a - a^T."""
+    s = _skew(a)
+    if kind == "matrix_exp":
+        return torch.linalg.matrix_exp(s)
+    if kind == "cayley":
+        eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand_as(s)
+        return torch.linalg.solve(eye - s, eye + s)
+    raise ValueError(f"orthogonal_map {kind!r} unknown: use 'cayley' or 'matrix_exp'")
+
+
+class ResidualRotation(nn.Module):
+    """Learnable d x d orthogonal Q = Q0 · ortho(A), A initialised to zero."""
+
+    def __init__(self, d: int, init: str = "hadamard", kind: str = "cayley", seed: int = 0,
+                 dtype: Any = torch.float32, device: Any = None) -> None:
+        super().__init__()
+        if init == "hadamard":
+            q0 = grouped_hadamard(d, dtype, device)
+        elif init == "random":
+            q0 = random_orthogonal(d, seed, dtype, device)
+        else:
+            raise ValueError(f"residual rotation init {init!r} unknown: use 'hadamard' or "
+                             "'random'")
+        self.kind = kind
+        self.register_buffer("q0", q0)
+        self.a = nn.Parameter(torch.zeros(d, d, dtype=dtype, device=device))
+
+    def matrix(self) -> torch.Tensor:
+        return self.q0 @ orthogonal_map(self.a, self.kind)
+
+
+class PreRoPETransform(nn.Module):
+    """Per KV head g and RoPE pair j (channels j and j + head_dim/2, transformers' half-split
+    convention) the complex factor ``exp(sigma) * exp(i theta)``."""
+
+    def __init__(self, kv_heads: int, head_dim: int, dtype: Any = torch.float32,
+                 device: Any = None) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.theta = nn.Parameter(torch.zeros(kv_heads, head_dim // 2, dtype=dtype,
+                                              device=device))
+        self.log_scale = nn.Parameter(torch.zeros(kv_heads, head_dim // 2, dtype=dtype,
+                                                  device=device))
+
+    def _blocks(self, scale: torch.Tensor) -> torch.Tensor:
+        c, s = torch.cos(self.theta) * scale, torch.sin(self.theta) * scale
+        top = torch.cat([torch.diag_embed(c), torch.diag_embed(-s)], -1)
+        bottom = torch.cat([torch.diag_embed(s), torch.diag_embed(c)], -1)
+        return torch.cat([top, bottom], -2)
+
+    def key_matrices(self) -> torch.Tensor:
+        """T_g, shape (kv_heads, head_dim, head_dim)."""
+        return self._blocks(torch.exp(self.log_scale))
+
+    def query_matrices(self) -> torch.Tensor:
+        """T_g^{-T}: the same rotation with scale exp(-sigma)."""
+        return self._blocks(torch.exp(-self.log_scale))
+
+
+class ValueTransform(nn.Module):
+    """Per KV head M_g = R0 · ortho(A_g) · diag(exp(d_g)), invertible by construction."""
+
+    def __init__(self, kv_heads: int, head_dim: int, init: str = "identity",
+                 kind: str = "cayley", dtype: Any = torch.float32, device: Any = None) -> None:
+        super().__init__()
+        if init == "identity":
+            r0 = torch.eye(head_dim, dtype=dtype, device=device)
+        elif init == "hadamard":
+            r0 = grouped_hadamard(head_dim, dtype, device)
+        else:
+            raise ValueError(f"value_init {init!r} unknown: use 'identity' or 'hadamard'")
+        self.kind = kind
+        self.register_buffer("r0", r0)
+        self.a = nn.Parameter(torch.zeros(kv_heads, head_dim, head_dim, dtype=dtype,
+                                          device=device))
+        self.log_diag = nn.Parameter(torch.zeros(kv_heads, head_dim, dtype=dtype,
+                                                 device=device))
+
+    def rotation(self) -> torch.Tensor:
+        return self.r0 @ orthogonal_map(self.a, self.kind)
+
+    def matrices(self) -> torch.Tensor:
+        return self.rotation() * torch.exp(self.log_diag).unsqueeze(-2)
+
+    def inverses(self) -> torch.Tensor:
+        return torch.exp(-self.log_diag).unsqueeze(-1) * self.rotation().transpose(-1, -2)
+
+    def condition_numbers(self) -> torch.Tensor:
+        d = self.log_diag.detach()
+        return torch.exp(d.amax(-1) - d.amin(-1))
+
+
+class MLPScale(nn.Module):
+    """Per intermediate channel scale u = exp(log_u)."""
+
+    def __init__(self, ffn: int, dtype: Any = torch.float32, device: Any = None) -> None:
+        super().__init__()
+        self.log_u = nn.Parameter(torch.zeros(ffn, dtype=dtype, device=device))
+
+    def scale(self) -> torch.Tensor:
+        return torch.exp(self.log_u)
+
+
+# --- parametrizations: functions of the original weight (or bias) -------------------------
+
+class ReaderRotation(nn.Module):
+    """weight ``(out, d) -> W Q^T`` (also the embedding ``E Q^T``)."""
+
+    def __init__(self, rot: ResidualRotation) -> None:
+        super().__init__()
+        self.rot = rot
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return w @ self.rot.matrix().T.to(w.dtype)
+
+
+class WriterRotation(nn.Module):
+    """weight ``(d, in) -> Q W``; bias ``(d,) -> Q b``."""
+
+    def __init__(self, rot: ResidualRotation) -> None:
+        super().__init__()
+        self.rot = rot
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        q = self.rot.matrix().to(w.dtype)
+        return q @ w if w.dim() == 2 else q @ w
+
+
+class HeadLeft(nn.Module):
+    """Left-multiply each head's block of rows (or bias entries) by a per-KV-head matrix."""
+
+    def __init__(self, source: nn.Module, which: str, heads: int, n_rep: int) -> None:
+        super().__init__()
+        self.source = source
+        self.which = which
+        self.register_buffer("index", torch.arange(heads) // n_rep, persistent=False)
+
+    def mats(self) -> torch.Tensor:
+        if self.which == "query":
+            return self.source.query_matrices()
+        if self.which == "key":
+            return self.source.key_matrices()
+        return self.source.matrices()
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        m = self.mats().to(w.dtype)[self.index]
+        h, dh = m.shape[0], m.shape[1]
+        if w.dim() == 1:
+            return (m @ w.reshape(h, dh, 1)).reshape(-1)
+        return (m @ w.reshape(h, dh, -1)).reshape(w.shape)
+
+
+class OProjValueInverse(nn.Module):
+    """o_proj weight ``(d, heads*head_dim)``: columns of head h right-multiplied by
+    ``M_g(h)^{-1}``."""
+
+    def __init__(self, value: ValueTransform, heads: int, n_rep: int) -> None:
+        super().__init__()
+        self.value = value
+        self.register_buffer("index", torch.arange(heads) // n_rep, persistent=False)
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        minv = self.value.inverses().to(w.dtype)[self.index]
+        d = w.shape[0]
+        h, dh = minv.shape[0], minv.shape[1]
+        return torch.einsum("ohj,hjk->ohk", w.reshape(d, h, dh), minv).reshape(d, h * dh)
+
+
+class RowScale(nn.Module):
+    """up_proj weight rows (or bias) times u."""
+
+    def __init__(self, mlp: MLPScale) -> None:
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        u = self.mlp.scale().to(w.dtype)
+        return w * (u.unsqueeze(1) if w.dim() == 2 else u)
+
+
+class ColInverseScale(nn.Module):
+    """down_proj weight columns divided by u."""
+
+    def __init__(self, mlp: MLPScale) -> None:
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return w / self.mlp.scale().to(w.dtype).unsqueeze(0)
+
+
+class ColHadamard(nn.Module):
+    """down_proj weight ``W -> W H^T`` for the online Hadamard ``x -> H x`` on its input."""
+
+    def __init__(self, block: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("block", block)
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        from icml_fptquant.hadamard import apply_grouped
+
+        return apply_grouped(w, self.block)
+
+
+def hadamard_block(n: int, dtype: Any, device: Any) -> torch.Tensor:
+    from icml_fptquant.hadamard import largest_pow2_divisor
+
+    return hadamard(largest_pow2_divisor(n), dtype, device)

@@ -1,0 +1,136 @@
+"""Baselines, outlier injection, bad input, save/load, the user-model path and the claim."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from icml_fptquant import (
+    FPTQuantConfig,
+    apply_fpt_transforms,
+    apply_quarot,
+    apply_smoothquant,
+    inject_outliers,
+    merge_and_quantize,
+    perplexity,
+)
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids, use_cache=False).logits
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_baselines_and_outliers_preserve_function(tiny_model, ids, arch):
+    model = tiny_model(arch)
+    ref = _logits(model, ids)
+    inject_outliers(model, 30.0)
+    assert model.model.layers[0].input_layernorm.weight.max() > 20
+    assert (_logits(model, ids) - ref).abs().max() < 1e-10
+    sq = apply_smoothquant(copy.deepcopy(model), ids, alpha=0.5)
+    assert (_logits(sq, ids) - ref).abs().max() < 1e-10
+    assert sq.model.layers[0].input_layernorm.weight.max() < 20  # outliers migrated
+    qr = apply_quarot(copy.deepcopy(model))
+    assert (_logits(qr, ids) - ref).abs().max() < 1e-10
+
+
+def test_unsupported_architecture(tiny_model):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50))
+    with pytest.raises(ValueError, match="llama, qwen2"):
+        apply_fpt_transforms(gpt2)
+
+
+def test_tied_embeddings_need_untying(tiny_model, ids):
+    model = tiny_model("qwen2")
+    model.lm_head.weight = model.model.embed_tokens.weight
+    ref = _logits(model, ids)
+    with pytest.raises(ValueError, match="untie_embeddings=True"):
+        apply_fpt_transforms(copy.deepcopy(model))
+    apply_fpt_transforms(model, FPTQuantConfig(untie_embeddings=True))
+    assert (_logits(model, ids) - ref).abs().max() < 1e-10
+
+
+def test_bad_bits_and_empty_calibration(tiny_model, ids):
+    from icml_fptquant import QuantizeConfig
+
+    from icml.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match="a_bits"):
+        build_config(QuantizeConfig, {}, ["a_bits=1"])
+    with pytest.raises(ConfigError, match="arms"):
+        build_config(QuantizeConfig, {}, ["arms=rtn,gptq9"])
+    model = tiny_model("llama")
+    with pytest.raises(ValueError, match="out of range"):
+        merge_and_quantize(model, ids, dataclasses.replace(FPTQuantConfig(), w_bits=1))
+    with pytest.raises(ValueError, match="calibration/evaluation set is empty"):
+        merge_and_quantize(model, [], FPTQuantConfig())
+
+
+def test_residual_scaling_refuses_biased_o_proj(tiny_model):
+    model = tiny_model("llama", attention_bias=True)
+    with pytest.raises(ValueError, match="bias"):
+        apply_fpt_transforms(model, FPTQuantConfig())
+    model = tiny_model("llama", attention_bias=True)
+    apply_fpt_transforms(model, FPTQuantConfig(dynamic_residual_scaling=False))
+
+
+def test_value_transform_stays_invertible_through_e2e(tiny_model, ids):
+    from icml_fptquant import optimize_e2e
+
+    model = tiny_model("llama").float()
+    cfg = FPTQuantConfig(local_steps=0, e2e_steps=12, e2e_lr=0.05, e2e_recalibrate_every=4)
+    apply_fpt_transforms(model, cfg)
+    hist = optimize_e2e(model, ids, cfg)
+    assert len(hist["loss"]) == 12 and all(torch.isfinite(torch.tensor(hist["loss"])))
+    for v in model.fpt_transforms.value:
+        assert v.log_diag.abs().max() > 1e-4  # it was trained
+        eye = torch.eye(v.r0.shape[0]).expand(v.a.shape)
+        assert (v.matrices() @ v.inverses() - eye).abs().max() < 1e-4
+    assert max(hist["value_cond"]) < 1e3
+
+
+def test_quantized_model_saves_loads_and_generates(tiny_model, ids, tmp_path):
+    from icml_fptquant import load_quantized, optimize_local, save_quantized
+
+    model = tiny_model("qwen2").float()
+    inject_outliers(model, 10.0)
+    cfg = FPTQuantConfig(local_steps=5, weight_quantizer="gptq")
+    apply_fpt_transforms(model, cfg)
+    optimize_local(model, cfg)
+    merge_and_quantize(model, ids, cfg)
+    out = _logits(model, ids)
+    save_quantized(model, tmp_path / "q")
+    loaded, _ = load_quantized(tmp_path / "q")
+    assert (_logits(loaded, ids) - out).abs().max() < 1e-4
+    a = model.generate(ids[:, :4], max_new_tokens=5, do_sample=False)
+    b = loaded.generate(ids[:, :4], max_new_tokens=5, do_sample=False)
+    assert a.shape == (2, 9) and torch.equal(a, b)
+
+
+def test_user_model_path_and_claim(tmp_path):
+    """A model saved with save_pretrained loads through `model=`; on the outlier model at
+    W4A4KV4 FPTQuant closes more than half of RTN's perplexity gap and beats QuaRot-style."""
+    from icml_fptquant import QuantizeConfig
+    from icml_fptquant.pipeline import build_model, run_arms
+
+    from icml.models import byte_tokenizer
+
+    cfg = QuantizeConfig(arms=["fp", "rtn", "quarot", "fptquant_local"], train_steps=120,
+                         local_steps=60, calib_samples=4, eval_samples=8, seq_len=48)
+    base = build_model(cfg, "cpu", torch.float32, seed=0)
+    base["model"].save_pretrained(tmp_path / "m")
+    byte_tokenizer().save_pretrained(tmp_path / "m")
+    user = dataclasses.replace(cfg, model=str(tmp_path / "m"))
+    loaded = build_model(user, "cpu", torch.float32, seed=0)
+    assert torch.equal(loaded["eval"], base["eval"])
+    rows = run_arms(user, loaded, seed=0)["rows"]
+    fp, rtn = rows["fp"]["ppl"], rows["rtn"]["ppl"]
+    assert rtn > 1.5 * fp  # the outlier model really hurts RTN
+    assert rows["fptquant_local"]["rtn_gap_closed"] > 0.5
+    assert rows["fptquant_local"]["ppl"] < rows["quarot"]["ppl"]
+    assert perplexity(loaded["model"], loaded["eval"]) == pytest.approx(fp, rel=1e-6)

@@ -1,0 +1,92 @@
+"""Quantizers: error bounds, STE gradients, per-head shapes, GPTQ vs RTN, bad bit widths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from icml_fptquant.quantizers import (
+    NF4_LEVELS,
+    ActQuantizer,
+    check_bits,
+    fake_quant_asym,
+    quantize_weight_gptq,
+    quantize_weight_nf4,
+    quantize_weight_rtn,
+)
+
+GEN = torch.Generator().manual_seed(0)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_rtn_error_at_most_half_step(bits):
+    w = torch.randn(16, 40, generator=GEN, dtype=torch.float64)
+    q = quantize_weight_rtn(w, bits)
+    step = w.abs().amax(1, keepdim=True) / (2 ** (bits - 1) - 1)
+    assert ((q - w).abs() <= step / 2 + 1e-12).all()
+    levels = torch.round(q / step)
+    assert torch.allclose(levels * step, q) and levels.abs().max() <= 2 ** (bits - 1)
+
+
+def test_ste_gradient_is_identity():
+    w = torch.randn(4, 8, generator=GEN, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(8, generator=GEN, dtype=torch.float64)
+    lo, hi = torch.tensor(-10.0, dtype=torch.float64), torch.tensor(10.0, dtype=torch.float64)
+    (fake_quant_asym(x * w, lo, hi, 4).sum()).backward()
+    assert torch.allclose(w.grad, x.expand_as(w))
+
+
+def test_asym_error_bound_and_clipping():
+    x = torch.linspace(-3, 5, 1001, dtype=torch.float64)
+    lo, hi = torch.tensor(-2.0, dtype=torch.float64), torch.tensor(4.0, dtype=torch.float64)
+    q = fake_quant_asym(x, lo, hi, 4)
+    step = 6.0 / 15
+    inside = (x >= -2) & (x <= 4)
+    assert ((q - x).abs()[inside] <= step / 2 + step * 1e-9 + 1e-12).all()
+    assert q.max() <= 4 + step and q.min() >= -2 - step
+    assert len(torch.unique(q)) <= 16
+
+
+def test_act_quantizer_per_head_ranges_and_mse_beats_minmax():
+    x = torch.randn(2, 3, 50, 8, generator=GEN)
+    x[:, 1] *= 10
+    x[0, 2, 0, 0] = 60.0  # one outlier
+    errs = {}
+    for method in ("minmax", "mse"):
+        q = ActQuantizer(4, groups=3, group_dim=1, method=method)
+        q.start_observing()
+        assert torch.equal(q(x), x)
+        q.finish_observing()
+        assert q.lo.shape == (3,) and (q.hi[1] > 5 * q.hi[0])
+        errs[method] = float((q(x) - x).pow(2).mean())
+    assert errs["mse"] < errs["minmax"]
+
+
+def test_gptq_beats_rtn_on_correlated_inputs():
+    x = torch.randn(512, 32, generator=GEN, dtype=torch.float64) @ \
+        torch.randn(32, 32, generator=GEN, dtype=torch.float64)
+    w = torch.randn(24, 32, generator=GEN, dtype=torch.float64)
+    h = x.T @ x
+    e_rtn = (x @ (quantize_weight_rtn(w, 3) - w).T).pow(2).mean()
+    e_gptq = (x @ (quantize_weight_gptq(w, h, 3, block=8) - w).T).pow(2).mean()
+    assert e_gptq < 0.8 * e_rtn
+
+
+def test_nf4_uses_the_code_book():
+    w = torch.randn(4, 128, generator=GEN)
+    q = quantize_weight_nf4(w)
+    absmax = w.reshape(4, 2, 64).abs().amax(-1, keepdim=True)
+    codes = (q.reshape(4, 2, 64) / absmax).unsqueeze(-1)
+    assert (codes - torch.tensor(NF4_LEVELS)).abs().amin(-1).max() < 1e-6
+
+
+@pytest.mark.parametrize("bits", [1, 17, 0, 4.0, True])
+def test_bits_out_of_range(bits):
+    with pytest.raises(ValueError, match="out of range"):
+        check_bits(bits)
+
+
+def test_empty_calibration_rejected():
+    q = ActQuantizer(4)
+    q.start_observing()
+    with pytest.raises(ValueError, match="no activations"):
+        q.finish_observing()
