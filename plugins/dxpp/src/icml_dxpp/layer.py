@@ -77,7 +77,7 @@ class LayerOptions:
 def _options(**kw: Any) -> LayerOptions:
     pen_keys = {f for f in PenaltyOptions.__dataclass_fields__}
     pen = {k: kw.pop(k) for k in list(kw) if k in pen_keys}
-    unknown = set(kw) - set(LayerOptions.__dataclass_fields__) - {"penalty"}
+    unknown = set(kw) - (set(LayerOptions.__dataclass_fields__) - {"penalty"})
     if unknown:
         allowed = sorted(pen_keys | set(LayerOptions.__dataclass_fields__) - {"penalty"})
         raise TypeError(f"unknown option(s) {sorted(unknown)}: allowed are {allowed}")
@@ -223,8 +223,7 @@ def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
     ``recover_duals`` ('auto' | 'always' | 'never'),
     ``check_inputs`` (True), ``solver_options`` (dict passed to the backend).
     """
-    opts = options.pop("_opts", None) or _options(**options)
-    return _solve(opts, Q, q, G, h, A, b)
+    return _solve(_options(**options), Q, q, G, h, A, b)
 
 
 def _solve(opts: LayerOptions, Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None,
