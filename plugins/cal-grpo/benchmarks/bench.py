@@ -51,6 +51,26 @@ def table1(groups: int) -> None:
                   f"{r['rel_variance']:.3f} |")
 
 
+def table1b(groups: int) -> None:
+    from icml_cal_grpo.tabular import monte_carlo_estimator
+
+    env = probe_env()
+    tr = enumerate_trajectories(env, 3)
+    logits = torch.zeros((tr.n_states, tr.n_arms), dtype=torch.float64)
+    print(f"\n#### CAL / trajectory-GRPO variance ratio vs group size (uniform policy, paired "
+          f"samples, {groups} groups)\n")
+    print("| G | 2 | 3 | 4 | 6 | 8 | 16 |")
+    print("|---|---|---|---|---|---|---|")
+    cells = []
+    for g in (2, 3, 4, 6, 8, 16):
+        v = {}
+        for mode in ("trajectory", "cal"):
+            gen = torch.Generator().manual_seed(1)   # same groups for both estimators
+            _, v[mode] = monte_carlo_estimator(logits, env, tr, g, groups, gen, mode=mode)
+        cells.append(f"{float(v['cal'] / v['trajectory']):.3f}")
+    print("| var(CAL) / var(trajectory) | " + " | ".join(cells) + " |")
+
+
 def _make(seed: int):
     from icml.models import byte_tokenizer, tiny_causal_lm
 
@@ -139,6 +159,7 @@ def main() -> None:
     with torch_threads(1):
         t0 = time.perf_counter()
         table1(a.groups)
+        table1b(a.groups)
         table2(a.seeds, a.steps)
         table3(a.trl_seeds, a.trl_steps)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s, torch {torch.__version__}")

@@ -187,3 +187,20 @@ def test_probe_env_values():
     probe[:, 2] = 50.0
     probe[0, :] = torch.tensor([-50.0, 50.0, -50.0])
     assert float(exact_objective(probe, tr)) == pytest.approx(0.99, abs=1e-9)
+
+
+def test_cal_variance_vs_trajectory(probe_tr, rand_logits):
+    """G=2: CAL and trajectory GRPO coincide exactly. G=8: CAL's variance is lower (paired
+    samples, same groups for both)."""
+    from icml_cal_grpo.tabular import monte_carlo_estimator
+
+    m_c, v_c = expected_estimator(rand_logits, probe_tr, 2, mode="cal")
+    m_t, v_t = expected_estimator(rand_logits, probe_tr, 2, mode="trajectory")
+    assert float(v_c) == pytest.approx(float(v_t), rel=1e-12)
+    env = probe_env()
+    uniform = torch.zeros_like(rand_logits)
+    var = {}
+    for mode in ("cal", "trajectory"):
+        g = torch.Generator().manual_seed(0)
+        _, var[mode] = monte_carlo_estimator(uniform, env, probe_tr, 8, 4000, g, mode=mode)
+    assert float(var["cal"]) < 0.985 * float(var["trajectory"])

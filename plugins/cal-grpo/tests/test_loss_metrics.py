@@ -74,3 +74,38 @@ def test_ver_at_k_nondecreasing_on_random_rollouts():
     r = (torch.rand(200, 5, generator=g) < 0.2).float()
     vk = [verification_at_k(r, k=k) for k in range(1, 6)]
     assert all(a <= b for a, b in zip(vk, vk[1:], strict=False)) and vk[-1] > vk[0]
+
+
+def test_model_logits_for_prompt_and_feedback_tokens_get_zero_gradient(tok):
+    """Through a real model: the loss's gradient w.r.t. the logits that predict prompt,
+    feedback or padding tokens is exactly zero."""
+    from icml_cal_grpo import attempt_advantages, multi_attempt_rollout, token_advantages
+    from icml_cal_grpo.loss import sequence_logprobs
+    from icml_cal_grpo.rollout import MultiAttemptConfig
+
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm("qwen2", seed=0, hidden_size=32)
+    cfg = MultiAttemptConfig(max_attempts=3, feedback=" wrong ", max_attempt_tokens=3,
+                             on_length="verify")
+    calls = iter(range(10_000))
+    b = multi_attempt_rollout(model, tok, ["q: ", "longer q: "],
+                              lambda p, a, e: next(calls) % 3 == 2, cfg, num_generations=4)
+    adv = attempt_advantages(b.rewards, b.reached, group_size=4)
+    assert float(adv.abs().sum()) > 0
+    kept = {}
+
+    def keep(module, args, out):
+        out.retain_grad()
+        kept["o"] = out
+
+    h = model.lm_head.register_forward_hook(keep)
+    logps = sequence_logprobs(model, b.input_ids, b.attention_mask)
+    h.remove()
+    mask = b.attempt_index[:, 1:] >= 0
+    loss, _ = clipped_pg_loss(logps, logps.detach(), token_advantages(adv, b.attempt_index)[:, 1:],
+                              mask)
+    loss.backward()
+    g = kept["o"].grad[:, :-1]                      # logits at t predict token t+1
+    assert float(g[~mask].abs().max()) == 0.0
+    assert float(g[mask].abs().max()) > 0.0

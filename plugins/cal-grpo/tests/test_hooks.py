@@ -1,0 +1,50 @@
+"""Hooks with a user verifier given as 'module:function', and the README example."""
+
+import pytest
+
+from icml.models import byte_tokenizer, tiny_causal_lm
+from icml.runner import RunFailed, run
+
+VERIFIER_SRC = '''
+def check(prompt, attempt, earlier):
+    return len(earlier) == 1   # the second attempt always passes
+
+
+def not_bool(prompt, attempt, earlier):
+    return 1
+'''
+
+
+def test_infer_with_user_verifier(tmp_path, monkeypatch):
+    (tmp_path / "calgrpo_user_checks.py").write_text(VERIFIER_SRC)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    res = run("cal-grpo", "infer", overrides=["verifier=calgrpo_user_checks:check",
+                                              'prompts=["ab", "cd"]', "max_attempt_tokens=3",
+                                              "on_length=verify", "num_generations=2"],
+              out=tmp_path / "o", device="cpu", show_progress=False)
+    assert res.metrics["ver@1"] == 0.0 and res.metrics["ver@2"] == 1.0
+    assert res.metrics["mean_attempts"] == 2.0
+    with pytest.raises(RunFailed, match="must return True or False"):
+        run("cal-grpo", "infer", overrides=["verifier=calgrpo_user_checks:not_bool",
+                                            'prompts=["ab"]', "on_length=verify"],
+            out=tmp_path / "o2", device="cpu", show_progress=False)
+
+
+@pytest.mark.parametrize("spec, match", [("nomodule_xyz:f", "cannot import"),
+                                         ("justaname", "module:function")])
+def test_bad_verifier_spec_is_named(tmp_path, spec, match):
+    with pytest.raises(RunFailed, match=match):
+        run("cal-grpo", "evaluate", overrides=[f"verifier={spec}", 'prompts=["x"]'],
+            out=tmp_path / "o", device="cpu", show_progress=False)
+
+
+def test_readme_example_runs():
+    from icml_cal_grpo import MultiAttemptConfig, attempt_advantages, multi_attempt_rollout
+
+    model, tokenizer = tiny_causal_lm("llama", seed=0, hidden_size=32), byte_tokenizer()
+    batch = multi_attempt_rollout(model, tokenizer, ["2+2="],
+                                  lambda p, a, earlier: a.strip() == "4",
+                                  MultiAttemptConfig(max_attempts=3, max_attempt_tokens=4),
+                                  num_generations=8)
+    adv = attempt_advantages(batch.rewards, batch.reached, group_size=8, mode="cal")
+    assert adv.shape == (8, 3) and bool(batch.reached[:, 0].all())
