@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from icml import option
+from icml_beyond_nll.objectives import parse_objectives
 
 NORMALIZE = ("kept", "valid", "num_items", "sum")
 ALL_OBJECTIVES = ("logp,p,GeneralFamily-10,OnlyTopP-0.1,OnlyBottomP-0.5,OnlyTopLogP-0.1,"
@@ -42,6 +43,13 @@ class TrainConfig:
     hidden_size: int = option(64, help="built-in model width", ge=8)
     num_layers: int = option(2, help="built-in model depth", ge=1)
 
+    def __post_init__(self) -> None:
+        _check_objectives(self.objectives)
+        items = [s.strip() for s in self.regimes.split(",") if s.strip()]
+        if not items or any(s not in ("strong", "weak") for s in items):
+            raise ValueError(f"regimes={self.regimes!r}: use a comma-separated subset of "
+                             "strong, weak")
+
 
 @dataclass
 class EvaluateConfig:
@@ -59,6 +67,10 @@ class EvaluateConfig:
     noise: float = option(0.3, help="strong regime label noise (as in train)", ge=0, le=1)
     tail: int = option(0, help="strong regime random tail length (as in train)", ge=0)
 
+    def __post_init__(self) -> None:
+        if self.weak_at > self.strong_at:
+            raise ValueError(f"weak_at ({self.weak_at}) must be <= strong_at ({self.strong_at})")
+
 
 @dataclass
 class DifferentiateConfig:
@@ -68,3 +80,13 @@ class DifferentiateConfig:
                            ge=1)
     scale: float = option(4.0, help="std of the random logits (spreads p over (0, 1))", gt=0)
     grid: int = option(200, help="points of the W(p) curve plot", ge=2)
+
+    def __post_init__(self) -> None:
+        _check_objectives(self.objectives)
+
+
+def _check_objectives(text: str) -> None:
+    try:
+        parse_objectives(text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"objectives: {exc}") from None

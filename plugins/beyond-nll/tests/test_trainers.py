@@ -1,0 +1,174 @@
+"""Integration: HF Trainer (compute_loss_func and subclass), TRL SFTTrainer, accelerate loop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from icml_beyond_nll import (
+    ProbObjectiveLoss,
+    make_trainer,
+    prob_objective_loss,
+    train_loop,
+)
+
+
+def _batch(seed=0, n=4, t=12, v=64):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, v, (n, t), generator=g)
+    labels = ids.clone()
+    labels[:, :4] = -100
+    attn = torch.ones_like(ids)
+    attn[0, -3:] = 0
+    labels[0, -3:] = -100
+    return {"input_ids": ids, "attention_mask": attn, "labels": labels}
+
+
+def _args(tmp_path, **kw):
+    from transformers import TrainingArguments
+
+    base = {"output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 4,
+            "report_to": [], "use_cpu": True, "save_strategy": "no", "logging_steps": 1,
+            "disable_tqdm": True, "max_steps": 2, "learning_rate": 1e-3, "seed": 0}
+    base.update(kw)
+    return TrainingArguments(**base)
+
+
+@pytest.mark.parametrize("key", ["logp", "p", "GeneralFamily-10", "OnlyTopP-0.05"])
+def test_trainer_paths_and_plain_loop_give_the_same_loss(tiny_llama, tmp_path, key):
+    from transformers import Trainer
+
+    batch = _batch()
+    plain = prob_objective_loss(tiny_llama(input_ids=batch["input_ids"],
+                                           attention_mask=batch["attention_mask"]).logits,
+                                batch["labels"], key)
+    t1 = Trainer(model=tiny_llama, args=_args(tmp_path),
+                 compute_loss_func=ProbObjectiveLoss(key))
+    t2 = make_trainer(key, model=tiny_llama, args=_args(tmp_path))
+    with torch.no_grad():
+        a = t1.compute_loss(tiny_llama, dict(batch), num_items_in_batch=torch.tensor(30))
+        b = t2.compute_loss(tiny_llama, dict(batch), num_items_in_batch=torch.tensor(30))
+    assert torch.allclose(a, plain, atol=1e-6) and torch.allclose(b, plain, atol=1e-6)
+
+
+def test_subclass_reproduces_official_gradient_accumulation(tiny_llama, tmp_path):
+    """With GA=2 the subclass's accumulated gradient is the mean of the two micro-batches'
+    "kept"-normalised gradients, as in the paper's trainer."""
+    import copy
+
+    b1, b2 = _batch(1), _batch(2)
+    ref = copy.deepcopy(tiny_llama)
+    for b in (b1, b2):
+        out = ref(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+        (prob_objective_loss(out.logits, b["labels"], "OnlyTopP-0.01") / 2).backward()
+    trainer = make_trainer("OnlyTopP-0.01", model=tiny_llama,
+                           args=_args(tmp_path, gradient_accumulation_steps=2))
+    trainer.current_gradient_accumulation_steps = 2
+    for b in (b1, b2):
+        trainer.training_step(tiny_llama, dict(b), num_items_in_batch=torch.tensor(50))
+    assert trainer.loss_is_scaled_for_ga is False
+    for (n, p), q in zip(tiny_llama.named_parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6), n
+
+
+def test_hf_trainer_trains(tiny_llama, tmp_path):
+    from datasets import Dataset
+
+    rows = [{k: v.tolist() for k, v in _batch(i, n=1).items()} for i in range(8)]
+    ds = Dataset.from_list([{k: v[0] for k, v in r.items()} for r in rows])
+    trainer = make_trainer("GeneralFamily-2", model=tiny_llama, args=_args(tmp_path),
+                           train_dataset=ds)
+    out = trainer.train()
+    assert out.global_step == 2 and torch.isfinite(torch.tensor(out.training_loss))
+
+
+def test_trl_sft_trainer_with_the_objective(tok, tmp_path):
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from icml_beyond_nll import sft_trainer_class
+    from trl import SFTConfig, SFTTrainer
+
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm("qwen2", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1)
+    ds = Dataset.from_list([{"prompt": f"A{i:04d}=", "completion": f"{(i * 7) % 10000:04d}"}
+                            for i in range(16)])
+    cfg = SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=2, per_device_train_batch_size=4,
+                    report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+                    learning_rate=1e-3, logging_steps=1)
+    trainer = sft_trainer_class()(objective="p", model=model, args=cfg, train_dataset=ds,
+                                  processing_class=tok)
+    assert isinstance(trainer, SFTTrainer)
+    out = trainer.train()
+    assert out.global_step == 2 and torch.isfinite(torch.tensor(out.training_loss))
+    # and the plain compute_loss_func route gives the same loss as the subclass on one batch
+    batch = next(iter(trainer.get_train_dataloader()))
+    fn_trainer = SFTTrainer(model=model, args=cfg, train_dataset=ds, processing_class=tok,
+                            compute_loss_func=ProbObjectiveLoss("p"))
+    with torch.no_grad():
+        a = trainer.compute_loss(model, dict(batch))
+        b = fn_trainer.compute_loss(model, dict(batch))
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_plain_loop_lowers_the_loss(tiny_llama):
+    batch = _batch(3)
+    res = train_loop(tiny_llama, [batch], "p", steps=15, lr=3e-3, cpu=True, warmup_ratio=0.0)
+    assert res.steps == 15 and res.losses[-1] < res.losses[0]
+
+
+def test_plain_loop_bad_input(tiny_llama):
+    with pytest.raises(ValueError, match="empty"):
+        train_loop(tiny_llama, [], "p", steps=1, cpu=True)
+    with pytest.raises(ValueError, match="valid keys"):
+        train_loop(tiny_llama, [_batch()], "focal", steps=1, cpu=True)
+
+
+WORKER = textwrap.dedent('''
+    import json, sys, torch
+    from accelerate import Accelerator
+    from icml.models import tiny_causal_lm
+    from icml_beyond_nll import train_loop
+    acc = Accelerator(cpu=True)
+    torch.manual_seed(0)
+    model = tiny_causal_lm("llama", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                           vocab_size=64, seed=0)
+    g = torch.Generator().manual_seed(acc.process_index)
+    ids = torch.randint(4, 64, (4, 10), generator=g)
+    labels = ids.clone(); labels[:, :3] = -100
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    res = train_loop(model, [batch], "GeneralFamily-3", steps=3, grad_accum=2, lr=1e-3,
+                     accelerator=acc)
+    w = acc.unwrap_model(model).lm_head.weight
+    with open(f"rank{acc.process_index}.json", "w") as f:
+        json.dump({"rank": acc.process_index, "n": acc.num_processes,
+                   "losses": res.losses, "wsum": float(w.detach().double().sum())}, f)
+''')
+
+
+def test_two_process_accelerate_run_on_cpu(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # torchrun starts the two ranks; Accelerator(cpu=True) joins them over gloo
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_port", str(port), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env,
+                          cwd=Path(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    res = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert sorted(r["rank"] for r in res) == [0, 1] and all(r["n"] == 2 for r in res)
+    assert res[0]["losses"] == res[1]["losses"]  # reduced across processes
+    assert res[0]["wsum"] == pytest.approx(res[1]["wsum"], abs=1e-9)  # DDP kept them in sync
