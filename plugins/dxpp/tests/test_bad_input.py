@@ -93,3 +93,9 @@ def test_bad_options():
 def test_integer_tensors_rejected():
     with pytest.raises(QPInputError, match="dtype torch.int64: use float64 or float32"):
         dxpp_solve(torch.eye(2, dtype=torch.int64), torch.ones(2))
+
+
+def test_sparse_inputs_must_be_unbatched():
+    Qs = torch.eye(3, dtype=torch.float64).to_sparse()
+    with pytest.raises(QPInputError, match="sparse inputs are supported for one unbatched"):
+        dxpp_solve(Qs, torch.ones(2, 3, dtype=torch.float64))

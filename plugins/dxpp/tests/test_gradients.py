@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from icml_dxpp import PenaltyOptions, differentiate, dxpp_backward, dxpp_solve, kkt_backward
+from icml_dxpp import (
+    DXPPQPLayer,
+    PenaltyOptions,
+    differentiate,
+    dxpp_backward,
+    dxpp_solve,
+    kkt_backward,
+)
 from icml_dxpp.benchmark import rel_error
 from icml_dxpp.forward import solve_qp
 from icml_dxpp.problems import (
@@ -314,3 +321,21 @@ def test_batched_torch_backward_equals_per_problem_numpy(blocks):
     a, b = run("auto"), run("dense")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-8)
+
+
+def test_layer_module_trains_a_parameter():
+    """DXPPQPLayer as an nn.Module: learn q so that the simplex projection hits a target."""
+    layer = DXPPQPLayer(beta=1e-6)
+    assert "backward='dxpp'" in repr(layer)
+    target = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    q = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    opt = torch.optim.SGD([q], lr=0.5)
+    eye = torch.eye(3, dtype=torch.float64)
+    for _ in range(40):
+        x = layer(eye, q, -eye, torch.zeros(3, dtype=torch.float64),
+                  torch.ones(1, 3, dtype=torch.float64), torch.ones(1, dtype=torch.float64)).x
+        loss = (x - target).pow(2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 1e-6
