@@ -155,17 +155,13 @@ def check_problem(prob: QPProblem, index: int | None = None) -> None:
             raise QPInputError(f"{where}Q has a negative diagonal entry ({d.min():.3g}), so it "
                                "is indefinite: dXPP needs a convex QP (Q positive semidefinite)")
         return
-    lam = float(np.linalg.eigvalsh(Q).min()) if prob.n <= 2000 else _min_eig_bound(Q)
+    # Cholesky of Q + δI is the cheap test; the eigenvalue is computed only for the message
+    try:
+        np.linalg.cholesky(Q + 1e-8 * scale * np.eye(prob.n))
+        return
+    except np.linalg.LinAlgError:
+        pass
+    lam = float(np.linalg.eigvalsh(Q).min())
     if lam < -1e-8 * scale:
         raise QPInputError(f"{where}Q is indefinite (smallest eigenvalue {lam:.3g}): dXPP needs "
                            "a convex QP, Q positive semidefinite (e.g. Q = MᵀM + εI)")
-
-
-def _min_eig_bound(Q: np.ndarray) -> float:
-    """0 when Q + δI has a Cholesky factor for a tiny δ, else a negative number."""
-    delta = 1e-8 * (1.0 + abs(Q).max())
-    try:
-        np.linalg.cholesky(Q + delta * np.eye(Q.shape[0]))
-        return 0.0
-    except np.linalg.LinAlgError:
-        return -1.0
