@@ -66,18 +66,29 @@ def test_spans_prompt_and_feedback_are_masked(model, tok):
         assert all(x == -1 for x in lab[n:]) and int(b.attention_mask[i].sum()) == n
 
 
+@pytest.mark.parametrize("with_eos", [False, True])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_cached_batched_sampling_matches_full_forward(arch, tok):
-    """Log-probs recorded while sampling with left padding and a KV cache equal a full
-    right-padded forward of the final sequences."""
+def test_cached_batched_sampling_matches_full_forward(arch, with_eos, tok):
+    """Log-probs recorded while sampling (left-padded prompts, one KV cache across attempts,
+    rows of different lengths) equal a full right-padded forward of the final sequences."""
     m = tiny_causal_lm(arch, seed=1, hidden_size=32)
-    cfg = MultiAttemptConfig(max_attempts=2, feedback="?!", max_attempt_tokens=4,
-                             temperature=0.7, on_length="verify")
-    b = multi_attempt_rollout(m, tok, ["a", "longer prompt"], lambda p, a, e: False, cfg,
-                              num_generations=2, generator=torch.Generator().manual_seed(1))
+    allowed = None
+    if with_eos:   # frequent EOS: attempts of different lengths in one batch
+        allowed = tuple(tok("xyz", add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,)
+    cfg = MultiAttemptConfig(max_attempts=3, feedback="?!", max_attempt_tokens=4,
+                             temperature=0.7, on_length="verify", allowed_token_ids=allowed)
+    calls = iter(range(1000))
+    b = multi_attempt_rollout(m, tok, ["a", "longer prompt", "mid"],
+                              lambda p, a, e: next(calls) % 3 == 1, cfg,
+                              num_generations=3, generator=torch.Generator().manual_seed(1))
+    n_att = [len(a) for a in b.attempts]
+    assert min(n_att) < 3 and max(n_att) == 3   # rows leave the cache at different times
+    if with_eos:
+        lens = {len(t) for ids in b.attempt_ids for t in ids}
+        assert len(lens) > 1 and bool((~b.truncated & b.reached).any())
     with torch.no_grad():
         full = sequence_logprobs(m, b.input_ids, b.attention_mask, 0.7)
-    for i in range(4):
+    for i in range(9):
         got = [x for lp in b.attempt_logprobs[i] for x in lp]
         pos = (b.attempt_index[i, 1:] >= 0).nonzero().flatten()
         assert torch.allclose(full[i, pos], torch.tensor(got), atol=1e-4)

@@ -1,10 +1,11 @@
 """Multi-attempt rollout: up to K attempts per prompt with a hard verifier after each, a fixed
 feedback text appended after each failure, and a stop at the first success.
 
-Works with any transformers causal LM and tokenizer. Rollouts are batched: each attempt is one
-left-padded prefill of every still-running context followed by token-by-token sampling with the
-model's KV cache. Token spans are recorded per attempt so the loss can give each attempt its own
-advantage while prompt and feedback tokens stay masked.
+Works with any transformers causal LM and tokenizer. Rollouts are batched behind one KV cache
+that lives across attempts: the prompts are prefilled once (left-padded), then sampled tokens and
+feedback texts are appended to the cache, so no token is encoded twice. Token spans are
+recorded per attempt so the loss can give each attempt its own advantage while prompt and
+feedback tokens stay masked.
 """
 
 from __future__ import annotations
@@ -114,52 +115,72 @@ def _get_cache(out: Any) -> Any:
     return out["past_key_values"] if "past_key_values" in out else None
 
 
-def _generate_attempt(model: Any, contexts: list[list[int]], cfg: MultiAttemptConfig,
-                      eos_ids: set[int], pad_id: int, allowed: Any,
+class _CachedContexts:
+    """All rollout contexts of a batch behind one KV cache. Tokens added to a row's context go
+    to ``pending[row]``; :meth:`feed` runs them through the model in one call (rows
+    left-padded within the block, pads masked), so prompts, attempts and feedback are each
+    encoded once across all attempts."""
+
+    def __init__(self, model: Any, prompts: list[list[int]], pad_id: int) -> None:
+        import torch
+
+        self.model, self.pad_id = model, pad_id
+        self.device = next(model.parameters()).device
+        self.cache_kw = _cache_kwarg(model)
+        self.cache: Any = None
+        self.mask = torch.zeros((len(prompts), 0), dtype=torch.long, device=self.device)
+        self.pos = [0] * len(prompts)
+        self.pending = [list(p) for p in prompts]
+
+    def feed(self) -> Any:
+        """Encode every pending token; returns ``[n, vocab]`` logits after each row's last
+        token (meaningless for rows that had nothing pending)."""
+        import torch
+
+        n, m = len(self.pending), max(len(p) for p in self.pending)
+        ids = torch.full((n, m), self.pad_id, dtype=torch.long)
+        blk = torch.zeros((n, m), dtype=torch.long)
+        pos = torch.zeros((n, m), dtype=torch.long)
+        for r, p in enumerate(self.pending):
+            if p:
+                ln = len(p)
+                ids[r, m - ln:] = torch.tensor(p, dtype=torch.long)
+                blk[r, m - ln:] = 1
+                pos[r, m - ln:] = torch.arange(self.pos[r], self.pos[r] + ln)
+                self.pos[r] += ln
+        self.mask = torch.cat([self.mask, blk.to(self.device)], dim=1)
+        kw = {self.cache_kw: self.cache} if self.cache is not None else {}
+        out = self.model(input_ids=ids.to(self.device), attention_mask=self.mask,
+                         position_ids=pos.to(self.device), use_cache=True, **kw)
+        self.cache = _get_cache(out)
+        self.pending = [[] for _ in range(n)]
+        return out.logits[:, -1]
+
+
+def _generate_attempt(state: _CachedContexts, rows: list[int], cfg: MultiAttemptConfig,
+                      eos_ids: set[int], allowed: Any,
                       generator: Any) -> tuple[list[list[int]], list[bool], list[list[float]]]:
-    """Sample one attempt for each context: (tokens incl. a final EOS, ended_by_eos, the
-    model's log-probs of the sampled tokens at ``cfg.temperature``)."""
+    """Sample one attempt for each row in ``rows``: (tokens incl. a final EOS,
+    ended_by_eos, the model's log-probs of the sampled tokens at ``cfg.temperature``)."""
     import torch
 
-    device = next(model.parameters()).device
-    n = len(contexts)
-    width = max(len(c) for c in contexts)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
-    for i, c in enumerate(contexts):
-        ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
-        mask[i, width - len(c):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    cache_kw = _cache_kwarg(model)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-    past = _get_cache(out)
-    last_pos = pos[:, -1]
-    logits = out.logits[:, -1]
-    tokens: list[list[int]] = [[] for _ in range(n)]
-    lps: list[list[float]] = [[] for _ in range(n)]
-    done = torch.zeros(n, dtype=torch.bool, device=device)
-    eos_t = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
-    for step in range(cfg.max_attempt_tokens):
+    tokens: dict[int, list[int]] = {r: [] for r in rows}
+    lps: dict[int, list[float]] = {r: [] for r in rows}
+    active = list(rows)
+    for _ in range(cfg.max_attempt_tokens):
+        logits = state.feed()[torch.tensor(active, device=state.device)]
         nxt = _sample(logits, cfg, allowed, generator)
-        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         lp = torch.log_softmax(logits.float() / cfg.temperature, dim=-1)
         lp = lp.gather(1, nxt[:, None]).squeeze(1).tolist()
-        for i, t in enumerate(nxt.tolist()):
-            if not bool(done[i]):
-                tokens[i].append(t)
-                lps[i].append(lp[i])
-        done = done | torch.isin(nxt, eos_t)
-        if bool(done.all()) or step + 1 == cfg.max_attempt_tokens:
+        for j, (r, t) in enumerate(zip(active, nxt.tolist(), strict=True)):
+            tokens[r].append(t)
+            lps[r].append(lp[j])
+            state.pending[r] = [t]
+        active = [r for r in active if tokens[r][-1] not in eos_ids]
+        if not active:
             break
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        last_pos = last_pos + 1
-        out = model(input_ids=nxt[:, None], attention_mask=mask,
-                    position_ids=last_pos[:, None], use_cache=True, **{cache_kw: past})
-        past = _get_cache(out)
-        logits = out.logits[:, -1]
-    ended = [bool(toks) and toks[-1] in eos_ids for toks in tokens]
-    return tokens, ended, lps
+    return ([tokens[r] for r in rows], [tokens[r][-1] in eos_ids for r in rows],
+            [lps[r] for r in rows])
 
 
 def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
@@ -212,7 +233,6 @@ def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
     k_max = cfg.max_attempts
     n = len(prompts) * num_generations
     row_prompt = [i // num_generations for i in range(n)]
-    contexts = [list(prompt_ids[row_prompt[r]]) for r in range(n)]
     attempts: list[list[str]] = [[] for _ in range(n)]
     attempt_ids: list[list[list[int]]] = [[] for _ in range(n)]
     rewards = torch.zeros((n, k_max), dtype=torch.float32)
@@ -224,13 +244,14 @@ def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
                          complete=[False] * n, attempt_logprobs=[[] for _ in range(n)])
     was_training = model.training
     model.eval()
+    state = _CachedContexts(model, [prompt_ids[row_prompt[r]] for r in range(n)], pad_id)
     try:
         for k in range(k_max):
             if not running:
                 break
             with torch.no_grad():
-                toks, ended, lps = _generate_attempt(model, [contexts[r] for r in running], cfg,
-                                                eos_ids, pad_id, allowed, generator)
+                toks, ended, lps = _generate_attempt(state, running, cfg, eos_ids, allowed,
+                                                     generator)
             still = []
             for j, r in enumerate(running):
                 body = [t for t in toks[j] if t not in eos_ids]
@@ -258,11 +279,11 @@ def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
                 attempt_ids[r].append(list(toks[j]))
                 batch.attempt_logprobs[r].append(lps[j])
                 rewards[r, k] = float(ok)
-                contexts[r] = contexts[r] + list(toks[j])
                 if ok or k + 1 == k_max:
                     batch.complete[r] = True
+                    state.pending[r] = []
                 else:
-                    contexts[r] = contexts[r] + fb_ids
+                    state.pending[r] = state.pending[r] + fb_ids
                     still.append(r)
             running = still
     finally:
