@@ -114,3 +114,24 @@ def test_config_instance_from_python(site, tmp_path: Path) -> None:
     assert res.config["n"] == 10
     with pytest.raises(ConfigError, match="must be >= 1"):
         run("example", config=EvaluateConfig(n=0), out=tmp_path)
+
+
+@pytest.mark.parametrize(("device", "dtype", "message"), [
+    ("gpu", "float32", "device 'gpu' is not valid"),
+    ("cpu", "float8", "dtype 'float8' is not supported"),
+])
+def test_bad_device_or_dtype_is_a_config_error(site, tmp_path: Path, device, dtype,
+                                               message) -> None:
+    site.add_example()
+    with pytest.raises(ConfigError, match=message):
+        run("example", out=tmp_path / "o", device=device, dtype=dtype)
+    assert not (tmp_path / "o").exists()
+
+
+def test_cuda_without_a_gpu_is_a_config_error(site, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    site.add_example()
+    with pytest.raises(ConfigError, match="torch sees no CUDA device: use --device cpu"):
+        run("example", out=tmp_path, device="cuda")

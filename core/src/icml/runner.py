@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import importlib.metadata as md
+import importlib.util
 import logging
 import platform
+import re
 import traceback
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,26 @@ def make_config(host: PluginHost, slug: str, capability: str, config: Any = None
     return build_config(schema, data, overrides)
 
 
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def check_device(device: str) -> None:
+    """A clear error for a device string torch would reject, or CUDA asked for but absent."""
+    if not _DEVICE.match(device):
+        raise ConfigError(f"device {device!r} is not valid: use auto, cpu, cuda, cuda:N or mps")
+    if device.startswith("cuda") and importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {device!r} asked for, but torch sees no CUDA device: "
+                              "use --device cpu (or auto)")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"device {device!r}: only {torch.cuda.device_count()} CUDA "
+                              "device(s) visible")
+
+
 def fresh_run_dir(out: str | Path, slug: str, capability: str) -> Path:
     """A new folder under ``out`` that no previous run used."""
     root = Path(out)
@@ -96,6 +118,9 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     writing ``result.json`` with ``status: failed`` and the traceback in ``run.log``) when the
     plugin itself fails.
     """
+    check_device(device)
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is not supported: use one of {', '.join(DTYPES)}")
     host = host or load_plugins(only=[slug])
     rec = host.loaded(slug)
     capability = resolve_capability(host, slug, capability)
