@@ -339,3 +339,20 @@ def test_layer_module_trains_a_parameter():
         loss.backward()
         opt.step()
     assert loss.item() < 1e-6
+
+
+def test_sparse_out_of_memory_falls_back_to_cg(monkeypatch):
+    from icml_dxpp import linsolve
+
+    def no_memory(*_args):
+        raise MemoryError
+
+    prob = simplex_projection(800, seed=4)
+    sol = solve_qp(prob)
+    args = (prob, sol.x, sol.ineq_dual, sol.eq_dual, np.ones(800))
+    direct, _ = dxpp_backward(*args)
+    monkeypatch.setattr(linsolve, "_solve_sparse", no_memory)
+    with pytest.warns(UserWarning, match="ran out of memory"):
+        fb, info = dxpp_backward(*args)
+    assert info["linear_solver"] == "sparse->cg"
+    assert rel_error(fb, direct) < 1e-5

@@ -4,6 +4,7 @@
 * ``sparse``: sparse LU of H. When AᵀW_EA would fill in (an equality row with many non-zeros,
   like the simplex's 1ᵀx = 1), H is split as H₀ + AᵀW_EA and solved with the Woodbury identity,
   which needs p solves with the sparse H₀ and a p×p dense system instead of a dense n×n matrix.
+  If the sparse factor does not fit in memory, matrix-free CG is used instead (with a warning).
 * ``cg``: matrix-free conjugate gradients with a Jacobi preconditioner; the true residual is
   checked afterwards and a direct solve is used when CG did not reach ``tol`` (the official code's
   MINRES fallback reports success while its residual is still large; see the README).
@@ -146,7 +147,17 @@ def solve_system(S: PenaltySystem, g: np.ndarray, method: str = "auto", cg_tol: 
     if method == "dense":
         return _solve_dense(S, g), {"linear_solver": "dense"}
     if method == "sparse":
-        return _solve_sparse(S, g), {"linear_solver": "sparse"}
+        try:
+            return _solve_sparse(S, g), {"linear_solver": "sparse"}
+        except MemoryError:  # the factor does not fit: matrix-free fallback
+            warnings.warn("dXPP: the sparse factorisation ran out of memory; using "
+                          "matrix-free CG", stacklevel=3)
+            v, info = _solve_cg(S, g, cg_tol, cg_maxiter)
+            if info["cg_residual"] > 10 * cg_tol:
+                warnings.warn(f"dXPP: CG stopped at relative residual "
+                              f"{info['cg_residual']:.2e}; the gradient is approximate",
+                              stacklevel=3)
+            return v, {"linear_solver": "sparse->cg", **info}
     if method == "cg":
         v, info = _solve_cg(S, g, cg_tol, cg_maxiter)
         if info["cg_residual"] <= 10 * cg_tol:
