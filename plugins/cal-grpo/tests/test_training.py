@@ -85,3 +85,12 @@ def test_train_config_rejects_unknown_mode():
     with pytest.raises(ConfigError, match="max_attempts"):
         build_config(TrainConfig, {}, ["max_attempts=0"])
     assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("kw", [{"mode": "td", "lam": 0.5, "scale": "position"},
+                                {"mode": "trajectory", "baseline": "mean", "scale": "group",
+                                 "loss_type": "grpo", "num_iterations": 2}])
+def test_estimator_options_train(kw):
+    mode = kw.pop("mode")
+    c = train_probe_lm(mode, 1, make_model=_make, steps=2, **kw)
+    assert len(c.ver) == 2 and all(0 < v < 1 for v in c.ver)
