@@ -300,8 +300,8 @@ def test_sparse_gradient_on_pattern_of_input():
 
 @pytest.mark.parametrize("blocks", ["both", "ineq_only", "eq_only"])
 def test_batched_torch_backward_equals_per_problem_numpy(blocks):
-    """linear_solver='auto' on dense tensors uses one batched torch Cholesky; 'dense' loops
-    over problems with SciPy. Both must give the same gradients for every input."""
+    """linear_solver='batched' uses one batched torch Cholesky (the 'auto' choice on CUDA);
+    'dense' loops over problems with SciPy. Both must give the same gradients for every input."""
     probs = [random_qp(9, seed=s, p=0 if blocks == "ineq_only" else 2,
                        m=0 if blocks == "eq_only" else 9).problem for s in range(3)]
 
@@ -318,7 +318,7 @@ def test_batched_torch_backward_equals_per_problem_numpy(blocks):
         loss.backward()
         return {k: t.grad for k, t in ts.items() if t is not None}
 
-    a, b = run("auto"), run("dense")
+    a, b = run("batched"), run("dense")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-8)
 

@@ -64,9 +64,9 @@ class LayerOptions:
                              "method) or 'kkt' (the KKT reference)")
         if self.kkt_mode not in ("reduced", "full"):
             raise ValueError(f"kkt_mode {self.kkt_mode!r} is unknown: use 'reduced' or 'full'")
-        if pen.linear_solver not in ("auto", "dense", "sparse", "cg"):
+        if pen.linear_solver not in ("auto", "batched", "dense", "sparse", "cg"):
             raise ValueError(f"linear_solver {pen.linear_solver!r} is unknown: use 'auto', "
-                             "'dense', 'sparse' or 'cg'")
+                             "'batched', 'dense', 'sparse' or 'cg'")
         if self.recover_duals not in ("auto", "always", "never"):
             raise ValueError(f"recover_duals {self.recover_duals!r} is unknown: use 'auto', "
                              "'always' or 'never'")
@@ -154,8 +154,13 @@ class _QPFunction(torch.autograd.Function):
         needs = ctx.needs_input_grad[1:]
         if not any(needs):
             return (None,) * 7
-        if opts.backward == "dxpp" and ctx.dense and opts.penalty.linear_solver == "auto":
+        ls = opts.penalty.linear_solver
+        on_accelerator = ctx.likes[1].device.type != "cpu"
+        if opts.backward == "dxpp" and ctx.dense and (
+                ls == "batched" or (ls == "auto" and on_accelerator)):
             return (None, *_batched_backward(ctx, gx, gmu, gnu, needs))
+        if ls == "batched":
+            opts = replace(opts, penalty=replace(opts.penalty, linear_solver="auto"))
         per: list[dict[str, Any]] = []
         for i, (prob, sol) in enumerate(zip(ctx.probs, ctx.sols, strict=False)):
             args = (prob, sol.x, sol.ineq_dual, sol.eq_dual,
@@ -305,8 +310,10 @@ class DXPPQPLayer(torch.nn.Module):
         penalty_coeff: c in ρ_I = c‖ν*‖₁, ρ_E = c‖μ*‖₁ (paper: 10).
         solver: any installed ``qpsolvers`` backend for the forward pass (default clarabel).
         active_tol: a row is active when h_i − G_i x* < active_tol (paper: 1e-5).
-        linear_solver: 'auto' (dense Cholesky for dense inputs, sparse LU for sparse ones),
-            'dense', 'sparse' or 'cg' (matrix-free, residual-checked, direct fallback).
+        linear_solver: 'auto' (dense tensors on an accelerator: 'batched'; on the CPU: SciPy
+            Cholesky per problem; sparse tensors: sparse LU), 'batched' (one batched torch
+            Cholesky for the whole dense batch, on the input's device), 'dense', 'sparse' or
+            'cg' (matrix-free, residual-checked, direct fallback).
         backward: 'dxpp' (the paper) or 'kkt' (reference; ``kkt_mode`` 'reduced' or 'full').
         tol: the forward solver's tolerance.
         rho_min: floor on ‖ν*‖₁ and ‖μ*‖₁ in ρ, so that a constraint with zero duals still

@@ -142,7 +142,7 @@ def _solve_cg(S: PenaltySystem, g: np.ndarray, tol: float, maxiter: int | None
 def solve_system(S: PenaltySystem, g: np.ndarray, method: str = "auto", cg_tol: float = 1e-8,
                  cg_maxiter: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """Solve H v = g. Returns v and a dict saying which solver ran (and CG's residual)."""
-    if method == "auto":
+    if method in ("auto", "batched"):  # 'batched' is the layer's torch path; here: auto
         method = "sparse" if S.sparse else "dense"
     if method == "dense":
         return _solve_dense(S, g), {"linear_solver": "dense"}
