@@ -48,3 +48,14 @@ def test_readme_example_runs():
                                   num_generations=8)
     adv = attempt_advantages(batch.rewards, batch.reached, group_size=8, mode="cal")
     assert adv.shape == (8, 3) and bool(batch.reached[:, 0].all())
+
+
+def test_missing_trl_gives_install_hint(monkeypatch):
+    import sys
+
+    import icml_cal_grpo
+
+    monkeypatch.setitem(sys.modules, "trl", None)        # "import trl" now fails
+    monkeypatch.delitem(sys.modules, "icml_cal_grpo.trl_adapter", raising=False)
+    with pytest.raises(ImportError, match=r"icml-cal-grpo\[trl\]"):
+        _ = icml_cal_grpo.CALGRPOTrainer

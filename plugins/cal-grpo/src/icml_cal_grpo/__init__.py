@@ -44,7 +44,14 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(import_module(f"icml_cal_grpo.{_EXPORTS[name]}"), name)
+        try:
+            module = import_module(f"icml_cal_grpo.{_EXPORTS[name]}")
+        except ImportError as exc:
+            if _EXPORTS[name] == "trl_adapter":
+                raise ImportError(f"{name} needs TRL ({exc}): pip install "
+                                  "'icml-cal-grpo[trl]'") from exc
+            raise
+        return getattr(module, name)
     raise AttributeError(f"module 'icml_cal_grpo' has no attribute {name!r}")
 
 

@@ -18,14 +18,23 @@ pins ``trl>=1.16,<1.17``. Single process only (groups must not straddle processe
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import trl
 from trl import GRPOTrainer
 
 from icml_cal_grpo.advantages import attempt_advantages
 from icml_cal_grpo.rollout import MultiAttemptConfig, Verifier, multi_attempt_rollout
+
+TESTED_TRL = "1.16"
+if not trl.__version__.startswith(TESTED_TRL + "."):
+    warnings.warn(f"icml_cal_grpo.trl_adapter was tested with trl {TESTED_TRL}.x, found "
+                  f"{trl.__version__}: CALGRPOTrainer overrides a private GRPOTrainer method; "
+                  "check its advantages (tests/test_trl_adapter.py) before relying on it",
+                  stacklevel=2)
 
 
 def make_rollout_func(verifier: Verifier, config: MultiAttemptConfig | None = None,
