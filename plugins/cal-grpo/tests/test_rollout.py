@@ -151,3 +151,6 @@ def test_bad_inputs(model, tok):
         MultiAttemptConfig(max_attempts=0)
     with pytest.raises(ValueError, match="on_length"):
         MultiAttemptConfig(on_length="truncate")
+    with pytest.raises(ValueError, match="allowed_token_ids"):
+        multi_attempt_rollout(model, tok, ["x"], lambda p, a, e: True,
+                              MultiAttemptConfig(allowed_token_ids=(5, 99999)))

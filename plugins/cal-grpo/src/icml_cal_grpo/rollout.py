@@ -226,9 +226,15 @@ def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
     device = next(model.parameters()).device
     allowed = None
     if cfg.allowed_token_ids is not None:
-        vocab = model.get_output_embeddings().weight.shape[0]
+        vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+        out_emb = model.get_output_embeddings()
+        if out_emb is not None and hasattr(out_emb, "weight"):
+            vocab = out_emb.weight.shape[0]
+        ids = [int(t) for t in cfg.allowed_token_ids]
+        if not ids or min(ids) < 0 or max(ids) >= vocab:
+            raise ValueError(f"allowed_token_ids {ids[:8]} must be non-empty ids in [0, {vocab})")
         allowed = torch.full((vocab,), float("-inf"), device=device)
-        allowed[list(cfg.allowed_token_ids)] = 0.0
+        allowed[ids] = 0.0
 
     k_max = cfg.max_attempts
     n = len(prompts) * num_generations

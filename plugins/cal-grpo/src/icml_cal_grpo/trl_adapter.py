@@ -108,7 +108,9 @@ class CALGRPOTrainer(GRPOTrainer):
                          args=args, train_dataset=train_dataset,
                          rollout_func=make_rollout_func(verifier, self.rollout_config, seed),
                          **kwargs)
-        self.cal_scale = cal_scale or self.args.scale_rewards
+        sr = self.args.scale_rewards
+        self.cal_scale = cal_scale or ({True: "group", False: "none"}.get(sr, sr)
+                                       if isinstance(sr, bool) else sr)
         if self.accelerator.num_processes > 1:
             raise ValueError("CALGRPOTrainer runs in a single process: a CAL baseline needs whole "
                              "groups; use AttemptGRPOTrainer for multi-process runs")
