@@ -119,7 +119,7 @@ class _CachedContexts:
     """All rollout contexts of a batch behind one KV cache. Tokens added to a row's context go
     to ``pending[row]``; :meth:`feed` runs them through the model in one call (rows
     left-padded within the block, pads masked), so prompts, attempts and feedback are each
-    encoded once across all attempts."""
+    encoded once across all attempts. :meth:`drop` removes finished rows from the cache."""
 
     def __init__(self, model: Any, prompts: list[list[int]], pad_id: int) -> None:
         import torch
@@ -128,33 +128,52 @@ class _CachedContexts:
         self.device = next(model.parameters()).device
         self.cache_kw = _cache_kwarg(model)
         self.cache: Any = None
+        self.live = list(range(len(prompts)))          # row id at each cache batch position
+        self.index = {r: i for i, r in enumerate(self.live)}
         self.mask = torch.zeros((len(prompts), 0), dtype=torch.long, device=self.device)
         self.pos = [0] * len(prompts)
         self.pending = [list(p) for p in prompts]
 
     def feed(self) -> Any:
-        """Encode every pending token; returns ``[n, vocab]`` logits after each row's last
-        token (meaningless for rows that had nothing pending)."""
+        """Encode every pending token of the live rows; returns ``[len(live), vocab]`` logits
+        after each row's last token (index rows with ``self.index``)."""
         import torch
 
-        n, m = len(self.pending), max(len(p) for p in self.pending)
+        n, m = len(self.live), max(len(self.pending[r]) for r in self.live)
         ids = torch.full((n, m), self.pad_id, dtype=torch.long)
         blk = torch.zeros((n, m), dtype=torch.long)
         pos = torch.zeros((n, m), dtype=torch.long)
-        for r, p in enumerate(self.pending):
+        for i, r in enumerate(self.live):
+            p = self.pending[r]
             if p:
                 ln = len(p)
-                ids[r, m - ln:] = torch.tensor(p, dtype=torch.long)
-                blk[r, m - ln:] = 1
-                pos[r, m - ln:] = torch.arange(self.pos[r], self.pos[r] + ln)
+                ids[i, m - ln:] = torch.tensor(p, dtype=torch.long)
+                blk[i, m - ln:] = 1
+                pos[i, m - ln:] = torch.arange(self.pos[r], self.pos[r] + ln)
                 self.pos[r] += ln
+            self.pending[r] = []
         self.mask = torch.cat([self.mask, blk.to(self.device)], dim=1)
         kw = {self.cache_kw: self.cache} if self.cache is not None else {}
         out = self.model(input_ids=ids.to(self.device), attention_mask=self.mask,
                          position_ids=pos.to(self.device), use_cache=True, **kw)
         self.cache = _get_cache(out)
-        self.pending = [[] for _ in range(n)]
         return out.logits[:, -1]
+
+    def drop(self, rows: Sequence[int]) -> None:
+        """Remove finished ``rows`` from the batch (when the cache supports it)."""
+        import torch
+
+        gone = set(rows)
+        keep = [i for i, r in enumerate(self.live) if r not in gone]
+        if len(keep) == len(self.live) or not keep:
+            return
+        if self.cache is None or not hasattr(self.cache, "batch_select_indices"):
+            return                                       # finished rows just stay, masked
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(idx)
+        self.mask = self.mask[idx]
+        self.live = [self.live[i] for i in keep]
+        self.index = {r: i for i, r in enumerate(self.live)}
 
 
 def _generate_attempt(state: _CachedContexts, rows: list[int], cfg: MultiAttemptConfig,
@@ -168,7 +187,8 @@ def _generate_attempt(state: _CachedContexts, rows: list[int], cfg: MultiAttempt
     lps: dict[int, list[float]] = {r: [] for r in rows}
     active = list(rows)
     for _ in range(cfg.max_attempt_tokens):
-        logits = state.feed()[torch.tensor(active, device=state.device)]
+        logits = state.feed()
+        logits = logits[torch.tensor([state.index[r] for r in active], device=state.device)]
         nxt = _sample(logits, cfg, allowed, generator)
         lp = torch.log_softmax(logits.float() / cfg.temperature, dim=-1)
         lp = lp.gather(1, nxt[:, None]).squeeze(1).tolist()
@@ -291,6 +311,7 @@ def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
                 else:
                     state.pending[r] = state.pending[r] + fb_ids
                     still.append(r)
+            state.drop([r for r in running if r not in set(still)])
             running = still
     finally:
         model.train(was_training)
