@@ -90,3 +90,14 @@ def test_empty_calibration_rejected():
     q.start_observing()
     with pytest.raises(ValueError, match="no activations"):
         q.finish_observing()
+
+
+def test_native_nf4_matches_bitsandbytes():
+    pytest.importorskip("bitsandbytes")
+    from icml_fptquant.peers import bnb_dequantized
+
+    w = torch.randn(8, 128, generator=GEN)
+    assert torch.equal(bnb_dequantized(w, "nf4"), quantize_weight_nf4(w))
+    q8 = bnb_dequantized(w, "int8")
+    step = w.abs().amax(1, keepdim=True) / 127
+    assert ((q8 - w).abs() <= step / 2 + 1e-6).all()

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from icml import option
 
-ARMS = ("fp", "rtn", "smoothquant", "quarot", "fptquant_local", "fptquant_e2e", "nf4")
+ARMS = ("fp", "rtn", "smoothquant", "quarot", "fptquant_local", "fptquant_e2e", "nf4",
+        "bnb_nf4", "bnb_int8")
 
 
 @dataclass
@@ -76,6 +77,8 @@ class QuantizeConfig(FPTQuantConfig):
                                      "into the model (0 = none)", ge=0)
     calib_samples: int = option(8, help="calibration sequences", ge=1)
     eval_samples: int = option(16, help="held-out sequences for perplexity/KL", ge=1)
+    threads: int = option(1, help="torch CPU threads during the run (tiny models run fastest on "
+                          "one; 0 = leave torch's setting)", ge=0)
     smoothquant_alpha: float = option(0.5, help="SmoothQuant migration strength", ge=0, le=1)
     e2e_steps: int = option(60, help="steps of end-to-end training (quantized student vs FP "
                             "teacher)", ge=0)

@@ -14,7 +14,8 @@ from icml_fptquant.config import FPTQuantConfig, QuantizeConfig
 
 ARM_LABELS = {"fp": "FP", "rtn": "RTN", "smoothquant": "SmoothQuant-style",
               "quarot": "QuaRot-style", "fptquant_local": "FPTQuant-local",
-              "fptquant_e2e": "FPTQuant-end-to-end", "nf4": "NF4 weight-only"}
+              "fptquant_e2e": "FPTQuant-end-to-end", "nf4": "NF4 weight-only",
+              "bnb_nf4": "bitsandbytes NF4 (W only)", "bnb_int8": "bitsandbytes int8 (W only)"}
 
 
 def method_config(cfg: QuantizeConfig) -> FPTQuantConfig:
@@ -49,9 +50,10 @@ def build_model(cfg: QuantizeConfig, device: Any, dtype: Any, seed: int = 0,
             "eval": evaluation, "pretrain_losses": losses}
 
 
-def model_bytes(model: Any, w_bits: int, weight_only_nf4: bool = False) -> int:
+def model_bytes(model: Any, w_bits: int, weight_only: str = "") -> int:
     """Storage of the quantized model: decoder linears at ``w_bits`` plus an fp16 scale per
-    output channel (NF4: per 64-block), everything else at 16 bits."""
+    output channel (NF4: 4 bits + a scale per 64-block; int8: 8 bits + a scale per row),
+    everything else at 16 bits."""
     from icml_fptquant.qlinear import decoder_linears
 
     lin_ids = set()
@@ -59,8 +61,10 @@ def model_bytes(model: Any, w_bits: int, weight_only_nf4: bool = False) -> int:
     for lin in decoder_linears(model).values():
         lin_ids.add(id(lin.weight))
         n = lin.weight.numel()
-        if weight_only_nf4:
+        if weight_only in ("nf4", "bnb_nf4"):
             total += n // 2 + 2 * (n // 64)
+        elif weight_only == "bnb_int8":
+            total += n + 2 * lin.weight.shape[0]
         elif w_bits >= 16:
             total += 2 * n
         else:
@@ -99,10 +103,10 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
     local_state = None
     t_local = 0.0
 
-    def finish(name: str, model: Any, t0: float, nf4: bool = False) -> None:
+    def finish(name: str, model: Any, t0: float, weight_only: str = "") -> None:
         m = compare_logits(model, evaluation, ref)
         rows[name] = {"ppl": perplexity(model, evaluation), **m,
-                      "bytes": float(model_bytes(model, mcfg.w_bits, nf4)),
+                      "bytes": float(model_bytes(model, mcfg.w_bits, weight_only)),
                       "seconds": time.perf_counter() - t0}
         if log:
             log(f"{ARM_LABELS[name]}: ppl {rows[name]['ppl']:.3f}, KL {rows[name]['kl']:.4f}")
@@ -116,11 +120,11 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
         model = copy.deepcopy(fp)
         if arm == "rtn":
             merge_and_quantize(model, calib, mcfg, seed)
-        elif arm == "nf4":
+        elif arm in ("nf4", "bnb_nf4", "bnb_int8"):
             wcfg = dataclasses.replace(mcfg, a_bits=16, kv_bits=16)
             merge_and_quantize(model, calib, wcfg, seed)
-            round_weights(model, wcfg, method="nf4")
-            finish(arm, model, t0, nf4=True)
+            round_weights(model, wcfg, method=arm)
+            finish(arm, model, t0, weight_only=arm)
             continue
         elif arm == "smoothquant":
             apply_smoothquant(model, calib, cfg.smoothquant_alpha)

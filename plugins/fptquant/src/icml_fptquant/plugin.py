@@ -38,11 +38,19 @@ def _setup(ctx: icml.RunContext, config: QuantizeConfig) -> dict:
 
 
 def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str) -> icml.RunResult:
+    import torch
+
     from icml.report import bar_plot, line_plot
     from icml_fptquant.pipeline import ARM_COLUMNS, ARM_LABELS, arm_table_rows, run_arms
 
-    base = _setup(ctx, config)
-    res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info)
+    threads = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    try:
+        base = _setup(ctx, config)
+        res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info)
+    finally:
+        torch.set_num_threads(threads)
     rows, hist = res["rows"], res["history"]
     metrics: dict[str, float] = {}
     for name, r in rows.items():

@@ -137,7 +137,8 @@ def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor
 @torch.no_grad()
 def round_weights(model: Any, config: FPTQuantConfig, calibration_data: Any = None,
                   method: str | None = None) -> None:
-    """Freeze the quantized weights (``rtn``, ``gptq`` or weight-only ``nf4``)."""
+    """Freeze the quantized weights: ``rtn``, ``gptq``, ``nf4`` (native NF4) or bitsandbytes'
+    ``bnb_nf4`` / ``bnb_int8``."""
     method = method or config.weight_quantizer
     lins = {n: m for n, m in decoder_linears(model).items()}
     if config.quantize_lm_head:
@@ -152,8 +153,13 @@ def round_weights(model: Any, config: FPTQuantConfig, calibration_data: Any = No
             q = quantize_weight_gptq(w, hs[name], config.w_bits).to(w.dtype)
         elif method == "nf4":
             q = quantize_weight_nf4(w)
+        elif method in ("bnb_nf4", "bnb_int8"):
+            from icml_fptquant.peers import bnb_dequantized
+
+            q = bnb_dequantized(w, method[4:])
         else:
-            raise ValueError(f"weight method {method!r} unknown: use rtn, gptq or nf4")
+            raise ValueError(f"weight method {method!r} unknown: use rtn, gptq, nf4, bnb_nf4 "
+                             "or bnb_int8")
         lin.fpt_qweight = q
 
 

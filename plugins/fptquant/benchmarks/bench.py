@@ -1,0 +1,84 @@
+"""Benchmark: FPTQuant vs RTN, SmoothQuant-style, QuaRot-style and NF4 weight-only at W4A4KV4
+and W4A8KV8 in one run, reported as perplexity / KL to FP / RTN-gap closed, plus the cost of
+the online parts (time per generated token with vs without them) and model size.
+
+    python benchmarks/bench.py                       # built-in tiny Llama with outliers
+    python benchmarks/bench.py --model PATH          # a save_pretrained folder instead
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import time
+
+import torch
+from icml_fptquant import QuantizeConfig, apply_fpt_transforms, merge_transforms
+from icml_fptquant.baselines import apply_quarot
+from icml_fptquant.peers import have_bitsandbytes
+from icml_fptquant.pipeline import ARM_LABELS, build_model, run_arms
+
+
+def ms_per_token(model, prompt, new_tokens=32, repeats=3):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                           do_sample=False)
+        best = min(best, time.perf_counter() - t0)
+    return 1000 * best / new_tokens
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="")
+    ap.add_argument("--train-steps", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    arms = ["fp", "rtn", "smoothquant", "quarot", "fptquant_local", "fptquant_e2e", "nf4"]
+    if have_bitsandbytes():
+        arms += ["bnb_nf4", "bnb_int8"]
+    cfg = QuantizeConfig(model=args.model, arms=arms, train_steps=args.train_steps,
+                         e2e_steps=100, local_steps=200)
+    base = build_model(cfg, "cpu", torch.float32, args.seed)
+    fp_clean = copy.deepcopy(base["model"])
+    print(f"model: {args.model or 'tiny llama (hidden 64, 2 layers, 4 heads / 2 KV heads)'}; "
+          f"outlier strength {cfg.outlier_strength}; {cfg.calib_samples} calibration and "
+          f"{cfg.eval_samples} evaluation sequences of {cfg.seq_len} tokens\n")
+    for setting in ((4, 4, 4), (4, 8, 8)):
+        scfg = dataclasses.replace(cfg, w_bits=setting[0], a_bits=setting[1],
+                                   kv_bits=setting[2])
+        b = dict(base, model=copy.deepcopy(fp_clean))
+        t0 = time.perf_counter()
+        rows = run_arms(scfg, b, args.seed)["rows"]
+        name = f"W{setting[0]}A{setting[1]}KV{setting[2]}"
+        print(f"### {name} ({time.perf_counter() - t0:.0f} s)\n")
+        print("| arm | perplexity | ppl / FP ppl | KL to FP | RTN gap closed | size vs FP16 |")
+        print("|---|---|---|---|---|---|")
+        for arm, r in rows.items():
+            gap = "" if r["rtn_gap_closed"] != r["rtn_gap_closed"] else \
+                f"{r['rtn_gap_closed']:.3f}"
+            print(f"| {ARM_LABELS[arm]} | {r['ppl']:.3f} | {r['ppl'] / rows['fp']['ppl']:.3f} "
+                  f"| {r['kl']:.4f} | {gap} | {r['bytes'] / rows['fp']['bytes']:.3f} |")
+        print()
+    # cost of the online parts (quantizers off: only the transforms' runtime overhead)
+    prompt = base["eval"][:1, :16]
+    fpt = apply_fpt_transforms(copy.deepcopy(fp_clean), dataclasses.replace(cfg))
+    merge_transforms(fpt)
+    quarot = apply_quarot(copy.deepcopy(fp_clean))
+    t_fp = ms_per_token(fp_clean, prompt)
+    t_fpt = ms_per_token(fpt, prompt)
+    t_qr = ms_per_token(quarot, prompt)
+    print("### Online overhead (greedy generate, 32 new tokens, batch 1, quantizers off)\n")
+    print("| model | ms / token | ratio vs FP |\n|---|---|---|")
+    for label, t in (("FP", t_fp), ("FPTQuant merged (online Hadamard + residual scaling)",
+                                    t_fpt), ("QuaRot-style merged (online Hadamard)", t_qr)):
+        print(f"| {label} | {t:.2f} | {t / t_fp:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
