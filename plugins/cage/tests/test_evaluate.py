@@ -110,3 +110,17 @@ def test_hook_uses_configured_prompts_and_writes_files(tmp_path: Path) -> None:
     run_dir = Path(res.run_dir)
     assert len(json.loads((run_dir / "items.json").read_text())["oracle"]["scores"]) == 18
     assert (run_dir / "benchmark" / "items.jsonl").is_file()
+
+
+def test_chain_sft_lowers_the_loss_and_teaches_the_chain_format() -> None:
+    from icml_cage.finetune import chain_sft
+    from icml_cage.tiny_vlm import tiny_llava
+
+    model, proc = tiny_llava(seed=0)
+    train = generate_benchmark(6, seed=100)
+    losses = chain_sft(model, proc, train, steps=20, batch_size=4, lr=5e-3,
+                       prompt_template="CHAIN: {question}")  # short prompt: a fast test
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+    assert not model.training
+    with pytest.raises(ValueError, match="steps >= 1"):
+        chain_sft(model, proc, train, steps=0)

@@ -28,7 +28,7 @@ _EXPORTS = {
     "CallableResponder": "responders", "VLMResponder": "responders",
     "tiny_llava": "tiny_vlm", "tiny_qwen2vl": "tiny_vlm", "load_vlm": "tiny_vlm",
     "evaluate": "evaluate", "CageReport": "evaluate",
-    "export_sft": "sft_export",
+    "export_sft": "sft_export", "chain_sft": "finetune",
 }
 __all__ = sorted(_EXPORTS)
 

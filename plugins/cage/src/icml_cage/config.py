@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from icml import option
 from icml_cage.probes import CHAIN_PROMPT, TEXT_PROMPT
 
-RESPONDERS = ("oracle", "unfaithful", "tiny-llava", "tiny-qwen2vl", "model")
+RESPONDERS = ("oracle", "unfaithful", "tiny-llava", "tiny-qwen2vl", "tiny-llava-sft", "model")
 
 
 @dataclass
@@ -18,9 +18,12 @@ class EvaluateConfig:
     size: int = option(128, help="image side in pixels", ge=32, le=1024)
     responders: list[str] = option(["oracle", "unfaithful", "tiny-llava"],
                                    help="who answers: oracle, unfaithful, tiny-llava, "
-                                        "tiny-qwen2vl, model (the --set model=... VLM)")
+                                        "tiny-qwen2vl, tiny-llava-sft (chain-SFT first), "
+                                        "model (the --set model=... VLM)")
     model: str = option("", help="a transformers VLM folder or hub name (responder 'model')")
     vlm_items: int = option(36, help="items the VLM responders answer (0 = all)", ge=0)
+    sft_steps: int = option(150, help="chain-SFT steps of the tiny-llava-sft responder", ge=1)
+    sft_images: int = option(60, help="scenes in its training split (other seed)", ge=1)
     max_new_tokens: int = option(24, help="tokens a VLM may generate per answer", ge=1)
     batch_size: int = option(16, help="prompts per VLM batch", ge=1)
     norm: str = option("relative", help="AG normaliser", choices=("relative", "max", "range"))

@@ -36,8 +36,18 @@ def _responder(name: str, config: EvaluateConfig, ctx: icml.RunContext):  # noqa
     if name == "unfaithful":
         return FluentUnfaithfulResponder(seed=ctx.seed)
     device = ctx.torch_device()
-    if name == "tiny-llava":
+    if name in ("tiny-llava", "tiny-llava-sft"):
         model, proc = tiny_llava(seed=ctx.seed, device=device)
+        if name == "tiny-llava-sft":
+            from icml_cage.dataset import generate_benchmark
+            from icml_cage.finetune import chain_sft
+
+            train = generate_benchmark(config.sft_images, seed=ctx.seed + 10_000,
+                                       families=config.families, size=config.size)
+            losses = chain_sft(model, proc, train, steps=config.sft_steps, seed=ctx.seed,
+                               prompt_template=config.chain_prompt,
+                               progress=lambda r: ctx.progress(r, desc="chain-SFT"))
+            ctx.logger.info("chain-SFT loss %.3f -> %.3f", losses[0], losses[-1])
     elif name == "tiny-qwen2vl":
         model, proc = tiny_qwen2vl(seed=ctx.seed, device=device)
     else:
