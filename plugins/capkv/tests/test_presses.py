@@ -128,15 +128,19 @@ def test_streaming_keeps_sinks_and_recent_window(tiny_model, ids) -> None:
     assert cache.layers[1].positions[1, 1].tolist() == expected
 
 
-def test_mistral_style_model_works() -> None:
-    from transformers import AutoModelForCausalLM, MistralConfig
+@pytest.mark.parametrize("family", ["mistral", "qwen3"])
+def test_mistral_and_qwen3_style_models_work(family) -> None:
+    import transformers
+    from transformers import AutoModelForCausalLM
 
+    cls = {"mistral": transformers.MistralConfig, "qwen3": transformers.Qwen3Config}[family]
     torch.manual_seed(0)
-    cfg = MistralConfig(vocab_size=64, hidden_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
-                        sliding_window=None)
+    cfg = cls(vocab_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, intermediate_size=128, head_dim=16)
     m = AutoModelForCausalLM.from_config(cfg).eval()
     ctx = torch.randint(4, 64, (1, 30))
+    cache = prefill(m, ctx, CapKVPress(0.5))
+    assert cache.physical_lengths() == [15, 15]
     out = generate_with_press(m, ctx, CapKVPress(0.5), 4)
     assert out.shape == (1, 4)
 

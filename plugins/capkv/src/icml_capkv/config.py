@@ -51,6 +51,7 @@ class InferConfig:
     context_len: int = option(64, help="context tokens (BOS + pairs among fillers)", ge=8)
     n_pairs: int = option(8, help="key/value pairs planted in the context", ge=1)
     n_fillers: int = option(4, help="distinct filler tokens (the planted redundancy)", ge=1)
+    n_queries: int = option(16, help="questions per training sequence", ge=1)
     eval_samples: int = option(256, help="questions asked per policy and ratio", ge=1)
     train_steps: int = option(400, help="training steps of the built-in tiny model", ge=0)
     batch_size: int = option(32, help="training batch size", ge=1)

@@ -62,7 +62,7 @@ def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
 
     device, dtype = ctx.torch_device(), ctx.torch_dtype()
     task = RecallTask(context_len=config.context_len, n_pairs=config.n_pairs,
-                      n_fillers=config.n_fillers)
+                      n_fillers=config.n_fillers, n_queries=config.n_queries)
     metrics: dict[str, float] = {}
     if config.model:
         with ctx.step(f"loading {config.model}"):

@@ -91,7 +91,8 @@ class KVPress:
 
     # -- policy ---------------------------------------------------------------------------
     def score(self, inputs: ScoreInputs) -> torch.Tensor:
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} defines no score(): subclass KVPress and "
+                        "implement score(inputs) -> (B, H_kv, T), or override select()")
 
     def ratio_for(self, layer_idx: int) -> float:
         if self.layer_ratios is None:
@@ -243,7 +244,11 @@ def query_anchor(module: Any, hidden: torch.Tensor, rotary: Any,
     """CapKV's anchor ``R_bar mu_q``: the mean pre-RoPE query over the context, rotated by the
     average RoPE matrix of the next ``n_future`` positions. ``(B, H_q, d)``."""
     B, T, _ = hidden.shape
-    mu = _pre_rope_queries(module, hidden).float().mean(2)  # (B, H_q, d)
+    if getattr(module, "q_norm", None) is None:
+        # q_proj is affine, so the mean query is q_proj of the mean hidden state: O(1) in T.
+        mu = _pre_rope_queries(module, hidden.mean(1, keepdim=True))[:, :, 0].float()
+    else:
+        mu = _pre_rope_queries(module, hidden).float().mean(2)  # (B, H_q, d)
     if n_future <= 0:
         return mu
     pos = torch.arange(T, T + n_future, device=hidden.device).unsqueeze(0)
