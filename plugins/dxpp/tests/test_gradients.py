@@ -356,3 +356,29 @@ def test_sparse_out_of_memory_falls_back_to_cg(monkeypatch):
         fb, info = dxpp_backward(*args)
     assert info["linear_solver"] == "sparse->cg"
     assert rel_error(fb, direct) < 1e-5
+
+
+@pytest.mark.parametrize("solver,tol", [("clarabel", 1e-5), ("osqp", 1e-4)])
+def test_polish_makes_a_loose_forward_exact(solver, tol):
+    import qpsolvers
+
+    if solver not in qpsolvers.available_solvers:
+        pytest.skip(f"{solver} not installed")
+    known = random_qp(30, seed=13)
+    no_own_polish = {"polishing": False} if solver == "osqp" else None
+    loose = solve_qp(known.problem, solver, tol=tol, options=no_own_polish)
+    fine = solve_qp(known.problem, solver, tol=tol, options=no_own_polish,
+                    polish_solution=True)
+    assert fine.extras["polished"]
+    assert np.abs(fine.x - known.x).max() < 1e-9
+    np.testing.assert_allclose(fine.ineq_dual, known.ineq_dual, atol=1e-8)
+    np.testing.assert_allclose(fine.eq_dual, known.eq_dual, atol=1e-8)
+    assert np.abs(loose.x - known.x).max() > 10 * np.abs(fine.x - known.x).max()
+
+
+def test_polish_on_sparse_chain_matches_exact_solver(exact_solver):
+    prob = chain_projection(2, N=100, seed=0)
+    ref = solve_qp(prob, exact_solver)
+    fine = solve_qp(prob, "clarabel", tol=1e-8, polish_solution=True)
+    assert fine.extras["polished"]
+    assert np.abs(fine.x - ref.x).max() < 1e-8

@@ -62,6 +62,7 @@ def compare_backwards(prob: QPProblem, family: str = "", size: int = 0, *,
                       penalty: PenaltyOptions | None = None,
                       methods: tuple[str, ...] = ("dxpp", "kkt-reduced", "kkt-full"),
                       reference: str = "kkt-reduced", repeats: int = 3, seed: int = 0,
+                      polish: bool = False,
                       sol: QPResult | None = None,
                       closed_form: Callable[[QPResult, np.ndarray], np.ndarray] | None = None
                       ) -> CompareRow:
@@ -69,7 +70,8 @@ def compare_backwards(prob: QPProblem, family: str = "", size: int = 0, *,
     ḡ ~ N(0, I); errors are relative to ``reference`` over all six gradients."""
     penalty = penalty or PenaltyOptions()
     if sol is None:
-        forward_s, sol = best_time(lambda: solve_qp(prob, solver, tol, penalty.active_tol),
+        forward_s, sol = best_time(lambda: solve_qp(prob, solver, tol, penalty.active_tol,
+                                                    polish_solution=polish),
                                    1 if prob.n > 20_000 else repeats)
     else:
         forward_s = float("nan")

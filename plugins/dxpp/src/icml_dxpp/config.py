@@ -31,6 +31,7 @@ class DifferentiateConfig:
                               "per-solver default, 1e-12 for clarabel)", gt=0)
     linear_solver: str = option("auto", help="dXPP's linear solver",
                                 choices=("auto", "dense", "sparse", "cg"))
+    polish: bool = option(False, help="refine the solver's point on its active set")
     kkt_mode: str = option("reduced", help="KKT reference used for the error column",
                            choices=("reduced", "full"))
     betas: list[float] = option([1e-2, 1e-4, 1e-6], help="beta sweep on the largest problem "
@@ -58,6 +59,7 @@ class EvaluateConfig:
                               "per-solver default, 1e-12 for clarabel)", gt=0)
     linear_solver: str = option("auto", help="dXPP's linear solver",
                                 choices=("auto", "dense", "sparse", "cg"))
+    polish: bool = option(False, help="refine the solver's point on its active set")
     repeats: int = option(3, help="timing repeats (the fastest is reported)", ge=1)
     blas_threads: int = option(1, help="BLAS threads while timing (0: library default); 1 "
                                "keeps timings comparable on a shared machine", ge=0)

@@ -13,7 +13,8 @@ import scipy.sparse as sp
 
 from icml_dxpp.qp import QPInputError, QPProblem, QPSolveError, _where
 
-__all__ = ["QPResult", "solve_qp", "recover_duals", "solver_options", "check_solver"]
+__all__ = ["QPResult", "solve_qp", "recover_duals", "polish", "solver_options",
+           "check_solver"]
 
 # pip command per backend, for the "not installed" error
 _PIP = {
@@ -99,6 +100,48 @@ def recover_duals(prob: QPProblem, x: np.ndarray, active_tol: float = 1e-5
     return nu, sol[active.size:]
 
 
+def polish(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Active-set refinement of an approximate solution (as OSQP's polishing does).
+
+    Guess the active set {i : νᵢ > hᵢ − Gᵢx}, solve the equality-constrained KKT system on it
+    exactly and keep the result only if it is primal feasible with ν ≥ 0 (to 1e-9, relative);
+    otherwise return None and the solver's point is kept.
+    """
+    import scipy.linalg as sla
+
+    act = np.flatnonzero(nu > prob.slack(x))
+    n, k, p = prob.n, act.size, prob.p
+    GA = prob.G[act]
+    rhs = np.concatenate([-prob.q, prob.h[act], prob.b])
+    try:
+        if prob.sparse:
+            from scipy.sparse.linalg import splu
+
+            K = sp.bmat([[sp.csr_matrix(prob.Q), sp.csr_matrix(GA).T, sp.csr_matrix(prob.A).T],
+                         [sp.csr_matrix(GA), sp.csr_matrix((k, k)), sp.csr_matrix((k, p))],
+                         [sp.csr_matrix(prob.A), sp.csr_matrix((p, k)), sp.csr_matrix((p, p))]])
+            sol = splu(sp.csc_matrix(K)).solve(rhs)
+        else:
+            K = np.zeros((n + k + p, n + k + p))
+            K[:n, :n] = prob.Q
+            K[:n, n:n + k], K[n:n + k, :n] = np.asarray(GA).T, GA
+            K[:n, n + k:], K[n + k:, :n] = np.asarray(prob.A).T, prob.A
+            with np.errstate(all="ignore"):
+                sol = sla.solve(K, rhs, assume_a="sym", check_finite=False)
+    except (RuntimeError, np.linalg.LinAlgError, sla.LinAlgError, ValueError):
+        return None
+    if not np.all(np.isfinite(sol)):
+        return None
+    x2, nu_a, mu2 = sol[:n], sol[n:n + k], sol[n + k:]
+    scale = 1e-9 * (1.0 + np.abs(prob.h).max(initial=0.0) + np.abs(nu).max(initial=0.0))
+    if np.max(-prob.slack(x2), initial=0.0) > scale or np.min(nu_a, initial=0.0) < -scale:
+        return None
+    nu2 = np.zeros(prob.m)
+    nu2[act] = np.maximum(nu_a, 0.0)
+    return x2, nu2, mu2
+
+
 def _unconstrained(prob: QPProblem, index: int | None) -> np.ndarray:
     Q = prob.Q.toarray() if sp.issparse(prob.Q) else prob.Q
     x, *_ = np.linalg.lstsq(Q, -prob.q, rcond=None)
@@ -111,11 +154,13 @@ def _unconstrained(prob: QPProblem, index: int | None) -> np.ndarray:
 
 def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None,
              active_tol: float = 1e-5, recover: str = "auto", options: dict | None = None,
-             index: int | None = None) -> QPResult:
+             index: int | None = None, polish_solution: bool = False) -> QPResult:
     """Solve one QP with a ``qpsolvers`` backend.
 
     ``recover``: ``"auto"`` rebuilds duals only when the backend returns none, ``"always"``
-    rebuilds them every time, ``"never"`` raises when they are missing.
+    rebuilds them every time, ``"never"`` raises when they are missing. ``polish_solution``
+    refines the point on its active set (:func:`polish`), which makes an inexact solver's
+    point exact when the active set is identified correctly.
     """
     import warnings
 
@@ -146,22 +191,30 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None
         if attempt == len(tols) - 1 or "infeasible" in status.lower():
             raise QPSolveError(_failure_message(solver, status, index))
     x = np.asarray(sol.x, dtype=np.float64)
+    missing = (prob.m and sol.z is None) or (prob.p and sol.y is None)
+    recovered = recover == "always" or (recover == "auto" and missing)
+    if recovered:
+        nu, mu = recover_duals(prob, x, active_tol)
+    elif missing:
+        raise QPSolveError(f"{_where(index)}solver {solver!r} returned no duals: use "
+                           "recover_duals='auto' to rebuild them from stationarity")
+    else:
+        nu = np.maximum(np.asarray(sol.z, dtype=np.float64), 0.0) if prob.m else np.zeros(0)
+        mu = np.asarray(sol.y, dtype=np.float64) if prob.p else np.zeros(0)
+    extras = {"status": status, "polished": False}
+    if polish_solution:
+        refined = polish(prob, x, nu, mu)
+        if refined is not None:
+            x, nu, mu = refined
+            extras["polished"] = True
     viol = max(float(np.max(-prob.slack(x), initial=0.0)),
                float(np.max(np.abs(prob.A @ x - prob.b), initial=0.0)))
-    if viol > 1e-5 * (1 + np.abs(prob.h).max(initial=0) + np.abs(prob.b).max(initial=0)):
+    allowed = 1e-5 if tol is None else max(1e-5, 10.0 * tol)
+    if viol > allowed * (1 + np.abs(prob.h).max(initial=0) + np.abs(prob.b).max(initial=0)):
         raise QPSolveError(f"{_where(index)}solver {solver!r} returned a point violating the "
                            f"constraints by {viol:.3g}: the QP is probably infeasible; if "
                            "it is not, tighten tol or try solver='clarabel'")
-    missing = (prob.m and sol.z is None) or (prob.p and sol.y is None)
-    if recover == "always" or (recover == "auto" and missing):
-        nu, mu = recover_duals(prob, x, active_tol)
-        return QPResult(x, nu, mu, solver, True, {"status": status})
-    if missing:
-        raise QPSolveError(f"{_where(index)}solver {solver!r} returned no duals: use "
-                           "recover_duals='auto' to rebuild them from stationarity")
-    nu = np.maximum(np.asarray(sol.z, dtype=np.float64), 0.0) if prob.m else np.zeros(0)
-    mu = np.asarray(sol.y, dtype=np.float64) if prob.p else np.zeros(0)
-    return QPResult(x, nu, mu, solver, False, {"status": status})
+    return QPResult(x, nu, mu, solver, recovered, extras)
 
 
 def _block(M: Any) -> Any:

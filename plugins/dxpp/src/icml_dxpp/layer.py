@@ -47,6 +47,7 @@ class LayerOptions:
     backward: str = "dxpp"
     kkt_mode: str = "reduced"
     recover_duals: str = "auto"
+    polish: bool = False
     check_inputs: bool = True
     penalty: PenaltyOptions = field(default_factory=PenaltyOptions)
     solver_options: dict | None = None
@@ -132,7 +133,8 @@ class _QPFunction(torch.autograd.Function):
                                 index=index)
             probs.append(prob)
             sols.append(solve_qp(prob, opts.solver, opts.tol, opts.penalty.active_tol,
-                                 opts.recover_duals, opts.solver_options, index))
+                                 opts.recover_duals, opts.solver_options, index,
+                                 polish_solution=opts.polish))
         ctx.opts, ctx.probs, ctx.sols = opts, probs, sols
         ctx.likes = [None if t is None else (t if _is_sparse(t) else t[:0]) for t in inputs]
         ctx.dense = not any(_is_sparse(t) for t in inputs)
@@ -225,7 +227,8 @@ def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
     ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel' or any installed qpsolvers backend),
     ``tol`` (the forward solver's tolerance; None = a tight per-solver default),
     ``backward`` ('dxpp' | 'kkt'), ``kkt_mode`` ('reduced' | 'full'),
-    ``recover_duals`` ('auto' | 'always' | 'never'),
+    ``recover_duals`` ('auto' | 'always' | 'never'), ``polish`` (False; active-set refinement
+    of the solver's point),
     ``check_inputs`` (True), ``solver_options`` (dict passed to the backend).
     """
     return _solve(_options(**options), Q, q, G, h, A, b)
@@ -318,7 +321,8 @@ class DXPPQPLayer(torch.nn.Module):
         tol: the forward solver's tolerance.
         rho_min: floor on ‖ν*‖₁ and ‖μ*‖₁ in ρ, so that a constraint with zero duals still
             enters the backward (our addition; the paper has none).
-        **options: ``ridge``, ``cg_tol``, ``cg_maxiter``, ``recover_duals``, ``check_inputs``,
+        **options: ``ridge``, ``cg_tol``, ``cg_maxiter``, ``recover_duals``, ``polish``,
+            ``check_inputs``,
             ``solver_options`` (see :func:`dxpp_solve`).
     """
 
@@ -356,7 +360,8 @@ def differentiate(problem: QPProblem, grad_x: np.ndarray | None = None,
     opts = replace(opts, backward=method).validate()
     if solution is None:
         solution = solve_qp(problem, opts.solver, opts.tol, opts.penalty.active_tol,
-                            opts.recover_duals, opts.solver_options)
+                            opts.recover_duals, opts.solver_options,
+                            polish_solution=opts.polish)
     gx = np.zeros(problem.n) if grad_x is None else np.asarray(grad_x, dtype=np.float64)
     args = (problem, solution.x, solution.ineq_dual, solution.eq_dual, gx, grad_ineq_dual,
             grad_eq_dual)

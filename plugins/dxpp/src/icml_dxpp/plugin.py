@@ -130,7 +130,7 @@ def icml_differentiate(ctx: icml.RunContext, config: DifferentiateConfig) -> icm
             cf = _simplex_closed_form(prob) if family == "simplex" else None
             row = compare_backwards(prob, family, size, solver=config.solver, tol=config.tol,
                                     penalty=pen, reference=ref, repeats=config.repeats,
-                                    seed=ctx.seed + k, closed_form=cf)
+                                    seed=ctx.seed + k, closed_form=cf, polish=config.polish)
             by_size.setdefault(size, []).append(row)
             last = prob
     rows = [_merge(v) for v in by_size.values()]
@@ -149,7 +149,8 @@ def icml_differentiate(ctx: icml.RunContext, config: DifferentiateConfig) -> icm
         metrics["closed_form_error_dxpp"] = max(r.closed_form_error for r in rows)
     artifacts = {}
     if config.betas and last is not None:
-        sol = solve_qp(last, config.solver, config.tol, config.active_tol)
+        sol = solve_qp(last, config.solver, config.tol, config.active_tol,
+                       polish_solution=config.polish)
         sweep = beta_sweep(last, sol, list(config.betas), seed=ctx.seed, penalty=pen)
         tables.append(icml.Table(f"beta sweep (n = {last.n}): dXPP error vs reduced KKT",
                                  ["beta", "rel err"],
@@ -220,7 +221,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
             cf = _simplex_closed_form(prob) if family == "simplex" else None
             r = compare_backwards(prob, family, size, solver=config.solver, tol=config.tol,
                                   penalty=pen, repeats=config.repeats, seed=ctx.seed,
-                                  closed_form=cf)
+                                  closed_form=cf, polish=config.polish)
             rows.append(r)
             if r.closed_form_error is not None:
                 cf_rows.append([size, float(f"{r.closed_form_error:.3g}")])
