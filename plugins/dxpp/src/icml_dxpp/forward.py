@@ -5,6 +5,7 @@ set, as dXPP does: least squares [G_𝒜ᵀ Aᵀ][ν_𝒜; μ] = −(Qx* + q), t
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,7 +128,8 @@ def polish(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
             K[:n, :n] = prob.Q
             K[:n, n:n + k], K[n:n + k, :n] = np.asarray(GA).T, GA
             K[:n, n + k:], K[n + k:, :n] = np.asarray(prob.A).T, prob.A
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # ill-conditioned: judged by the checks below
                 sol = sla.solve(K, rhs, assume_a="sym", check_finite=False)
     except (RuntimeError, np.linalg.LinAlgError, sla.LinAlgError, ValueError):
         return None
@@ -162,8 +164,6 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None
     refines the point on its active set (:func:`polish`), which makes an inexact solver's
     point exact when the active set is identified correctly.
     """
-    import warnings
-
     import qpsolvers
 
     if prob.m == 0 and prob.p == 0:
