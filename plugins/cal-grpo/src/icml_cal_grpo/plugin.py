@@ -12,11 +12,11 @@ from icml_cal_grpo.config import EvaluateConfig, InferConfig, TrainConfig
 BIBTEX = """@inproceedings{ildiz2026calgrpo,
   title     = {Learning to Correct: Calibrated Reinforcement Learning for Multi-Attempt
                Chain-of-Thought},
-  author    = {Ildiz, M. Emrullah and Gozeten, Halil Alperen and Taga, Ege Onur and
+  author    = {Ildiz, Muhammed Emrullah and Gozeten, Halil Alperen and Taga, Ege Onur and
                Oymak, Samet},
   booktitle = {International Conference on Machine Learning (ICML)},
   year      = {2026},
-  note      = {arXiv:2604.17912}
+  note      = {arXiv:2604.17912; OpenReview 2hGL0nGPLu}
 }"""
 
 
@@ -30,7 +30,7 @@ def icml_plugin_info() -> icml.PluginInfo:
             title="Learning to Correct: Calibrated RL for Multi-Attempt Chain-of-Thought "
                   "(CAL-GRPO)",
             url="https://arxiv.org/abs/2604.17912",
-            authors="M. E. Ildiz, H. A. Gozeten, E. O. Taga, S. Oymak",
+            authors="Muhammed Emrullah Ildiz, Halil Alperen Gozeten, Ege Onur Taga, Samet Oymak",
             bibtex=BIBTEX),
         capabilities=("train", "infer", "evaluate"),
         configs={"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig},
