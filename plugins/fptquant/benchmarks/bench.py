@@ -36,6 +36,10 @@ def main() -> None:
     ap.add_argument("--model", default="")
     ap.add_argument("--train-steps", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arch", default="llama", choices=("llama", "qwen2"))
+    ap.add_argument("--hidden-size", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--no-ablation", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -43,10 +47,12 @@ def main() -> None:
     if have_bitsandbytes():
         arms += ["bnb_nf4", "bnb_int8"]
     cfg = QuantizeConfig(model=args.model, arms=arms, train_steps=args.train_steps,
-                         e2e_steps=100, local_steps=200)
+                         e2e_steps=100, local_steps=200, arch=args.arch,
+                         hidden_size=args.hidden_size, num_layers=args.layers)
     base = build_model(cfg, "cpu", torch.float32, args.seed)
     fp_clean = copy.deepcopy(base["model"])
-    print(f"model: {args.model or 'tiny llama (hidden 64, 2 layers, 4 heads / 2 KV heads)'}; "
+    tiny = f"tiny {args.arch} (hidden {args.hidden_size}, {args.layers} layers, 4 heads / 2 KV)"
+    print(f"model: {args.model or tiny}; "
           f"outlier strength {cfg.outlier_strength}; {cfg.calib_samples} calibration and "
           f"{cfg.eval_samples} evaluation sequences of {cfg.seq_len} tokens\n")
     for setting in ((4, 4, 4), (4, 8, 8)):
@@ -64,6 +70,22 @@ def main() -> None:
                 f"{r['rtn_gap_closed']:.3f}"
             print(f"| {ARM_LABELS[arm]} | {r['ppl']:.3f} | {r['ppl'] / rows['fp']['ppl']:.3f} "
                   f"| {r['kl']:.4f} | {gap} | {r['bytes'] / rows['fp']['bytes']:.3f} |")
+        print()
+    if not args.no_ablation:
+        print("### Ablation at W4A4KV4: FPTQuant-local with one component changed\n")
+        print("| variant | perplexity | KL to FP |\n|---|---|---|")
+        variants = {"full": {}, "no pre-RoPE transform": {"prerope": False},
+                    "no value transform": {"value": False},
+                    "no MLP scaling": {"mlp_scale": False},
+                    "no online Hadamard": {"down_hadamard": False},
+                    "no dynamic residual scaling": {"dynamic_residual_scaling": False},
+                    "no local training (init only)": {"local_steps": 0},
+                    "GPTQ weights": {"weight_quantizer": "gptq"}}
+        for label, change in variants.items():
+            vcfg = dataclasses.replace(cfg, arms=["fp", "fptquant_local"], **change)
+            r = run_arms(vcfg, dict(base, model=copy.deepcopy(fp_clean)), args.seed)["rows"]
+            print(f"| {label} | {r['fptquant_local']['ppl']:.3f} | "
+                  f"{r['fptquant_local']['kl']:.4f} |")
         print()
     # cost of the online parts (quantizers off: only the transforms' runtime overhead)
     prompt = base["eval"][:1, :16]

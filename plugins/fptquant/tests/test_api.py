@@ -134,3 +134,20 @@ def test_user_model_path_and_claim(tmp_path):
     assert rows["fptquant_local"]["rtn_gap_closed"] > 0.5
     assert rows["fptquant_local"]["ppl"] < rows["quarot"]["ppl"]
     assert perplexity(loaded["model"], loaded["eval"]) == pytest.approx(fp, rel=1e-6)
+
+
+def test_evaluate_hook_on_saved_quantized_model(tmp_path):
+    from icml_fptquant import save_quantized
+
+    from icml.models import byte_tokenizer, tiny_causal_lm
+    from icml.runner import run
+
+    model = tiny_causal_lm("llama", hidden_size=32)
+    calib = torch.randint(4, 260, (2, 32), generator=torch.Generator().manual_seed(0))
+    cfg = FPTQuantConfig(local_steps=0)
+    merge_and_quantize(apply_fpt_transforms(model, cfg), calib, cfg)
+    save_quantized(model, tmp_path / "q", byte_tokenizer())
+    result = run("fptquant", "evaluate", overrides=[f"quantized={tmp_path / 'q'}",
+                 "seq_len=32", "eval_samples=2", "calib_samples=2"], out=tmp_path / "run",
+                 device="cpu", show_progress=False)
+    assert result.status == "ok" and result.metrics["ppl"] > 1

@@ -154,8 +154,7 @@ class WriterRotation(nn.Module):
         self.rot = rot
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        q = self.rot.matrix().to(w.dtype)
-        return q @ w if w.dim() == 2 else q @ w
+        return self.rot.matrix().to(w.dtype) @ w
 
 
 class HeadLeft(nn.Module):
@@ -175,7 +174,7 @@ class HeadLeft(nn.Module):
         return self.source.matrices()
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        m = self.mats().to(w.dtype)[self.index]
+        m = self.mats().to(w.dtype)[self.index.to(w.device)]
         h, dh = m.shape[0], m.shape[1]
         if w.dim() == 1:
             return (m @ w.reshape(h, dh, 1)).reshape(-1)
@@ -192,7 +191,7 @@ class OProjValueInverse(nn.Module):
         self.register_buffer("index", torch.arange(heads) // n_rep, persistent=False)
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        minv = self.value.inverses().to(w.dtype)[self.index]
+        minv = self.value.inverses().to(w.dtype)[self.index.to(w.device)]
         d = w.shape[0]
         h, dh = minv.shape[0], minv.shape[1]
         return torch.einsum("ohj,hjk->ohk", w.reshape(d, h, dh), minv).reshape(d, h * dh)
