@@ -128,3 +128,15 @@ def test_load_model_from_save_pretrained(toy, tmp_path):
     torch.testing.assert_close(a, b)
     with pytest.raises(ValueError, match="save_pretrained"):
         load_model(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("q", [(0.05, 0.95), (0.1, 0.3), (0.6, 0.99), (0.0, 1.0)])
+def test_clip_quantiles_match_torch_quantile(q):
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(6, 9, 5, generator=g)
+    lengths = [9, 1, 4, 7, 2, 9]
+    mask = (torch.arange(9)[None] < torch.tensor(lengths)[:, None]).long()
+    out = clip_quantiles(h, mask, q)
+    for i, n in enumerate(lengths):
+        lo, hi = torch.quantile(h[i, :n].flatten(), torch.tensor(q))
+        torch.testing.assert_close(out[i, :n], h[i, :n].clamp(lo, hi))
