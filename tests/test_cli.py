@@ -92,14 +92,20 @@ def test_run_with_config_file(site, tmp_path: Path) -> None:
     (["--set", "nn=3"], "error: unknown config key 'nn': did you mean 'n'?"),
     (["quantize"], "has no capability 'quantize'"),
     (["--config", "missing.toml"], "does not exist"),
+    (["--set", "n=13"], "error: config key 'n': 13 is unlucky"),  # raised inside the hook
 ])
 def test_bad_config_exits_2_with_one_line(site, cli, tmp_path: Path, args, message) -> None:
     site.add_example()
     proc = cli("run", "example", *args, "--out", str(tmp_path / "o"), cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
-    assert message in proc.stderr
-    assert not (tmp_path / "o").exists()
+    last = proc.stderr.strip().splitlines()[-1]
+    assert message in last
+    if "unlucky" in message:  # the hook ran (and logged): its failed result is kept
+        (run_dir,) = (tmp_path / "o").iterdir()
+        assert json.loads((run_dir / "result.json").read_text())["status"] == "failed"
+    else:
+        assert proc.stderr.strip() == last
+        assert not (tmp_path / "o").exists()
 
 
 def test_failed_run_exits_1_short_error_and_debug_traceback(site, cli, tmp_path: Path) -> None:

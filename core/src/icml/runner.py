@@ -116,7 +116,8 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     Raises :class:`~icml.loader.UnknownPluginError`, :class:`~icml.loader.PluginLoadError` or
     :class:`~icml.config.ConfigError` before anything is written, and :class:`RunFailed` (after
     writing ``result.json`` with ``status: failed`` and the traceback in ``run.log``) when the
-    plugin itself fails.
+    plugin itself fails. A hook may raise ``ConfigError`` for a setting only it can check (a
+    missing file, an uninstalled backend): it is re-raised after the failed result is written.
     """
     check_device(device)
     if dtype not in DTYPES:
@@ -133,7 +134,7 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     others = [m for m in host.method_plugins() if m is not rec.module]
     caller = host.pm.subset_hook_caller(hook_name, remove_plugins=others)
     assert host.pm.get_plugin(BUILTINS_NAME) is not None
-    error, interrupted = "", None
+    error, interrupted, config_error = "", None, None
     logger.info("run %s %s seed=%s device=%s", slug, capability, seed, device)
     try:
         result = caller(ctx=ctx, config=cfg)
@@ -152,6 +153,8 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
         result = RunResult(status="failed", error=error)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             result.status, interrupted = "interrupted", exc
+        elif isinstance(exc, ConfigError):  # a setting only the hook could check
+            config_error = exc
     result.plugin, result.capability = slug, capability
     result.plugin_version = rec.version or (rec.info.version if rec.info else "")
     result.seed, result.device, result.dtype = seed, device, dtype
@@ -163,6 +166,8 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     handler.close()
     if interrupted is not None:
         raise interrupted
+    if config_error is not None:
+        raise config_error
     if error:
         raise RunFailed(f"{slug} {capability} failed: {error} (details: {run_dir / 'run.log'})",
                         result)
