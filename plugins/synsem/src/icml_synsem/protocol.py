@@ -162,7 +162,8 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
     n_dropped = len(data) - len(keep)
     if len(keep) < 2:
         raise ValueError(f"only {len(keep)} originals left after dropping template groups smaller "
-                         f"than min_group_size={min_group_size}: need at least 2")
+                         f"than min_group_size={min_group_size}: need at least 2 (give more "
+                         "sentences per template, or set min_group_size=1)")
     if k > len(keep):
         raise ValueError(f"k={k} is larger than the number of queries ({len(keep)})")
     if len(keep) < len(data):
