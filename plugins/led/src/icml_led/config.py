@@ -9,6 +9,8 @@ from icml import option
 
 @dataclass
 class _Common:
+    cpu_threads: int = option(1, help="torch CPU threads during the run (tiny models run "
+                              "fastest single-threaded; 0 = leave torch's setting)", ge=0)
     # model
     model: str = option("", help="HF name or local folder of a causal LM; empty = built-in tiny "
                         "model trained on the task")
@@ -16,18 +18,23 @@ class _Common:
     hidden_size: int = option(64, help="built-in model hidden size", ge=8)
     num_layers: int = option(8, help="built-in model number of blocks", ge=2)
     # task
-    num_terms: int = option(4, help="digits per problem (length of the thinking span)", ge=1)
-    base: int = option(10, help="running sums are taken modulo this base", ge=2, le=10)
+    num_terms: int = option(5, help="most digits per problem (length of the thinking span)",
+                            ge=1)
+    min_terms: int = option(2, help="fewest digits per problem (lengths are uniform in "
+                            "min_terms..num_terms, so difficulty varies)", ge=1)
+    base: int = option(5, help="running sums are taken modulo this base", ge=2, le=10)
     # training (applies to any model; set both to 0 to evaluate a given model as is)
-    sft_steps: int = option(250, help="supervised steps on gold traces", ge=0)
-    sft_lr: float = option(1e-2, help="SFT learning rate", gt=0)
+    sft_steps: int = option(300, help="supervised steps on gold traces", ge=0)
+    sft_lr: float = option(3e-3, help="SFT learning rate", gt=0)
     batch_size: int = option(32, help="SFT batch size", ge=1)
     post_steps: int = option(30, help="post-training steps (rejection sampling + entropy "
                              "minimisation)", ge=0)
-    post_lr: float = option(3e-3, help="post-training learning rate", gt=0)
-    entropy_coef: float = option(0.5, help="weight of final-layer entropy minimisation in "
+    post_lr: float = option(3e-4, help="post-training learning rate", gt=0)
+    entropy_coef: float = option(1.0, help="weight of final-layer entropy minimisation in "
                                  "post-training", ge=0)
     # evaluation
+    profile_final_norm: bool = option(True, help="entropy profiles read intermediate layers "
+                                      "through the final norm (standard logit lens)")
     num_problems: int = option(32, help="held-out problems", ge=1)
     num_samples: int = option(16, help="samples per problem (n of pass@k)", ge=1)
     ks: list[int] = option([1, 16], help="k values of pass@k (each <= num_samples)")
@@ -50,6 +57,19 @@ class _Common:
     dola_layers: str = option("high", help="DoLa premature layers", choices=("low", "high"))
     relative_top: float = option(0.1, help="DoLa relative-top threshold", gt=0, le=1)
 
+    def __post_init__(self) -> None:
+        if self.min_terms > self.num_terms:
+            raise ValueError(f"min_terms={self.min_terms} exceeds num_terms={self.num_terms}")
+        bad = [k for k in self.ks if not 1 <= k <= self.num_samples]
+        if bad or not self.ks:
+            raise ValueError(f"ks={list(self.ks)} must be non-empty with every k in "
+                             f"1..num_samples ({self.num_samples}): raise num_samples or lower ks")
+        limit = self.num_layers if self.layer_set == "official" else self.num_layers + 1
+        if not self.model and self.depth > limit:
+            raise ValueError(f"depth={self.depth} is larger than the built-in model allows "
+                             f"({self.num_layers} layers, layer_set={self.layer_set!r}): use "
+                             f"depth <= {limit} or raise num_layers")
+
 
 @dataclass
 class InferConfig(_Common):
@@ -60,4 +80,9 @@ class InferConfig(_Common):
 @dataclass
 class EvaluateConfig(_Common):
     temperatures: list[float] = option([0.6, 1.0, 1.4], help="temperatures of the pass@k "
-                                       "curves")
+                                       "curves", gt=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.temperatures:
+            raise ValueError("temperatures must be a non-empty list of values > 0")

@@ -56,6 +56,7 @@ class _Decoding:
     def __init__(self, generator: Any = None) -> None:
         self.generator = generator
         self.stats: dict[str, Any] = {}
+        self._active: Any = None
 
     # -- subclass interface ------------------------------------------------------------------
     def setup(self, model: Any, input_ids: Any, generation_config: Any) -> None:
@@ -117,6 +118,7 @@ class _Decoding:
                 outputs = model(**inputs, return_dict=True)
             first = False
             model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
+            self._active = unfinished.bool()
             next_tokens, step_scores = self.choose(model, input_ids, outputs, logits_processor,
                                                    generation_config)
             if keep_scores:
@@ -200,9 +202,12 @@ class LEDDecoding(_Decoding):
         temp = generation_config.temperature if generation_config.temperature else 1.0
         info = led_step(lw, self.config, temperature=temp, generator=self.generator,
                         greedy=greedy, in_think=self._inside)
+        active = self._active
         if self._inside is not None:
-            self.stats["think_tokens"] += int(self._inside.sum())
-        self.stats["explored"] += int(info.explore.sum())
+            self.stats["think_tokens"] += int((self._inside & active).sum())
+        else:
+            self.stats["think_tokens"] += int(active.sum())
+        self.stats["explored"] += int((info.explore & active).sum())
         self.last_info = info
         return info.tokens, final
 

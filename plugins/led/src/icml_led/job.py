@@ -4,6 +4,8 @@ post-training to entropy collapse), and compare LED with its baselines."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import icml
@@ -21,13 +23,6 @@ def led_config_from(cfg: Any, tokenizer: Any) -> Any:
                      skip_penultimate=cfg.layer_set == "official")
 
 
-def _check(cfg: Any) -> None:
-    bad = [k for k in cfg.ks if not 1 <= k <= cfg.num_samples]
-    if bad:
-        raise icml.ConfigError(f"config key 'ks': {bad} must lie in 1..num_samples "
-                               f"({cfg.num_samples}); raise num_samples or lower ks")
-
-
 def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     """Model + tokenizer, trained as configured, with entropy profiles around post-training."""
     import torch
@@ -36,7 +31,6 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     from icml_led.layers import entropy_profile, layer_indices, num_layers_of
     from icml_led.task import completion_mask, make_problems, post_train, sft
 
-    _check(cfg)
     device, dtype = ctx.torch_device(), ctx.torch_dtype()
     with ctx.step("building the model"):
         if cfg.model:
@@ -53,22 +47,40 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     if cfg.top_k > vocab:
         raise icml.ConfigError(f"config key 'top_k': {cfg.top_k} is larger than the vocabulary "
                                f"({vocab}); use top_k <= {vocab}")
-    probe = make_problems(64, cfg.num_terms, cfg.base, seed=ctx.seed + 31_337)
+    probe = make_problems(64, cfg.num_terms, cfg.base, seed=ctx.seed + 31_337,
+                          min_terms=cfg.min_terms)
     pids, pmask = completion_mask(tok, probe, device)
     info: dict[str, Any] = {"model": model, "tok": tok, "led_config": led_cfg}
     if cfg.sft_steps:
         losses = sft(model, tok, cfg.sft_steps, num_terms=cfg.num_terms, base=cfg.base,
                      batch_size=cfg.batch_size, lr=cfg.sft_lr, seed=ctx.seed,
-                     progress=ctx.progress)
+                     progress=ctx.progress, min_terms=cfg.min_terms)
         info["sft_final_loss"] = sum(losses[-10:]) / len(losses[-10:])
-    info["profile_before"] = entropy_profile(model, pids, pmask, cfg.use_final_norm)
+    info["profile_before"] = entropy_profile(model, pids, pmask, cfg.profile_final_norm)
     if cfg.post_steps:
         info.update(post_train(model, tok, cfg.post_steps, num_terms=cfg.num_terms,
                                base=cfg.base, lr=cfg.post_lr, entropy_coef=cfg.entropy_coef,
-                               seed=ctx.seed, progress=ctx.progress))
-    info["profile_after"] = entropy_profile(model, pids, pmask, cfg.use_final_norm)
+                               seed=ctx.seed, progress=ctx.progress,
+                               min_terms=cfg.min_terms))
+    info["profile_after"] = entropy_profile(model, pids, pmask, cfg.profile_final_norm)
     torch.manual_seed(ctx.seed)
     return info
+
+
+@contextmanager
+def cpu_threads(ctx: icml.RunContext, n: int) -> Iterator[None]:
+    """Run with ``n`` torch CPU threads when on CPU (restored afterwards)."""
+    import torch
+
+    if n <= 0 or ctx.torch_device().type != "cpu":
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def _profile_table(info: dict[str, Any]) -> icml.Table:
@@ -91,13 +103,24 @@ def _methods(cfg: Any, led_cfg: Any, temperature: float) -> list[Any]:
 
 
 def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
+    with cpu_threads(ctx, cfg.cpu_threads):
+        return _infer(ctx, cfg)
+
+
+def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
+    with cpu_threads(ctx, cfg.cpu_threads):
+        return _evaluate(ctx, cfg)
+
+
+def _infer(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
     from icml.report import bar_plot
     from icml_led.evaluation import run_method
     from icml_led.task import make_problems
 
     info = prepare(ctx, cfg)
     model, tok, led_cfg = info["model"], info["tok"], info["led_config"]
-    problems = make_problems(cfg.num_problems, cfg.num_terms, cfg.base, seed=ctx.seed + 1)
+    problems = make_problems(cfg.num_problems, cfg.num_terms, cfg.base, seed=ctx.seed + 1,
+                             min_terms=cfg.min_terms)
     results = []
     for m in ctx.progress(_methods(cfg, led_cfg, cfg.temperature), desc="decoding"):
         results.append(run_method(model, tok, problems, m, num_samples=cfg.num_samples,
@@ -149,17 +172,15 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
                           artifacts=artifacts, notes=notes)
 
 
-def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
+def _evaluate(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     from icml.report import line_plot
     from icml_led.evaluation import run_method
     from icml_led.task import make_problems
 
-    if not cfg.temperatures or any(t <= 0 for t in cfg.temperatures):
-        raise icml.ConfigError(f"config key 'temperatures': {cfg.temperatures} must be a "
-                               "non-empty list of values > 0")
     info = prepare(ctx, cfg)
     model, tok, led_cfg = info["model"], info["tok"], info["led_config"]
-    problems = make_problems(cfg.num_problems, cfg.num_terms, cfg.base, seed=ctx.seed + 1)
+    problems = make_problems(cfg.num_problems, cfg.num_terms, cfg.base, seed=ctx.seed + 1,
+                             min_terms=cfg.min_terms)
     ks_max = max(cfg.ks)
     curves: dict[str, tuple[list[float], list[float]]] = {}
     rows = []

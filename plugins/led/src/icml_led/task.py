@@ -49,15 +49,22 @@ class Problem:
         return THINK_START + "".join(map(str, self.chain)) + THINK_END + self.answer
 
 
-def make_problems(count: int, num_terms: int = 4, base: int = 10, seed: int = 0) -> list[Problem]:
-    """``count`` random problems (``num_terms`` digits in ``[0, base)``), reproducible by seed."""
+def make_problems(count: int, num_terms: int = 4, base: int = 10, seed: int = 0,
+                  min_terms: int | None = None) -> list[Problem]:
+    """``count`` random problems of ``min_terms..num_terms`` digits in ``[0, base)`` (all of
+    ``num_terms`` digits when ``min_terms`` is None), reproducible by seed."""
     if not 2 <= base <= 10:
         raise ValueError(f"base must lie in 2..10 (single-digit running sums), got {base}")
-    if num_terms < 1 or count < 1:
-        raise ValueError(f"need count >= 1 and num_terms >= 1, got {count}, {num_terms}")
+    lo = num_terms if min_terms is None else min_terms
+    if not 1 <= lo <= num_terms or count < 1:
+        raise ValueError(f"need count >= 1 and 1 <= min_terms <= num_terms, got count={count}, "
+                         f"min_terms={lo}, num_terms={num_terms}")
     rng = random.Random(seed)
-    return [Problem(tuple(rng.randrange(base) for _ in range(num_terms)), base)
-            for _ in range(count)]
+    out = []
+    for _ in range(count):
+        n = rng.randint(lo, num_terms)
+        out.append(Problem(tuple(rng.randrange(base) for _ in range(n)), base))
+    return out
 
 
 def extract_answer(text: str) -> str | None:
@@ -68,6 +75,14 @@ def extract_answer(text: str) -> str | None:
 
 def is_correct(problem: Problem, completion: str) -> bool:
     return extract_answer(completion) == problem.answer
+
+
+def well_formed(problem: Problem, completion: str) -> bool:
+    """A thinking span of exactly one digit per term, then the answer: the format reward."""
+    n = len(problem.digits)
+    span = completion[1:n + 1]
+    return (completion[:1] == THINK_START and span.isdigit() and len(span) == n
+            and completion[n + 1:n + 2] == THINK_END)
 
 
 def think_ids(tokenizer: Any, start: str = THINK_START, end: str = THINK_END) -> tuple[int, int]:
@@ -138,7 +153,8 @@ def _loss(model: Any, ids: Any, att: Any, lab: Any, entropy_coef: float = 0.0) -
 
 
 def sft(model: Any, tokenizer: Any, steps: int, *, num_terms: int = 4, base: int = 10,
-        batch_size: int = 32, lr: float = 1e-2, seed: int = 0, progress: Any = None) -> list[float]:
+        batch_size: int = 32, lr: float = 3e-3, seed: int = 0, progress: Any = None,
+        min_terms: int | None = None) -> list[float]:
     """Supervised training on gold traces; returns the loss per step."""
     import torch
 
@@ -150,7 +166,8 @@ def sft(model: Any, tokenizer: Any, steps: int, *, num_terms: int = 4, base: int
     losses = []
     it = range(steps) if progress is None else progress(range(steps), desc="SFT")
     for step in it:
-        probs = make_problems(batch_size, num_terms, base, seed=seed * 100_003 + step)
+        probs = make_problems(batch_size, num_terms, base, seed=seed * 100_003 + step,
+                              min_terms=min_terms)
         ids, att, lab = _train_batch(tokenizer, probs, [p.completion for p in probs], device)
         loss = _loss(model, ids, att, lab)
         opt.zero_grad()
@@ -166,7 +183,7 @@ def sft(model: Any, tokenizer: Any, steps: int, *, num_terms: int = 4, base: int
 def post_train(model: Any, tokenizer: Any, steps: int, *, num_terms: int = 4, base: int = 10,
                batch_size: int = 16, samples: int = 4, lr: float = 3e-3,
                entropy_coef: float = 0.5, temperature: float = 1.0, seed: int = 0,
-               progress: Any = None) -> dict[str, float]:
+               progress: Any = None, min_terms: int | None = None) -> dict[str, float]:
     """Rejection-sampling fine-tuning on the model's own correct samples plus final-layer
     entropy minimisation ("reasoning post-training" at toy scale). Returns summary numbers."""
     import torch
@@ -176,7 +193,8 @@ def post_train(model: Any, tokenizer: Any, steps: int, *, num_terms: int = 4, ba
     kept_total, drawn_total = 0, 0
     it = range(steps) if progress is None else progress(range(steps), desc="post-training")
     for step in it:
-        probs = make_problems(batch_size, num_terms, base, seed=seed * 7_919 + 10_000_000 + step)
+        probs = make_problems(batch_size, num_terms, base, seed=seed * 7_919 + 10_000_000 + step,
+                              min_terms=min_terms)
         model.eval()
         ids, att = encode(tokenizer, [p.prompt for p in probs for _ in range(samples)], device)
         gen = torch.Generator(device=device).manual_seed(seed * 1_000 + step)
@@ -192,7 +210,7 @@ def post_train(model: Any, tokenizer: Any, steps: int, *, num_terms: int = 4, ba
         keep_p, keep_c = [], []
         for j, t in enumerate(texts):
             p = probs[j // samples]
-            if is_correct(p, t) and t.startswith(THINK_START) and t.find(THINK_END) > 0:
+            if is_correct(p, t) and well_formed(p, t):
                 keep_p.append(p)
                 keep_c.append(t[:t.find(THINK_END) + 2])
         drawn_total += len(texts)

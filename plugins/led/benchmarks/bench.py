@@ -1,0 +1,134 @@
+"""Benchmark: LED against temperature sampling, DoLa and LED's own base path, in one run.
+
+1. Trains the tiny model on the task (SFT, then post-training to entropy collapse), exactly as
+   `icml run led` does, and prints pass@1 / pass@16 per method and temperature over several
+   sampling seeds (mean +- std over seeds) with the ratio to temperature sampling.
+2. Measures per-token decoding cost (ms/token, batch 64, fixed length) of LED, DoLa and plain
+   sampling in the same token loop, and of transformers' native sampler.
+
+    python plugins/led/benchmarks/bench.py [--seeds 3] [--temperatures 0.6,1.0,1.4]
+
+No peers are pip-installable (the official code is a patched CUDA SGLang; transformers' DoLa lives
+on the Hub), so DoLa is this plugin's own re-implementation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from icml_led.config import InferConfig
+from icml_led.evaluation import run_method
+from icml_led.job import _methods, prepare
+from icml_led.task import make_problems
+
+import icml
+from icml.config import build_config
+
+
+def _fmt(xs: list[float]) -> str:
+    return f"{statistics.mean(xs):.3f} ± {statistics.pstdev(xs):.3f}"
+
+
+def quality(args: argparse.Namespace) -> None:
+    cfg = build_config(InferConfig, {}, args.set)
+    ctx = icml.RunContext(out_dir=Path(tempfile.mkdtemp()), seed=0, device=args.device,
+                          show_progress=False)
+    t0 = time.perf_counter()
+    info = prepare(ctx, cfg)
+    print(f"trained in {time.perf_counter() - t0:.1f} s; final-layer entropy on the thinking "
+          f"span {info['profile_before'][-1]:.3f} -> {info['profile_after'][-1]:.3f} nats; "
+          f"profile after: {[round(x, 2) for x in info['profile_after']]}\n")
+    model, tok, led_cfg = info["model"], info["tok"], info["led_config"]
+    problems = make_problems(args.problems, cfg.num_terms, cfg.base, seed=12345,
+                             min_terms=cfg.min_terms)
+    ks = [1, cfg.num_samples]
+    print(f"| T | method | pass@1 (mean ± std over {args.seeds} seeds) | pass@{ks[1]} | "
+          f"pass@{ks[1]} / sampling |")
+    print("|---|---|---|---|---|")
+    for t in args.temperatures:
+        res: dict[str, dict[int, list[float]]] = {}
+        for seed in range(args.seeds):
+            for m in _methods(cfg, led_cfg, t):
+                r = run_method(model, tok, problems, m, num_samples=cfg.num_samples, ks=ks,
+                               seed=1000 + seed, max_new_tokens=cfg.num_terms + 4)
+                for k in ks:
+                    res.setdefault(m.name, {}).setdefault(k, []).append(r.pass_at[k])
+        ref = statistics.mean(res["sampling"][ks[1]])
+        for name, by_k in res.items():
+            ratio = statistics.mean(by_k[ks[1]]) / ref if ref else float("nan")
+            print(f"| {t:g} | {name} | {_fmt(by_k[1])} | {_fmt(by_k[ks[1]])} | {ratio:.3f} |")
+    sys.stdout.flush()
+
+
+def cost(args: argparse.Namespace) -> None:
+    from icml_led import DoLaDecoding, LEDConfig, LEDDecoding, SamplingDecoding
+
+    from icml.models import tiny_causal_lm
+
+    device = torch.device(args.device if args.device != "auto" else
+                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    rows = []
+    for layers, depth in ((8, 4), (16, 8)):
+        model = tiny_causal_lm("llama", num_layers=layers, hidden_size=64, device=device)
+        ids = torch.randint(4, 260, (64, 16), generator=torch.Generator().manual_seed(0)).to(device)
+        kw = dict(do_sample=True, temperature=0.6, top_k=20, top_p=0.95,
+                  max_new_tokens=args.tokens, min_new_tokens=args.tokens, pad_token_id=0)
+        def g() -> torch.Generator:
+            return torch.Generator(device).manual_seed(0)
+
+        methods = {
+            "transformers sampling": None,
+            "sampling (same loop)": lambda: SamplingDecoding(g()),
+            "dola (high)": lambda: DoLaDecoding("high", 0.1, g()),
+            f"led (d={depth}, k=8)": lambda d=depth: LEDDecoding(
+                LEDConfig(depth=d, top_k=8, think_only=False), g()),
+        }
+        times = {}
+        for name, make in methods.items():
+            best = float("inf")
+            for _ in range(args.repeats):
+                extra = {} if make is None else {"custom_generate": make()}
+                t0 = time.perf_counter()
+                model.generate(ids, **kw, **extra)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - t0)
+            times[name] = 1000 * best / (args.tokens * ids.shape[0])
+        base = times["transformers sampling"]
+        same = times["sampling (same loop)"]
+        for name, ms in times.items():
+            rows.append(f"| {layers} | {name} | {ms:.4f} | {ms / base:.2f} | {ms / same:.2f} |")
+    print("\n| layers | decoder | ms/token (batch 64) | vs transformers sampling | "
+          "vs sampling, same loop |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--problems", type=int, default=48)
+    p.add_argument("--temperatures", type=lambda s: [float(x) for x in s.split(",")],
+                   default=[0.6, 1.0, 1.4])
+    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--set", action="append", default=[], help="InferConfig override key=value")
+    p.add_argument("--skip-quality", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}")
+    if not args.skip_quality:
+        quality(args)
+    cost(args)
+
+
+if __name__ == "__main__":
+    main()
