@@ -31,6 +31,33 @@ def ms_per_token(model, prompt, new_tokens=32, repeats=3):
     return 1000 * best / new_tokens
 
 
+def int8_gemm_speed() -> None:
+    """Real low-bit kernel available on CPU: int8 x int8 -> int32 GEMM (torch._int_mm), the
+    kernel a static W8A8 linear would use, against the fp32 GEMM of the same shape."""
+    if not hasattr(torch, "_int_mm"):
+        print("torch._int_mm not available: no real int8 GEMM measured\n")
+        return
+    print("### Real int8 GEMM (torch._int_mm) vs fp32 GEMM, 64 tokens, 1 thread\n")
+    print("| in = out features | fp32 ms | int8 ms | speed-up |\n|---|---|---|---|")
+    gen = torch.Generator().manual_seed(0)
+    for d in (1024, 2048, 4096):
+        a = torch.randint(-8, 8, (64, d), dtype=torch.int8, generator=gen)
+        b = torch.randint(-8, 8, (d, d), dtype=torch.int8, generator=gen)
+        af, bf = a.float(), b.float()
+        assert torch.equal(torch._int_mm(a, b).float(), af @ bf)
+        times = []
+        for fn, x, y in ((torch.matmul, af, bf), (torch._int_mm, a, b)):
+            fn(x, y)
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter()
+                fn(x, y)
+                best = min(best, time.perf_counter() - t0)
+            times.append(best * 1000)
+        print(f"| {d} | {times[0]:.2f} | {times[1]:.2f} | {times[0] / times[1]:.2f} |")
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="")
@@ -87,6 +114,7 @@ def main() -> None:
             print(f"| {label} | {r['fptquant_local']['ppl']:.3f} | "
                   f"{r['fptquant_local']['kl']:.4f} |")
         print()
+    int8_gemm_speed()
     # cost of the online parts (quantizers off: only the transforms' runtime overhead)
     prompt = base["eval"][:1, :16]
     fpt = apply_fpt_transforms(copy.deepcopy(fp_clean), dataclasses.replace(cfg))

@@ -71,12 +71,17 @@ def test_bad_bits_and_empty_calibration(tiny_model, ids):
         merge_and_quantize(model, [], FPTQuantConfig())
 
 
-def test_residual_scaling_refuses_biased_o_proj(tiny_model):
-    model = tiny_model("llama", attention_bias=True)
-    with pytest.raises(ValueError, match="bias"):
-        apply_fpt_transforms(model, FPTQuantConfig())
-    model = tiny_model("llama", attention_bias=True)
-    apply_fpt_transforms(model, FPTQuantConfig(dynamic_residual_scaling=False))
+@pytest.mark.parametrize("mlp_bias", [False, True])
+def test_residual_scaling_with_biased_projections(tiny_model, ids, mlp_bias):
+    """With a bias on o_proj (and down_proj) 1/c moves to the projection's output; still exact."""
+    model = tiny_model("llama", attention_bias=True, mlp_bias=mlp_bias)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Linear) and mod.bias is not None:
+                mod.bias.normal_(0, 0.1)
+    ref = _logits(model, ids)
+    apply_fpt_transforms(model, FPTQuantConfig())
+    assert (_logits(model, ids) - ref).abs().max() < 1e-10
 
 
 def test_value_transform_stays_invertible_through_e2e(tiny_model, ids):

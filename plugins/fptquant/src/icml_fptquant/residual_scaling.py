@@ -3,7 +3,8 @@
 The residual stream x_n is carried as z_n = x_n / c_n with a per-token running scale c. Each
 residual branch computes s = rms(z), r = z / s and c <- c * s; its RMSNorm output is
 ``gamma * r / sqrt(1 + eps / c^2)`` (exactly RMSNorm(x) for any eps), and the branch output is
-divided by c *at the input* of o_proj / down_proj (no bias there), so z <- r + f(r) / c. The
+divided by c *at the input* of o_proj / down_proj (at their output if they have a bias), so
+z <- r + f(r) / c. The
 final norm uses ``eps / c^2`` as well, so the logits are unchanged. The worst-outlier activations
 (o_proj / down_proj inputs) are seen divided by the token's scale.
 """
@@ -35,6 +36,21 @@ def _branch_scale(z: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch
     return (z / s.to(z.dtype)), c * s
 
 
+def _scaled_call(lin: nn.Module, c: torch.Tensor, call: Any) -> Any:
+    """Run a branch with 1/c at the input of its output projection (bias-free), or at the
+    branch output when that projection has a bias."""
+    if lin.bias is None:
+        lin.fpt_input_scale = 1.0 / c
+        try:
+            return call()
+        finally:
+            lin.fpt_input_scale = None
+    out = call()
+    if isinstance(out, tuple):
+        return (out[0] / c.to(out[0].dtype), *out[1:])
+    return out / c.to(out.dtype)
+
+
 def _layer_forward(self: nn.Module, hidden_states: torch.Tensor, *args: Any,
                    **kwargs: Any) -> torch.Tensor:
     state: _State = self.fpt_drs_state
@@ -45,15 +61,11 @@ def _layer_forward(self: nn.Module, hidden_states: torch.Tensor, *args: Any,
     attn, mlp = self.self_attn, self.mlp
     r, c = _branch_scale(z, c)
     normed = _norm(self.input_layernorm, r, c)
-    attn.o_proj.fpt_input_scale = 1.0 / c
-    out, _ = attn(normed, *args, **kwargs)
-    attn.o_proj.fpt_input_scale = None
+    out, _ = _scaled_call(attn.o_proj, c, lambda: attn(normed, *args, **kwargs))
     z = r + out
     r, c = _branch_scale(z, c)
     normed = _norm(self.post_attention_layernorm, r, c)
-    mlp.down_proj.fpt_input_scale = 1.0 / c
-    z = r + mlp(normed)
-    mlp.down_proj.fpt_input_scale = None
+    z = r + _scaled_call(mlp.down_proj, c, lambda: mlp(normed))
     state.c = c
     return z
 
@@ -71,7 +83,8 @@ class _FinalNorm(nn.Module):
 
 def apply_dynamic_residual_scaling(model: Any) -> None:
     """Install S_n on every decoder layer and the final norm (idempotent, function-preserving).
-    o_proj and down_proj must be bias-free: 1/c is applied at their input."""
+    1/c goes to the input of o_proj / down_proj when they are bias-free, else to their output
+    (then those inputs are not rescaled)."""
     from icml_fptquant.qlinear import as_fpt_linear
 
     if getattr(model, "fpt_drs", False):
@@ -79,10 +92,6 @@ def apply_dynamic_residual_scaling(model: Any) -> None:
     state = _State()
     for i, layer in enumerate(model.model.layers):
         for lin in (layer.self_attn.o_proj, layer.mlp.down_proj):
-            if lin.bias is not None:
-                raise ValueError("dynamic residual scaling puts 1/c at the input of o_proj and "
-                                 "down_proj, which needs them bias-free; this model has a bias "
-                                 "there: set dynamic_residual_scaling=False")
             as_fpt_linear(lin)
         cls = type(layer)
         layer.__class__ = type("DRS" + cls.__name__, (cls,), {"forward": _layer_forward})
