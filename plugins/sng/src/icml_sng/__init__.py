@@ -1,0 +1,45 @@
+"""icml-sng: subsampled natural gradient (SNG) and SPRING as sketch-and-project.
+
+Public API (loaded lazily, so ``import icml_sng`` does not import torch)::
+
+    from icml_sng import SNG, SPRING                       # torch.optim optimizers
+    from icml_sng import sketch_direction                  # the k x k damped solve
+    from icml_sng import sample_svs, svs_preconditioner    # squared volume sampling
+    from icml_sng import nesterov_kaczmarz, accelerated_sketch_project, spring_parameters
+    from icml_sng import PoissonPINN, mlp, make_least_squares
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "SNG": "optim", "SPRING": "optim", "NonFiniteError": "optim",
+    "residual_jacobian": "optim", "uniform_sampler": "optim",
+    "sketch_direction": "sketch", "projection_matrix": "sketch",
+    "sample_svs": "svs", "svs_preconditioner": "svs", "svs_expected_projection": "svs",
+    "svs_rate": "svs", "svs_weights": "svs", "svs_enumerate": "svs",
+    "svs_expectations_exact": "svs", "elementary_symmetric": "svs",
+    "kaczmarz": "accelerated", "nesterov_kaczmarz": "accelerated",
+    "accelerated_sketch_project": "accelerated", "spring_parameters": "accelerated",
+    "theoretical_parameters": "accelerated", "momentum_from_rate": "accelerated",
+    "LeastSquaresProblem": "least_squares", "make_least_squares": "least_squares",
+    "PoissonPINN": "pinn", "mlp": "pinn", "exact_solution": "pinn",
+    "History": "train", "fit_pinn": "train", "fit_least_squares": "train",
+    "tuned_sgd": "train", "make_optimizer": "train",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"icml_sng.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'icml_sng' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,0 +1,87 @@
+"""Typed configs, one per capability. Field names are the CLI's ``--set`` keys and match the
+Python API's argument names (``SNG(..., damping=, batch_size=, line_search=)``,
+``SPRING(..., momentum=, norm_constraint=)``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+METHODS = ("adam", "sgd", "engd", "sng", "spring")
+
+
+@dataclass
+class TrainConfig:
+    """Poisson PINN trained by each method in turn (same init, same collocation points)."""
+
+    methods: list[str] = option(["adam", "sgd", "engd", "sng", "spring"],
+                                help="methods to run, any of adam, sgd, engd (full-batch "
+                                     "natural gradient / Gauss-Newton), sng, spring")
+    dim: int = option(1, help="Poisson dimension: 1 or 2", choices=(1, 2))
+    n_interior: int = option(200, help="interior collocation points (per axis in 2D)", ge=2)
+    n_boundary: int = option(30, help="boundary points per face (2D; 1D uses the 2 ends)", ge=1)
+    hidden: list[int] = option([32], help="hidden widths of the tanh MLP")
+    steps: int = option(3000, help="maximum optimizer steps per method", ge=1)
+    time_limit: float = option(8.0, help="wall-clock seconds per method (0 = no limit)", ge=0)
+    eval_every: int = option(10, help="evaluate the relative L2 error every this many steps",
+                             ge=1)
+    batch_size: int = option(32, help="SNG/SPRING interior points per step (boundary points "
+                                      "are all taken in 1D, this many per step in 2D)", ge=1)
+    sampler: str = option("stratified", help="SNG/SPRING batch sampler: stratified "
+                                             "(interior + boundary), uniform or svs",
+                          choices=("stratified", "uniform", "svs"))
+    damping: float = option(1e-10, help="SNG/SPRING/ENGD damping lambda", ge=0)
+    momentum: float = option(0.5, help="SPRING momentum mu", ge=0, lt=1)
+    norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off)", ge=0)
+    line_search: int = option(12, help="grid line search points lr*0.5**j (0 = fixed lr)",
+                              ge=0)
+    lr: float = option(1.0, help="SNG/SPRING/ENGD step size (largest line-search step)", gt=0)
+    adam_lr: float = option(1e-3, help="Adam learning rate", gt=0)
+    sgd_lr: float = option(1e-4, help="SGD learning rate", gt=0)
+    target: float = option(1e-6, help="relative L2 error reported as 'time to target'", gt=0)
+    dtype: str = option("float64", help="float64 (the high-precision setting), float32, or "
+                                        "'context' to follow the run's --dtype",
+                        choices=("float64", "float32", "context"))
+    num_threads: int = option(1, help="torch CPU threads for this run (tiny problems run "
+                                      "fastest on 1; 0 = leave torch's default)", ge=0)
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad or not self.methods:
+            raise ValueError(f"methods: unknown {bad} (allowed: {', '.join(METHODS)})"
+                             if bad else "methods is empty: name at least one method")
+        if not self.hidden or any(h < 1 for h in self.hidden):
+            raise ValueError(f"hidden must list positive widths, got {self.hidden}")
+
+
+@dataclass
+class EvaluateConfig:
+    """Spectral-decay study on linear least squares: SNG and SPRING vs tuned SGD."""
+
+    decays: list[float] = option([0.0, 0.5, 1.0, 1.5, 2.0],
+                                 help="singular value decay exponents (sigma_i = i**-decay)")
+    n: int = option(500, help="rows (residuals)", ge=2)
+    p: int = option(100, help="columns (parameters)", ge=1)
+    batch_size: int = option(20, help="rows per step k", ge=1)
+    steps: int = option(500, help="steps per method", ge=1)
+    damping: float = option(0.0, help="SNG damping lambda (0 = block Kaczmarz)", ge=0)
+    spring_damping: float = option(0.0, help="SPRING damping lambda", ge=0)
+    momentum: float = option(0.5, help="SPRING momentum mu", ge=0, lt=1)
+    sgd_lr_grid: list[float] = option([1.0, 2.0, 4.0, 8.0, 16.0],
+                                      help="SGD step sizes tried, in units of 1/max row norm^2;"
+                                           " the best final residual is reported")
+    dtype: str = option("float64", help="float64, float32 or 'context' (the run's --dtype)",
+                        choices=("float64", "float32", "context"))
+    num_threads: int = option(1, help="torch CPU threads for this run (0 = torch's default)",
+                              ge=0)
+
+    def __post_init__(self) -> None:
+        if self.batch_size > self.n:
+            raise ValueError(f"batch_size={self.batch_size} is larger than n={self.n}: "
+                             f"use batch_size <= n")
+        if not self.decays or any(d < 0 for d in self.decays):
+            raise ValueError(f"decays must be a non-empty list of values >= 0, got "
+                             f"{self.decays}")
+        if not self.sgd_lr_grid or any(v <= 0 for v in self.sgd_lr_grid):
+            raise ValueError("sgd_lr_grid must list positive step sizes")

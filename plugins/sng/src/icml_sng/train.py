@@ -1,0 +1,169 @@
+"""Training drivers used by the hooks and the benchmark: a PINN trained by Adam, SGD, ENGD
+(full-batch natural gradient), SNG or SPRING, and the least-squares spectral-decay study."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from icml_sng.least_squares import LeastSquaresProblem
+from icml_sng.optim import SNG, SPRING
+from icml_sng.pinn import PoissonPINN
+
+
+@dataclass
+class History:
+    """Relative L2 error (or residual) against optimizer steps and training wall time."""
+
+    method: str
+    steps: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    errors: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+
+    @property
+    def final(self) -> float:
+        return self.errors[-1]
+
+    @property
+    def best(self) -> float:
+        finite = [e for e in self.errors if math.isfinite(e)]
+        return min(finite) if finite else math.inf
+
+    def late_median(self, fraction: float = 0.1) -> float:
+        """Median error over the last ``fraction`` of the recorded points."""
+        m = max(1, int(math.ceil(len(self.errors) * fraction)))
+        tail = sorted(self.errors[-m:])
+        return tail[len(tail) // 2]
+
+    def time_to(self, target: float) -> float:
+        """Training seconds until the error first drops to ``target`` (inf if never)."""
+        for t, e in zip(self.times, self.errors):
+            if e <= target:
+                return t
+        return math.inf
+
+
+def make_optimizer(method: str, problem: PoissonPINN, *, batch_size: int = 32,
+                   sampler: str = "stratified", damping: float = 1e-10, momentum: float = 0.5,
+                   norm_constraint: float | None = None, line_search: int = 12, lr: float = 1.0,
+                   adam_lr: float = 1e-3, sgd_lr: float = 1e-4, seed: int = 0
+                   ) -> torch.optim.Optimizer:
+    """The optimizer for ``method`` on ``problem`` (see :class:`icml_sng.config.TrainConfig`)."""
+    params = list(problem.model.parameters())
+    if method == "adam":
+        return torch.optim.Adam(params, lr=adam_lr)
+    if method == "sgd":
+        return torch.optim.SGD(params, lr=sgd_lr)
+    common = dict(damping=damping, line_search=line_search or None, lr=lr, seed=seed)
+    if method == "engd":
+        return SNG(params, problem.n, batch_size=None, **common)
+    if sampler == "stratified":
+        kb = problem.n_bdy if problem.dim == 1 else batch_size
+        samp = problem.stratified_sampler(min(batch_size, problem.n_int), kb)
+        k = samp.batch_size  # type: ignore[attr-defined]
+    else:
+        samp, k = sampler, min(batch_size, problem.n)
+    if method == "sng":
+        return SNG(params, problem.n, batch_size=k, sampler=samp, **common)
+    if method == "spring":
+        return SPRING(params, problem.n, batch_size=k, sampler=samp, momentum=momentum,
+                      norm_constraint=norm_constraint, **common)
+    raise ValueError(f"unknown method {method!r}: use adam, sgd, engd, sng or spring")
+
+
+def fit_pinn(problem: PoissonPINN, method: str, *, steps: int = 3000, time_limit: float = 0.0,
+             eval_every: int = 10, progress: Callable[[Iterable[int]], Iterable[int]] | None
+             = None, **opt_kwargs: object) -> History:
+    """Train ``problem.model`` in place with ``method``; evaluation time is not counted."""
+    opt = make_optimizer(method, problem, **opt_kwargs)  # type: ignore[arg-type]
+    hist = History(method)
+    hist.steps.append(0), hist.times.append(0.0)
+    hist.errors.append(problem.relative_l2()), hist.losses.append(problem.loss())
+    full = torch.arange(problem.n, device=problem.device)
+    elapsed = 0.0
+    it: Iterable[int] = range(1, steps + 1)
+    for step in (progress(it) if progress else it):
+        t0 = time.perf_counter()
+        if isinstance(opt, (SNG, SPRING)):
+            opt.step(problem.residual_fn, problem.jacobian_fn)
+        else:
+            opt.zero_grad()
+            loss = 0.5 * (problem.residual_fn(full) ** 2).mean()
+            loss.backward()
+            opt.step()
+        elapsed += time.perf_counter() - t0
+        last = step == steps or (time_limit and elapsed >= time_limit)
+        if step % eval_every == 0 or last:
+            hist.steps.append(step), hist.times.append(elapsed)
+            hist.errors.append(problem.relative_l2()), hist.losses.append(problem.loss())
+            if not math.isfinite(hist.errors[-1]):
+                break
+        if last:
+            break
+    return hist
+
+
+def fresh_problem(template: PoissonPINN) -> PoissonPINN:
+    """A copy of ``template`` with its own copy of the model (same initial weights)."""
+    return PoissonPINN(copy.deepcopy(template.model), dim=template.dim,
+                       n_interior=template._n_interior, n_boundary=template._n_boundary)
+
+
+# -- least squares ---------------------------------------------------------------------------
+def fit_least_squares(problem: LeastSquaresProblem, method: str, *, steps: int,
+                      batch_size: int, damping: float = 0.0, momentum: float = 0.5,
+                      lr: float = 1.0, seed: int = 0) -> History:
+    """Run ``sgd`` (mini-batch, step ``lr``), ``sng`` or ``spring`` from ``x = 0``; records the
+    relative residual ``||Ax - b|| / ||b||`` every step."""
+    x = torch.zeros(problem.A.shape[1], dtype=problem.A.dtype, device=problem.A.device,
+                    requires_grad=True)
+    hist = History(method)
+    if method == "sgd":
+        g = torch.Generator().manual_seed(seed)
+        A, b = problem.A, problem.b
+        with torch.no_grad():
+            for t in range(steps):
+                idx = torch.randperm(problem.n, generator=g)[:batch_size].to(A.device)
+                x -= lr * A[idx].T @ (A[idx] @ x - b[idx]) / batch_size
+                if t % 10 == 9 or t == steps - 1:
+                    hist.steps.append(t + 1)
+                    hist.errors.append(problem.relative_residual(x))
+                    if not math.isfinite(hist.errors[-1]) or hist.errors[-1] > 1e6:
+                        hist.errors[-1] = math.inf
+                        break
+        return hist
+    if method == "sng":
+        opt: SNG | SPRING = SNG([x], problem.n, lr=lr, damping=damping, batch_size=batch_size,
+                                seed=seed)
+    elif method == "spring":
+        opt = SPRING([x], problem.n, lr=lr, damping=damping, momentum=momentum,
+                     norm_constraint=None, batch_size=batch_size, seed=seed)
+    else:
+        raise ValueError(f"unknown method {method!r}: use sgd, sng or spring")
+    jac = problem.jacobian_fn(x)
+    for t in range(steps):
+        opt.step(problem.residual_fn(x), jac)
+        if t % 10 == 9 or t == steps - 1:
+            hist.steps.append(t + 1)
+            hist.errors.append(problem.relative_residual(x))
+    return hist
+
+
+def tuned_sgd(problem: LeastSquaresProblem, *, steps: int, batch_size: int,
+              lr_grid: Iterable[float], seed: int = 0) -> tuple[History, float]:
+    """Mini-batch SGD with the best step from ``lr_grid`` (units of ``1 / max_i ||a_i||^2``)."""
+    unit = 1.0 / float((problem.A**2).sum(1).max())
+    best: tuple[History, float] | None = None
+    for c in lr_grid:
+        h = fit_least_squares(problem, "sgd", steps=steps, batch_size=batch_size, lr=c * unit,
+                              seed=seed)
+        if best is None or h.final < best[0].final:
+            best = (h, c)
+    assert best is not None
+    return best

@@ -1,0 +1,214 @@
+"""SNG / SPRING optimizer identities, the accelerated sketch-and-project view, bad input."""
+
+import math
+
+import pytest
+import torch
+from icml_sng import (
+    SNG,
+    SPRING,
+    NonFiniteError,
+    accelerated_sketch_project,
+    kaczmarz,
+    momentum_from_rate,
+    nesterov_kaczmarz,
+    residual_jacobian,
+    spring_parameters,
+    theoretical_parameters,
+)
+
+D = torch.float64
+
+
+def _flat(net):
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+
+
+def _replay(batches):
+    it = iter(batches)
+    return lambda n, k, g: next(it)
+
+
+def test_residual_jacobian_matches_autograd_functional(regression):
+    net, residual_fn, n = regression
+    idx = torch.tensor([0, 3, 7, 39])
+    r, J = residual_jacobian(residual_fn, list(net.parameters()), idx)
+    params = tuple(p.detach().clone() for p in net.parameters())
+
+    def f(*ps):
+        return torch.func.functional_call(net, dict(zip([k for k, _ in
+                                                         net.named_parameters()], ps)),
+                                          (torch.linspace(-1, 1, 40, dtype=D)[idx, None],)
+                                          ).reshape(-1)
+
+    ref = torch.autograd.functional.jacobian(f, params)
+    torch.testing.assert_close(J, torch.cat([j.reshape(4, -1) for j in ref], 1))
+    torch.testing.assert_close(r, residual_fn(idx).detach())
+
+
+@pytest.mark.parametrize("lam", [1e-3, 1.0])
+def test_full_batch_sng_is_the_levenberg_marquardt_step(regression, lam):
+    net, residual_fn, n = regression
+    idx = torch.arange(n)
+    r, Jr = residual_jacobian(residual_fn, list(net.parameters()), idx)
+    J, rs = Jr / math.sqrt(n), r / math.sqrt(n)  # the 1/(2n) sum r^2 scaling
+    lm = -torch.linalg.solve(J.T @ J + lam * torch.eye(J.shape[1], dtype=D), J.T @ rs)
+    before = _flat(net)
+    opt = SNG(net.parameters(), num_residuals=n, batch_size=None, damping=lam, lr=1.0)
+    opt.step(residual_fn)
+    torch.testing.assert_close(_flat(net) - before, lm, rtol=1e-8, atol=1e-12)
+
+
+def test_linear_full_batch_gauss_newton_converges_in_one_step(ls_problem):
+    x = torch.zeros(12, dtype=D, requires_grad=True)
+    opt = SNG([x], ls_problem.n, batch_size=None, damping=0.0)
+    opt.step(ls_problem.residual_fn(x))
+    assert ls_problem.relative_error(x) < 1e-10
+
+
+def test_undamped_unit_step_zeroes_the_sampled_residual_with_min_norm_step(ls_problem):
+    x = torch.randn(12, dtype=D).requires_grad_(True)
+    x0 = x.detach().clone()
+    idx = torch.tensor([1, 5, 9, 30, 44])
+    opt = SNG([x], ls_problem.n, batch_size=5, damping=0.0, sampler=_replay([idx]))
+    opt.step(ls_problem.residual_fn(x))
+    A_S = ls_problem.A[idx]
+    assert float((A_S @ x.detach() - ls_problem.b[idx]).abs().max()) < 1e-12
+    torch.testing.assert_close(x.detach() - x0, -torch.linalg.pinv(A_S) @
+                               (A_S @ x0 - ls_problem.b[idx]))
+
+
+def test_spring_with_zero_momentum_is_sng(regression):
+    net, residual_fn, n = regression
+    net2 = torch.nn.Sequential(torch.nn.Linear(1, 6), torch.nn.Tanh(),
+                               torch.nn.Linear(6, 1)).double()
+    net2.load_state_dict(net.state_dict())
+    x = torch.linspace(-1, 1, 40, dtype=D)[:, None]
+    y = torch.sin(3 * x).reshape(-1)
+
+    def residual_fn2(idx):
+        return net2(x[idx]).reshape(-1) - y[idx]
+
+    a = SNG(net.parameters(), n, batch_size=7, damping=1e-3, line_search=6, seed=4)
+    b = SPRING(net2.parameters(), n, batch_size=7, damping=1e-3, momentum=0.0,
+               norm_constraint=None, line_search=6, seed=4)
+    for _ in range(5):
+        a.step(residual_fn)
+        b.step(residual_fn2)
+    torch.testing.assert_close(_flat(net), _flat(net2), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("mu,lam", [(0.5, 1e-2), (0.8, 0.1)])
+def test_spring_is_nesterov_kaczmarz_and_accelerated_sketch_project(ls_problem, mu, lam):
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randperm(ls_problem.n, generator=g)[:4] for _ in range(25)]
+    x = torch.zeros(12, dtype=D, requires_grad=True)
+    opt = SPRING([x], ls_problem.n, batch_size=4, damping=lam, momentum=mu,
+                 norm_constraint=None, sampler=_replay(batches))
+    traj = [x.detach().clone()]
+    for _ in batches:
+        opt.step(ls_problem.residual_fn(x))
+        traj.append(x.detach().clone())
+    nk = nesterov_kaczmarz(ls_problem.A, ls_problem.b, torch.zeros(12, dtype=D), batches,
+                           lam, mu)
+    asp = accelerated_sketch_project(ls_problem.A, ls_problem.b, torch.zeros(12, dtype=D),
+                                     batches, *spring_parameters(mu), damping=lam)
+    for t in range(len(traj)):
+        torch.testing.assert_close(traj[t], nk[t], rtol=1e-9, atol=1e-11)
+        torch.testing.assert_close(traj[t], asp[t], rtol=1e-9, atol=1e-11)
+    # and momentum changes the trajectory (the identity is not trivially met)
+    kz = kaczmarz(ls_problem.A, ls_problem.b, torch.zeros(12, dtype=D), batches, lam)
+    assert float((kz[-1] - traj[-1]).norm()) > 1e-3
+
+
+def test_accelerated_parameters_nu_one_give_spring_momentum():
+    alpha = 0.04
+    a, b, c = theoretical_parameters(alpha, 1.0)
+    mu = momentum_from_rate(alpha)
+    assert (a, b, c) == pytest.approx(spring_parameters(mu))
+    assert a + b - a * b - a * c == pytest.approx(0.0, abs=1e-12)  # two-sequence condition
+    a2, b2, c2 = theoretical_parameters(alpha, 4.0)  # nu > 1: not exactly Nesterov form
+    assert abs(a2 + b2 - a2 * b2 - a2 * c2) > 1e-3
+
+
+def test_norm_constraint_bounds_every_step(regression):
+    net, residual_fn, n = regression
+    C = 1e-4
+    opt = SPRING(net.parameters(), n, batch_size=8, damping=1e-3, momentum=0.9,
+                 norm_constraint=C, lr=10.0, seed=0)
+    for _ in range(8):
+        before = _flat(net)
+        opt.step(residual_fn)
+        assert float((_flat(net) - before).norm()) <= math.sqrt(C) * (1 + 1e-9)
+    assert opt.last["step_norm"] == pytest.approx(math.sqrt(C), rel=1e-6)  # constraint active
+
+
+def test_line_search_with_zero_step_never_increases_the_loss(regression):
+    net, residual_fn, n = regression
+    opt = SPRING(net.parameters(), n, batch_size=5, damping=1e-6, momentum=0.9,
+                 norm_constraint=None, line_search=4, line_search_include_zero=True, lr=4.0)
+    full = torch.arange(n)
+    losses = [float(0.5 * (residual_fn(full).detach() ** 2).mean())]
+    for _ in range(15):
+        opt.step(residual_fn)
+        losses.append(float(0.5 * (residual_fn(full).detach() ** 2).mean()))
+    assert all(b <= a + 1e-15 for a, b in zip(losses, losses[1:]))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_sng_beats_tuned_sgd_under_spectral_decay():
+    from icml_sng import make_least_squares
+    from icml_sng.train import fit_least_squares, tuned_sgd
+
+    prob = make_least_squares(n=200, p=40, decay=1.0, seed=0)
+    sgd, _ = tuned_sgd(prob, steps=300, batch_size=10, lr_grid=[1, 2, 4, 8, 16])
+    sng = fit_least_squares(prob, "sng", steps=300, batch_size=10)
+    assert sng.final < 1e-2 * sgd.final, (sng.final, sgd.final)
+
+
+def test_float32_is_supported(ls_problem):
+    A, b = ls_problem.A.float(), ls_problem.b.float()
+    x = torch.zeros(12, requires_grad=True)
+    opt = SNG([x], ls_problem.n, batch_size=6, damping=1e-6, seed=0)
+    for _ in range(200):
+        opt.step(lambda idx: A[idx] @ x - b[idx])
+    assert x.dtype == torch.float32
+    assert float((A @ x.detach() - b).norm() / b.norm()) < 1e-2
+
+
+def test_svs_sampler_in_the_optimizer(ls_problem):
+    x = torch.zeros(12, dtype=D, requires_grad=True)
+    opt = SNG([x], ls_problem.n, batch_size=4, damping=0.0, sampler="svs", seed=0)
+    for _ in range(60):
+        opt.step(ls_problem.residual_fn(x), ls_problem.jacobian_fn(x))
+    assert ls_problem.relative_residual(x) < 1e-2
+
+
+# -- bad input ----------------------------------------------------------------------------
+def test_bad_input_is_rejected_with_clear_errors(regression):
+    net, residual_fn, n = regression
+    with pytest.raises(ValueError, match="batch_size=41 is larger than num_residuals=40"):
+        SNG(net.parameters(), n, batch_size=41)
+    with pytest.raises(ValueError, match="damping"):
+        SNG(net.parameters(), n, damping=-1.0)
+    with pytest.raises(ValueError, match="momentum"):
+        SPRING(net.parameters(), n, momentum=1.0)
+    with pytest.raises(ValueError, match="sampler"):
+        SNG(net.parameters(), n, sampler="volume")
+    with pytest.raises(ValueError, match="one parameter group"):
+        SNG([{"params": [net[0].weight]}, {"params": [net[2].weight]}], n)
+    opt = SNG(net.parameters(), n, batch_size=4)
+    with pytest.raises(ValueError, match="one residual per index"):
+        opt.step(lambda idx: (net(torch.zeros(len(idx), 1, dtype=D)) ** 2).sum())
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        opt.step(lambda idx: [0.0] * len(idx))
+
+
+def test_non_finite_residuals_stop_and_keep_the_last_good_parameters(regression):
+    net, residual_fn, n = regression
+    opt = SNG(net.parameters(), n, batch_size=4, seed=0)
+    opt.step(residual_fn)
+    good = _flat(net)
+    with pytest.raises(NonFiniteError, match="last good values"):
+        opt.step(lambda idx: residual_fn(idx) * float("nan"))
+    torch.testing.assert_close(_flat(net), good)
