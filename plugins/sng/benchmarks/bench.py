@@ -20,7 +20,6 @@ import math
 import time
 
 import torch
-
 from icml_sng import PoissonPINN, make_least_squares, mlp
 from icml_sng.train import fit_least_squares, fit_pinn, tuned_sgd
 
