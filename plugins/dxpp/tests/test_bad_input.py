@@ -99,3 +99,18 @@ def test_sparse_inputs_must_be_unbatched():
     Qs = torch.eye(3, dtype=torch.float64).to_sparse()
     with pytest.raises(QPInputError, match="sparse inputs are supported for one unbatched"):
         dxpp_solve(Qs, torch.ones(2, 3, dtype=torch.float64))
+
+
+def test_scalar_q_and_zero_tol_named():
+    with pytest.raises(QPInputError, match="q is a scalar"):
+        dxpp_solve(torch.eye(1, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
+    with pytest.raises(ValueError, match="tol must be a positive number, got 0.0"):
+        DXPPQPLayer(tol=0.0)
+
+
+def test_sparse_indefinite_q_failure_mentions_psd():
+    Qs = torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=torch.float64).to_sparse()
+    eye = torch.eye(2, dtype=torch.float64).to_sparse()
+    with pytest.raises(QPSolveError, match="sparse Q is only checked .* positive semidefinite"):
+        dxpp_solve(Qs, torch.ones(2, dtype=torch.float64), eye,
+                   torch.ones(2, dtype=torch.float64))

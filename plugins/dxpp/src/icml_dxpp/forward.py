@@ -189,7 +189,11 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None
         if ok:
             break
         if attempt == len(tols) - 1 or "infeasible" in status.lower():
-            raise QPSolveError(_failure_message(solver, status, index))
+            msg = _failure_message(solver, status, index)
+            if sp.issparse(prob.Q):
+                msg += ("; note that a sparse Q is only checked for a non-negative diagonal, "
+                        "so also make sure Q is positive semidefinite")
+            raise QPSolveError(msg)
     x = np.asarray(sol.x, dtype=np.float64)
     missing = (prob.m and sol.z is None) or (prob.p and sol.y is None)
     recovered = recover == "always" or (recover == "auto" and missing)

@@ -55,7 +55,8 @@ class LayerOptions:
     def validate(self) -> LayerOptions:
         pen = self.penalty
         for name, val in (("beta", pen.beta), ("penalty_coeff", pen.penalty_coeff),
-                          ("active_tol", pen.active_tol), ("tol", self.tol or 1.0)):
+                          ("active_tol", pen.active_tol),
+                          ("tol", 1.0 if self.tol is None else self.tol)):
             if not (isinstance(val, (int, float)) and np.isfinite(val) and val > 0):
                 raise ValueError(f"{name} must be a positive number, got {val!r}")
         if pen.rho_min < 0 or pen.ridge < 0:
@@ -250,6 +251,9 @@ def _solve(opts: LayerOptions, Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor
             raise QPInputError(f"{name} has dtype {t.dtype}: use float64 or float32")
     dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors.values()) \
         else q.dtype
+    if q.dim() == 0:
+        raise QPInputError("q is a scalar (0-D tensor): it must be a vector of length n, or "
+                           "(..., n) for a batch; use q.reshape(1) for a one-variable QP")
     n = q.shape[-1]
     if any(_is_sparse(t) for t in tensors.values()):
         for name, t in tensors.items():

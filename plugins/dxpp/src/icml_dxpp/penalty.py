@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from icml_dxpp.gradients import assemble_grads
 from icml_dxpp.linsolve import PenaltySystem, solve_system
@@ -79,24 +80,57 @@ def dxpp_backward(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
     gx = np.zeros(n) if grad_x is None else np.asarray(grad_x, dtype=np.float64)
     active, w_i, w_e = penalty_weights(prob, x, nu, mu, opts)
     GA = prob.G[active]
-    g = gx.copy()
-    gnu_a = np.zeros(active.size) if grad_nu is None else np.asarray(grad_nu)[active]
+    gnu_a = np.zeros(active.size) if grad_nu is None else \
+        np.asarray(grad_nu, dtype=np.float64)[active]
     gmu = np.zeros(prob.p) if grad_mu is None else np.asarray(grad_mu, dtype=np.float64)
-    if active.size:
-        g = g + np.asarray(GA.T @ (w_i * gnu_a)).reshape(-1)
-    if prob.p:
-        g = g + np.asarray(prob.A.T @ (w_e * gmu)).reshape(-1)
     system = PenaltySystem(prob.Q, GA, w_i, prob.A, w_e, opts.ridge)
-    v, info = solve_system(system, g, opts.linear_solver, opts.cg_tol, opts.cg_maxiter)
+    # The dual gradients enter as G_𝒜ᵀW_I ḡ_ν + AᵀW_E ḡ_μ, of size ~ρ/β ≫ 1; solved as they
+    # stand, r = W_I(G_𝒜v − ḡ_ν) cancels catastrophically (percent errors with CG or the
+    # Woodbury path). Shift by y with G_𝒜y = ḡ_ν, Ay = ḡ_μ: then H(v − y) has an O(1)
+    # right-hand side and r, s need no cancellation.
+    y = _dual_shift(GA, prob.A, gnu_a, gmu)
+    d_i = np.asarray(GA @ y).reshape(-1) - gnu_a if active.size else np.zeros(0)
+    d_e = np.asarray(prob.A @ y).reshape(-1) - gmu if prob.p else np.zeros(0)
+    g = gx - np.asarray(prob.Q @ y).reshape(-1) - opts.ridge * y
+    if active.size:
+        g = g - np.asarray(GA.T @ (w_i * d_i)).reshape(-1)
+    if prob.p:
+        g = g - np.asarray(prob.A.T @ (w_e * d_e)).reshape(-1)
+    u, info = solve_system(system, g, opts.linear_solver, opts.cg_tol, opts.cg_maxiter)
+    v = u + y
     r = np.zeros(prob.m)
     if active.size:
-        r[active] = w_i * (np.asarray(GA @ v).reshape(-1) - gnu_a)
-    s = w_e * (np.asarray(prob.A @ v).reshape(-1) - gmu) if prob.p else np.zeros(0)
+        r[active] = w_i * (np.asarray(GA @ u).reshape(-1) + d_i)
+    s = w_e * (np.asarray(prob.A @ u).reshape(-1) + d_e) if prob.p else np.zeros(0)
     nu_active = np.zeros(prob.m)
     nu_active[active] = nu[active]  # inactive rows get exactly zero gradient
     grads = assemble_grads(prob, x, nu_active, mu, v, r, s)
     info.update(active=int(active.size))
     return grads, info
+
+
+def _dual_shift(GA: Any, A: Any, gnu_a: np.ndarray, gmu: np.ndarray) -> np.ndarray:
+    """Least-norm y with G_𝒜 y = ḡ_ν,𝒜 and A y = ḡ_μ (least squares where LICQ fails);
+    zero when both upstream dual gradients vanish (the common case costs nothing)."""
+    n = GA.shape[1]
+    c = np.concatenate([gnu_a, gmu])
+    if not np.any(c):
+        return np.zeros(n)
+    if sp.issparse(GA) or sp.issparse(A):
+        from scipy.sparse.linalg import lsqr, splu
+
+        C = sp.vstack([sp.csr_matrix(GA), sp.csr_matrix(A)]).tocsr()
+        try:  # y = Cᵀ(CCᵀ)⁻¹c, plus one refinement step
+            lu = splu(sp.csc_matrix(C @ C.T), permc_spec="MMD_AT_PLUS_A")
+            y = C.T @ lu.solve(c)
+            y = y + C.T @ lu.solve(c - C @ y)
+            if np.all(np.isfinite(y)):
+                return np.asarray(y).reshape(-1)
+        except RuntimeError:  # CCᵀ singular (LICQ fails)
+            pass
+        return lsqr(C, c, atol=1e-14, btol=1e-14, iter_lim=10 * n + 100)[0]
+    C = np.vstack([np.asarray(GA), np.asarray(A)])
+    return np.linalg.lstsq(C, c, rcond=None)[0]
 
 
 def dxpp_backward_batched(Q: Any, G: Any, h: Any, A: Any, b: Any, x: Any, nu: Any, mu: Any,
