@@ -5,3 +5,17 @@ class TestConformance(PluginConformance):
     slug = "synsem"
     smoke = {"evaluate": {"toy": {"n_templates": 6, "per_template": 3, "num_layers": 2},
                           "imbalance_resamples": 5}}
+
+
+
+def test_package_import_is_light():
+    """``import icml_synsem`` re-exports the API lazily: no torch/transformers at import, nor
+    when the pure-Python data classes are used."""
+    import subprocess
+    import sys
+
+    code = ("import sys, icml_synsem; icml_synsem.SynSemData; icml_synsem.make_toy_data; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip().splitlines()[-1] == "[]"
