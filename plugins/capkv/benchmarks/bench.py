@@ -1,7 +1,7 @@
 """CapKV vs eviction baselines, in one run: tensor-level output error, model-level accuracy/KL,
 and cost (scoring time as a fraction of prefill, cache bytes). Prints Markdown tables.
 
-    python benchmarks/bench.py [--steps 400] [--samples 256] [--cost-T 1024]
+    python benchmarks/bench.py [--steps 400] [--samples 256] [--cost-T 1024] [--n-queries 4]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--cost-T", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-queries", type=int, default=4, help="questions per training sequence")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pol = list(POLICIES)
@@ -68,7 +69,7 @@ def main() -> None:
                  f"capkv); Spearman(capacity, error) = {rho:.2f} [{time.perf_counter() - t0:.0f}"
                  " s]", cols, grid(rows, "error", pol, RATIOS, ref="capkv")))
 
-    task = RecallTask(context_len=64, n_pairs=8)
+    task = RecallTask(context_len=64, n_pairs=8, n_queries=args.n_queries)
     t0 = time.perf_counter()
     model, stats = train_recall_model(task, steps=args.steps, seed=0)
     print(f"\ntiny Llama (hidden 64, 2 layers, GQA 4/2) trained {args.steps} steps in "

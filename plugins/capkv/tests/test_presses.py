@@ -176,3 +176,14 @@ def test_bad_input_is_refused(tiny_model, ids) -> None:
     with pytest.raises(ValueError, match="unknown policy"):
         make_press("h3o", 0.5)
     assert isinstance(prefill(m, ctx), CapKVCache)
+
+
+def test_bfloat16_model(ids) -> None:
+    from icml.models import tiny_causal_lm
+
+    m = tiny_causal_lm("llama", hidden_size=64, vocab_size=64, dtype=torch.bfloat16)
+    for policy in ("capkv", "greedy_logdet", "snapkv"):
+        cache = prefill(m, ids[0], make_press(policy, 0.5))
+        assert cache.layers[0].keys.dtype == torch.bfloat16
+        assert cache.physical_lengths() == [20, 20]
+        assert bool(torch.isfinite(continuation_logits(m, cache, ids[1]).float()).all())
