@@ -130,6 +130,30 @@ def test_hand_computed_group():
     assert naive.tolist() == [[1.0, 0.0], [-0.5, 1.0], [-0.5, -1.0]]
 
 
+def test_hand_computed_group_k3_all_modes():
+    """G=4, K=3 by hand. Rollouts: success at 1; at 2; never; at 3 (R = 1, 1, 0, 1).
+    CAL baseline at attempt k = mean R of the *other* rollouts that reached k; TD(0) target
+    r + (1 - r) * V[k+1] with V[k+1] = mean R of the other rollouts that reached k+1."""
+    r = torch.tensor([[1, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]], dtype=torch.float64)
+    third, sixth = 1 / 3, 1 / 6
+    expected = {
+        # k=1: b = 2/3, 2/3, 1, 2/3; k=2 (rows 1-3): b = 1/2, 1, 1/2; k=3 (rows 2-3): 1, 0
+        "cal": [[third, 0, 0], [third, 0.5, 0], [-1, -1, -1], [third, 0.5, 1]],
+        "trajectory": [[third, 0, 0], [third, third, 0], [-1, -1, -1], [third, third, third]],
+        # k=1: r = 1,0,0,0; k=2: r = 1,0,0 among rows 1-3; k=3: r = 0,1 among rows 2-3
+        "naive": [[1, 0, 0], [-third, 1, 0], [-third, -0.5, -1], [-third, -0.5, 1]],
+        # row 1, k=1: target V2 = mean(R2, R3) = 1/2, base 2/3; row 3, k=2: V3 = R2 = 0, base 1/2
+        "td": [[third, 0, 0], [-sixth, 0.5, 0], [0, 0, -1], [-sixth, -0.5, 1]],
+    }
+    for mode, exp in expected.items():
+        a = attempt_advantages(r, group_size=4, mode=mode, lam=0.0)
+        assert torch.allclose(a, torch.tensor(exp, dtype=torch.float64), atol=1e-12), mode
+    # td interpolates linearly in lam between TD(0) and CAL
+    half = attempt_advantages(r, group_size=4, mode="td", lam=0.5)
+    mid = 0.5 * (torch.tensor(expected["td"]) + torch.tensor(expected["cal"])).double()
+    assert torch.allclose(half, mid, atol=1e-12)
+
+
 @pytest.mark.parametrize("scale", ["none", "group", "batch", "position"])
 @pytest.mark.parametrize("mode", ["cal", "trajectory", "td"])
 def test_equal_returns_give_zero_advantages(mode, scale):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from icml import ConfigError
 from icml.models import byte_tokenizer, tiny_causal_lm
 from icml.runner import RunFailed, run
 
@@ -33,9 +34,24 @@ def test_infer_with_user_verifier(tmp_path, monkeypatch):
 @pytest.mark.parametrize("spec, match", [("nomodule_xyz:f", "cannot import"),
                                          ("justaname", "module:function")])
 def test_bad_verifier_spec_is_named(tmp_path, spec, match):
-    with pytest.raises(RunFailed, match=match):
+    # a ConfigError raised inside a hook reaches the caller as a ConfigError (exit code 2)
+    with pytest.raises(ConfigError, match=f"config key 'verifier'.*{match}"):
         run("cal-grpo", "evaluate", overrides=[f"verifier={spec}", 'prompts=["x"]'],
             out=tmp_path / "o", device="cpu", show_progress=False)
+
+
+def test_hooks_restore_torch_threads(tmp_path):
+    """torch_threads=1 (the default) holds only during the hook, also when the hook fails."""
+    import torch
+
+    torch.set_num_threads(2)                 # conftest restores its own value afterwards
+    res = run("cal-grpo", "infer", overrides=["num_generations=2"], out=tmp_path / "a",
+              device="cpu", show_progress=False)
+    assert res.status == "ok" and torch.get_num_threads() == 2
+    with pytest.raises(ConfigError):
+        run("cal-grpo", "evaluate", overrides=["verifier=nomodule_xyz:f", 'prompts=["x"]'],
+            out=tmp_path / "b", device="cpu", show_progress=False)
+    assert torch.get_num_threads() == 2
 
 
 def test_readme_example_runs():
