@@ -212,3 +212,33 @@ def test_non_finite_residuals_stop_and_keep_the_last_good_parameters(regression)
     with pytest.raises(NonFiniteError, match="last good values"):
         opt.step(lambda idx: residual_fn(idx) * float("nan"))
     torch.testing.assert_close(_flat(net), good)
+
+    def bad_jacobian(idx):
+        r, J = residual_jacobian(residual_fn, list(net.parameters()), idx)
+        return r, J * float("inf")
+
+    with pytest.raises(NonFiniteError, match="Jacobian is not finite"):
+        opt.step(residual_fn, bad_jacobian)
+    with pytest.raises(ValueError, match="Jacobian has shape"):
+        opt.step(residual_fn, lambda idx: (residual_fn(idx).detach(), torch.zeros(len(idx), 3)))
+    torch.testing.assert_close(_flat(net), good)
+
+
+def test_state_dict_round_trip_resumes_exactly(ls_problem):
+    def make(x):
+        return SPRING([x], ls_problem.n, batch_size=4, damping=1e-3, momentum=0.5,
+                      norm_constraint=None, seed=3)
+
+    x = torch.zeros(12, dtype=D, requires_grad=True)
+    opt = make(x)
+    for _ in range(3):
+        opt.step(ls_problem.residual_fn(x))
+    saved, x_saved = opt.state_dict(), x.detach().clone()
+    for _ in range(3):
+        opt.step(ls_problem.residual_fn(x))
+    x2 = x_saved.clone().requires_grad_(True)
+    opt2 = make(x2)
+    opt2.load_state_dict(saved)
+    for _ in range(3):
+        opt2.step(ls_problem.residual_fn(x2))
+    torch.testing.assert_close(x2.detach(), x.detach(), rtol=0, atol=0)

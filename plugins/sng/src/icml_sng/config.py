@@ -36,6 +36,9 @@ class TrainConfig:
     norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off)", ge=0)
     line_search: int = option(12, help="grid line search points lr*0.5**j (0 = fixed lr)",
                               ge=0)
+    line_search_on: str = option("full", help="loss the line search compares: full (all "
+                                              "collocation points) or batch (the sampled ones)",
+                                 choices=("full", "batch"))
     lr: float = option(1.0, help="SNG/SPRING/ENGD step size (largest line-search step)", gt=0)
     adam_lr: float = option(1e-3, help="Adam learning rate", gt=0)
     sgd_lr: float = option(1e-4, help="SGD learning rate", gt=0)

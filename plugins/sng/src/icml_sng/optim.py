@@ -118,6 +118,19 @@ class _SketchProjectOptimizer(Optimizer):
                              f"got {g['line_search_on']!r}")
         self.last: dict[str, float] = {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """The usual optimizer state plus the batch generator's state (exact resumption)."""
+        sd = super().state_dict()
+        sd["generator"] = self.generator.get_state()
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        gen = state_dict.pop("generator", None)
+        super().load_state_dict(state_dict)
+        if gen is not None:
+            self.generator.set_state(gen)
+
     # -- helpers -----------------------------------------------------------------------
     @property
     def _params(self) -> list[torch.Tensor]:

@@ -57,7 +57,8 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     opt_kwargs = dict(batch_size=config.batch_size, sampler=config.sampler,
                       damping=config.damping, momentum=config.momentum,
                       norm_constraint=config.norm_constraint or None,
-                      line_search=config.line_search, lr=config.lr, adam_lr=config.adam_lr,
+                      line_search=config.line_search, line_search_on=config.line_search_on,
+                      lr=config.lr, adam_lr=config.adam_lr,
                       sgd_lr=config.sgd_lr, seed=ctx.seed)
     histories = {}
     for method in config.methods:

@@ -51,7 +51,8 @@ class History:
 
 def make_optimizer(method: str, problem: PoissonPINN, *, batch_size: int = 32,
                    sampler: str = "stratified", damping: float = 1e-10, momentum: float = 0.5,
-                   norm_constraint: float | None = None, line_search: int = 12, lr: float = 1.0,
+                   norm_constraint: float | None = None, line_search: int = 12,
+                   line_search_on: str = "full", lr: float = 1.0,
                    adam_lr: float = 1e-3, sgd_lr: float = 1e-4, seed: int = 0
                    ) -> torch.optim.Optimizer:
     """The optimizer for ``method`` on ``problem`` (see :class:`icml_sng.config.TrainConfig`)."""
@@ -60,7 +61,8 @@ def make_optimizer(method: str, problem: PoissonPINN, *, batch_size: int = 32,
         return torch.optim.Adam(params, lr=adam_lr)
     if method == "sgd":
         return torch.optim.SGD(params, lr=sgd_lr)
-    common = dict(damping=damping, line_search=line_search or None, lr=lr, seed=seed)
+    common = dict(damping=damping, line_search=line_search or None, lr=lr, seed=seed,
+                  line_search_on=line_search_on)
     if method == "engd":
         return SNG(params, problem.n, batch_size=None, **common)
     if sampler == "stratified":
