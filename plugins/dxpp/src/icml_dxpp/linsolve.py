@@ -108,7 +108,7 @@ def _factor(H: sp.spmatrix) -> Any:
     return lu.solve
 
 
-def _solve_sparse(S: PenaltySystem, g: np.ndarray) -> np.ndarray:
+def _solve_sparse(S: PenaltySystem, g: np.ndarray, extra: dict | None = None) -> np.ndarray:
     H0 = S.sparse_base()
     A = sp.csr_matrix(S.A)
     if A.shape[0] and _woodbury_pays(A, H0):
@@ -116,7 +116,12 @@ def _solve_sparse(S: PenaltySystem, g: np.ndarray) -> np.ndarray:
         Y = solve(np.asarray(A.T.toarray()))  # H₀⁻¹Aᵀ, n × p
         y = solve(g)
         C = np.diag(1.0 / S.wE) + A @ Y  # W_E⁻¹ + A H₀⁻¹ Aᵀ
-        return y - Y @ np.linalg.solve(C, A @ y)
+        z = np.linalg.solve(C, A @ y)
+        if extra is not None:
+            # A v = Ay − AYz = W_E⁻¹z exactly; computed as a difference it cancels to noise
+            # when H₀ is near-singular (Q singular off the active set: y, Y ~ 1/ridge)
+            extra["Av"] = z / S.wE
+        return y - Y @ z
     H = H0 + (A.T @ sp.diags(S.wE) @ A if A.shape[0] else 0)
     return _factor(H)(g)
 
@@ -141,14 +146,17 @@ def _solve_cg(S: PenaltySystem, g: np.ndarray, tol: float, maxiter: int | None
 
 def solve_system(S: PenaltySystem, g: np.ndarray, method: str = "auto", cg_tol: float = 1e-8,
                  cg_maxiter: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-    """Solve H v = g. Returns v and a dict saying which solver ran (and CG's residual)."""
+    """Solve H v = g. Returns v and a dict saying which solver ran (and CG's residual; the
+    Woodbury path adds ``"Av"``, A v computed without cancellation)."""
     if method in ("auto", "batched"):  # 'batched' is the layer's torch path; here: auto
         method = "sparse" if S.sparse else "dense"
     if method == "dense":
         return _solve_dense(S, g), {"linear_solver": "dense"}
     if method == "sparse":
         try:
-            return _solve_sparse(S, g), {"linear_solver": "sparse"}
+            extra: dict[str, Any] = {}
+            v = _solve_sparse(S, g, extra)
+            return v, {"linear_solver": "sparse", **extra}
         except MemoryError:  # the factor does not fit: matrix-free fallback
             warnings.warn("dXPP: the sparse factorisation ran out of memory; using "
                           "matrix-free CG", stacklevel=3)

@@ -101,7 +101,10 @@ def dxpp_backward(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
     r = np.zeros(prob.m)
     if active.size:
         r[active] = w_i * (np.asarray(GA @ u).reshape(-1) + d_i)
-    s = w_e * (np.asarray(prob.A @ u).reshape(-1) + d_e) if prob.p else np.zeros(0)
+    Au = info.pop("Av", None)
+    if Au is None and prob.p:
+        Au = np.asarray(prob.A @ u).reshape(-1)
+    s = w_e * (Au + d_e) if prob.p else np.zeros(0)
     nu_active = np.zeros(prob.m)
     nu_active[active] = nu[active]  # inactive rows get exactly zero gradient
     grads = assemble_grads(prob, x, nu_active, mu, v, r, s)
