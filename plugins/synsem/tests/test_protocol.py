@@ -26,6 +26,21 @@ def test_planted_claims_on_tiny_llama(toy_profile):
         assert all(0 <= v <= 1 for v in toy_profile.semantic[name] + toy_profile.syntactic[name])
 
 
+def test_context_syntax_plants_different_layer_profiles(toy):
+    """With less syntax in the attention context, twin retrieval falls with depth while
+    paraphrase retrieval does not: the two cross-layer profiles differ."""
+    from icml_synsem import planted_llama
+
+    _, tok, data, lex = toy
+    model = planted_llama(lex, num_layers=4, context_syntax=0.5, seed=0)
+    res = centroid_ablation_profile(model, tok, data, layers=[1, 4], imbalance_resamples=0)
+    sem, syn = res.semantic["none"], res.syntactic["none"]
+    assert syn[0] - syn[1] > 0.2
+    assert sem[1] >= sem[0] - 0.05
+    with pytest.raises(ValueError, match="context_syntax"):
+        planted_llama(lex, context_syntax=1.5)
+
+
 def _gaussian_reps(n_groups=10, per=12, dim=256, syn_scale=0.7, noise=0.3, seed=0):
     """x = s_g + m_i + noise with the partners sharing exactly one of the two parts."""
     g = torch.Generator().manual_seed(seed)

@@ -22,6 +22,8 @@ class ToyConfig:
     noise: float = option(0.3, help="per-word embedding noise sigma", ge=0)
     mixing: float = option(1.5, help="how much causal context each attention layer adds", ge=0)
     orthogonal: bool = option(True, help="make POS, concept and language directions orthonormal")
+    context_syntax: float = option(1.0, help="fraction of syntax the attention context carries "
+                                   "(< 1: syntax fades with depth)", ge=0, le=1)
 
 
 @dataclass

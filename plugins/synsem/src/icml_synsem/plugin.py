@@ -54,7 +54,8 @@ def _setup(ctx: icml.RunContext, config: EvaluateConfig):  # noqa: ANN202
     model = planted_llama(lex, hidden_size=t.hidden_size, num_layers=t.num_layers,
                           syntax_weight=t.syntax_weight, semantic_weight=t.semantic_weight,
                           language_weight=t.language_weight, noise=t.noise, mixing=t.mixing,
-                          orthogonal=t.orthogonal, seed=ctx.seed)
+                          orthogonal=t.orthogonal, context_syntax=t.context_syntax,
+                          seed=ctx.seed)
     return model.to(device=device, dtype=dtype), toy_tokenizer(lex), data, \
         "planted tiny Llama, generated toy data"
 

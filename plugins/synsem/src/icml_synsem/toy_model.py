@@ -48,10 +48,14 @@ def _directions(n: int, dim: int, gen: Any, orthogonal: bool) -> Any:
 def planted_llama(lexicon: Lexicon, *, hidden_size: int = 128, num_layers: int = 8,
                   num_heads: int = 4, syntax_weight: float = 1.0, semantic_weight: float = 1.5,
                   language_weight: float = 0.2, noise: float = 0.3, mixing: float = 1.5,
-                  orthogonal: bool = True, seed: int = 0) -> Any:
+                  orthogonal: bool = True, context_syntax: float = 1.0, seed: int = 0) -> Any:
     """A ``LlamaForCausalLM`` (eval mode, float32, CPU) with the planted embedding described in
     the module docstring. ``syntax_weight``/``semantic_weight``/``language_weight`` are a, b, c;
-    ``noise`` is sigma; ``mixing`` scales how much context each layer adds."""
+    ``noise`` is sigma; ``mixing`` scales how much context each layer adds;
+    ``context_syntax`` in [0, 1] is the fraction of the POS subspace the attention values keep
+    (below 1, syntax fades with depth while meaning accumulates: different layer profiles)."""
+    if not 0.0 <= context_syntax <= 1.0:
+        raise ValueError(f"context_syntax must be in [0, 1], got {context_syntax}")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -78,15 +82,19 @@ def planted_llama(lexicon: Lexicon, *, hidden_size: int = 128, num_layers: int =
         row = row + noise * torch.randn(hidden_size, generator=gen) / scale
         emb[len(SPECIALS) + j] = row * scale
     eye = torch.eye(hidden_size)
+    # values keep a fraction `context_syntax` of the POS subspace: below 1, the context that
+    # attention adds carries less syntax than meaning, so the two cross-layer profiles differ
+    pos_proj = u.T @ torch.linalg.pinv(u.T)
+    value_map = eye - (1.0 - context_syntax) * pos_proj
     with torch.no_grad():
         model.model.embed_tokens.weight.copy_(emb)
         for layer in model.model.layers:
             attn = layer.self_attn
             attn.q_proj.weight.zero_()
             attn.k_proj.weight.zero_()
-            for proj in (attn.v_proj, attn.o_proj):
+            for proj, base in ((attn.v_proj, value_map), (attn.o_proj, eye)):
                 jitter = torch.randn(hidden_size, hidden_size, generator=gen) * 0.05 / scale
-                proj.weight.copy_((mixing ** 0.5) * (eye + jitter))
+                proj.weight.copy_((mixing ** 0.5) * (base + jitter))
     return model.eval()
 
 
