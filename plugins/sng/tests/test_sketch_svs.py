@@ -8,6 +8,7 @@ from icml_sng import (
     elementary_symmetric,
     projection_matrix,
     sample_svs,
+    sample_svs_many,
     sketch_direction,
     svs_enumerate,
     svs_expectations_exact,
@@ -115,3 +116,18 @@ def test_svs_bad_input():
         sketch_direction(J, torch.zeros(5, dtype=D), -1.0)
     with pytest.raises(ValueError, match="shape"):
         sketch_direction(J, torch.zeros(4, dtype=D))
+
+
+def test_monte_carlo_svs_expected_projection_at_n_200():
+    """k-DPP draws at n = 200 reproduce the closed-form E[Pi_S]; uniform batches do not."""
+    g = torch.Generator().manual_seed(0)
+    n, p, k = 200, 6, 3
+    rows = torch.logspace(0, -1.5, n, dtype=D)[:, None]  # heterogeneous row norms
+    J = torch.randn(n, p, generator=g, dtype=D) * rows * torch.logspace(0, -1, p, dtype=D)
+    target = svs_expected_projection(J, k)
+    draws = 1000
+    svs = sum(projection_matrix(J[b]) for b in sample_svs_many(J, k, draws, 0.0, g)) / draws
+    uni = sum(projection_matrix(J[torch.randperm(n, generator=g)[:k]])
+              for _ in range(draws)) / draws
+    assert float((svs - target).norm()) < 0.05
+    assert float((uni - target).norm()) > 0.1

@@ -138,18 +138,24 @@ def svs_expectations_exact(J: torch.Tensor, r: torch.Tensor, k: int, damping: fl
     return Ed, EP
 
 
-def _kdpp_select_eigen(evals: torch.Tensor, k: int, generator: torch.Generator | None
-                       ) -> list[int]:
-    """Step 1 of the exact k-DPP sampler (Kulesza & Taskar, Alg. 8): choose k eigenvectors."""
+def _esp_table(evals: torch.Tensor, k: int) -> tuple[list[float], list[list[float]]]:
+    """Normalised eigenvalues and ``E[l][m] = e_l(lam_1..lam_m)`` in plain floats (small-op
+    overhead of torch dominates at these sizes)."""
     N = evals.shape[0]
     lam = (evals / evals.max()).to(torch.float64).cpu().tolist()
-    # E[l][m] = e_l(lam_1..lam_m), built column by column in plain floats (small-op overhead
-    # of torch dominates at these sizes).
     E = [[1.0] * (N + 1)] + [[0.0] * (N + 1) for _ in range(k)]
     for m in range(1, N + 1):
         lm = lam[m - 1]
         for j in range(min(k, m), 0, -1):
             E[j][m] = E[j][m - 1] + lm * E[j - 1][m - 1]
+    return lam, E
+
+
+def _kdpp_select_eigen(table: tuple[list[float], list[list[float]]], k: int,
+                       generator: torch.Generator | None) -> list[int]:
+    """Step 1 of the exact k-DPP sampler (Kulesza & Taskar, Alg. 8): choose k eigenvectors."""
+    lam, E = table
+    N = len(lam)
     chosen, left = [], k
     u = torch.rand(N, generator=generator, dtype=torch.float64).tolist()
     for m in range(N, 0, -1):
@@ -181,6 +187,16 @@ def _projection_dpp(V: torch.Tensor, generator: torch.Generator | None) -> list[
     return sorted(out)
 
 
+def _svs_kernel_eig(J: torch.Tensor, damping: float) -> tuple[torch.Tensor, torch.Tensor]:
+    Jd = J.detach().to(torch.float64).cpu()
+    n = Jd.shape[0]
+    K = Jd @ Jd.T + damping * torch.eye(n, dtype=torch.float64)
+    evals, evecs = torch.linalg.eigh(K)
+    evals = evals.clamp_min(0)
+    evals = torch.where(evals > evals.max() * n * 1e-14, evals, torch.zeros_like(evals))
+    return evals, evecs
+
+
 def sample_svs(J: torch.Tensor, k: int, damping: float = 0.0,
                generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one batch of ``k`` row indices from the (damped) squared volume distribution.
@@ -188,14 +204,20 @@ def sample_svs(J: torch.Tensor, k: int, damping: float = 0.0,
     Exact k-DPP sampling with kernel ``J J^T + damping I``: an ``n x n`` eigendecomposition,
     ``O(n^3)`` per draw, fine for ``n`` up to a few thousand. Returns a sorted LongTensor.
     """
+    return sample_svs_many(J, k, 1, damping, generator)[0]
+
+
+def sample_svs_many(J: torch.Tensor, k: int, num: int, damping: float = 0.0,
+                    generator: torch.Generator | None = None) -> list[torch.Tensor]:
+    """``num`` independent SVS batches for the same ``J`` (one eigendecomposition shared)."""
     damping = check_damping(damping)
     n = J.shape[0]
     _check_k(n, k)
-    Jd = J.detach().to(torch.float64).cpu()
-    K = Jd @ Jd.T + damping * torch.eye(n, dtype=torch.float64)
-    evals, evecs = torch.linalg.eigh(K)
-    evals = evals.clamp_min(0)
-    evals = torch.where(evals > evals.max() * n * 1e-14, evals, torch.zeros_like(evals))
-    chosen = _kdpp_select_eigen(evals, k, generator)
-    idx = _projection_dpp(evecs[:, chosen], generator)
-    return torch.tensor(idx, dtype=torch.long, device=J.device)
+    evals, evecs = _svs_kernel_eig(J, damping)
+    table = _esp_table(evals, k)
+    out = []
+    for _ in range(num):
+        chosen = _kdpp_select_eigen(table, k, generator)
+        idx = _projection_dpp(evecs[:, chosen], generator)
+        out.append(torch.tensor(idx, dtype=torch.long, device=J.device))
+    return out
