@@ -78,6 +78,14 @@ class PenaltySystem:
         return sp.csc_matrix(H0)
 
 
+_MAX_FILL = 2e7  # non-zeros of H = H₀ + AᵀW_EA we are willing to factor (Woodbury fallback)
+
+
+def _fill(A: sp.csr_matrix, H0: sp.spmatrix) -> float:
+    row_nnz = np.diff(A.indptr).astype(np.float64)
+    return float(row_nnz @ row_nnz) + H0.nnz
+
+
 def _woodbury_pays(A: sp.csr_matrix, H0: sp.spmatrix) -> bool:
     row_nnz = np.diff(A.indptr).astype(np.float64)
     return A.shape[0] > 0 and float(row_nnz @ row_nnz) > 4.0 * (H0.nnz + A.shape[1])
@@ -117,11 +125,20 @@ def _solve_sparse(S: PenaltySystem, g: np.ndarray, extra: dict | None = None) ->
         y = solve(g)
         C = np.diag(1.0 / S.wE) + A @ Y  # W_E⁻¹ + A H₀⁻¹ Aᵀ
         z = np.linalg.solve(C, A @ y)
+        v = y - Y @ z
+        res = np.linalg.norm(S.matvec(v) - g)
+        if res > 1e-8 * np.linalg.norm(g) and _fill(A, H0) <= _MAX_FILL:
+            # H₀ near-singular (Q singular off the active set, pinned only by A): y and Y
+            # are ~1/ridge and the difference cancels; factor H itself when it fits
+            H = H0 + A.T @ sp.diags(S.wE) @ A
+            v2 = _factor(H)(g)
+            if np.linalg.norm(S.matvec(v2) - g) < res:
+                return v2
         if extra is not None:
             # A v = Ay − AYz = W_E⁻¹z exactly; computed as a difference it cancels to noise
-            # when H₀ is near-singular (Q singular off the active set: y, Y ~ 1/ridge)
+            # when H₀ is near-singular (y, Y ~ 1/ridge)
             extra["Av"] = z / S.wE
-        return y - Y @ z
+        return v
     H = H0 + (A.T @ sp.diags(S.wE) @ A if A.shape[0] else 0)
     return _factor(H)(g)
 
