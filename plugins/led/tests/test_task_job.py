@@ -42,11 +42,11 @@ def test_post_training_collapses_final_layer_entropy(tok):
 
     torch.manual_seed(0)
     m = tiny_causal_lm("llama", seed=0, num_layers=4, hidden_size=32)
-    sft(m, tok, 40, num_terms=3, batch_size=16, seed=0)
-    ids, mask = completion_mask(tok, make_problems(32, 3, seed=5))
+    sft(m, tok, 60, num_terms=2, base=3, batch_size=16, lr=1e-2, seed=0)
+    ids, mask = completion_mask(tok, make_problems(32, 2, base=3, seed=5))
     before = entropy_profile(m, ids, mask)
-    info = post_train(m, tok, 6, num_terms=3, batch_size=8, samples=4, entropy_coef=2.0,
-                      lr=1e-2, seed=0)
+    info = post_train(m, tok, 6, num_terms=2, base=3, batch_size=8, samples=4,
+                      entropy_coef=2.0, lr=1e-2, seed=0)
     after = entropy_profile(m, ids, mask)
     assert info["kept_fraction"] > 0
     assert after[-1] < before[-1] - 0.05, (before, after)
