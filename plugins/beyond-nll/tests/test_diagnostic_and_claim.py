@@ -87,8 +87,9 @@ def test_evaluate_hook_reads_a_jsonl_file(tmp_path):
     assert res.status == "ok" and res.metrics["mean_p_sft.jsonl"] < 0.05
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "x"}\n')
+    from icml import ConfigError
     from icml.runner import RunFailed
 
-    with pytest.raises(RunFailed, match="line 1"):
+    with pytest.raises((RunFailed, ConfigError), match="line 1"):
         run("beyond-nll", "evaluate", overrides=[f"data={bad}", "pretrain_steps=0"],
             out=tmp_path / "runs2", device="cpu", show_progress=False)

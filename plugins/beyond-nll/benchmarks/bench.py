@@ -1,0 +1,188 @@
+"""Benchmark: (1) the paper's claim at small scale, regime x objective over several seeds;
+(2) cost of each objective's loss (forward + backward over the logits) against HF's
+cross-entropy path and the official implementation's log-softmax path, at a large vocabulary.
+
+    python plugins/beyond-nll/benchmarks/bench.py                # both parts
+    python plugins/beyond-nll/benchmarks/bench.py --part cost --tokens 1024 --vocab 32000
+
+Cost is measured per variant in a fresh subprocess: fastest time (CPU time of the one-thread
+process on CPU, wall time on CUDA) of ``--reps`` forward +
+backward passes over ``--rounds`` interleaved rounds, and the peak-RSS increase of that process
+over the logits it started with (CPU: VmHWM after resetting it through /proc/self/clear_refs), or
+``torch.cuda.max_memory_allocated`` on CUDA. Prints Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+VARIANTS = {
+    "hf_cross_entropy": "HF ForCausalLMLoss path: F.cross_entropy(logits.float())",
+    "official_logsoftmax_p": "official code path for 'p': log_softmax(logits.float()).gather",
+    "ours:logp": "", "ours:p": "", "ours:GeneralFamily-10": "", "ours:OnlyTopP-0.1": "",
+}
+
+WORKER = r'''
+import json, resource, statistics, sys, time
+import torch, torch.nn.functional as F
+from icml_beyond_nll import prob_objective_loss
+variant, n, v, dtype, reps, device = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    getattr(torch, sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+torch.set_num_threads(1)
+torch.manual_seed(0)
+z = torch.empty(n, v, device=device, dtype=dtype).normal_(0, 3).requires_grad_(True)  # no temp
+y = torch.randint(0, v, (n,), device=device)
+y[: n // 8] = -100
+
+def step():
+    if variant == "hf_cross_entropy":
+        loss = F.cross_entropy(z.float(), y, ignore_index=-100)
+    elif variant == "official_logsoftmax_p":
+        logp = F.log_softmax(z.float(), -1).gather(1, y.clamp(min=0)[:, None]).squeeze(-1)
+        m = (y != -100).float()
+        loss = ((1 - logp.exp()) * m).sum() / (m.sum() + 1e-8)
+    else:
+        loss = prob_objective_loss(z, y, variant.split(":", 1)[1], shift=False)
+    loss.backward()
+    z.grad = None
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(field)
+
+def rss():
+    try:
+        return status("VmHWM")  # peak RSS since the last reset
+    except (OSError, RuntimeError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+try:  # reset the peak-RSS counter (Linux >= 4.0) so creation transients do not hide anything
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = status("VmRSS")
+except (OSError, RuntimeError):
+    base = rss()
+if device == "cuda":
+    torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+step()
+if device == "cuda":
+    torch.cuda.synchronize(); peak = torch.cuda.max_memory_allocated() - base
+else:
+    peak = rss() - base
+times = []
+clock = time.perf_counter if device == "cuda" else time.process_time  # CPU: CPU time, robust
+for _ in range(reps):                                                   # to a shared machine
+    t = clock(); step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    times.append(clock() - t)
+print(json.dumps({"time": min(times), "peak": peak}))
+'''
+
+
+def cost(tokens: int, vocab: int, dtype: str, reps: int, device: str,
+         rounds: int = 2) -> list[list[str]]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "w.py"
+        script.write_text(WORKER)
+        res: dict[str, dict[str, float]] = {}
+        for _ in range(rounds):  # interleaved rounds; keep the fastest (least disturbed) time
+            for var in VARIANTS:
+                out = subprocess.run([sys.executable, str(script), var, str(tokens), str(vocab),
+                                      dtype, str(reps), device], capture_output=True, text=True,
+                                     check=True)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                if var in res:
+                    r = {"time": min(r["time"], res[var]["time"]),
+                         "peak": max(r["peak"], res[var]["peak"])}
+                res[var] = r
+    ref = res["hf_cross_entropy"]
+    for var, r in res.items():
+        rows.append([var, dtype, f"{r['time'] * 1e3:.1f}", f"{r['time'] / ref['time']:.2f}",
+                     f"{r['peak'] / 2**20:.0f}",
+                     f"{r['peak'] / ref['peak']:.2f}" if ref["peak"] > 0 else "n/a"])
+    return rows
+
+
+def claim(seeds: int, objectives: str, steps: int) -> tuple[str, float]:
+    """The default train job once per seed (each seed redraws the prior's initialisation, its
+    pretraining data, the SFT data, the cipher and the batch order); mean ± sd over seeds."""
+    import statistics
+    import time
+
+    from icml.runner import run
+
+    t0 = time.perf_counter()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(seeds):
+            runs.append(run("beyond-nll", "train", overrides=[f"objectives={objectives}",
+                                                               f"steps={steps}"],
+                            out=Path(tmp), seed=seed, device="cpu", show_progress=False).metrics)
+    keys = [k.strip() for k in objectives.split(",")]
+
+    def cell(metric: str) -> str:
+        vals = [m[metric] for m in runs]
+        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        return f"{statistics.mean(vals):.3f} ± {sd:.3f}"
+
+    rows = [["objective", "model-strong acc", "model-weak acc", "strong: seeds >= NLL",
+             "weak: seeds < NLL"]]
+    for k in keys:
+        ge = sum(m[f"acc_strong_{k}"] >= m["acc_strong_logp"] for m in runs)
+        lt = sum(m[f"acc_weak_{k}"] < m["acc_weak_logp"] for m in runs)
+        rows.append([k, cell(f"acc_strong_{k}"), cell(f"acc_weak_{k}"),
+                     f"{ge}/{seeds}" if k != "logp" else "-",
+                     f"{lt}/{seeds}" if k != "logp" else "-"])
+    prior = [["regime", "mean target p (diagnostic)", "accuracy before fine-tuning"],
+             ["strong", cell("prior_mean_p_strong"), cell("acc_before_strong")],
+             ["weak", cell("prior_mean_p_weak"), cell("acc_before_weak")]]
+    return md(rows) + "\n\n" + md(prior), time.perf_counter() - t0
+
+
+def md(rows: list[list[str]]) -> str:
+    head, *body = rows
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=("claim", "cost", "both"), default="both")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--objectives", default="logp,p,GeneralFamily-10,OnlyTopP-0.1,"
+                    "OnlyBottomLogP-0.5")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    if args.part in ("claim", "both"):
+        text, secs = claim(args.seeds, args.objectives, args.steps)
+        print(f"## Claim: greedy exact match, {args.seeds} seeds (mean ± sd), {secs:.0f} s\n")
+        print(text + "\n")
+    if args.part in ("cost", "both"):
+        head = ["loss", "logits dtype", "ms / fwd+bwd (CPU time)", "time vs CE", "peak extra MiB",
+                "memory vs CE"]
+        rows = [head]
+        for dt in ("float32", "bfloat16"):
+            rows += cost(args.tokens, args.vocab, dt, args.reps, args.device, args.rounds)
+        print(f"## Cost: {args.tokens} tokens x vocabulary {args.vocab}, {args.device}, "
+              f"fastest of {args.reps} x {args.rounds} rounds\n")
+        print(md(rows))
+
+
+if __name__ == "__main__":
+    main()
