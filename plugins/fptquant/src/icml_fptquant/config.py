@@ -50,7 +50,7 @@ class FPTQuantConfig:
     # end-to-end objective
     e2e_steps: int = option(0, help="steps of end-to-end training (quantized student vs FP "
                             "teacher)", ge=0)
-    e2e_lr: float = option(2e-3, help="AdamW learning rate of end-to-end training", gt=0)
+    e2e_lr: float = option(1e-2, help="AdamW learning rate of end-to-end training", gt=0)
     e2e_loss: str = option("kl", help="end-to-end loss: KL(teacher||student) or logit MSE",
                            choices=("kl", "mse"))
     e2e_batch_size: int = option(4, help="sequences per end-to-end step", ge=1)
