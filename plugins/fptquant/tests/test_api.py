@@ -156,3 +156,24 @@ def test_evaluate_hook_on_saved_quantized_model(tmp_path):
                  "seq_len=32", "eval_samples=2", "calib_samples=2"], out=tmp_path / "run",
                  device="cpu", show_progress=False)
     assert result.status == "ok" and result.metrics["ppl"] > 1
+
+
+def test_bfloat16_model_end_to_end():
+    """bf16 models work: transforms keep float32 parameters, the function is preserved up to
+    bf16 rounding, and the quantized model trains, merges and generates."""
+    from icml_fptquant import optimize_e2e, optimize_local
+
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm("qwen2", hidden_size=32, dtype=torch.bfloat16)
+    x = torch.randint(4, 260, (2, 16), generator=torch.Generator().manual_seed(0))
+    ref = _logits(model, x).float()
+    cfg = FPTQuantConfig(local_steps=3, e2e_steps=2)
+    apply_fpt_transforms(model, cfg)
+    assert model.fpt_transforms.rotation.a.dtype == torch.float32
+    assert (_logits(model, x).float() - ref).abs().max() < 0.05 * ref.abs().max()
+    optimize_local(model, cfg)
+    optimize_e2e(model, x, cfg)
+    merge_and_quantize(model, x, cfg)
+    assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
+    assert model.generate(x[:1, :4], max_new_tokens=3, do_sample=False).shape == (1, 7)

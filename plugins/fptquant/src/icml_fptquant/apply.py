@@ -61,7 +61,9 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
         raise ValueError("transforms are already applied to this model: call merge_transforms "
                          "first or start from a fresh model")
     ref = model.lm_head.weight
-    dtype, device = ref.dtype, ref.device
+    device = ref.device
+    # transform parameters live in float32 (float64 for float64 models) even for bf16/fp16
+    dtype = ref.dtype if ref.dtype in (torch.float32, torch.float64) else torch.float32
     ops = FPTTransforms()
     if cfg.residual_rotation != "none":
         require_untied(model, cfg.untie_embeddings)
@@ -93,7 +95,7 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
             _reg(m.up_proj, "bias", RowScale(s))
             _reg(m.down_proj, "weight", ColInverseScale(s))
         if cfg.down_hadamard:
-            block = hadamard_block(m.down_proj.in_features, dtype, device)
+            block = hadamard_block(m.down_proj.in_features, ref.dtype, device)
             _reg(m.down_proj, "weight", ColHadamard(block))
             m.down_proj.fpt_hadamard = block
         if ops.rotation is not None:
