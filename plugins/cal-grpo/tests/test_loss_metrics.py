@@ -109,3 +109,43 @@ def test_model_logits_for_prompt_and_feedback_tokens_get_zero_gradient(tok):
     g = kept["o"].grad[:, :-1]                      # logits at t predict token t+1
     assert float(g[~mask].abs().max()) == 0.0
     assert float(g[mask].abs().max()) > 0.0
+
+
+def test_constrained_score_is_that_of_the_sampling_distribution(tok, monkeypatch):
+    """With constrained decoding the rollout samples from softmax over the allowed tokens; the
+    score E_a[grad log p(a)] under that distribution must be zero (it is not for the
+    full-vocabulary log-probs), and the trainer must use it."""
+    from icml_cal_grpo import trainer as trainer_mod
+    from icml_cal_grpo.loss import sequence_logprobs
+    from icml_cal_grpo.tasks import ProbeTask
+
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm("qwen2", seed=0, hidden_size=32)
+    task = ProbeTask()
+    arms = task.arm_token_ids(tok)
+    ctx = tok("?g!", add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([ctx + [a] for a in arms])
+    att = torch.ones_like(ids)
+    pi_c = torch.softmax(task.policy_logits(model, tok)[1], -1)    # state 1: history (guess,)
+    for allowed, zero_mean in ((arms, True), (None, False)):
+        model.zero_grad()
+        lp = sequence_logprobs(model, ids, att, allowed_token_ids=allowed)[:, -1]
+        if allowed is not None:   # the log-probs of the distribution the rollout sampled from
+            assert torch.allclose(lp.exp().double(), pi_c, atol=1e-5)
+        (pi_c.float().detach() * lp).sum().backward()
+        norm = sum(float(p.grad.norm() ** 2) for p in model.parameters()
+                   if p.grad is not None) ** 0.5
+        assert (norm < 1e-5) if zero_mean else (norm > 1e-2)
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(args[4] if len(args) > 4 else kwargs.get("allowed_token_ids"))
+        return sequence_logprobs(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "sequence_logprobs", spy)
+    tr = trainer_mod.AttemptGRPOTrainer(model, tok, task, [task.prompt],
+                                        trainer_mod.AttemptGRPOConfig(num_generations=4),
+                                        task.rollout_config(tok))
+    tr.step()
+    assert seen and all(tuple(s) == arms for s in seen)

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
 def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
-                      temperature: float = 1.0) -> Any:
+                      temperature: float = 1.0,
+                      allowed_token_ids: Sequence[int] | None = None) -> Any:
     """``log p(token_t | tokens_<t)`` for ``t = 1..L-1`` of right-padded sequences: ``[N, L-1]``
-    (float32). Position ids follow the attention mask."""
+    (float32). Position ids follow the attention mask.
+
+    ``allowed_token_ids``: the rollout's constrained decoding set
+    (:attr:`MultiAttemptConfig.allowed_token_ids`). The log-probs are then those of the
+    distribution the rollout sampled from, the softmax renormalised over the allowed tokens, so
+    the score ``grad log p`` is that of the acting policy (the full-vocabulary score adds
+    ``grad log P(allowed)``, a bias). Tokens outside the set get 0 (mask them from the loss)."""
     import torch
 
     pos = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
@@ -18,8 +26,18 @@ def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
                    position_ids=pos).logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    return torch.gather(logp, 2, input_ids[:, 1:, None]).squeeze(2)
+    targets = input_ids[:, 1:]
+    if allowed_token_ids is None:
+        logp = torch.log_softmax(logits, dim=-1)
+        return torch.gather(logp, 2, targets[:, :, None]).squeeze(2)
+    ids = torch.as_tensor(list(allowed_token_ids), dtype=torch.long, device=logits.device)
+    if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= logits.shape[-1]:
+        raise ValueError(f"allowed_token_ids must be non-empty ids in [0, {logits.shape[-1]})")
+    allowed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    allowed[ids] = True
+    logp = torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+    tok = torch.gather(logp, 2, targets[:, :, None]).squeeze(2)
+    return tok.masked_fill(~allowed[targets], 0.0)
 
 
 def clipped_pg_loss(logps: Any, old_logps: Any, advantages: Any, mask: Any, *,

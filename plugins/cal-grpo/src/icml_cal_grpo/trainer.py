@@ -97,12 +97,13 @@ class AttemptGRPOTrainer:
         tok_adv = token_advantages(adv, batch.attempt_index)[:, 1:].to(dev)
         mask = (batch.attempt_index[:, 1:] >= 0).to(dev)
         temp = self.rollout_config.temperature
+        allowed = self.rollout_config.allowed_token_ids    # score of the sampling distribution
         self.model.train()
         with torch.no_grad():
-            old = sequence_logprobs(self.model, ids, att, temp)
+            old = sequence_logprobs(self.model, ids, att, temp, allowed)
         stats: dict[str, float] = {}
         for _ in range(a.num_iterations):
-            logps = sequence_logprobs(self.model, ids, att, temp)
+            logps = sequence_logprobs(self.model, ids, att, temp, allowed)
             loss, stats = clipped_pg_loss(logps, old, tok_adv, mask, epsilon=a.epsilon,
                                           epsilon_high=a.epsilon_high, loss_type=a.loss_type)
             self.optimizer.zero_grad()
