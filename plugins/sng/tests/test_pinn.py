@@ -68,3 +68,26 @@ def test_pinn_bad_input():
         prob.residual_fn(torch.tensor([prob.n]))
     with pytest.raises(ValueError, match="hidden"):
         mlp(1, [])
+
+
+def test_config_errors_name_the_key():
+    from icml_sng.config import EvaluateConfig, TrainConfig
+
+    from icml.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match="methods: unknown \\['lbfgs'\\]"):
+        build_config(TrainConfig, {}, ["methods=adam,lbfgs"])
+    with pytest.raises(ConfigError, match="momentum"):
+        build_config(TrainConfig, {}, ["momentum=1.0"])
+    with pytest.raises(ConfigError, match="batch_size=50 is larger than n=40"):
+        build_config(EvaluateConfig, {}, ["n=40", "batch_size=50"])
+    cfg = build_config(TrainConfig, {}, ["methods=sng,spring", "dim=2"])
+    assert cfg.methods == ["sng", "spring"] and cfg.dim == 2
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "svs", "stratified"])
+def test_every_sampler_trains_the_pinn(sampler):
+    prob = PoissonPINN(mlp(1, [8], seed=0), dim=1, n_interior=20)
+    hist = fit_pinn(prob, "sng", steps=15, eval_every=15, batch_size=10, sampler=sampler,
+                    line_search=8, damping=1e-8)
+    assert hist.losses[-1] < 0.5 * hist.losses[0], hist.losses

@@ -71,9 +71,10 @@ class EvaluateConfig:
     damping: float = option(0.0, help="SNG damping lambda (0 = block Kaczmarz)", ge=0)
     spring_damping: float = option(0.0, help="SPRING damping lambda", ge=0)
     momentum: float = option(0.5, help="SPRING momentum mu", ge=0, lt=1)
-    sgd_lr_grid: list[float] = option([1.0, 2.0, 4.0, 8.0, 16.0],
-                                      help="SGD step sizes tried, in units of 1/max row norm^2;"
-                                           " the best final residual is reported")
+    sgd_lr_grid: list[float] = option([1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0],
+                                      help="SGD step sizes tried, in units of 1/max row "
+                                           "norm^2 (32 diverges at the defaults); the best "
+                                           "final residual is reported")
     dtype: str = option("float64", help="float64, float32 or 'context' (the run's --dtype)",
                         choices=("float64", "float32", "context"))
     num_threads: int = option(1, help="torch CPU threads for this run (0 = torch's default)",
