@@ -58,7 +58,10 @@ class RolloutBatch:
     consecutive). ``rewards``/``reached``/``truncated`` are ``[N, K]`` tensors; ``input_ids``,
     ``attention_mask`` and ``attempt_index`` are right-padded ``[N, L]`` training sequences
     (prompt, attempt 1, feedback, attempt 2, ...), where ``attempt_index`` is the 0-based
-    attempt of each token and -1 for prompt, feedback and padding."""
+    attempt of each token and -1 for prompt, feedback and padding. ``attempt_logprobs`` are
+    full-vocabulary log-probs at the rollout temperature (what TRL computes), not renormalised
+    over ``allowed_token_ids``; ``sequence_logprobs(..., allowed_token_ids=)`` gives the score
+    of the constrained sampling distribution."""
 
     prompts: list[str]
     prompt_index: list[int]
