@@ -454,10 +454,16 @@ def test_hand_built_qp_matches_central_finite_differences():
         assert abs(grads[name][idx] - fd) <= 1e-4 * (1 + abs(fd)), (name, grads[name][idx], fd)
 
 
-def test_woodbury_with_singular_q_keeps_db_accurate():
+@pytest.mark.parametrize("max_fill", [None, 0])
+def test_woodbury_with_singular_q_keeps_db_accurate(max_fill, monkeypatch):
     """Sparse Q singular off the active set (half the diagonal zero) plus dense equality rows:
     H₀ = Q + G_𝒜ᵀW_IG_𝒜 + ridge·I is near-singular, and A v taken as a Woodbury difference
-    cancelled to noise (∂b, ∂A 100-500% off). It must match the dense solve and the KKT."""
+    cancelled to noise (∂b, ∂A 100-500% off). By default H is then factored directly; with
+    max_fill = 0 (H 'too dense') Woodbury is kept, warns, and ∂b comes from its z."""
+    from icml_dxpp import linsolve
+
+    if max_fill is not None:
+        monkeypatch.setattr(linsolve, "_MAX_FILL", max_fill)
     rng = np.random.default_rng(0)
     n = 400
     d = np.zeros(n)
@@ -468,8 +474,11 @@ def test_woodbury_with_singular_q_keeps_db_accurate():
                         np.array([1.0, 0.4]))
     g = rng.standard_normal(n)
     sol, ref, _ = differentiate(prob, g, method="kkt")
-    _, grads, info = differentiate(prob, g, solution=sol, linear_solver="sparse")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, grads, info = differentiate(prob, g, solution=sol, linear_solver="sparse")
     assert info["linear_solver"] == "sparse" and "Av" not in info
+    assert any("Woodbury" in str(w.message) for w in caught) == (max_fill == 0)
     assert rel_error(grads, ref) <= 1e-6
     assert np.linalg.norm(grads["b"] - ref["b"]) <= 1e-6 * np.linalg.norm(ref["b"])
 
