@@ -140,3 +140,27 @@ def test_clip_quantiles_match_torch_quantile(q):
     for i, n in enumerate(lengths):
         lo, hi = torch.quantile(h[i, :n].flatten(), torch.tensor(q))
         torch.testing.assert_close(out[i, :n], h[i, :n].clamp(lo, hi))
+
+
+def test_causal_models_skip_the_attention_mask(byte_lm, sentences):
+    """Right padding needs no mask in a causal model (each real token attends only to earlier,
+    real tokens), so the batched forward runs without one (the faster is_causal attention); an
+    encoder still gets the mask. Results are checked against the per-sentence loop above."""
+    from icml_synsem.representations import is_causal
+    from transformers import BertConfig, BertModel
+
+    model, tok = byte_lm
+    bert = BertModel(BertConfig(vocab_size=260, hidden_size=32, num_hidden_layers=1,
+                                num_attention_heads=4, intermediate_size=64)).eval()
+    assert is_causal(model) and not is_causal(bert) and not is_causal(torch.nn.Linear(2, 2))
+    for m, want_mask in ((model, False), (bert, True)):
+        seen = []
+        base = getattr(m, "base_model", m)
+        handle = base.register_forward_pre_hook(
+            lambda mod, args, kwargs, seen=seen: seen.append(kwargs.get("attention_mask")),
+            with_kwargs=True)
+        try:
+            extract_sentence_reps(m, tok, sentences, layers=[1], batch_size=len(sentences))
+        finally:
+            handle.remove()
+        assert len(seen) == 1 and (seen[0] is not None) == want_mask

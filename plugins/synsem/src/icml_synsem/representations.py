@@ -49,10 +49,11 @@ def resolve_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
     return sorted(set(out))
 
 
-def clip_quantiles(hidden: Any, mask: Any, q: tuple[float, float]) -> Any:
-    """Clip ``hidden[b]`` (shape [B, T, D]) to the ``q`` quantiles of its valid tokens x dims
-    (``mask`` [B, T] is 1 on real tokens), with ``torch.quantile``'s linear interpolation.
-    Padding never enters a quantile. Uses partial selection (``topk``) instead of a full sort."""
+def quantile_bounds(hidden: Any, mask: Any, q: tuple[float, float]) -> tuple[Any, Any]:
+    """``(low, high)``, each ``[B]``: the ``q`` quantiles of ``hidden[b]`` ([B, T, D]) over its
+    valid tokens x dims (``mask`` [B, T] is 1 on real tokens), with ``torch.quantile``'s linear
+    interpolation. Padding never enters a quantile. Uses partial selection (``topk``) instead of
+    a full sort."""
     import torch
 
     lo_q, hi_q = q
@@ -78,8 +79,25 @@ def clip_quantiles(hidden: Any, mask: Any, q: tuple[float, float]) -> Any:
         v_lo = vals.gather(1, ranks[0][:, None])[:, 0]
         v_hi = vals.gather(1, ranks[1][:, None])[:, 0]
         bounds.append(v_lo + frac * (v_hi - v_lo))
-    return torch.maximum(torch.minimum(hidden.float(), bounds[1][:, None, None]),
-                         bounds[0][:, None, None])
+    return bounds[0], bounds[1]
+
+
+def clip_quantiles(hidden: Any, mask: Any, q: tuple[float, float]) -> Any:
+    """Clip ``hidden[b]`` (shape [B, T, D]) to the ``q`` quantiles of its valid tokens x dims
+    (see :func:`quantile_bounds`); float32 out."""
+    import torch
+
+    lo, hi = quantile_bounds(hidden, mask, q)
+    return torch.maximum(torch.minimum(hidden.float(), hi[:, None, None]), lo[:, None, None])
+
+
+def is_causal(model: Any) -> bool:
+    """Whether every attention module of ``model`` declares ``is_causal=True`` (transformers
+    attention modules carry that flag). Then right padding needs no attention mask: a real token
+    only attends to earlier, real tokens. Unknown (no flag) counts as not causal."""
+    flags = [m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None),
+                                                                 bool)]
+    return bool(flags) and all(flags)
 
 
 def tokenize(tokenizer: Any, sentences: Sequence[str], add_special_tokens: bool = False
@@ -129,6 +147,8 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
         device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     base = getattr(model, "base_model", model)
+    # a causal model with right padding needs no mask (and runs the faster is_causal attention)
+    causal = is_causal(base)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     out: torch.Tensor | None = None
@@ -140,15 +160,20 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
         for row, i in enumerate(batch):
             input_ids[row, :len(ids[i])] = torch.tensor(ids[i])
             mask[row, :len(ids[i])] = 1
+        mask = mask.to(device)
+        padded = bool((lengths < t).any())
         with torch.inference_mode():
-            res = base(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+            res = base(input_ids=input_ids.to(device),
+                       attention_mask=mask if padded and not causal else None,
                        output_hidden_states=True)
         hs = res.hidden_states
         pos = (lengths[:, None] - last_n + torch.arange(last_n)[None, :]).to(device)  # [B, n]
         for li, layer in enumerate(layer_ids):
             h = hs[layer]
-            h = clip_quantiles(h, mask.to(device), clip_q) if clip_q is not None else h.float()
-            last = torch.gather(h, 1, pos[:, :, None].expand(-1, -1, h.shape[-1]))  # [B, n, D]
+            last = torch.gather(h, 1, pos[:, :, None].expand(-1, -1, h.shape[-1])).float()
+            if clip_q is not None:  # bounds from all real tokens, applied to the pooled ones
+                lo, hi = quantile_bounds(h, mask, clip_q)
+                last = torch.maximum(torch.minimum(last, hi[:, None, None]), lo[:, None, None])
             rep = last.mean(1) if pool == "mean" else last.reshape(len(batch), -1)
             if out is None:
                 out = torch.empty((len(layer_ids), len(ids), rep.shape[-1]))
