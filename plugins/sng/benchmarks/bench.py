@@ -11,6 +11,7 @@ No pip-installable PyTorch peer exists (NetKet / vmcnet are JAX), so the baselin
 own Adam and SGD. Usage::
 
     python benchmarks/bench.py [--budget1d 8] [--budget2d 20] [--threads 1]
+    python benchmarks/bench.py --parts 2d --methods2d engd,spring --budget2d 200
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def main() -> None:
     ap.add_argument("--budget2d", type=float, default=20.0)
     ap.add_argument("--ls-steps", type=int, default=500)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--parts", default="1d,2d,ls", help="comma list of 1d, 2d, ls")
+    ap.add_argument("--methods2d", default="adam,engd,sng,spring")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
@@ -73,9 +76,14 @@ def main() -> None:
     plain = [(m, m, {}) for m in ("adam", "sgd", "engd", "sng", "spring")]
     sng_b = ("sng (lambda=1e-6, batch line search)", "sng",
              {"damping": 1e-6, "line_search_on": "batch"})
-    pinn_table(1, args.budget1d, [*plain, sng_b], 200, 30, 32)
-    pinn_table(2, args.budget2d, [p for p in plain if p[0] != "sgd"], 30, 30, 64)
-    ls_table(args.ls_steps)
+    parts = args.parts.split(",")
+    if "1d" in parts:
+        pinn_table(1, args.budget1d, [*plain, sng_b], 200, 30, 32)
+    if "2d" in parts:
+        m2 = args.methods2d.split(",")
+        pinn_table(2, args.budget2d, [p for p in plain if p[0] in m2], 30, 30, 64)
+    if "ls" in parts:
+        ls_table(args.ls_steps)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 

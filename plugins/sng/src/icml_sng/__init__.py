@@ -22,7 +22,7 @@ _EXPORTS = {
     "sketch_direction": "sketch", "projection_matrix": "sketch",
     "sample_svs": "svs", "sample_svs_many": "svs", "svs_preconditioner": "svs",
     "svs_expected_projection": "svs",
-    "svs_rate": "svs", "svs_weights": "svs", "svs_enumerate": "svs",
+    "svs_rate": "svs", "svs_nu_exact": "svs", "svs_weights": "svs", "svs_enumerate": "svs",
     "svs_expectations_exact": "svs", "elementary_symmetric": "svs",
     "kaczmarz": "accelerated", "nesterov_kaczmarz": "accelerated",
     "accelerated_sketch_project": "accelerated", "spring_parameters": "accelerated",

@@ -187,6 +187,23 @@ def _projection_dpp(V: torch.Tensor, generator: torch.Generator | None) -> list[
     return sorted(out)
 
 
+def svs_nu_exact(J: torch.Tensor, k: int, damping: float = 0.0) -> float:
+    """The accelerated sketch-and-project constant ``nu``: the smallest ``nu`` with
+    ``E[Pi E[Pi]^+ Pi] <= nu E[Pi]`` under SVS, by exhaustive enumeration (tiny problems)."""
+    subsets, probs = svs_enumerate(J, k, damping)
+    EP = svs_expected_projection(J, k, damping).to(torch.float64)
+    ev, V = torch.linalg.eigh(EP)
+    keep = ev > ev.max() * 1e-12
+    EP_pinv = V[:, keep] @ torch.diag(1.0 / ev[keep]) @ V[:, keep].T
+    half = V[:, keep] @ torch.diag(ev[keep] ** -0.5) @ V[:, keep].T
+    Jd = J.to(torch.float64)
+    M = torch.zeros_like(EP)
+    for S, w in zip(subsets, probs):
+        Pi = projection_matrix(Jd[list(S)], damping)
+        M += w * Pi @ EP_pinv @ Pi
+    return float(torch.linalg.eigvalsh(half @ M @ half).max())
+
+
 def _svs_kernel_eig(J: torch.Tensor, damping: float) -> tuple[torch.Tensor, torch.Tensor]:
     Jd = J.detach().to(torch.float64).cpu()
     n = Jd.shape[0]
