@@ -110,6 +110,9 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
     from icml_fptquant.export import load_quantized
 
     model, tok = load_quantized(config.quantized, device=ctx.torch_device())
+    if tok is None:
+        raise ValueError(f"{config.quantized!r} has no tokenizer: save it with "
+                         "save_quantized(model, folder, tokenizer)")
     chunks = token_chunks(stdlib_text(), tok, config.seq_len)
     _, _, evaluation = split_data(chunks, config.calib_samples, config.eval_samples, ctx.seed)
     ppl = perplexity(model, evaluation)
