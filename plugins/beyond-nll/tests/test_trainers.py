@@ -76,7 +76,32 @@ def test_subclass_reproduces_official_gradient_accumulation(tiny_llama, tmp_path
         assert torch.allclose(p.grad, q.grad, atol=1e-6), n
 
 
+def test_num_items_normalisation_with_plain_trainer_and_accumulation(tiny_llama, tmp_path):
+    """compute_loss_func + normalize="num_items": Trainer's own accumulation gives the token mean
+    over both micro-batches (HF's gradient-accumulation-correct loss)."""
+    import copy
+
+    from transformers import Trainer
+
+    b1, b2 = _batch(4), _batch(5)
+    total = sum(int((b["labels"][:, 1:] != -100).sum()) for b in (b1, b2))
+    ref = copy.deepcopy(tiny_llama)
+    for b in (b1, b2):
+        out = ref(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+        prob_objective_loss(out.logits, b["labels"], "GeneralFamily-2", normalize="sum")\
+            .div(total).backward()
+    trainer = Trainer(model=tiny_llama, args=_args(tmp_path, gradient_accumulation_steps=2),
+                      compute_loss_func=ProbObjectiveLoss("GeneralFamily-2",
+                                                          normalize="num_items"))
+    trainer.current_gradient_accumulation_steps = 2
+    for b in (b1, b2):
+        trainer.training_step(tiny_llama, dict(b), num_items_in_batch=torch.tensor(total))
+    for (n, p), q in zip(tiny_llama.named_parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6), n
+
+
 def test_hf_trainer_trains(tiny_llama, tmp_path):
+    pytest.importorskip("datasets")
     from datasets import Dataset
 
     rows = [{k: v.tolist() for k, v in _batch(i, n=1).items()} for i in range(8)]
@@ -89,6 +114,7 @@ def test_hf_trainer_trains(tiny_llama, tmp_path):
 
 def test_trl_sft_trainer_with_the_objective(tok, tmp_path):
     pytest.importorskip("trl")
+    pytest.importorskip("datasets")
     from datasets import Dataset
     from icml_beyond_nll import sft_trainer_class
     from trl import SFTConfig, SFTTrainer
