@@ -94,7 +94,9 @@ class QuantizeConfig(FPTQuantConfig):
 
 @dataclass
 class TrainConfig(QuantizeConfig):
-    """Train the transforms (local then end-to-end) and report losses and outlier norms."""
+    """Train the transforms (local then end-to-end), report the arms, and save the trained,
+    merged and quantized model to ``<run>/quantized`` (load it with ``load_quantized`` or
+    ``icml run fptquant evaluate --set quantized=...``)."""
 
     arms: list[str] = option(["fp", "rtn", "fptquant_local", "fptquant_e2e"],
                              help=f"arms to compare, from {', '.join(ARMS)}")

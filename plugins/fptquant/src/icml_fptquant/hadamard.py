@@ -51,5 +51,5 @@ def apply_grouped(x: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
     """``x @ blockdiag(block, ..., block).T`` on the last dimension, without the dense matrix."""
     g = block.shape[0]
     shape = x.shape
-    y = x.reshape(*shape[:-1], shape[-1] // g, g) @ block.to(x.dtype).T
+    y = x.reshape(*shape[:-1], shape[-1] // g, g) @ block.to(device=x.device, dtype=x.dtype).T
     return y.reshape(shape)

@@ -82,9 +82,9 @@ def model_bytes(model: Any, w_bits: int, weight_only: str = "") -> int:
 
 
 def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
-             progress: Any = None, log: Any = None) -> dict[str, Any]:
+             progress: Any = None, log: Any = None, keep: tuple[str, ...] = ()) -> dict[str, Any]:
     """Quantize copies of ``base["model"]`` with every arm of ``cfg.arms``; returns rows of
-    metrics and the training histories."""
+    metrics, the training histories and the quantized models of the arms named in ``keep``."""
     from icml_fptquant.apply import apply_fpt_transforms
     from icml_fptquant.baselines import apply_quarot, apply_smoothquant
     from icml_fptquant.evaluation import compare_logits, logits_of, perplexity
@@ -100,10 +100,13 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
     ppl_fp = perplexity(fp, evaluation)
     rows: dict[str, dict[str, float]] = {}
     hist: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
     local_state = None
     t_local = 0.0
 
     def finish(name: str, model: Any, t0: float, weight_only: str = "") -> None:
+        if name in keep:
+            kept[name] = model
         m = compare_logits(model, evaluation, ref)
         rows[name] = {"ppl": perplexity(model, evaluation), **m,
                       "bytes": float(model_bytes(model, mcfg.w_bits, weight_only)),
@@ -160,7 +163,7 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
         gap = rows.get("rtn", {}).get("ppl", float("nan")) - ppl_fp
         r["rtn_gap_closed"] = (rows["rtn"]["ppl"] - r["ppl"]) / gap if "rtn" in rows and gap > 0 \
             else float("nan")
-    return {"rows": rows, "history": hist}
+    return {"rows": rows, "history": hist, "models": kept}
 
 
 def _num(v: float) -> Any:

@@ -37,7 +37,8 @@ def _setup(ctx: icml.RunContext, config: QuantizeConfig) -> dict:
                            progress=ctx.progress)
 
 
-def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str) -> icml.RunResult:
+def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
+                save: bool = False) -> icml.RunResult:
     import torch
 
     from icml.report import bar_plot, line_plot
@@ -48,7 +49,9 @@ def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str) -> icm
         torch.set_num_threads(config.threads)
     try:
         base = _setup(ctx, config)
-        res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info)
+        keep = tuple(a for a in ("fptquant_e2e", "fptquant_local") if a in config.arms)[:1]
+        res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info,
+                       keep=keep if save else ())
     finally:
         torch.set_num_threads(threads)
     rows, hist = res["rows"], res["history"]
@@ -78,6 +81,12 @@ def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str) -> icm
                       xlabel="step", logy=True)
         if p:
             artifacts["training"] = "training.png"
+    for name, model in res.get("models", {}).items():
+        from icml_fptquant.export import save_quantized
+
+        save_quantized(model, ctx.path("quantized"), base["tokenizer"])
+        artifacts["quantized model"] = "quantized"
+        ctx.logger.info("saved the %s model to %s", ARM_LABELS[name], ctx.path("quantized"))
     bits = f"W{config.w_bits}A{config.a_bits}KV{config.kv_bits}"
     notes = (f"Static {bits} (weights per channel {config.weight_quantizer.upper()}, "
              f"activations per tensor, KV per head, {config.act_range} ranges from "
@@ -98,7 +107,7 @@ def icml_quantize(ctx: icml.RunContext, config: QuantizeConfig) -> icml.RunResul
 
 @icml.hookimpl
 def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
-    return _arm_result(ctx, config, "FPTQuant transform training")
+    return _arm_result(ctx, config, "FPTQuant transform training", save=True)
 
 
 @icml.hookimpl
