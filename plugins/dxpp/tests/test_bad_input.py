@@ -114,3 +114,15 @@ def test_sparse_indefinite_q_failure_mentions_psd():
     with pytest.raises(QPSolveError, match="sparse Q is only checked .* positive semidefinite"):
         dxpp_solve(Qs, torch.ones(2, dtype=torch.float64), eye,
                    torch.ones(2, dtype=torch.float64))
+
+
+def test_numpy_differentiate_checks_upstream_gradient_shapes():
+    from icml_dxpp import differentiate
+
+    prob = random_qp(6, seed=0).problem  # n = 6, m = 6, p = 1
+    with pytest.raises(QPInputError, match=r"grad_x has shape \(5,\) but the problem needs"):
+        differentiate(prob, np.ones(5))
+    with pytest.raises(QPInputError, match=r"grad_ineq_dual has shape \(2,\)"):
+        differentiate(prob, np.ones(6), grad_ineq_dual=np.ones(2))
+    with pytest.raises(QPInputError, match=r"grad_eq_dual has shape \(3,\)"):
+        differentiate(prob, np.ones(6), grad_eq_dual=np.ones(3))

@@ -366,9 +366,19 @@ def differentiate(problem: QPProblem, grad_x: np.ndarray | None = None,
         solution = solve_qp(problem, opts.solver, opts.tol, opts.penalty.active_tol,
                             opts.recover_duals, opts.solver_options,
                             polish_solution=opts.polish)
-    gx = np.zeros(problem.n) if grad_x is None else np.asarray(grad_x, dtype=np.float64)
-    args = (problem, solution.x, solution.ineq_dual, solution.eq_dual, gx, grad_ineq_dual,
-            grad_eq_dual)
+    upstream = []
+    for name, g, size in (("grad_x", grad_x, problem.n), ("grad_ineq_dual", grad_ineq_dual,
+                                                           problem.m),
+                          ("grad_eq_dual", grad_eq_dual, problem.p)):
+        if g is None:
+            upstream.append(np.zeros(size) if name == "grad_x" else None)
+            continue
+        arr = np.asarray(g, dtype=np.float64)
+        if arr.shape != (size,):
+            raise QPInputError(f"{name} has shape {arr.shape} but the problem needs ({size},) "
+                               "(n for grad_x, m for grad_ineq_dual, p for grad_eq_dual)")
+        upstream.append(arr)
+    args = (problem, solution.x, solution.ineq_dual, solution.eq_dual, *upstream)
     if method == "dxpp":
         grads, info = dxpp_backward(*args, opts=opts.penalty)
     else:
