@@ -187,3 +187,13 @@ def test_bfloat16_model_generates(tok):
     out = m.generate(_ids(7), do_sample=True, temperature=0.6, max_new_tokens=4,
                      custom_generate=LEDDecoding(LEDConfig(depth=3), torch.Generator()))
     assert out.shape == (3, 10) and out.max() < 260
+
+
+def test_scores_are_the_final_layer(llama):
+    ids = _ids(8, B=1)
+    out = llama.generate(ids, do_sample=False, max_new_tokens=3,
+                         return_dict_in_generate=True, output_scores=True,
+                         custom_generate=LEDDecoding(LEDConfig(depth=3, think_only=False)))
+    with torch.no_grad():
+        ref = llama(ids).logits[:, -1].float()
+    assert torch.allclose(out.scores[0], ref, atol=1e-6)   # no processors: own final logits
