@@ -508,3 +508,14 @@ def test_woodbury_falls_back_when_base_is_near_singular():
     g_sparse = {key: val.toarray() if sp.issparse(val) else val for key, val in g_sparse.items()}
     assert rel_error(g_sparse, g_dense) <= 1e-6
     assert rel_error(g_sparse, ref) <= 1e-5
+
+
+def test_second_derivative_raises_instead_of_silently_dropping_terms():
+    """The backward is NumPy: under create_graph its result is a constant, so a loss built
+    on q.grad would silently lose its second-order part. It must raise instead."""
+    eye = torch.eye(3, dtype=torch.float64)
+    q = torch.tensor([-1.0, -0.8, 0.5], dtype=torch.float64, requires_grad=True)
+    x = dxpp_solve(eye, q, -eye, torch.zeros(3, dtype=torch.float64)).x
+    (gq,) = torch.autograd.grad(x.pow(2).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        (gq.pow(2).sum() + q.sum()).backward()

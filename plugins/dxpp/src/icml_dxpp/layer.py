@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 import torch
+from torch.autograd.function import once_differentiable
 
 from icml_dxpp.forward import QPResult, check_solver, solve_qp
 from icml_dxpp.kkt import kkt_backward
@@ -151,6 +152,7 @@ class _QPFunction(torch.autograd.Function):
         return stack("x"), stack("eq_dual"), stack("ineq_dual")
 
     @staticmethod
+    @once_differentiable  # the backward runs in NumPy: a second derivative must fail loudly
     def backward(ctx: Any, gx: torch.Tensor, gmu: torch.Tensor, gnu: torch.Tensor
                  ) -> tuple[Any, ...]:
         opts: LayerOptions = ctx.opts
