@@ -177,3 +177,24 @@ def test_bfloat16_model_end_to_end():
     merge_and_quantize(model, x, cfg)
     assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
     assert model.generate(x[:1, :4], max_new_tokens=3, do_sample=False).shape == (1, 7)
+
+
+def test_static_kv_quantization_is_consistent_with_the_cache():
+    """KV4 is applied per KV head to post-RoPE keys and values: it changes the logits, and
+    incremental decoding through the cache gives the same last-token logits as a full pass."""
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm("llama", hidden_size=32)
+    x = torch.randint(4, 260, (2, 12), generator=torch.Generator().manual_seed(0))
+    cfg = FPTQuantConfig(local_steps=0, w_bits=16, a_bits=16, kv_bits=2)
+    base = _logits(model, x)
+    merge_and_quantize(apply_fpt_transforms(model, cfg), x, cfg)
+    kq = model.model.layers[0].self_attn.fpt_k_quant
+    assert kq.state == "quant" and kq.lo.shape == (2,) and not torch.equal(kq.lo, kq.hi)
+    assert (_logits(model, x) - base).abs().max() > 1e-3  # KV2 is really applied
+    with torch.no_grad():
+        full = model(x).logits[:, -1]
+        prefix = model(x[:, :-1], use_cache=True)
+        cache = prefix["cache"] if "cache" in prefix else prefix["past_key_values"]
+        step = model(x[:, -1:], cache=cache, use_cache=True).logits[:, -1]
+    assert (full - step).abs().max() < 1e-5
