@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--cost-T", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-queries", type=int, default=4, help="questions per training sequence")
+    ap.add_argument("--parts", default="tensor,model,cost", help="which parts to run")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pol = list(POLICIES)
@@ -62,7 +63,8 @@ def main() -> None:
     except ImportError:
         print("kvpress: not installed (it pins transformers<5.3), peers are our native baselines")
 
-    for mode in ("retrieval", "diffuse"):
+    parts = args.parts.split(",")
+    for mode in ("retrieval", "diffuse") if "tensor" in parts else ():
         t0 = time.perf_counter()
         rows, rho = tensor_benchmark(RATIOS, pol, (0, 1, 2), query_mode=mode)
         print(md(f"Tensor level, {mode} queries: relative attention-output error (x = ratio to "
@@ -71,7 +73,14 @@ def main() -> None:
 
     task = RecallTask(context_len=64, n_pairs=8, n_queries=args.n_queries)
     t0 = time.perf_counter()
-    model, stats = train_recall_model(task, steps=args.steps, seed=0)
+    model, stats = train_recall_model(task, steps=args.steps if "model" in parts else 0, seed=0)
+    if "model" in parts:
+        model_level(args, task, model, stats, t0, pol, cols)
+    if "cost" in parts:
+        cost(args, task, model)
+
+
+def model_level(args, task, model, stats, t0, pol, cols) -> None:
     print(f"\ntiny Llama (hidden 64, 2 layers, GQA 4/2) trained {args.steps} steps in "
           f"{time.perf_counter() - t0:.0f} s, final loss {stats['train_loss']:.3f}")
     ctx, q, a = task.eval_batch(args.samples, torch.Generator().manual_seed(1))
@@ -82,11 +91,14 @@ def main() -> None:
     print(md("Model level: KL(full || compressed) (x = ratio to capkv)", cols,
              grid(rows, "kl", pol, RATIOS, ref="capkv")))
 
+
+
+def cost(args, task, model) -> None:
     # Cost at a longer context: scoring time / full prefill time, kept cache bytes / full.
     T = args.cost_T
     ids = torch.randint(4, task.vocab_size, (1, T), generator=torch.Generator().manual_seed(2))
     times = {"full": [], "capkv": []}
-    for _ in range(3):
+    for _ in range(5):
         t0 = time.perf_counter()
         full_cache = prefill(model, ids)
         times["full"].append(time.perf_counter() - t0)
@@ -94,7 +106,7 @@ def main() -> None:
         comp = prefill(model, ids, press)
         times["capkv"].append(press.last_scoring_s)
     tf, ts = min(times["full"]), min(times["capkv"])
-    print(md(f"Cost, T={T}, ratio 0.5 (min of 3)", ["quantity", "value"],
+    print(md(f"Cost, T={T}, ratio 0.5 (min of 5)", ["quantity", "value"],
              [["full prefill (s)", tf], ["CapKV scoring, all layers (s)", ts],
               ["scoring / prefill", ts / tf],
               ["cache bytes kept / full", comp.nbytes() / full_cache.nbytes()]]))

@@ -57,7 +57,8 @@ def gram(u: torch.Tensor, w: torch.Tensor | None = None, ridge: float = 1.0,
         w = w * mask.to(dt)
     d = u.shape[-1]
     eye = torch.eye(d, dtype=dt, device=u.device)
-    return ridge * eye + torch.einsum("...t,...ti,...tj->...ij", w, u, u)
+    u = u.contiguous()
+    return ridge * eye + (u * w.unsqueeze(-1)).transpose(-1, -2) @ u
 
 
 def ridge_leverage(u: torch.Tensor, w: torch.Tensor | None = None, ridge: float = 1.0,
@@ -71,9 +72,9 @@ def ridge_leverage(u: torch.Tensor, w: torch.Tensor | None = None, ridge: float 
     w = _check(u, w, ridge)
     dt = _work_dtype(u)
     A = gram(u, w, ridge, mask)
-    uu = u.to(dt)
-    sol = torch.linalg.solve(A, uu.transpose(-1, -2))  # (..., d, T) = A^-1 u_i
-    quad = (uu.transpose(-1, -2) * sol).sum(-2)  # (..., T)
+    uu = u.to(dt).contiguous()
+    Ainv = torch.cholesky_inverse(torch.linalg.cholesky(A))  # d x d: cheap, A is SPD
+    quad = ((uu @ Ainv) * uu).sum(-1)  # u_i^T A^-1 u_i, (..., T)
     return (w.to(dt) * quad).to(u.dtype)
 
 

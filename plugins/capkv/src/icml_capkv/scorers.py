@@ -96,7 +96,7 @@ def capkv_scores(inputs: ScoreInputs, tau: float = 5.0, ridge: float = 1.0,
     anchor = inputs.need("query_anchor", "capkv")
     w = capkv_relevance(keys, anchor, tau, normalize, n_sink)  # (B, H_kv, r, T)
     u = values if capacity_vectors == "values" else keys
-    u = u.to(w.dtype).unsqueeze(2).expand(B, n_kv, w.shape[2], T, d)
+    u = u.to(w.dtype).unsqueeze(2).expand(B, n_kv, w.shape[2], T, d).contiguous()
     mask = torch.ones_like(w)
     mask[..., :n_sink] = 0
     s = ridge_leverage(u, w, ridge, mask).mean(2)  # (B, H_kv, T)
