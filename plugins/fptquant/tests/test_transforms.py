@@ -21,6 +21,7 @@ ALONE = {
     "mlp_scale": dict(NONE, mlp_scale=True),
     "down_hadamard": dict(NONE, down_hadamard=True),
     "dynamic_residual_scaling": dict(NONE, dynamic_residual_scaling=True),
+    "qk_hadamard_quarot_r3": dict(NONE, qk_hadamard=True),
     "all": {},
 }
 TOL = 1e-10

@@ -108,11 +108,24 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
         _reg(model.model.embed_tokens, "weight", ReaderRotation(ops.rotation))
         as_fpt_linear(model.lm_head)
         _reg(model.lm_head, "weight", ReaderRotation(ops.rotation))
+    if cfg.qk_hadamard:
+        install_qk_hadamard(model, geo.head_dim)
     if cfg.dynamic_residual_scaling:
         apply_dynamic_residual_scaling(model)
     model.__dict__["fpt_transforms"] = ops
     model.__dict__["fpt_config"] = dataclasses.replace(cfg)
     return model
+
+
+def install_qk_hadamard(model: Any, head_dim: int) -> None:
+    """Online Hadamard on post-RoPE queries and keys of every layer (QuaRot's R3)."""
+    from icml_fptquant.qlinear import use_kv_attention
+
+    ref = model.lm_head.weight
+    block = hadamard_block(head_dim, ref.dtype, ref.device)
+    for layer in model.model.layers:
+        layer.self_attn.fpt_qk_hadamard = block
+    use_kv_attention(model)
 
 
 def transform_parameters(model: Any) -> list[nn.Parameter]:

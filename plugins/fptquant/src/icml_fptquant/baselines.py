@@ -15,10 +15,11 @@ from icml_fptquant.quantize import as_batches
 
 def quarot_config(config: FPTQuantConfig | None = None) -> FPTQuantConfig:
     """QuaRot-style: fused norms + Hadamard residual rotation (R1), per-head Hadamard on
-    values (R2, merged into v/o), online Hadamard before down_proj (R4); nothing learned."""
+    values (R2, merged into v/o), online Hadamard on post-RoPE queries/keys (R3) and before
+    down_proj (R4); nothing learned."""
     return dataclasses.replace(config or FPTQuantConfig(), residual_rotation="hadamard",
                                prerope=False, value=True, value_init="hadamard",
-                               mlp_scale=False, down_hadamard=True,
+                               mlp_scale=False, down_hadamard=True, qk_hadamard=True,
                                dynamic_residual_scaling=False, local_steps=0, e2e_steps=0)
 
 

@@ -39,6 +39,8 @@ class FPTQuantConfig:
                              choices=("identity", "hadamard"))
     mlp_scale: bool = option(True, help="per-channel up/down scaling in the MLP")
     down_hadamard: bool = option(True, help="online grouped Hadamard before down_proj")
+    qk_hadamard: bool = option(False, help="online Hadamard on post-RoPE queries and keys "
+                               "(QuaRot R3; not part of FPTQuant)")
     dynamic_residual_scaling: bool = option(True, help="cheap dynamic per-token residual "
                                             "scaling (1/c at o_proj/down_proj input)")
     untie_embeddings: bool = option(False, help="untie embed_tokens and lm_head when tied "

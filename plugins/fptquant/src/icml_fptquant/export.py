@@ -41,6 +41,8 @@ def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
     lins = _linears(model)
     meta: dict[str, Any] = {"config": dataclasses.asdict(cfg),
                             "dynamic_residual_scaling": bool(getattr(model, "fpt_drs", False)),
+                            "qk_hadamard": getattr(model.model.layers[0].self_attn,
+                                                   "fpt_qk_hadamard", None) is not None,
                             "hadamard": [], "act": {}, "kv": {}}
     state = {}
     qweights = {f"{n}.weight": lin.fpt_qweight for n, lin in lins.items()
@@ -95,6 +97,11 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
     if meta["dynamic_residual_scaling"]:
         apply_dynamic_residual_scaling(model)
     attach_quantizers(model, cfg)
+    if meta.get("qk_hadamard"):
+        from icml_fptquant.apply import install_qk_hadamard
+        from icml_fptquant.arch import check_supported
+
+        install_qk_hadamard(model, check_supported(model).head_dim)
     lins = _linears(model)
     dtype = next(model.parameters()).dtype
     for name in meta["hadamard"]:

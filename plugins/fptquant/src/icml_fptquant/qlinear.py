@@ -87,6 +87,9 @@ def _make_attention(base: str):  # noqa: ANN202
                   value: torch.Tensor, attention_mask: Any, **kwargs: Any) -> Any:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+        had = getattr(module, "fpt_qk_hadamard", None)
+        if had is not None:  # QuaRot R3: scores unchanged, keys rotated before quantization
+            query, key = apply_grouped(query, had), apply_grouped(key, had)
         kq = getattr(module, "fpt_k_quant", None)
         vq = getattr(module, "fpt_v_quant", None)
         if kq is not None:
