@@ -80,3 +80,33 @@ def test_bad_input_is_explained(tmp_path: Path) -> None:
     assert check_image(Image.new("L", (64, 64))).mode == "RGB"
     with pytest.raises(FileNotFoundError, match="CageBenchmark.save"):
         CageBenchmark.load(tmp_path)
+
+
+def test_nine_distinct_questions_per_image() -> None:
+    bench = generate_benchmark(60, seed=0)
+    by_image: dict[str, list[str]] = {}
+    for it in bench:
+        by_image.setdefault(it.image_id, []).append(it.question)
+    assert all(len(set(qs)) == 9 for qs in by_image.values())
+
+
+NEGATIONS = {"no", "not", "off", "dark", "silent", "upright", "held"}
+
+
+def test_off_phrases_negate_and_enablers_name_the_drawn_object() -> None:
+    import random
+
+    from icml_cage.scenes import FAMILIES
+
+    drawn = {"fuse": "fuse", "wire": "wire", "lamp": "bulb", "ramp": "ramp", "gate": "gate",
+             "bell": "clapper"}
+    rng = random.Random(0)
+    for family in FAMILIES.values():
+        for _ in range(20):
+            scm, _img = family(rng, 64)
+            for i, node in enumerate(scm.nodes):
+                # the False phrase must read as the negation ("stops nothing" did not)
+                assert NEGATIONS & set(node.off.split()), (node.name, node.off)
+                if i:
+                    obj = drawn.get(node.name, "domino")
+                    assert obj in node.enabler and obj in node.enabler_off, node

@@ -98,3 +98,31 @@ def test_bootstrap_interval_brackets_the_point_estimate() -> None:
 def test_probe_template_needs_question() -> None:
     with pytest.raises(ValueError, match="no {question} placeholder"):
         chain_text_probe("Write a chain.").prompt("q")
+
+
+def test_rubric_edge_cases_wording_duplicates_unknown_nodes() -> None:
+    judge, scm = RuleJudge(), ITEM.model
+    nodes = [scm.nodes[scm.index(g)] for g in GOLD]
+    # nodes written with their states ("domino 1 falls") name the same scene nodes
+    worded = " -> ".join(f"The {n.name} {n.on}" for n in nodes)
+    assert judge.score_chain(f"CHAIN: {worded}\nANSWER: {ITEM.answer}", ITEM) == \
+        pytest.approx(10.0)
+    upper = " -> ".join(g.upper() for g in GOLD)
+    assert judge.score_chain(f"CHAIN: {upper}\nANSWER: {ITEM.answer.upper()}", ITEM) == \
+        pytest.approx(10.0)
+    # a repeated chain is not the gold chain: edges count with multiplicity (P 2/5, R 1)
+    assert edge_f1(GOLD + GOLD, GOLD) == pytest.approx(2 * 0.4 / 1.4)
+    # an unknown node in the middle breaks the edges it sits on (P 1/3, R 1/2)
+    extra = [GOLD[0], "battery", GOLD[1], GOLD[2]]
+    assert judge.chain_similarity(extra, ITEM) == pytest.approx(0.4)
+    # a node naming two scene nodes is unknown, not silently mapped to one of them
+    assert judge.chain_similarity([f"{GOLD[0]} and {GOLD[1]}", GOLD[2]], ITEM) == 0.0
+
+
+@pytest.mark.parametrize("text,answer", [("Yes, the lamp is lit.", "yes"), ("NO", "no"),
+                                         ("no.", "no"), ("ANSWER: No.", "no"),
+                                         ("CHAIN: a -> b\nANSWER: YES,", "yes"),
+                                         ("Nothing happens; yes it rings", "yes"),
+                                         ("Noted.", None)])
+def test_answer_variants(text: str, answer: str | None) -> None:
+    assert parse_answer(text) == answer

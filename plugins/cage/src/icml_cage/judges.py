@@ -6,7 +6,9 @@
   coherence (0-3: a sentence of sensible length, terminal punctuation, little repetition).
 * Chain: ``10 * (w * similarity + (1 - w) * answer_correct)`` where similarity is the F1 of
   directed edges against the gold chain (or ``1 - normalised edit distance`` of the node
-  sequences) and ``w = chain_weight``; a blank or unparseable chain scores 0.
+  sequences) and ``w = chain_weight``; a blank or unparseable chain scores 0. Written nodes
+  are first mapped to the scene node they name ("the switch is on" -> switch); edges count
+  with multiplicity, so repeating a chain or adding unknown nodes costs precision.
 
 ``LLMJudge`` wraps any text generator (a judge model you have) with the same rubric as a prompt
 and reads back ``SCORE: x``.
@@ -15,6 +17,7 @@ and reads back ``SCORE: x``.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,16 +36,36 @@ def _key(node: str) -> str:
 
 
 def edge_f1(predicted: Sequence[str], gold: Sequence[str]) -> float:
-    """F1 of the directed consecutive edges of two node sequences (names normalised)."""
-    p = {(_key(a), _key(b)) for a, b in zip(predicted, predicted[1:])}
-    g = {(_key(a), _key(b)) for a, b in zip(gold, gold[1:])}
+    """F1 of the directed consecutive edges of two node sequences (names normalised).
+
+    Edges are counted with multiplicity, so a chain that repeats itself
+    (``a -> b -> a -> b -> c``) is not scored like the chain it repeats."""
+    p = Counter((_key(a), _key(b)) for a, b in zip(predicted, predicted[1:]))
+    g = Counter((_key(a), _key(b)) for a, b in zip(gold, gold[1:]))
     if not p or not g:
         return 0.0
-    hit = len(p & g)
+    hit = sum((p & g).values())
     if hit == 0:
         return 0.0
-    precision, recall = hit / len(p), hit / len(g)
+    precision, recall = hit / sum(p.values()), hit / sum(g.values())
     return 2 * precision * recall / (precision + recall)
+
+
+def canonical_nodes(chain: Sequence[str], names: Sequence[str]) -> list[str]:
+    """Map each written node to the scene node it names: ``"the switch is on"`` and
+    ``"Switch"`` both become ``"switch"``. A node naming no scene node, or several, is kept
+    as written (an unknown node, which matches no gold edge)."""
+    keys = {_key(n): n for n in names}
+    out = []
+    for node in chain:
+        if _key(node) in keys:
+            out.append(keys[_key(node)])
+            continue
+        text = normalise_node(node)
+        hits = [n for n in names
+                if re.search(rf"(?<![\w]){re.escape(normalise_node(n))}(?![\w])", text)]
+        out.append(hits[0] if len(hits) == 1 else node)
+    return out
 
 
 def edit_similarity(predicted: Sequence[str], gold: Sequence[str]) -> float:
@@ -90,6 +113,8 @@ class RuleJudge:
     def chain_similarity(self, chain: Sequence[str], item: CageItem) -> float:
         if not chain:
             return 0.0
+        names = [str(n["name"]) for n in item.scm.get("nodes", [])] or list(item.gold_chain)
+        chain = canonical_nodes(chain, names)
         if self.chain_metric == "edge_f1":
             return edge_f1(chain, item.gold_chain)
         return edit_similarity(chain, item.gold_chain)

@@ -41,7 +41,7 @@ def _that(scm: ChainSCM, i: int, state: bool = True) -> str:
 
 def association(scm: ChainSCM, rng: random.Random) -> list[Question]:
     n, f = len(scm.nodes), scm.factual()
-    last, k = n - 1, rng.randint(1, n - 1)
+    last, k = n - 1, rng.randint(1, max(1, n - 2))  # a middle node: k = last repeats q0
     return [
         Question("association", "observe_effect",
                  f"In the picture, is it true that {_that(scm, last)}?", _yn(f[last]),

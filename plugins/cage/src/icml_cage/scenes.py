@@ -124,9 +124,9 @@ def ramp(rng: random.Random, size: int = 128) -> tuple[ChainSCM, Any]:
              Node("ramp", "carries the rolling ball", "carries no ball", "the ramp is clear",
                   "a block sits on the ramp")]
     if with_gate:
-        nodes.append(Node("gate", "lets the ball through", "stops nothing", "the gate is open",
-                          "the gate is closed"))
-    nodes.append(Node("bell", "rings", "is silent", "the bell hangs at the end",
+        nodes.append(Node("gate", "lets the ball through", "lets no ball through",
+                          "the gate is open", "the gate is closed"))
+    nodes.append(Node("bell", "rings", "is silent", "the bell has its clapper",
                       "the bell has no clapper"))
     scm = ChainSCM(tuple(nodes), _exogenous(rng, len(nodes), 0.75), family="ramp")
     states = scm.factual()
