@@ -104,7 +104,8 @@ class PoissonPINN:
         self._j_bdy = vmap(jacrev(r_bdy, argnums=0), in_dims=(None, 0))
 
     # -- residuals ---------------------------------------------------------------------
-    def _split(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _split(self, idx: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         idx = torch.as_tensor(idx, device=self.device).reshape(-1)
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             raise IndexError(f"residual indices must lie in [0, {self.n}), got "
