@@ -67,3 +67,20 @@ def test_each_family_draws_its_states(family: str) -> None:
         scm, img = FAMILIES[family](rng, 128)
         assert img.size == (128, 128) and img.mode == "RGB"
         assert len(scm.nodes) >= 3 and scm.family == family
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6])
+def test_domino_picture_matches_the_scm(n: int) -> None:
+    """Every domino is inside the picture, and a fallen domino reaches the next one exactly
+    when the step to it is narrow (the enabler is on): a wide gap is visibly unbridged."""
+    from icml_cage.scenes import domino_layout
+
+    for exo in itertools.product([False, True], repeat=n):
+        states = chain(n, exo).factual()
+        for size in (64, 128):
+            xs, polys = domino_layout(exo, states, size)
+            assert all(0 <= x <= size and 0 <= y <= size for p in polys for x, y in p)
+            for i in range(n - 1):
+                if states[i]:
+                    tip = max(x for x, _ in polys[i])
+                    assert (tip > xs[i + 1]) == exo[i + 1], (exo, i)

@@ -25,6 +25,30 @@ def _exogenous(rng: random.Random, n: int, p_enabled: float) -> tuple[bool, ...]
     return (rng.random() < 0.7,) + tuple(rng.random() < p_enabled for _ in range(n - 1))
 
 
+DOMINO_H, DOMINO_W, NARROW, WIDE, FALL_DEG = 14, 5, 10, 22, 60
+
+
+def domino_layout(exogenous: tuple[bool, ...], states: list[bool], size: int = 128
+                  ) -> tuple[list[float], list[list[tuple[float, float]]]]:
+    """Left edges and polygons of the dominoes. A fallen domino pivots on its right foot and
+    its tip reaches past the next domino's left edge after a narrow step, and stops short of
+    it after a wide one (a wide gap breaks the chain in the picture too); everything fits in
+    ``size`` pixels for up to 6 dominoes."""
+    s = size / 128
+    ground, h, w = 96 * s, DOMINO_H * s, DOMINO_W * s
+    xs, polys, x = [], [], 8 * s
+    for i, fallen in enumerate(states):
+        if i > 0:
+            x += (NARROW if exogenous[i] else WIDE) * s
+        a = math.radians(FALL_DEG if fallen else 0)
+        px = x + w  # the right foot: a domino falls to the right, onto the next one
+        corners = [(-w, 0.0), (0.0, 0.0), (0.0, -h), (-w, -h)]
+        polys.append([(px + cx * math.cos(a) - cy * math.sin(a),
+                       ground + cx * math.sin(a) + cy * math.cos(a)) for cx, cy in corners])
+        xs.append(x)
+    return xs, polys
+
+
 def domino(rng: random.Random, size: int = 128) -> tuple[ChainSCM, Any]:
     """A row of 3-6 dominoes; a wide gap before a domino breaks the chain there."""
     from PIL import Image, ImageDraw
@@ -41,19 +65,12 @@ def domino(rng: random.Random, size: int = 128) -> tuple[ChainSCM, Any]:
     s = size / 128
     ground = 96 * s
     d.line([(4 * s, ground), (124 * s, ground)], fill=INK, width=max(1, int(2 * s)))
-    x = 10 * s
-    for i in range(n):
-        if i > 0:
-            x += (26 if not scm.exogenous[i] else 14) * s  # wide gap = broken link
-        h, w = 30 * s, 6 * s
-        angle = math.radians(60 if states[i] else 0)
-        corners = [(0, 0), (w, 0), (w, -h), (0, -h)]
-        pts = [(x + cx * math.cos(angle) - cy * math.sin(angle),
-                ground + cx * math.sin(angle) + cy * math.cos(angle)) for cx, cy in corners]
+    xs, polys = domino_layout(scm.exogenous, states, size)
+    for i, pts in enumerate(polys):
         d.polygon(pts, fill=ON if states[i] else OFF, outline=INK)
-        if i == 0 and scm.exogenous[0]:  # the push
-            d.line([(x - 8 * s, ground - 24 * s), (x - 1 * s, ground - 24 * s)], fill=INK,
-                   width=max(1, int(2 * s)))
+    if scm.exogenous[0]:  # the push: an arrow into domino 1
+        x, y = xs[0], ground - 0.7 * DOMINO_H * s
+        d.line([(x - 7 * s, y), (x - 1 * s, y)], fill=INK, width=max(1, int(2 * s)))
     return scm, img
 
 
