@@ -110,3 +110,15 @@ def test_off_phrases_negate_and_enablers_name_the_drawn_object() -> None:
                 if i:
                     obj = drawn.get(node.name, "domino")
                     assert obj in node.enabler and obj in node.enabler_off, node
+
+
+def test_custom_family_with_a_two_node_chain_is_explained() -> None:
+    from icml_cage.scm import ChainSCM, Node
+
+    def pair(rng, size):  # would give do(effect) questions with one-node gold chains
+        scm = ChainSCM((Node("a", "on", "off"), Node("b", "on", "off", "u", "not u")),
+                       (True, True), family="pair")
+        return scm, Image.new("RGB", (size, size))
+
+    with pytest.raises(ValueError, match="at least 3 nodes"):
+        generate_benchmark(1, families=[pair])

@@ -81,6 +81,9 @@ def test_ag_limits_and_norms() -> None:
     with pytest.raises(ValueError, match="norm 'ratio'"):
         abstraction_gap(1, 1, "ratio")
     assert per_item_gap([10, 0, 5], [0, 0, 5]) == pytest.approx(1 / 3)
+    # a text score of 0 under a chain score > 0 is undefined, not a -5e6 outlier
+    assert per_item_gap([10, 0, 5], [0, 5, 5]) == pytest.approx(1 / 2)
+    assert math.isnan(per_item_gap([0.0], [3.0]))
 
 
 def test_bootstrap_interval_brackets_the_point_estimate() -> None:

@@ -31,11 +31,14 @@ def abstraction_gap(s_text: float, s_chain: float, norm: str = "relative",
 
 
 def per_item_gap(text: Sequence[float], chain: Sequence[float], eps: float = 1e-6) -> float:
-    """Mean over items of ``(t_i - c_i) / max(t_i, eps)``, items with t_i = c_i = 0 giving 0."""
+    """Mean over items of ``(t_i - c_i) / t_i``; items with t_i = c_i give 0, and items whose
+    text score is 0 (``t_i <= eps``) but chain score is not are left out, like the NaN of the
+    relative AG (dividing by ``eps`` would let one such item swamp the mean). NaN when no
+    item is left."""
     if len(text) != len(chain) or not text:
         raise ValueError("per_item_gap needs two equally long, non-empty score lists")
-    gaps = [0.0 if t == c else (t - c) / max(t, eps) for t, c in zip(text, chain)]
-    return sum(gaps) / len(gaps)
+    gaps = [0.0 if t == c else (t - c) / t for t, c in zip(text, chain) if t == c or t > eps]
+    return sum(gaps) / len(gaps) if gaps else math.nan
 
 
 def bootstrap_ci(text: Sequence[float], chain: Sequence[float], norm: str = "relative",

@@ -109,4 +109,8 @@ def counterfactual(scm: ChainSCM, rng: random.Random) -> list[Question]:
 
 def make_questions(scm: ChainSCM, rng: random.Random) -> list[Question]:
     """The nine questions of one scene, rung by rung."""
+    if len(scm.nodes) < 3:
+        raise ValueError(f"the question templates need a chain of at least 3 nodes (a middle "
+                         f"node to observe and intervene on); this {scm.family or 'custom'} "
+                         f"scene has {len(scm.nodes)}: add a node to the scene family")
     return association(scm, rng) + intervention(scm, rng) + counterfactual(scm, rng)
