@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -211,3 +213,46 @@ def test_bad_inputs_raise_clear_errors():
         prob_objective_loss(z, torch.zeros(2, 5, dtype=torch.long), "focal")
     with pytest.raises(TypeError, match="floating-point"):
         prob_objective_loss(z.long(), torch.zeros(2, 5, dtype=torch.long), "p")
+
+
+@pytest.mark.parametrize("key,kept,value", [
+    # p = 0.9, 0.5, 0.05 and one -100 token; thresholds at the boundary (p = 0.5) included
+    ("OnlyTopP-0.1", [0, 1], (0.1 + 0.5) / 2),
+    ("OnlyBottomP-0.5", [1, 2], (0.5 + 0.95) / 2),
+    ("OnlyTopLogP-0.5", [0, 1], (-math.log(0.9) - math.log(0.5)) / 2),
+    ("OnlyBottomLogP-0.1", [2], -math.log(0.05)),
+    ("OnlyBottomLogP-0.01", [], 0.0),
+    ("GeneralFamily-2", [0, 1, 2], (0.19 + 0.75 + 0.9975) / 2 / 3),
+])
+def test_thresholded_kept_normalisation_and_gradient_by_hand(key, kept, value):
+    ps = [0.9, 0.5, 0.05]
+    z = torch.tensor([[math.log(p / (1 - p)), 0.0] for p in ps] + [[0.3, 0.0]],
+                     requires_grad=True)
+    y = torch.tensor([0, 0, 0, -100])
+    loss = prob_objective_loss(z, y, key, shift=False, normalize="kept")
+    loss.backward()
+    assert float(loss) == pytest.approx(value, rel=1e-6, abs=1e-7)
+    obj = ProbObjective.parse(key)
+    want = torch.zeros(4, 2)
+    for i in kept:  # -W(p) (e_y - softmax z) / #kept
+        w = float(obj.grad_weight(ps[i]))
+        want[i] = torch.tensor([-w * (1 - ps[i]), w * (1 - ps[i])]) / len(kept)
+    assert torch.allclose(z.grad, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("key", ALL)
+def test_nan_logits_give_a_nan_loss_not_a_silent_zero(key):
+    z = torch.randn(2, 4, 9)
+    z[0, 1] = float("nan")
+    labels = torch.randint(0, 9, (2, 4))
+    assert torch.isnan(prob_objective_loss(z, labels, key))
+    labels[0, 2] = -100  # NaN only on an ignored position (after the shift): ignored, as in CE
+    assert torch.isfinite(prob_objective_loss(z, labels, key))
+
+
+def test_non_integer_labels_raise_a_clear_error():
+    z = torch.randn(2, 5, 9)
+    with pytest.raises(TypeError, match="integer torch tensor"):
+        prob_objective_loss(z, torch.zeros(2, 5), "p")
+    with pytest.raises(TypeError, match="integer torch tensor"):
+        prob_objective_loss(z, [[0] * 5] * 2, "p")

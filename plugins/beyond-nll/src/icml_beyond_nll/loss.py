@@ -69,13 +69,17 @@ def prob_objective_loss(logits: Any, labels: Any, objective: str | ProbObjective
     _check_normalize(normalize)
     if not torch.is_tensor(logits) or not torch.is_floating_point(logits):
         raise TypeError("logits must be a floating-point torch tensor [..., T, V]")
-    if shift_labels is not None:
-        target = shift_labels
-    elif labels is None:
+    if shift_labels is None and labels is None:
         raise ValueError("labels are None: pass labels (with ignore_index on prompt/padding) or "
                          "shift_labels")
-    else:
-        target = shift_for_causal_lm(labels, ignore_index) if shift else labels
+    target = shift_labels if shift_labels is not None else labels
+    if not torch.is_tensor(target) or torch.is_floating_point(target) or \
+            torch.is_complex(target) or target.dtype == torch.bool:
+        raise TypeError("labels must be an integer torch tensor (token ids, ignore_index on "
+                        f"prompt and padding), got {getattr(target, 'dtype', type(target))}: "
+                        "convert with torch.as_tensor(labels).long()")
+    if shift_labels is None and shift:
+        target = shift_for_causal_lm(labels, ignore_index)
     if tuple(target.shape) != tuple(logits.shape[:-1]):
         raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(target.shape)} do not "
                          "match: labels must have the logits' shape without the vocabulary axis")
@@ -87,7 +91,9 @@ def prob_objective_loss(logits: Any, labels: Any, objective: str | ProbObjective
     valid = flat.to(logp.device) != ignore_index
     with torch.no_grad():
         p = logp.detach().exp()
-        kept = valid & obj.keep(p)
+        # a NaN p (diverged logits) fails every comparison; keep it so the loss turns NaN like
+        # cross-entropy's instead of silently dropping the token
+        kept = valid & (obj.keep(p) | torch.isnan(p))
     per_tok = torch.where(kept, obj.per_token(logp), torch.zeros_like(logp))
     total = per_tok.sum()
     n_kept = kept.sum()
