@@ -117,7 +117,7 @@ def _left_pad(rows):
     return ids, mask
 
 
-@pytest.mark.parametrize("make", [lambda: LEDDecoding(LEDConfig(depth=4, top_k=8)),
+@pytest.mark.parametrize("make", [lambda: LEDDecoding(LEDConfig(depth=4, top_k=8, greedy_gate=0.5)),
                                   lambda: DoLaDecoding("low")], ids=["led", "dola"])
 def test_greedy_batched_equals_unbatched_and_cached_equals_uncached(model, make):
     rows = [[1, 50, 60, 70, 80, 90], [1, 33, 44], [1, 100, 101, 102, 103]]
@@ -171,12 +171,14 @@ def test_dola_decoding_first_step_matches_the_algorithm(llama):
 def test_stopping_criteria_and_return_dict(llama):
     ids = _ids(6, B=2)
     out = llama.generate(ids, do_sample=False, max_new_tokens=5, return_dict_in_generate=True,
-                         output_scores=True, custom_generate=LEDDecoding(LEDConfig(depth=3)))
+                         output_scores=True,
+                         custom_generate=LEDDecoding(LEDConfig(depth=3, greedy_gate=0.5)))
     assert out.sequences.shape == (2, 11) and len(out.scores) == 5
     # eos: force eos (id 2) as soon as possible via a processor-free check on a long run
     eos = int(out.sequences[0, 7])
     short = llama.generate(ids[:1], do_sample=False, max_new_tokens=5, eos_token_id=eos,
-                           pad_token_id=0, custom_generate=LEDDecoding(LEDConfig(depth=3)))
+                           pad_token_id=0,
+                           custom_generate=LEDDecoding(LEDConfig(depth=3, greedy_gate=0.5)))
     assert short.shape[1] <= 8 and int(short[0, -1]) == eos
 
 

@@ -108,10 +108,32 @@ def test_outside_think_span_equals_base_path():
     assert (info.tokens[in_think] != info.base_tokens[in_think]).any()
 
 
+def test_defaults_are_the_official_codes():
+    """led/decoding.py + run_benchmarks.py of AlbertTan404/LED: d=8, k=8, ln=0, do_exploit=1,
+    think_only=1, eps=1e-6, layer set {L, L-2..L-d}, random gate also in greedy mode."""
+    c = LEDConfig()
+    assert (c.depth, c.top_k, c.use_final_norm, c.exploit_by_confidence, c.think_only,
+            c.skip_penultimate) == (8, 8, False, True, True, True)
+    assert c.eps == 1e-6 and c.greedy_gate is None
+
+
+def test_greedy_default_gate_is_the_official_bernoulli_draw():
+    lg = _logits(B=1, d=3, V=20, seed=5, scale=1.5).expand(20000, 3, 20).contiguous()
+    info = led_step(lg, LEDConfig(depth=3, top_k=8), greedy=True,
+                    generator=torch.Generator().manual_seed(9))
+    p1 = torch.softmax(lg[0, 0], -1).max()          # greedy: T = 1, as in the official code
+    assert abs(info.explore.float().mean() - (1 - p1)) < 0.015
+    assert info.base_tokens.eq(lg[0, 0].argmax()).all()
+    assert info.led_tokens.eq(info.led_tokens[0]).all()   # the LED path is its argmax
+    assert torch.equal(info.tokens, torch.where(info.explore, info.led_tokens, info.base_tokens))
+    with pytest.raises(ValueError, match="greedy_gate"):
+        LEDConfig(greedy_gate=1.5)
+
+
 def test_greedy_is_deterministic_and_uses_mode_of_gate():
     lg = _logits(B=64, d=4, V=30, seed=10, scale=1.0)
-    a = led_step(lg, LEDConfig(depth=4), greedy=True)
-    b = led_step(lg, LEDConfig(depth=4), greedy=True)
+    a = led_step(lg, LEDConfig(depth=4, greedy_gate=0.5), greedy=True)
+    b = led_step(lg, LEDConfig(depth=4, greedy_gate=0.5), greedy=True)
     assert torch.equal(a.tokens, b.tokens)
     p1 = torch.softmax(lg[:, 0], -1).max(-1).values
     assert torch.equal(a.explore, (1 - p1) > 0.5)

@@ -8,7 +8,9 @@ For a batch of layer-wise logits ``(B, d, V)`` (final layer first):
    (renormalised), and the configuration ``j*`` with maximal entropy is chosen (``j = 0`` is
    allowed, so the chosen entropy is never below the final layer's).
 4. With probability ``1 - p_top1`` (``exploit_by_confidence``) and only inside the thinking span
-   (``think_only``) the token is drawn from ``C_{j*}`` instead of the base path.
+   (``think_only``) the token is drawn from ``C_{j*}`` instead of the base path. In greedy mode
+   both paths take their argmax, but the gate stays a random draw as in the official code
+   (``LEDConfig.greedy_gate`` makes it a deterministic threshold).
 
 Randomness: one uniform per row drives both the base and the LED draw (inverse CDF over the
 candidates in descending final-layer order), and a second uniform per row drives the exploration
@@ -34,9 +36,11 @@ class LEDConfig:
     end id, thinking runs from the start until it appears). ``skip_penultimate``: the official
     layer set ``{L, L-2..L-depth}``; ``False`` gives the figure's ``{L, L-1..L-depth+1}``.
     ``layers``: explicit intermediate hidden-state indices (top down), overriding ``depth``.
-    ``eps``: floor of candidate probabilities in the intermediate layers.
-    ``greedy_gate``: in greedy mode the gate is deterministic: explore when ``1 - p_top1`` exceeds
-    this value (0.5 = the mode of the Bernoulli gate; chosen here, see README).
+    ``eps``: floor of the candidates' probabilities before aggregation (official: ``1e-6``).
+    ``greedy_gate``: the gate in greedy mode. ``None`` (official): the same Bernoulli draw
+    ``explore ~ Bernoulli(1 - p_top1)`` as when sampling, so greedy LED is still random. A float
+    makes it deterministic: explore when ``1 - p_top1`` exceeds it (0.5 = the Bernoulli's mode),
+    which gives reproducible, batch-invariant greedy decoding.
     """
 
     depth: int = 8
@@ -48,8 +52,8 @@ class LEDConfig:
     think_end_id: int | None = None
     skip_penultimate: bool = True
     layers: tuple[int, ...] | None = None
-    eps: float = 1e-10
-    greedy_gate: float = 0.5
+    eps: float = 1e-6
+    greedy_gate: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.depth, int) or self.depth < 1:
@@ -58,6 +62,9 @@ class LEDConfig:
             raise ValueError(f"LEDConfig.top_k must be an integer >= 1, got {self.top_k!r}")
         if not 0.0 < self.eps < 1.0:
             raise ValueError(f"LEDConfig.eps must lie in (0, 1), got {self.eps!r}")
+        if self.greedy_gate is not None and not 0.0 <= self.greedy_gate <= 1.0:
+            raise ValueError(f"LEDConfig.greedy_gate must be None (official random gate) or lie "
+                             f"in [0, 1], got {self.greedy_gate!r}")
         if self.layers is not None:
             object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
 
@@ -143,7 +150,11 @@ def led_step(layer_logits: Any, config: LEDConfig = LEDConfig(), temperature: fl
     if greedy:
         base_idx = p_top.argmax(-1)
         led_idx = led_dist.argmax(-1)
-        if config.exploit_by_confidence:
+        if d == 1:
+            explore = torch.zeros(B, dtype=torch.bool, device=dev)
+        elif config.exploit_by_confidence and config.greedy_gate is None:
+            explore = _uniform(B, dev, generator).to(dev) < (1.0 - p_top[:, 0])
+        elif config.exploit_by_confidence:
             explore = (1.0 - p_top[:, 0]) > config.greedy_gate
         else:
             explore = torch.ones(B, dtype=torch.bool, device=dev)
