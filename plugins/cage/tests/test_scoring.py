@@ -101,6 +101,18 @@ def test_bootstrap_interval_brackets_the_point_estimate() -> None:
 def test_probe_template_needs_question() -> None:
     with pytest.raises(ValueError, match="no {question} placeholder"):
         chain_text_probe("Write a chain.").prompt("q")
+    with pytest.raises(ValueError, match="placeholder other than"):
+        chain_text_probe("Q: {question} as {format}").prompt("q")
+
+
+def test_sft_export_checks_its_prompt_template(tmp_path) -> None:
+    from icml_cage.sft_export import export_sft
+
+    bench = generate_benchmark(1, seed=0)
+    with pytest.raises(ValueError, match="no {question} placeholder"):
+        export_sft(bench, tmp_path / "a", "Write a chain.")  # would train on question-less prompts
+    with pytest.raises(ValueError, match="placeholder other than"):
+        export_sft(bench, tmp_path / "b", "Q: {question} {x}")
 
 
 def test_rubric_edge_cases_wording_duplicates_unknown_nodes() -> None:

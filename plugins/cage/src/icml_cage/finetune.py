@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from icml_cage.dataset import CageBenchmark
-from icml_cage.probes import CHAIN_PROMPT
+from icml_cage.probes import CHAIN_PROMPT, chain_text_probe
 from icml_cage.sft_export import sft_target
 
 
@@ -28,14 +28,15 @@ def chain_sft(model: Any, processor: Any, bench: CageBenchmark, steps: int = 100
         raise ValueError("chain_sft needs steps >= 1 and a non-empty benchmark")
     tok = getattr(processor, "tokenizer", processor)
     device = next(model.parameters()).device
+    probe = chain_text_probe(prompt_template)
+    probe.prompt("")  # a bad template fails here, before any training
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     losses = []
     for _ in (progress or (lambda x: x))(range(steps)):
         items = rng.sample(bench.items, min(batch_size, len(bench)))
-        prompts = [f"{image_token}\n{prompt_template.format(question=it.question)}\n"
-                   for it in items]
+        prompts = [f"{image_token}\n{probe.prompt(it.question)}\n" for it in items]
         targets = [sft_target(it) + tok.eos_token for it in items]
         tok.padding_side = "right"
         batch = processor(images=[bench.image(it) for it in items],

@@ -38,7 +38,12 @@ class Probe:
     def prompt(self, question: str) -> str:
         if "{question}" not in self.template:
             raise ValueError(f"{self.name} prompt template has no {{question}} placeholder")
-        return self.template.format(question=question)
+        try:
+            return self.template.format(question=question)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"{self.name} prompt template {self.template!r} has a placeholder "
+                             f"other than {{question}} ({exc!r}): write literal braces as "
+                             "{{ and }}") from None
 
 
 def text_only_probe(template: str = TEXT_PROMPT) -> Probe:

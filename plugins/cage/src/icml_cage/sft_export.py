@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from icml_cage.dataset import CageBenchmark, CageItem
-from icml_cage.probes import CHAIN_PROMPT
+from icml_cage.probes import CHAIN_PROMPT, chain_text_probe
 
 
 def sft_target(item: CageItem) -> str:
@@ -20,7 +20,8 @@ def sft_record(item: CageItem, image: str, prompt_template: str = CHAIN_PROMPT) 
     return {"messages": [
         {"role": "user", "content": [{"type": "image"},
                                      {"type": "text",
-                                      "text": prompt_template.format(question=item.question)}]},
+                                      "text": chain_text_probe(prompt_template).prompt(
+                                          item.question)}]},
         {"role": "assistant", "content": [{"type": "text", "text": sft_target(item)}]}],
         "images": [image]}
 
