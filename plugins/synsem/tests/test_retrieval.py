@@ -58,3 +58,17 @@ def test_recall_bad_input(qc):
         recall_at_k(q, c[:, :4], 1)
     with pytest.raises(ValueError, match="both"):
         recall_at_k(q, c, 1, query_labels=[0] * 30)
+
+
+def test_ties_are_broken_at_random_in_expectation():
+    """A query with no information (a zero vector, e.g. after removing its own direction) ties
+    with every candidate and must score chance level k/N, not count as retrieved."""
+    c = torch.randn(10, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    q = c.clone()
+    q[0] = 0.0
+    assert recall_at_k(q[:1], c, 3, ["a"], ["a"] + ["b"] * 9) == pytest.approx(3 / 10)
+    # pair variant: 9 exact queries + one zero query at chance
+    assert recall_at_k(q, c, 3) == pytest.approx((9 + 3 / 10) / 10)
+    # two of ten candidates share the zero query's label: P(one in 3 draws) = 1 - C(8,3)/C(10,3)
+    got = recall_at_k(q[:1], c, 3, ["a"], ["a", "a"] + ["b"] * 8)
+    assert got == pytest.approx(1 - 56 / 120)

@@ -3,6 +3,7 @@ variant), or of any candidate with the query's label (template variant for synta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,9 @@ def recall_at_k(queries: Any, candidates: Any, k: int = 3,
     Pair variant (no labels): query i's partner is candidate i, so ``queries`` and
     ``candidates`` have the same number of rows. Label variant: a hit is any top-k candidate
     whose label equals the query's (the paper's syntax retrieval, labels = POS templates). Ties
-    at the k-th similarity count as retrieved.
+    at the k-th similarity are broken at random, in expectation: a query contributes the
+    probability that a random order of its tied candidates puts a hit in the top k (so a
+    degenerate query, e.g. a zero vector after ablation, scores chance level, not a hit).
     """
     import torch
 
@@ -40,12 +43,14 @@ def recall_at_k(queries: Any, candidates: Any, k: int = 3,
         raise ValueError(f"k={k} must be in [1, {c.shape[0]}] (the number of candidates)")
     sims = cosine_matrix(q, c)
     kth = sims.topk(k, dim=1).values[:, -1:]  # [N, 1]
-    in_top = sims >= kth
+    above = sims > kth  # certainly in the top k
+    tied = sims == kth  # compete for the k - above.sum() remaining slots
+    slots = k - above.sum(1)  # [N], >= 1
     if query_labels is None and candidate_labels is None:
         if q.shape[0] != c.shape[0]:
             raise ValueError(f"pair retrieval needs one candidate per query, got {q.shape[0]} "
                              f"queries and {c.shape[0]} candidates (or pass labels)")
-        hits = in_top[torch.arange(q.shape[0]), torch.arange(q.shape[0])]
+        match = torch.eye(q.shape[0], dtype=torch.bool)
     else:
         if query_labels is None or candidate_labels is None:
             raise ValueError("pass both query_labels and candidate_labels, or neither")
@@ -54,5 +59,11 @@ def recall_at_k(queries: Any, candidates: Any, k: int = 3,
         ids: dict[Any, int] = {}
         qa = torch.tensor([ids.setdefault(x, len(ids)) for x in query_labels])
         ca = torch.tensor([ids.setdefault(x, len(ids)) for x in candidate_labels])
-        hits = (in_top & (qa[:, None] == ca[None, :])).any(dim=1)
-    return float(hits.double().mean())
+        match = qa[:, None] == ca[None, :]
+    sure = (above & match).any(dim=1).tolist()
+    n_tied = tied.sum(1).tolist()
+    n_tied_hits = (tied & match).sum(1).tolist()
+    hits = [1.0 if ok else  # P(a hit among s draws without replacement from t tied, h hits)
+            (1.0 - math.comb(t - h, s) / math.comb(t, s) if h else 0.0)
+            for ok, t, h, s in zip(sure, n_tied, n_tied_hits, slots.tolist(), strict=True)]
+    return float(sum(hits) / len(hits))
