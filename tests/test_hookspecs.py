@@ -21,7 +21,7 @@ def test_every_capability_has_a_spec() -> None:
 
 @pytest.mark.parametrize("name", SPECS)
 def test_spec_docstring_says_who_answers(name: str) -> None:
-    doc = inspect.getdoc(getattr(hookspecs, name)) or ""
+    doc = " ".join((inspect.getdoc(getattr(hookspecs, name)) or "").split())
     assert "Only the chosen plugin answers" in doc or "every loaded plugin" in doc
 
 
