@@ -198,3 +198,29 @@ def test_two_process_accelerate_run_on_cpu(tmp_path):
     assert sorted(r["rank"] for r in res) == [0, 1] and all(r["n"] == 2 for r in res)
     assert res[0]["losses"] == res[1]["losses"]  # reduced across processes
     assert res[0]["wsum"] == pytest.approx(res[1]["wsum"], abs=1e-9)  # DDP kept them in sync
+
+
+def test_multi_process_scaling_only_for_num_items(tiny_llama, tmp_path, monkeypatch):
+    """With average_tokens_across_devices, Trainer multiplies a compute_loss_func loss by the
+    number of processes (right for "num_items" only); the subclass scales only "num_items"."""
+    from transformers import Trainer
+
+    batch = _batch(6)
+    n_items = torch.tensor(40)
+    with torch.no_grad():
+        out = tiny_llama(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        kept = prob_objective_loss(out.logits, batch["labels"], "p")
+        per_item = prob_objective_loss(out.logits, batch["labels"], "p", normalize="num_items",
+                                       num_items_in_batch=n_items)
+    sub_kept = make_trainer("p", model=tiny_llama, args=_args(tmp_path))
+    sub_items = make_trainer("p", normalize="num_items", model=tiny_llama, args=_args(tmp_path))
+    plain = Trainer(model=tiny_llama, args=_args(tmp_path),
+                    compute_loss_func=ProbObjectiveLoss("p"))
+    monkeypatch.setattr(type(sub_kept.accelerator), "num_processes", property(lambda self: 2))
+    with torch.no_grad():
+        a = sub_kept.compute_loss(tiny_llama, dict(batch), num_items_in_batch=n_items)
+        b = sub_items.compute_loss(tiny_llama, dict(batch), num_items_in_batch=n_items)
+        c = plain.compute_loss(tiny_llama, dict(batch), num_items_in_batch=n_items)
+    assert torch.allclose(a, kept, atol=1e-6) and sub_kept.loss_is_scaled_for_ga is False
+    assert torch.allclose(b, 2 * per_item, atol=1e-6) and sub_items.loss_is_scaled_for_ga is True
+    assert torch.allclose(c, 2 * kept, atol=1e-6)  # the documented compute_loss_func pitfall

@@ -138,6 +138,9 @@ class ProbObjectiveLoss:
     accumulation. That holds for ``normalize="num_items"``; with the paper's per-micro-batch
     ``"kept"`` mean and ``gradient_accumulation_steps > 1`` use :class:`ProbObjectiveTrainer`
     (or :func:`make_trainer`), which divides by the accumulation steps like the official code.
+    Likewise on several processes: with ``average_tokens_across_devices=True`` ``Trainer``
+    multiplies a ``compute_loss_func`` loss by the number of processes, right only for
+    ``"num_items"``; the subclass scales only that case.
     """
 
     def __init__(self, objective: str | ProbObjective = "logp", *, normalize: str = "kept",
