@@ -125,8 +125,9 @@ def main() -> None:
     t_qr = ms_per_token(quarot, prompt)
     print("### Online overhead (greedy generate, 32 new tokens, batch 1, quantizers off)\n")
     print("| model | ms / token | ratio vs FP |\n|---|---|---|")
-    for label, t in (("FP", t_fp), ("FPTQuant merged (online Hadamard + residual scaling)",
-                                    t_fpt), ("QuaRot-style merged (online Hadamard)", t_qr)):
+    rows = (("FP", t_fp), ("FPTQuant merged (online Hadamard + residual scaling)", t_fpt),
+            ("QuaRot-style merged (online Hadamards R3 + R4)", t_qr))
+    for label, t in rows:
         print(f"| {label} | {t:.2f} | {t / t_fp:.3f} |")
 
 
