@@ -268,3 +268,48 @@ def test_accelerated_sketch_project_with_svs_constants_beats_kaczmarz():
     med = {m: sorted(v)[2] for m, v in errs.items()}
     assert med["accelerated"] < 0.1 * med["kaczmarz"], med
     assert med["nesterov_nu1"] > med["kaczmarz"], med
+
+
+@pytest.mark.parametrize("n,lam", [(15, 0.0), (15, 1e-4), (15, 0.5), (2, 1e-4), (2, 0.5)])
+def test_sng_step_matches_a_hand_built_levenberg_marquardt_step(n, lam):
+    """Independent of the optimizer's Jacobian code: r_i = a exp(b x_i) + c x_i^2 - y_i with its
+    Jacobian written out by hand, LM step (J^T J + lam I)^-1 J^T r of 1/(2n) sum r^2 in numpy
+    (pinv when lam = 0). n = 2 < p = 3 exercises the k x k (Woodbury) branch."""
+    import numpy as np
+
+    rng = np.random.default_rng(n)
+    x, y = rng.uniform(-1, 1, n), rng.normal(size=n)
+    th0 = np.array([0.7, -0.4, 1.3])
+    e = np.exp(th0[1] * x)
+    J = np.stack([e, th0[0] * x * e, x**2], 1) / math.sqrt(n)
+    r = (th0[0] * e + th0[2] * x**2 - y) / math.sqrt(n)
+    d = np.linalg.pinv(J) @ r if lam == 0 else np.linalg.solve(J.T @ J + lam * np.eye(3),
+                                                                  J.T @ r)
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    th = torch.tensor(th0, requires_grad=True)
+    opt = SNG([th], n, batch_size=None, damping=lam, lr=1.0)
+    opt.step(lambda i: th[0] * torch.exp(th[1] * xt[i]) + th[2] * xt[i] ** 2 - yt[i])
+    np.testing.assert_allclose(th.detach().numpy(), th0 - d, rtol=1e-10, atol=1e-12)
+    # a sampled batch of k rows is the LM step of the batch loss 1/(2k) sum_S r^2
+    idx = torch.tensor([0, 1]) if n == 2 else torch.tensor([2, 5, 11, 13])
+    k, s = len(idx), idx.numpy()
+    th = torch.tensor(th0, requires_grad=True)
+    opt = SNG([th], n, batch_size=k, damping=max(lam, 1e-2), sampler=_replay([idx]))
+    opt.step(lambda i: th[0] * torch.exp(th[1] * xt[i]) + th[2] * xt[i] ** 2 - yt[i])
+    Js, rs = J[s] * math.sqrt(n / k), r[s] * math.sqrt(n / k)
+    ds = np.linalg.solve(Js.T @ Js + max(lam, 1e-2) * np.eye(3), Js.T @ rs)
+    np.testing.assert_allclose(th.detach().numpy(), th0 - ds, rtol=1e-10, atol=1e-12)
+
+
+def test_custom_sampler_rows_are_scaled_by_the_number_it_returns(ls_problem):
+    """A callable sampler returning fewer rows than ``batch_size`` (here the default 32) gets
+    the row scale 1/sqrt(len(idx)): the step is the LM step of the loss on those rows."""
+    idx = torch.tensor([1, 5, 9, 30])
+    x = torch.randn(12, dtype=D).requires_grad_(True)
+    x0 = x.detach().clone()
+    opt = SNG([x], ls_problem.n, damping=0.1, sampler=_replay([idx]))
+    assert opt.batch_size == 32
+    opt.step(ls_problem.residual_fn(x))
+    A, r = ls_problem.A[idx] / 2.0, (ls_problem.A[idx] @ x0 - ls_problem.b[idx]) / 2.0
+    ref = torch.linalg.solve(A.T @ A + 0.1 * torch.eye(12, dtype=D), A.T @ r)
+    torch.testing.assert_close(x.detach(), x0 - ref, rtol=1e-10, atol=1e-12)

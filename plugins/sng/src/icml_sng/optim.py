@@ -172,7 +172,7 @@ class _SketchProjectOptimizer(Optimizer):
             if scale is not None:
                 scale = torch.as_tensor(scale, dtype=r.dtype, device=r.device)
                 return idx, r * scale, J * scale[:, None]
-        scale = 1.0 / math.sqrt(k)
+        scale = 1.0 / math.sqrt(idx.numel())  # a custom sampler may return != batch_size rows
         return idx, r * scale, J * scale
 
     def _checked(self, jac: JacobianFn, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
