@@ -124,3 +124,17 @@ def test_chain_sft_lowers_the_loss_and_teaches_the_chain_format() -> None:
     assert not model.training
     with pytest.raises(ValueError, match="steps >= 1"):
         chain_sft(model, proc, train, steps=0)
+
+
+def test_package_evaluate_is_the_function_not_the_submodule() -> None:
+    import subprocess
+    import sys
+
+    import icml_cage
+    import icml_cage.evaluate  # noqa: F401  (the submodule, imported first)
+
+    assert callable(icml_cage.evaluate) and icml_cage.evaluate.__name__ == "evaluate"
+    code = ("from icml_cage import generate_benchmark, evaluate, OracleResponder\n"
+            "print(evaluate(OracleResponder(), generate_benchmark(1)).summary(n_boot=5)[-1]['AG'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0.0"

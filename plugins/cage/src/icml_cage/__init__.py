@@ -13,6 +13,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+# `evaluate` names both a submodule and the function users want. Bound lazily, the submodule
+# would win once imported (`from icml_cage import evaluate` gave the module); evaluate.py and
+# what it imports are standard library only, so bind the function eagerly.
+from icml_cage.evaluate import CageReport as CageReport
+from icml_cage.evaluate import evaluate as evaluate
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -27,10 +33,9 @@ _EXPORTS = {
     "OracleResponder": "responders", "FluentUnfaithfulResponder": "responders",
     "CallableResponder": "responders", "VLMResponder": "responders",
     "tiny_llava": "tiny_vlm", "tiny_qwen2vl": "tiny_vlm", "load_vlm": "tiny_vlm",
-    "evaluate": "evaluate", "CageReport": "evaluate",
     "export_sft": "sft_export", "chain_sft": "finetune",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "CageReport", "evaluate"])
 
 
 def __getattr__(name: str) -> Any:
