@@ -224,3 +224,19 @@ def test_multi_process_scaling_only_for_num_items(tiny_llama, tmp_path, monkeypa
     assert torch.allclose(a, kept, atol=1e-6) and sub_kept.loss_is_scaled_for_ga is False
     assert torch.allclose(b, 2 * per_item, atol=1e-6) and sub_items.loss_is_scaled_for_ga is True
     assert torch.allclose(c, 2 * kept, atol=1e-6)  # the documented compute_loss_func pitfall
+
+
+def test_plain_loop_skips_a_non_finite_update_like_the_official_trainer(tiny_llama):
+    poison = {"on": False}
+
+    def hook(_module, _inp, out):
+        return out * float("nan") if poison["on"] else out
+
+    tiny_llama.lm_head.register_forward_hook(hook)
+    batch = _batch(7)
+    train_loop(tiny_llama, [batch], "p", steps=1, lr=1e-3, cpu=True, warmup_ratio=0.0)
+    before = [q.detach().clone() for q in tiny_llama.parameters()]
+    poison["on"] = True
+    res = train_loop(tiny_llama, [batch], "p", steps=2, lr=1e-3, cpu=True, warmup_ratio=0.0)
+    assert res.skipped == 2 and all(torch.isnan(torch.tensor(x)) for x in res.losses)
+    assert all(torch.equal(a, b) for a, b in zip(before, tiny_llama.parameters()))

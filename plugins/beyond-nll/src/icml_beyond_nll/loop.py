@@ -1,8 +1,9 @@
 """A plain SFT loop on ``accelerate``: one CPU, several processes or GPUs, same code.
 
 It follows the paper's trainer: AdamW (betas 0.9/0.95, weight decay 0.01), cosine schedule with
-10% warmup, gradient clipping at 1.0, each micro-batch's loss (``"kept"`` mean by default)
-divided by the number of accumulation steps, gradients averaged across processes.
+10% warmup, gradient clipping at 1.0, an update with a non-finite gradient norm skipped, each
+micro-batch's loss (``"kept"`` mean by default) divided by the number of accumulation steps,
+gradients averaged across processes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class LoopResult:
     losses: list[float] = field(default_factory=list)
     mean_p: list[float] = field(default_factory=list)
     steps: int = 0
+    skipped: int = 0  # updates skipped because the gradient norm was not finite
 
 
 def cosine_with_warmup(step: int, total: int, warmup_ratio: float) -> float:
@@ -93,9 +95,14 @@ def train_loop(model: Any, batches: Iterable[Any], objective: str | ProbObjectiv
                 acc.backward(st.loss / grad_accum)
             step_loss += float(st.loss.detach()) / grad_accum
             step_p += st.mean_p / grad_accum
-        if clip_grad and clip_grad > 0:
-            acc.clip_grad_norm_(model.parameters(), clip_grad)
-        opt.step()
+        # clip (or just measure) the norm; like the official trainer, skip a non-finite update
+        norm = acc.clip_grad_norm_(model.parameters(),
+                                   clip_grad if clip_grad and clip_grad > 0 else math.inf)
+        if torch.isfinite(torch.as_tensor(norm)).all():
+            opt.step()
+        else:
+            opt.zero_grad(set_to_none=True)
+            out.skipped += 1
         sched.step()
         stats = torch.tensor([step_loss, step_p], device=acc.device)
         stats = acc.reduce(stats, reduction="mean") if acc.num_processes > 1 else stats
