@@ -173,6 +173,8 @@ def test_bad_input_is_refused(tiny_model, ids) -> None:
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
     with pytest.raises(ValueError, match="Llama"):
         prefill(gpt2, ctx, CapKVPress(0.5))
+    assert make_press("leverage", 0.5, tau=5.0).tau == 0.0
+    assert make_press("greedy_logdet", 0.5, tau=2.0).tau == 2.0
     with pytest.raises(ValueError, match="unknown policy"):
         make_press("h3o", 0.5)
     assert isinstance(prefill(m, ctx), CapKVCache)

@@ -413,5 +413,7 @@ def make_press(policy: str, compression_ratio: float, **kwargs: Any) -> KVPress:
     import dataclasses
 
     names = {f.name for f in dataclasses.fields(cls) if f.init}
+    if cls is LeveragePress:
+        names.discard("tau")  # pure leverage is CapKV with tau = 0 by definition
     return cls(compression_ratio=compression_ratio,
                **{k: v for k, v in kwargs.items() if k in names})
