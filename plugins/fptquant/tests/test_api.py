@@ -198,3 +198,57 @@ def test_static_kv_quantization_is_consistent_with_the_cache():
         cache = prefix["cache"] if "cache" in prefix else prefix["past_key_values"]
         step = model(x[:, -1:], cache=cache, use_cache=True).logits[:, -1]
     assert (full - step).abs().max() < 1e-5
+
+
+def test_outlier_sites_subset_and_bad_site(tiny_model, ids):
+    """A subset of outlier kinds injects exactly those (same channels as the full set), still
+    function-preserving; an unknown kind is a clear error."""
+    from icml_fptquant import QuantizeConfig
+
+    from icml.config import ConfigError, build_config
+
+    full, sub = tiny_model("llama"), tiny_model("llama")
+    ref = _logits(full, ids)
+    k0 = sub.model.layers[0].self_attn.k_proj.weight.clone()
+    inject_outliers(full, 30.0)
+    inject_outliers(sub, 30.0, sites=("norm", "mlp"))
+    assert (_logits(sub, ids) - ref).abs().max() < 1e-10
+    a, b = full.model.layers[1], sub.model.layers[1]
+    assert torch.equal(a.input_layernorm.weight, b.input_layernorm.weight)
+    assert torch.equal(a.mlp.down_proj.weight, b.mlp.down_proj.weight)
+    # k_proj columns shrink with the norm outliers, but no key row is scaled up
+    rows_ratio = sub.model.layers[0].self_attn.k_proj.weight.abs().amax(1) / k0.abs().amax(1)
+    assert rows_ratio.max() < 1.01
+    assert not torch.equal(a.self_attn.v_proj.weight, b.self_attn.v_proj.weight)
+    with pytest.raises(ValueError, match="outlier sites"):
+        inject_outliers(sub, 30.0, sites=("keys",))
+    with pytest.raises(ConfigError, match="outlier sites"):
+        build_config(QuantizeConfig, {}, ["outlier_sites=norm,attn"])
+
+
+def test_activation_ranges_are_static_and_kv_quant_acts_in_generate():
+    """Static ranges: a sequence's quantized logits do not depend on what else is in the batch
+    or on later tokens, and the ranges never change after calibration. The KV quantizer sees
+    the growing cache during generate()."""
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm("llama", hidden_size=32)
+    x = torch.randint(4, 260, (4, 12), generator=torch.Generator().manual_seed(0))
+    cfg = FPTQuantConfig(local_steps=0, kv_bits=3)
+    merge_and_quantize(apply_fpt_transforms(model, cfg), x[:2], cfg)
+    from icml_fptquant.quantize import quantizers
+
+    ranges = [(q.lo.clone(), q.hi.clone()) for q in quantizers(model)]
+    alone = _logits(model, x[:1])
+    assert torch.equal(_logits(model, torch.cat([x[:1], x[1:]])).narrow(0, 0, 1), alone)
+    assert torch.equal(_logits(model, x[:1, :6]), alone[:, :6])
+    assert all(torch.equal(q.lo, a) and torch.equal(q.hi, b)
+               for q, (a, b) in zip(quantizers(model), ranges))
+    kq = model.model.layers[0].self_attn.fpt_k_quant
+    seen = []
+    hook = kq.register_forward_hook(lambda m, a, o: seen.append((m.state, a[0].shape[2])))
+    try:
+        model.generate(x[:1, :4], max_new_tokens=3, do_sample=False)
+    finally:
+        hook.remove()
+    assert seen == [("quant", 4), ("quant", 5), ("quant", 6)]

@@ -77,6 +77,8 @@ class QuantizeConfig(FPTQuantConfig):
     seq_len: int = option(64, help="tokens per sequence", ge=8)
     outlier_strength: float = option(30.0, help="function-preserving outlier factor injected "
                                      "into the model (0 = none)", ge=0)
+    outlier_sites: list[str] = option(["norm", "mlp", "key", "value"], help="outlier kinds "
+                                      "to inject: norm, mlp, key, value")
     calib_samples: int = option(8, help="calibration sequences", ge=1)
     eval_samples: int = option(16, help="held-out sequences for perplexity/KL", ge=1)
     threads: int = option(1, help="torch CPU threads during the run (tiny models run fastest on "
@@ -92,6 +94,9 @@ class QuantizeConfig(FPTQuantConfig):
             raise ValueError(f"arms {bad} unknown: use some of {', '.join(ARMS)}")
         if not self.arms:
             raise ValueError("arms is empty: name at least one of " + ", ".join(ARMS))
+        from icml_fptquant.outliers import check_sites
+
+        check_sites(self.outlier_sites)
 
 
 @dataclass

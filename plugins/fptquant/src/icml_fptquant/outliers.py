@@ -15,11 +15,26 @@ import torch
 
 from icml_fptquant.arch import check_supported
 
+OUTLIER_SITES = ("norm", "mlp", "key", "value")
+
+
+def check_sites(sites: Any) -> tuple[str, ...]:
+    bad = [s for s in sites if s not in OUTLIER_SITES]
+    if bad:
+        raise ValueError(f"outlier sites {bad} unknown: use some of {', '.join(OUTLIER_SITES)}")
+    return tuple(sites)
+
 
 @torch.no_grad()
 def inject_outliers(model: Any, strength: float = 30.0, channels: int = 2,
-                    seed: int = 0) -> Any:
-    """Scale ``channels`` random channels per site by ``strength`` and compensate exactly."""
+                    seed: int = 0, sites: Any = OUTLIER_SITES) -> Any:
+    """Scale ``channels`` random channels per site by ``strength`` and compensate exactly.
+
+    ``sites`` picks the outlier kinds: ``norm`` (RMSNorm scales, read by q/k/v and gate/up),
+    ``mlp`` (down_proj input), ``key`` (one RoPE pair per KV head) and ``value`` (one value
+    channel per KV head). The channel draws do not depend on ``sites``, so a subset injects
+    exactly the same outliers as the full set at those sites."""
+    sites = check_sites(sites)
     if strength <= 0:
         return model
     geo = check_supported(model)
@@ -34,30 +49,35 @@ def inject_outliers(model: Any, strength: float = 30.0, channels: int = 2,
         for norm, readers in ((layer.input_layernorm, (attn.q_proj, attn.k_proj, attn.v_proj)),
                               (layer.post_attention_layernorm, (mlp.gate_proj, mlp.up_proj))):
             idx = pick(norm.weight.numel())
+            if "norm" not in sites:
+                continue
             norm.weight[idx] *= a
             for lin in readers:
                 lin.weight[:, idx] /= a
         idx = pick(mlp.up_proj.out_features)
-        mlp.up_proj.weight[idx] *= a
-        if mlp.up_proj.bias is not None:
-            mlp.up_proj.bias[idx] *= a
-        mlp.down_proj.weight[:, idx] /= a
+        if "mlp" in sites:
+            mlp.up_proj.weight[idx] *= a
+            if mlp.up_proj.bias is not None:
+                mlp.up_proj.bias[idx] *= a
+            mlp.down_proj.weight[:, idx] /= a
         dh, half = geo.head_dim, geo.head_dim // 2
         for g in range(geo.kv_heads):
             j = pick(half, 1)
             rows = torch.cat([j, j + half]) + g * dh
-            attn.k_proj.weight[rows] *= a
-            if attn.k_proj.bias is not None:
-                attn.k_proj.bias[rows] *= a
             v = pick(dh, 1) + g * dh
-            attn.v_proj.weight[v] *= a
+            ak = a if "key" in sites else 1.0
+            av = a if "value" in sites else 1.0
+            attn.k_proj.weight[rows] *= ak
+            if attn.k_proj.bias is not None:
+                attn.k_proj.bias[rows] *= ak
+            attn.v_proj.weight[v] *= av
             if attn.v_proj.bias is not None:
-                attn.v_proj.bias[v] *= a
+                attn.v_proj.bias[v] *= av
             for h in range(geo.heads):
                 if geo.kv_of(h) == g:
                     qrows = rows - g * dh + h * dh
-                    attn.q_proj.weight[qrows] /= a
+                    attn.q_proj.weight[qrows] /= ak
                     if attn.q_proj.bias is not None:
-                        attn.q_proj.bias[qrows] /= a
-                    attn.o_proj.weight[:, v - g * dh + h * dh] /= a
+                        attn.q_proj.bias[qrows] /= ak
+                    attn.o_proj.weight[:, v - g * dh + h * dh] /= av
     return model

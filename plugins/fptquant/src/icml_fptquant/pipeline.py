@@ -94,7 +94,7 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
 
     mcfg = method_config(cfg)
     fp = base["model"]
-    inject_outliers(fp, cfg.outlier_strength, seed=seed)
+    inject_outliers(fp, cfg.outlier_strength, seed=seed, sites=cfg.outlier_sites)
     calib, evaluation = base["calib"], base["eval"]
     ref = logits_of(fp, evaluation)
     ppl_fp = perplexity(fp, evaluation)

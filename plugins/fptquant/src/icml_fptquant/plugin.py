@@ -91,9 +91,9 @@ def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
     notes = (f"Static {bits} (weights per channel {config.weight_quantizer.upper()}, "
              f"activations per tensor, KV per head, {config.act_range} ranges from "
              f"{config.calib_samples} calibration sequences); outliers injected with strength "
-             f"{config.outlier_strength}. Quantization is simulated (fake-quant); sizes are the "
-             "packed storage the bit widths imply. 'RTN gap closed' = (ppl_RTN - ppl_arm) / "
-             "(ppl_RTN - ppl_FP).")
+             f"{config.outlier_strength} at {', '.join(config.outlier_sites)}. Quantization is "
+             "simulated (fake-quant); sizes are the packed storage the bit widths imply. "
+             "'RTN gap closed' = (ppl_RTN - ppl_arm) / (ppl_RTN - ppl_FP).")
     return icml.RunResult(metrics=metrics,
                           tables=[icml.Table(f"{title} ({bits})", ARM_COLUMNS,
                                              arm_table_rows(rows))],
