@@ -138,3 +138,21 @@ def test_package_evaluate_is_the_function_not_the_submodule() -> None:
             "print(evaluate(OracleResponder(), generate_benchmark(1)).summary(n_boot=5)[-1]['AG'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "0.0"
+
+
+def test_default_generation_budget_fits_the_longest_gold_chain() -> None:
+    """A fixed short budget cut six-domino chains mid-node (scored 0, inflating AG)."""
+    from icml_cage.judges import RuleJudge
+    from icml_cage.sft_export import sft_target
+    from icml_cage.tiny_vlm import tiny_llava
+
+    model, proc = tiny_llava(seed=0)
+    bench = generate_benchmark(12, seed=0, families=["domino"])
+    longest = max(bench, key=lambda it: len(it.gold_chain))
+    assert len(longest.gold_chain) == 6
+    need = len(proc.tokenizer(sft_target(longest), add_special_tokens=False)["input_ids"])
+    cut = proc.tokenizer.decode(proc.tokenizer(sft_target(longest))["input_ids"][:24])
+    assert RuleJudge().score_chain(cut, longest) < 5  # what 24 new tokens could write
+    responder = VLMResponder(model, proc)
+    assert responder.budget([longest]) >= need and responder.budget(bench.items) >= need
+    assert VLMResponder(model, proc, max_new_tokens=7).budget([longest]) == 7

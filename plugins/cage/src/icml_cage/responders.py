@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 from icml_cage.dataset import CageItem
 
+AUTO_MARGIN = 16  # tokens beyond the longest gold CHAIN + ANSWER of a batch
+
 
 class Responder(Protocol):
     name: str
@@ -97,11 +99,16 @@ class VLMResponder:
     ``processor(images=[...], text=[...], return_tensors="pt", padding=True)`` must return the
     model's inputs. When the processor has a chat template it formats each prompt with one image
     and the text; otherwise ``image_token`` is put in front of the prompt (LLaVA-style).
+
+    ``max_new_tokens=0`` (the default) gives each batch, under both probes alike, room for its
+    longest gold ``CHAIN: ... ANSWER: ...`` in the model's tokens plus ``AUTO_MARGIN``: a fixed
+    short budget cuts long chains (six dominoes) mid-node, which scores them 0 and inflates the
+    Abstraction Gap for a reason that has nothing to do with the model.
     """
 
     model: Any
     processor: Any
-    max_new_tokens: int = 32
+    max_new_tokens: int = 0
     batch_size: int = 8
     image_token: str = "<image>"
     name: str = "vlm"
@@ -113,6 +120,18 @@ class VLMResponder:
                                                      {"type": "text", "text": prompt}]}]
             return self.processor.apply_chat_template(messages, add_generation_prompt=True)
         return f"{self.image_token}\n{prompt}\n"
+
+    def budget(self, items: Sequence[CageItem]) -> int:
+        """New tokens for a batch: ``max_new_tokens``, or the automatic budget when it is 0."""
+        if self.max_new_tokens:
+            return self.max_new_tokens
+        if not items:
+            return 64  # called without items: no gold chain to size the budget by
+        from icml_cage.sft_export import sft_target
+
+        tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        return AUTO_MARGIN + max(
+            len(tokenizer(sft_target(it), add_special_tokens=False)["input_ids"]) for it in items)
 
     def respond(self, images: Sequence[Any], prompts: Sequence[str],
                 items: Sequence[CageItem]) -> list[str]:
@@ -128,7 +147,8 @@ class VLMResponder:
                                    text=texts, return_tensors="pt", padding=True)
             batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
             with torch.no_grad():
-                ids = self.model.generate(**batch, max_new_tokens=self.max_new_tokens,
+                budget = self.budget(items[start:start + self.batch_size])
+                ids = self.model.generate(**batch, max_new_tokens=budget,
                                           do_sample=False, pad_token_id=tokenizer.pad_token_id)
             new = ids[:, batch["input_ids"].shape[1]:]
             out += tokenizer.batch_decode(new, skip_special_tokens=True)
