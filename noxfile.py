@@ -41,6 +41,22 @@ def plugin(session: nox.Session, slug: str) -> None:
     session.run("pytest", f"plugins/{slug}", "tests/test_installed_plugins.py", env=env)
 
 
+# qpth and cvxpylayers downgrade numpy and pin cvxpy when installed together, so they never enter
+# a plugin's dependencies: this benchmark-only environment puts them beside dxpp without theirs.
+DXPP_PEERS = ("qpth==0.0.18", "cvxpylayers==1.2.0", "cvxpy==1.9.3", "diffcp==1.1.9", "scs==3.3.1",
+              "highspy==1.16.0", "qdldl==0.1.9.post1", "sparsediffpy==0.6.1")
+
+
+@nox.session
+def bench_dxpp(session: nox.Session) -> None:
+    """dXPP against the KKT backwards, qpth and cvxpylayers in one run (args go to bench.py)."""
+    session.install(TORCH, "./core", "./plugins/dxpp[bench]")
+    peers = Path(session.create_tmp()) / "dxpp-peers"
+    session.install("--target", str(peers), "--no-deps", *DXPP_PEERS)
+    session.run("python", "plugins/dxpp/benchmarks/bench.py", "--peers", str(peers),
+                *session.posargs, env=ENV)
+
+
 @nox.session
 def build(session: nox.Session) -> None:
     """Build an sdist and a wheel of every distribution into dist/."""
