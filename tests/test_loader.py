@@ -171,3 +171,13 @@ def test_missing_extra_of_a_dependency_is_reported(site) -> None:
     assert rec.status == "missing-dependency"
     assert rec.fix == "pip install 'surely-missing-gpu-pkg>=2'"
     assert host.get("fine").ok
+
+
+def test_development_module_with_an_installed_slug_is_a_duplicate(site) -> None:
+    site.add_example()
+    (site.root / "icml_devcopy.py").write_text(GOOD)  # also calls itself "example"
+    host = load_plugins(modules=["icml_devcopy"])
+    dups = [r for r in host.all_records if r.slug == "example"]
+    assert len(dups) == 2 and all(r.status == "duplicate" and r.module is None for r in dups)
+    assert not [i for i in host.pm.hook.icml_evaluate.get_hookimpls()
+                if i.plugin_name != "icml.builtins"]

@@ -241,11 +241,12 @@ class PluginHost:
             rec.error = other.error = (f"slug {rec.slug!r} is provided by both "
                                        f"{other.distribution} and {rec.distribution}")
             rec.fix = other.fix = "uninstall or rename one of them"
-            if other.module is not None:
-                self.pm.unregister(other.module)
-                other.module = None
+            for r in (rec, other):  # neither may answer a run
+                if r.module is not None:
+                    self.pm.unregister(r.module)
+                    r.module = None
         self.records[rec.slug] = rec
-        if rec not in self.all_records:
+        if not any(r is rec for r in self.all_records):
             self.all_records.append(rec)
 
     def load_record(self, rec: PluginRecord) -> PluginRecord:
