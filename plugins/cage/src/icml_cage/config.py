@@ -25,7 +25,8 @@ class EvaluateConfig:
     sft_steps: int = option(150, help="chain-SFT steps of the tiny-llava-sft responder", ge=1)
     sft_images: int = option(60, help="scenes in its training split (other seed)", ge=1)
     max_new_tokens: int = option(0, help="tokens a VLM may generate per answer; 0 = room for "
-                                         "the batch's longest gold CHAIN + ANSWER (+16)", ge=0)
+                                         "the batch's longest gold CHAIN + ANSWER (+16, >= 64)",
+                                 ge=0)
     batch_size: int = option(16, help="prompts per VLM batch", ge=1)
     norm: str = option("relative", help="AG normaliser", choices=("relative", "max", "range"))
     chain_metric: str = option("edge_f1", help="chain similarity", choices=("edge_f1", "edit"))

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from icml_cage.dataset import CageItem
 
 AUTO_MARGIN = 16  # tokens beyond the longest gold CHAIN + ANSWER of a batch
+AUTO_MIN = 64  # and never fewer: room for a two-sentence Text-Only answer
 
 
 class Responder(Protocol):
@@ -101,9 +102,10 @@ class VLMResponder:
     and the text; otherwise ``image_token`` is put in front of the prompt (LLaVA-style).
 
     ``max_new_tokens=0`` (the default) gives each batch, under both probes alike, room for its
-    longest gold ``CHAIN: ... ANSWER: ...`` in the model's tokens plus ``AUTO_MARGIN``: a fixed
-    short budget cuts long chains (six dominoes) mid-node, which scores them 0 and inflates the
-    Abstraction Gap for a reason that has nothing to do with the model.
+    longest gold ``CHAIN: ... ANSWER: ...`` in the model's tokens plus ``AUTO_MARGIN`` (at least
+    ``AUTO_MIN``, room for a two-sentence text answer): a fixed short budget cuts long chains
+    (six dominoes) mid-node, which scores them 0 and inflates the Abstraction Gap for a reason
+    that has nothing to do with the model.
     """
 
     model: Any
@@ -126,12 +128,12 @@ class VLMResponder:
         if self.max_new_tokens:
             return self.max_new_tokens
         if not items:
-            return 64  # called without items: no gold chain to size the budget by
+            return AUTO_MIN  # called without items: no gold chain to size the budget by
         from icml_cage.sft_export import sft_target
 
         tokenizer = getattr(self.processor, "tokenizer", self.processor)
-        return AUTO_MARGIN + max(
-            len(tokenizer(sft_target(it), add_special_tokens=False)["input_ids"]) for it in items)
+        return max(AUTO_MIN, AUTO_MARGIN + max(
+            len(tokenizer(sft_target(it), add_special_tokens=False)["input_ids"]) for it in items))
 
     def respond(self, images: Sequence[Any], prompts: Sequence[str],
                 items: Sequence[CageItem]) -> list[str]:
