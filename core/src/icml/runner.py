@@ -17,7 +17,7 @@ from typing import Any
 
 from icml.config import ConfigError, build_config, load_toml, to_dict, validate
 from icml.hookspecs import CAPABILITY_HOOKS
-from icml.loader import BUILTINS_NAME, PluginHost, load_plugins
+from icml.loader import PluginHost, load_plugins
 from icml.types import RunContext, RunResult
 
 
@@ -133,7 +133,6 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     hook_name = CAPABILITY_HOOKS[capability]
     others = [m for m in host.method_plugins() if m is not rec.module]
     caller = host.pm.subset_hook_caller(hook_name, remove_plugins=others)
-    assert host.pm.get_plugin(BUILTINS_NAME) is not None
     error, interrupted, config_error = "", None, None
     logger.info("run %s %s seed=%s device=%s", slug, capability, seed, device)
     try:
