@@ -141,3 +141,10 @@ def test_rubric_edge_cases_wording_duplicates_unknown_nodes() -> None:
                                          ("Noted.", None)])
 def test_answer_variants(text: str, answer: str | None) -> None:
     assert parse_answer(text) == answer
+
+
+def test_chain_on_the_line_after_the_chain_label() -> None:
+    text = f"CHAIN:\n{' -> '.join(GOLD)}\nANSWER: {ITEM.answer}"
+    assert RuleJudge().score_chain(text, ITEM) == pytest.approx(10.0)
+    assert parse_chain(f"CHAIN:\nANSWER: {ITEM.answer}") == []  # still blank
+    assert parse_chain("CHAIN:\n\nno idea") == []

@@ -26,6 +26,7 @@ _CHAIN_LINE = re.compile(r"chain\s*[:\-]\s*(.*)", re.I)
 _ANSWER = re.compile(r"answer\s*[:\-]\s*(yes|no)\b", re.I)
 _LEADING = re.compile(r"^\W*(yes|no)\b", re.I)
 _ANY_YN = re.compile(r"\b(yes|no)\b", re.I)
+_ARROW_MARK = re.compile(r"-+>|→|⟶|=+>")
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,17 @@ def parse_chain(response: str) -> list[str]:
         return []
     lines = response.splitlines()
     body = None
-    for line in lines:
+    for i, line in enumerate(lines):
         m = _CHAIN_LINE.search(line)
         if m:
             body = m.group(1)
+            if not body.strip():  # "CHAIN:" alone, the chain on the next line
+                nxt = next((ln for ln in lines[i + 1:] if ln.strip()), "")
+                if _ARROW_MARK.search(nxt) and not _ANSWER.search(nxt):
+                    body = nxt
             break
     if body is None:
-        body = next((ln for ln in lines if re.search(r"-+>|→|⟶|=+>", ln)), "")
+        body = next((ln for ln in lines if _ARROW_MARK.search(ln)), "")
     body = _ANSWER.split(body)[0]
     nodes = [normalise_node(p) for p in _ARROWS.split(body)]
     return [n for n in nodes if n]
