@@ -26,6 +26,15 @@ def test_scores_in_unit_interval_and_trace_identity(ridge: float) -> None:
     torch.testing.assert_close(s.sum(-1), expected, rtol=1e-10, atol=1e-10)
 
 
+def test_leverage_by_hand_on_a_three_by_two_matrix() -> None:
+    """K = [[1,0],[1,1],[0,2]], lambda = 1: K^T K + I = [[3,1],[1,6]], det 17, inverse
+    [[6,-1],[-1,3]] / 17, so h_i = k_i^T (K^T K + I)^-1 k_i = 6/17, 7/17, 12/17."""
+    K = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]], dtype=torch.float64)
+    expected = torch.tensor([6.0, 7.0, 12.0], dtype=torch.float64) / 17
+    torch.testing.assert_close(ridge_leverage(K), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ridge_leverage(K.float()), expected.float())
+
+
 def test_minus_log_one_minus_score_is_logdet_drop() -> None:
     u, w = _uw(1, T=10, d=4)
     s = ridge_leverage(u, w, 0.7)

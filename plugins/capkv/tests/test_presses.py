@@ -189,3 +189,19 @@ def test_bfloat16_model(ids) -> None:
         assert cache.layers[0].keys.dtype == torch.bfloat16
         assert cache.physical_lengths() == [20, 20]
         assert bool(torch.isfinite(continuation_logits(m, cache, ids[1]).float()).all())
+
+
+def test_padded_mask_in_direct_model_call_is_refused(tiny_model, ids) -> None:
+    """Inside ``with press(model)`` the attention layers get a 4D (or no) mask, so padding must be
+    caught where the 2D mask enters the decoder, not silently compressed."""
+    ctx, _ = ids
+    m = tiny_model("llama")
+    mask = torch.ones_like(ctx)
+    mask[0, 0] = 0
+    with pytest.raises(ValueError, match="padding"):
+        with CapKVPress(0.5)(m), torch.no_grad():
+            m(input_ids=ctx, attention_mask=mask, cache=CapKVCache(), use_cache=True)
+    with CapKVPress(0.5)(m), torch.no_grad():  # an all-ones mask is fine
+        cache = CapKVCache()
+        m(input_ids=ctx, attention_mask=torch.ones_like(ctx), cache=cache, use_cache=True)
+    assert cache.physical_lengths() == [20, 20]

@@ -142,6 +142,9 @@ class KVPress:
         self.last_scoring_s = 0.0
         handles = []
         try:
+            # The attention layers only see the model's 4D (or no) mask, so padding in the user's
+            # 2D attention_mask is caught where it enters the decoder.
+            handles.append(base.register_forward_pre_hook(self._padding_hook, with_kwargs=True))
             for attn in attns:
                 handles.append(attn.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
                 handles.append(attn.register_forward_hook(self._hook, with_kwargs=True))
@@ -153,6 +156,13 @@ class KVPress:
     @staticmethod
     def _cache_of(kwargs: dict) -> Any:
         return kwargs.get("cache", kwargs.get("past_key_values"))
+
+    @staticmethod
+    def _padding_hook(module: Any, args: tuple, kwargs: dict) -> None:
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        if isinstance(mask, torch.Tensor) and mask.ndim == 2 and not bool(mask.bool().all()):
+            raise ValueError("the attention mask has padding: presses need unpadded inputs "
+                             "(run one sequence at a time or equal-length batches)")
 
     def _pre_hook(self, module: Any, args: tuple, kwargs: dict):
         cache = self._cache_of(kwargs)

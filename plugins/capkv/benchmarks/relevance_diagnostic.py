@@ -1,0 +1,81 @@
+"""Is CapKV's relevance step what makes it lose on the default job? A diagnostic on the default
+job's tiny recall model (same task, seed and training as ``icml run capkv``).
+
+Prints (1) the mean relevance ``w`` (tau 5) on key/value-pair tokens vs filler tokens, (2) how many
+of the 16 pair tokens each policy keeps per KV head at ratio 0.5, and (3) the Spearman
+correlation between ``w`` and the attention the later question ``? k_j`` actually pays to the
+context, for the implemented anchor and for a negated anchor (a sign check).
+
+    python benchmarks/relevance_diagnostic.py [--steps 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+from icml_capkv import CapKVCache, make_press, prefill
+from icml_capkv.fidelity import spearman
+from icml_capkv.presses import post_rope_queries, query_anchor
+from icml_capkv.recall import RecallTask, train_recall_model
+from icml_capkv.scorers import capkv_relevance
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--samples", type=int, default=64)
+    args = ap.parse_args()
+    task = RecallTask()
+    model, _ = train_recall_model(task, steps=args.steps, seed=0)
+    ctx, q, _ = task.eval_batch(args.samples, torch.Generator().manual_seed(1))
+    T = ctx.shape[1]
+    pair = (ctx >= task.key0) & (ctx < task.filler0)
+    rows = []
+
+    def hook(mod, a, kw, out):
+        h = kw["hidden_states"]
+        cache = kw.get("cache", kw.get("past_key_values"))
+        K = cache.layers[mod.layer_idx].keys[:, :, :T]
+        anchor = query_anchor(mod, h[:, :T], model.model.rotary_emb, 512)
+        qs = post_rope_queries(mod, h, kw["position_embeddings"])[:, :, T:]
+        rep = qs.shape[1] // K.shape[1]
+        att = (torch.einsum("bhqd,bhtd->bhqt", qs, K.repeat_interleave(rep, 1))
+               / math.sqrt(K.shape[-1])).softmax(-1).mean(2)
+        att = att.reshape(att.shape[0], K.shape[1], rep, T).mean(2)
+        w = capkv_relevance(K, anchor, 5.0, True, 4).mean(2)
+        wn = capkv_relevance(K, -anchor, 5.0, True, 4).mean(2)
+        p = pair[:, None].expand_as(w)[..., 4:]
+
+        def rho(x):
+            n = min(8, x.shape[0])
+            return sum(spearman(x[b, j, 4:].tolist(), att[b, j, 4:].tolist())
+                       for b in range(n) for j in range(K.shape[1])) / (n * K.shape[1])
+
+        rows.append((mod.layer_idx, float(w[..., 4:][p].mean()), float(w[..., 4:][~p].mean()),
+                     rho(w), rho(wn)))
+        return out
+
+    hs = [la.self_attn.register_forward_hook(hook, with_kwargs=True) for la in model.model.layers]
+    with torch.no_grad():
+        model(input_ids=torch.cat([ctx, q], 1), cache=CapKVCache(), use_cache=True)
+    for h in hs:
+        h.remove()
+    print("| layer | mean w on pairs | mean w on fillers | Spearman(w, question attn) | "
+          "same, negated anchor |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]:.3f} | {r[2]:.3f} | {r[3]:.2f} | {r[4]:.2f} |")
+    print("\n| policy (r=0.5) | pair tokens kept per KV head, of 16 (layer 0 / layer 1) |")
+    print("|---|---|")
+    for pol, kw in [("capkv", {}), ("capkv", {"tau": 1.0}), ("leverage", {}),
+                    ("snapkv", {}), ("h2o", {})]:
+        cache = prefill(model, ctx, make_press(pol, 0.5, **kw))
+        kept = [float(pair[:, None].expand(-1, la.positions.shape[1], -1)
+                      .gather(2, la.positions).float().sum(-1).mean()) for la in cache.layers]
+        name = pol + (f" (tau {kw['tau']})" if kw else "")
+        print(f"| {name} | " + " / ".join(f"{k:.1f}" for k in kept) + " |")
+
+
+if __name__ == "__main__":
+    main()
