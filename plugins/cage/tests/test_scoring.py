@@ -148,3 +148,43 @@ def test_chain_on_the_line_after_the_chain_label() -> None:
     assert RuleJudge().score_chain(text, ITEM) == pytest.approx(10.0)
     assert parse_chain(f"CHAIN:\nANSWER: {ITEM.answer}") == []  # still blank
     assert parse_chain("CHAIN:\n\nno idea") == []
+
+
+def test_answer_chain_consistency_uses_the_stated_effect_state() -> None:
+    from icml_cage.judges import answer_chain_consistency, canonical_nodes, stated_effect_state
+
+    item = next(it for it in generate_benchmark(6, seed=0)
+                if it.family == "lamp" and it.effect == "lamp")
+    on, off = "is lit", "is dark"
+    chain = " -> ".join(item.gold_chain[:-1])
+    yes_on = f"CHAIN: {chain} -> lamp ({on})\nANSWER: yes"
+    yes_off = f"CHAIN: {chain} -> the lamp {off}\nANSWER: yes"
+    assert stated_effect_state(["switch", f"lamp ({on})"], item) is True
+    assert answer_chain_consistency(yes_on, item) is True
+    assert answer_chain_consistency(yes_off, item) is False
+    assert answer_chain_consistency(f"CHAIN: {chain} -> lamp\nANSWER: yes", item) is None
+    assert answer_chain_consistency(f"CHAIN: {chain} -> lamp ({on})", item) is None
+    judge = RuleJudge()
+    bare = judge.score_chain(f"CHAIN: {chain} -> lamp\nANSWER: yes", item)
+    assert judge.score_chain(yes_off, item) == pytest.approx(0.5 * bare)
+    assert judge.score_chain(yes_on, item) == pytest.approx(bare)
+    assert RuleJudge(inconsistency_penalty=0.0).score_chain(yes_off, item) == pytest.approx(bare)
+    with pytest.raises(ValueError, match="inconsistency_penalty"):
+        RuleJudge(inconsistency_penalty=2.0)
+    names = ["ball", "ramp", "bell"]
+    assert canonical_nodes(["the ramp carries the rolling ball", "ramp (carries no ball)"],
+                           names) == ["ramp", "ramp"]
+
+
+def test_oracle_chains_are_consistent_and_bare_chains_uncheckable() -> None:
+    from icml_cage.evaluate import evaluate
+    from icml_cage.responders import FluentUnfaithfulResponder, OracleResponder
+
+    bench = generate_benchmark(6, seed=2)
+    oracle = next(r for r in evaluate(OracleResponder(), bench).summary(n_boot=10)
+                  if r["rung"] == "overall")
+    assert oracle["consistency"] == 1.0 and oracle["n_consistency"] == len(bench)
+    assert oracle["S_chain"] == pytest.approx(10.0)
+    fluent = next(r for r in evaluate(FluentUnfaithfulResponder(), bench).summary(n_boot=10)
+                  if r["rung"] == "overall")
+    assert fluent["n_consistency"] == 0 and math.isnan(fluent["consistency"])

@@ -30,6 +30,9 @@ class EvaluateConfig:
     batch_size: int = option(16, help="prompts per VLM batch", ge=1)
     norm: str = option("relative", help="AG normaliser", choices=("relative", "max", "range"))
     chain_metric: str = option("edge_f1", help="chain similarity", choices=("edge_f1", "edit"))
+    inconsistency_penalty: float = option(0.5, help="share of the chain score lost when the "
+                                                    "answer contradicts the effect state the "
+                                                    "chain states", ge=0, le=1)
     chain_weight: float = option(0.8, help="weight of chain similarity vs answer in the chain "
                                            "score", ge=0, le=1)
     n_bootstrap: int = option(1000, help="bootstrap resamples for AG intervals", ge=0)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from icml_cage.dataset import CageBenchmark, CageItem, check_image
-from icml_cage.judges import JudgeError, RuleJudge
+from icml_cage.judges import JudgeError, RuleJudge, answer_chain_consistency
 from icml_cage.metrics import abstraction_gap, bootstrap_ci
 from icml_cage.probes import Probe, chain_text_probe, parse_answer, parse_chain, text_only_probe
 from icml_cage.questions import RUNGS
@@ -29,6 +29,7 @@ class ItemScore:
     text_correct: bool
     chain_correct: bool
     chain_blank: bool
+    consistent: bool | None
     text_response: str
     chain_response: str
 
@@ -58,12 +59,21 @@ class CageReport:
                          "AG_lo": lo, "AG_hi": hi,
                          "text_acc": sum(s.text_correct for s in group) / len(group),
                          "chain_acc": sum(s.chain_correct for s in group) / len(group),
-                         "blank_chains": sum(s.chain_blank for s in group) / len(group)})
+                         "blank_chains": sum(s.chain_blank for s in group) / len(group),
+                         **_consistency(group)})
         return rows
 
     def to_json(self) -> dict[str, Any]:
         return {"responder": self.responder, "norm": self.norm, "failures": self.failures,
                 "scores": [asdict(s) for s in self.scores]}
+
+
+def _consistency(group: Sequence[ItemScore]) -> dict[str, float]:
+    """Share of chain answers consistent with the effect state their chain states, over the
+    items where the chain states one (NaN when none does)."""
+    checked = [s.consistent for s in group if s.consistent is not None]
+    return {"consistency": sum(checked) / len(checked) if checked else float("nan"),
+            "n_consistency": len(checked)}
 
 
 def _batches(items: Sequence[CageItem], size: int) -> Iterable[Sequence[CageItem]]:
@@ -105,6 +115,7 @@ def evaluate(responder: Any, bench: CageBenchmark, judge: Any = None,
         scores.append(ItemScore(it.id, it.rung, it.family, t_score, c_score,
                                 parse_answer(t_resp) == it.answer,
                                 parse_answer(c_resp) == it.answer, not parse_chain(c_resp),
+                                answer_chain_consistency(c_resp, it),
                                 t_resp, c_resp))
     return CageReport(getattr(responder, "name", type(responder).__name__), norm, scores,
                       failures)

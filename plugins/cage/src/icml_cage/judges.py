@@ -6,7 +6,9 @@
   coherence (0-3: a sentence of sensible length, terminal punctuation, little repetition).
 * Chain: ``10 * (w * similarity + (1 - w) * answer_correct)`` where similarity is the F1 of
   directed edges against the gold chain (or ``1 - normalised edit distance`` of the node
-  sequences) and ``w = chain_weight``; a blank or unparseable chain scores 0. Written nodes
+  sequences) and ``w = chain_weight``, multiplied by ``1 - inconsistency_penalty`` when the
+  chain states the effect's state and the final answer contradicts it (see
+  :func:`answer_chain_consistency`); a blank or unparseable chain scores 0. Written nodes
   are first mapped to the scene node they name ("the switch is on" -> switch); edges count
   with multiplicity, so repeating a chain or adding unknown nodes costs precision.
 
@@ -52,19 +54,26 @@ def edge_f1(predicted: Sequence[str], gold: Sequence[str]) -> float:
 
 
 def canonical_nodes(chain: Sequence[str], names: Sequence[str]) -> list[str]:
-    """Map each written node to the scene node it names: ``"the switch is on"`` and
-    ``"Switch"`` both become ``"switch"``. A node naming no scene node, or several, is kept
-    as written (an unknown node, which matches no gold edge)."""
+    """Map each written node to the scene node it names: ``"the switch is on"``,
+    ``"switch (is on)"`` and ``"Switch"`` all become ``"switch"``; when several scene nodes are
+    named, the first one (the subject) wins. A node naming none is kept as written (an unknown
+    node, which matches no gold edge)."""
     keys = {_key(n): n for n in names}
     out = []
     for node in chain:
         if _key(node) in keys:
             out.append(keys[_key(node)])
             continue
-        text = normalise_node(node)
-        hits = [n for n in names
-                if re.search(rf"(?<![\w]){re.escape(normalise_node(n))}(?![\w])", text)]
-        out.append(hits[0] if len(hits) == 1 else node)
+        text = normalise_node(re.sub(r"\(.*?\)", " ", node))  # "(is lit)" states no node
+        hits = []
+        for n in names:
+            m = re.search(rf"(?<![\w]){re.escape(normalise_node(n))}(?![\w])", text)
+            if m:
+                hits.append((m.start(), n))
+        hits.sort()
+        # the node named first is the subject: "the ramp carries the ball" -> ramp
+        out.append(hits[0][1] if hits and (len(hits) == 1 or hits[0][0] < hits[1][0])
+                   else node)
     return out
 
 
@@ -82,14 +91,46 @@ def edit_similarity(predicted: Sequence[str], gold: Sequence[str]) -> float:
     return 1.0 - prev[-1] / max(len(a), len(b))
 
 
+def stated_effect_state(chain: Sequence[str], item: CageItem) -> bool | None:
+    """The state the chain's last step gives the queried effect (``"lamp (is lit)"`` -> True,
+    ``"the lamp is dark"`` -> False), or None when the chain does not end at the effect or
+    states no (or both) states of it."""
+    nodes = {str(n["name"]): n for n in item.scm.get("nodes", [])}
+    effect = nodes.get(item.effect)
+    if not chain or effect is None:
+        return None
+    last = normalise_node(chain[-1])
+    if canonical_nodes([chain[-1]], list(nodes)) != [item.effect]:
+        return None
+    on = normalise_node(str(effect["on"])) in last
+    off = normalise_node(str(effect["off"])) in last
+    return on if on != off else None
+
+
+def answer_chain_consistency(response: str, item: CageItem) -> bool | None:
+    """Whether the final answer agrees with the state the chain gives the effect. Every CAGE
+    question asks "is it true that <effect> <on-state>?", so "yes" must go with a chain ending
+    in the effect's on-state. None when the chain states no effect state or there is no
+    answer: a chain of bare node names cannot be checked."""
+    stated = stated_effect_state(parse_chain(response), item)
+    answer = parse_answer(response)
+    if stated is None or answer is None:
+        return None
+    return stated == (answer == "yes")
+
+
 @dataclass(frozen=True)
 class RuleJudge:
     """Deterministic rubric judge; see the module docstring."""
 
     chain_metric: str = "edge_f1"
     chain_weight: float = 0.8
+    inconsistency_penalty: float = 0.5
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.inconsistency_penalty <= 1.0:
+            raise ValueError("inconsistency_penalty must be in [0, 1], got "
+                             f"{self.inconsistency_penalty}")
         if self.chain_metric not in ("edge_f1", "edit"):
             raise ValueError(f"chain_metric {self.chain_metric!r}: use 'edge_f1' or 'edit'")
         if not 0.0 <= self.chain_weight <= 1.0:
@@ -125,7 +166,10 @@ class RuleJudge:
             return 0.0
         correct = 1.0 if parse_answer(response) == item.answer else 0.0
         w = self.chain_weight
-        return MAX_SCORE * (w * self.chain_similarity(chain, item) + (1 - w) * correct)
+        score = MAX_SCORE * (w * self.chain_similarity(chain, item) + (1 - w) * correct)
+        if answer_chain_consistency(response, item) is False:
+            score *= 1.0 - self.inconsistency_penalty  # the answer contradicts the chain
+        return score
 
 
 RUBRIC = """You are grading a vision-language model's answer to a causal question about a picture.

@@ -73,7 +73,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
                                    size=config.size)
     if config.save_benchmark:
         bench.save(ctx.path("benchmark"))
-    judge = RuleJudge(config.chain_metric, config.chain_weight)
+    judge = RuleJudge(config.chain_metric, config.chain_weight, config.inconsistency_penalty)
     probes = dict(text_probe=text_only_probe(config.text_prompt),
                   chain_probe=chain_text_probe(config.chain_prompt))
     rows, metrics, failures, details = [], {}, [], {}
@@ -91,7 +91,9 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
         for row in summary:
             rows.append([name, row["rung"], row["n"], row["S_text"], row["S_chain"], row["AG"],
                          f"[{row['AG_lo']:.2f}, {row['AG_hi']:.2f}]", row["text_acc"],
-                         row["chain_acc"], row["blank_chains"]])
+                         row["chain_acc"], row["blank_chains"],
+                         "-" if not row["n_consistency"] else
+                         f"{row['consistency']:.2f} (n={row['n_consistency']})"])
             prefix = f"{name}.{row['rung']}"
             for key in ("S_text", "S_chain", "AG", "text_acc", "chain_acc"):
                 metrics[f"{prefix}.{key}"] = float(row[key])
@@ -100,7 +102,8 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
     ctx.path("items.json").write_text(json.dumps(details, indent=1))
     table = icml.Table("Abstraction Gap per responder and rung",
                        ["responder", "rung", "n", "S_text", "S_chain", "AG", "AG 95% CI",
-                        "text acc", "chain acc", "blank chains"], rows)
+                        "text acc", "chain acc", "blank chains", "answer-chain consistent"],
+                       rows)
     notes = (f"{len(bench.images)} scenes, {len(bench)} questions (families: "
              f"{', '.join(config.families)}); rule judge ({config.chain_metric}, weight "
              f"{config.chain_weight}); AG normaliser: {config.norm}. VLM responders answered the "

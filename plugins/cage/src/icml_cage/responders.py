@@ -34,6 +34,12 @@ def _explanation(item: CageItem) -> str:
             f"through the {steps}, which decides the outcome.")
 
 
+def _effect_state(item: CageItem) -> str:
+    """The phrase for the effect's state that the gold answer implies ("is lit" / "is dark")."""
+    node = next(n for n in item.scm["nodes"] if n["name"] == item.effect)
+    return str(node["on"] if item.answer == "yes" else node["off"])
+
+
 def _is_chain_prompt(prompt: str) -> bool:
     return "CHAIN:" in prompt
 
@@ -49,7 +55,8 @@ class OracleResponder:
         out = []
         for prompt, item in zip(prompts, items):
             if _is_chain_prompt(prompt):
-                out.append(f"CHAIN: {' -> '.join(item.gold_chain)}\nANSWER: {item.answer}")
+                out.append(f"CHAIN: {' -> '.join(item.gold_chain)} ({_effect_state(item)})"
+                           f"\nANSWER: {item.answer}")
             else:
                 out.append(_explanation(item))
         return out
