@@ -135,3 +135,24 @@ def test_cuda_without_a_gpu_is_a_config_error(site, tmp_path: Path) -> None:
     site.add_example()
     with pytest.raises(ConfigError, match="torch sees no CUDA device: use --device cpu"):
         run("example", out=tmp_path, device="cuda")
+
+
+def test_threads_apply_during_the_run_and_are_restored(site, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    seen = []
+    bad = RIVAL.replace('return icml.RunResult(metrics={"who": 2.0})',
+                        'import torch\n    return icml.RunResult(metrics={"threads": '
+                        'float(torch.get_num_threads())})')
+    site.add("icml-rival", {"rival": "icml_rival"}, modules={"icml_rival": bad})
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    res = run("rival", out=tmp_path, threads=target, show_progress=False)
+    seen.append(res.metrics["threads"])
+    assert seen == [float(target)] and torch.get_num_threads() == before
+    with pytest.raises(ConfigError, match="threads must be >= 1"):
+        run("rival", out=tmp_path, threads=0)
+    site.add_example()
+    with pytest.raises(RunFailed):  # restored when the hook fails too
+        run("example", overrides=["fail=true"], out=tmp_path, threads=target,
+            show_progress=False)
+    assert torch.get_num_threads() == before

@@ -18,11 +18,28 @@ def _wrap(ctx: RunContext) -> Generator[None, Any, Any]:
     from icml.seeding import seed_everything
 
     seed_everything(ctx.seed)
+    previous = _set_threads(ctx.threads)
     start = time.perf_counter()
-    result = yield
+    try:
+        result = yield
+    finally:
+        if previous is not None:
+            _set_threads(previous)
     if isinstance(result, RunResult):
         result.timings.setdefault("total_s", round(time.perf_counter() - start, 4))
     return result
+
+
+def _set_threads(n: int | None) -> int | None:
+    """Set torch's intra-op thread count; returns the previous one (None when nothing was set).
+    On a busy or small CPU, tiny models often run much faster with one thread."""
+    if n is None:
+        return None
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return previous
 
 
 @hookimpl(wrapper=True, tryfirst=True)

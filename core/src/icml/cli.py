@@ -163,6 +163,8 @@ def run(
     debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback on failure.")
                      ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    threads: Annotated[Optional[int], typer.Option(
+        help="CPU threads for torch during the run (default: torch's own choice).")] = None,
 ) -> None:
     """Run a plugin's job; writes result.json and report.md into a fresh run folder."""
     import logging
@@ -178,7 +180,7 @@ def run(
     try:
         result = do_run(slug, capability, config_file=config, overrides=set_, out=out,
                         seed=seed, device=device, dtype=dtype, host=host,
-                        show_progress=not quiet)
+                        show_progress=not quiet, threads=threads)
     except ConfigError as exc:
         raise _fail(str(exc), 2) from None
     except RunFailed as exc:

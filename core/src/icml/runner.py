@@ -110,7 +110,7 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
         config_file: str | Path | None = None, overrides: list[str] | None = None,
         out: str | Path = "runs", seed: int = 0, device: str = "auto",
         dtype: str = "float32", host: PluginHost | None = None,
-        show_progress: bool = True) -> RunResult:
+        show_progress: bool = True, threads: int | None = None) -> RunResult:
     """Run ``capability`` (default: the plugin's primary one) of plugin ``slug``.
 
     Raises :class:`~icml.loader.UnknownPluginError`, :class:`~icml.loader.PluginLoadError` or
@@ -120,6 +120,8 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     missing file, an uninstalled backend): it is re-raised after the failed result is written.
     """
     check_device(device)
+    if threads is not None and threads < 1:
+        raise ConfigError(f"threads must be >= 1, got {threads}")
     if dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype!r} is not supported: use one of {', '.join(DTYPES)}")
     host = host or load_plugins(only=[slug])
@@ -129,7 +131,7 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     run_dir = fresh_run_dir(out, slug, capability)
     logger, handler = _run_logger(run_dir)
     ctx = RunContext(out_dir=run_dir, seed=seed, device=device, dtype=dtype, logger=logger,
-                     show_progress=show_progress)
+                     show_progress=show_progress, threads=threads)
     hook_name = CAPABILITY_HOOKS[capability]
     others = [m for m in host.method_plugins() if m is not rec.module]
     caller = host.pm.subset_hook_caller(hook_name, remove_plugins=others)

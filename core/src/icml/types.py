@@ -213,7 +213,8 @@ class RunContext:
 
     ``out_dir`` is the run's fresh folder (write artifacts there); ``device`` is a string such as
     ``"auto"``, ``"cpu"`` or ``"cuda:0"`` (resolve it with :meth:`torch_device`); ``dtype`` is a
-    string such as ``"float32"`` (:meth:`torch_dtype`).
+    string such as ``"float32"`` (:meth:`torch_dtype`). ``threads``, when set, is the number of
+    CPU threads torch uses during the run (the core sets it and restores the caller's value).
     """
 
     out_dir: Path
@@ -222,6 +223,7 @@ class RunContext:
     dtype: str = "float32"
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("icml.run"))
     show_progress: bool = True
+    threads: int | None = None
 
     def path(self, name: str) -> Path:
         """A path inside the run folder (parents created)."""
