@@ -83,21 +83,3 @@ def test_penalty_system_is_spd_and_smaller_than_kkt():
                   [prob.A, np.zeros((prob.p, k + prob.p))]])
     eig = np.linalg.eigvalsh(K)
     assert eig.min() < 0 < eig.max()  # the reduced KKT matrix is indefinite and larger
-
-
-def test_dxpp_backward_faster_than_kkt_on_large_sparse_projection():
-    """The paper's speed claim at small scale: sparse simplex projection, n = 20 000."""
-    from icml_dxpp.benchmark import best_time
-    from icml_dxpp.forward import solve_qp
-    from icml_dxpp.kkt import kkt_backward
-    from icml_dxpp.penalty import dxpp_backward
-    from icml_dxpp.problems import simplex_projection
-    from threadpoolctl import threadpool_limits
-
-    prob = simplex_projection(20_000, seed=0)
-    sol = solve_qp(prob)
-    args = (prob, sol.x, sol.ineq_dual, sol.eq_dual, np.ones(prob.n))
-    with threadpool_limits(limits=1, user_api="blas"):
-        t_dxpp, _ = best_time(lambda: dxpp_backward(*args), 5)
-        t_kkt, _ = best_time(lambda: kkt_backward(*args, mode="reduced"), 5)
-    assert t_kkt / t_dxpp > 2.0, (t_dxpp, t_kkt)
