@@ -66,16 +66,7 @@ class InferConfig:
 
 
 @dataclass
-class EvaluateConfig:
-    model: str = option("", help="causal LM folder or hub name; empty = built-in tiny model")
-    verifier: str = option("probe", help="'probe' (built-in probe task) or 'module:function' "
-                           "taking (prompt, attempt, earlier) -> bool")
-    prompts: list[str] = option([], help="prompts; empty = the probe task's prompt")
+class EvaluateConfig(InferConfig):
+    """The infer settings with many more rollouts, for Ver@K estimates."""
+
     num_generations: int = option(256, help="rollouts per prompt", ge=1)
-    max_attempts: int = option(3, help="attempts per rollout (K)", ge=1)
-    feedback: str = option("", help="text appended after a failed attempt; empty = task default")
-    max_attempt_tokens: int = option(32, help="token limit per attempt (probe task: 1)", ge=1)
-    on_length: str = option("fail", help="an attempt cut by the limit: fail or verify",
-                            choices=("fail", "verify"))
-    temperature: float = option(1.0, help="sampling temperature", gt=0)
-    torch_threads: int = option(1, help="torch CPU threads (0 = leave unchanged)", ge=0)
