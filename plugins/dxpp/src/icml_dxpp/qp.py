@@ -90,6 +90,23 @@ def _finite(M: Any) -> bool:
     return bool(np.all(np.isfinite(data)))
 
 
+
+def _constraint_block(M: Any, v: Any, names: tuple[str, str, str], n: int, index: Any,
+                      where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Checked ``(matrix, vector)`` of one constraint block (``G x <= h`` or ``A x = b``);
+    an absent block is ``0 x n``."""
+    mat, vec, rows = names
+    if M is None:
+        return np.zeros((0, n)), np.zeros(0)
+    Mm, vv = _as_matrix(M, mat, index), _as_vector(v, vec, index)
+    if Mm.shape[1] != n:
+        raise QPInputError(f"{where}{mat} has {Mm.shape[1]} columns but the problem has "
+                           f"n = {n} variables (length of q): {mat} must be ({rows}, {n})")
+    if Mm.shape[0] != vv.shape[0]:
+        raise QPInputError(f"{where}{mat} has {Mm.shape[0]} rows but {vec} has length "
+                           f"{vv.shape[0]}: they must match")
+    return Mm, vv
+
 def make_problem(Q: Any, q: Any, G: Any = None, h: Any = None, A: Any = None, b: Any = None,
                  *, check: bool = True, index: int | None = None) -> QPProblem:
     """Build and (with ``check``) validate a :class:`QPProblem` from arrays.
@@ -107,26 +124,8 @@ def make_problem(Q: Any, q: Any, G: Any = None, h: Any = None, A: Any = None, b:
     if Qm.shape != (n, n):
         raise QPInputError(f"{where}Q has shape {Qm.shape} but q has length {n}: Q must be "
                            f"({n}, {n})")
-    if G is None:
-        Gm, hv = np.zeros((0, n)), np.zeros(0)
-    else:
-        Gm, hv = _as_matrix(G, "G", index), _as_vector(h, "h", index)
-        if Gm.shape[1] != n:
-            raise QPInputError(f"{where}G has {Gm.shape[1]} columns but the problem has "
-                               f"n = {n} variables (length of q): G must be (m, {n})")
-        if Gm.shape[0] != hv.shape[0]:
-            raise QPInputError(f"{where}G has {Gm.shape[0]} rows but h has length "
-                               f"{hv.shape[0]}: they must match")
-    if A is None:
-        Am, bv = np.zeros((0, n)), np.zeros(0)
-    else:
-        Am, bv = _as_matrix(A, "A", index), _as_vector(b, "b", index)
-        if Am.shape[1] != n:
-            raise QPInputError(f"{where}A has {Am.shape[1]} columns but the problem has "
-                               f"n = {n} variables (length of q): A must be (p, {n})")
-        if Am.shape[0] != bv.shape[0]:
-            raise QPInputError(f"{where}A has {Am.shape[0]} rows but b has length "
-                               f"{bv.shape[0]}: they must match")
+    Gm, hv = _constraint_block(G, h, ("G", "h", "m"), n, index, where)
+    Am, bv = _constraint_block(A, b, ("A", "b", "p"), n, index, where)
     prob = QPProblem(Qm, qv, Gm, hv, Am, bv)
     if check:
         check_problem(prob, index)
