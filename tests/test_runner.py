@@ -3,11 +3,13 @@ while wrappers of other plugins still run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from icml import Paper, PluginInfo
 from icml.config import ConfigError
 from icml.loader import load_plugins
 from icml.runner import RunFailed, load_result, run
@@ -156,3 +158,35 @@ def test_threads_apply_during_the_run_and_are_restored(site, tmp_path: Path) -> 
         run("example", overrides=["fail=true"], out=tmp_path, threads=target,
             show_progress=False)
     assert torch.get_num_threads() == before
+
+
+def test_plugin_default_threads_apply_unless_the_user_sets_threads(site, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    default = 1 if before != 1 else 2
+    body = RIVAL.replace('configs={"evaluate": Cfg})',
+                         f'configs={{"evaluate": Cfg}}, default_threads={default})')
+    body = body.replace('return icml.RunResult(metrics={"who": 2.0})',
+                        'import torch\n    return icml.RunResult(metrics={"threads": '
+                        'float(torch.get_num_threads())})')
+    assert "default_threads" in body and "get_num_threads" in body
+    site.add("icml-rival", {"rival": "icml_rival"}, modules={"icml_rival": body})
+    res = run("rival", out=tmp_path, show_progress=False)
+    assert res.metrics["threads"] == float(default) and res.threads == default
+    assert f"threads: {default}" in (Path(res.run_dir) / "report.md").read_text()
+    user = default + 1
+    res = run("rival", out=tmp_path, threads=user, show_progress=False)
+    assert res.metrics["threads"] == float(user) and res.threads == user
+    assert torch.get_num_threads() == before
+
+
+def test_default_threads_must_be_a_positive_int() -> None:
+    info = PluginInfo(name="x", title="t", summary="s", paper=Paper(title="p", url="https://x"),
+                      capabilities=(), default_threads=0)
+    assert any("default_threads is 0" in p for p in info.problems())
+    for ok in (None, 1, 8):
+        info = dataclasses.replace(info, default_threads=ok)
+        assert not any("default_threads" in p for p in info.problems())
+    for bad in (-1, True, 1.5):
+        info = dataclasses.replace(info, default_threads=bad)
+        assert any("default_threads" in p for p in info.problems())

@@ -124,7 +124,8 @@ def info(
     schemas = {cap: schema_rows(info.configs[cap]) for cap in info.capabilities}
     if as_json:
         typer.echo(json.dumps({**rec.as_dict(), "paper": info.paper.__dict__,
-                               "primary": info.primary, "config": schemas}, indent=2,
+                               "primary": info.primary, "default_threads": info.default_threads,
+                               "config": schemas}, indent=2,
                               default=str))
         return
     from rich.table import Table
@@ -135,6 +136,8 @@ def info(
     con.print(info.summary)
     con.print(f"paper: {info.paper.title} -- {info.paper.url}")
     con.print(f"capabilities: {', '.join(info.capabilities)} (primary: {info.primary})")
+    if info.default_threads is not None:
+        con.print(f"torch CPU threads: {info.default_threads} unless `icml run --threads N`")
     for cap, rows in schemas.items():
         table = Table("key", "type", "default", "allowed", "help", title=f"config for {cap}",
                       title_justify="left", box=None)
@@ -164,7 +167,8 @@ def run(
                      ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     threads: Annotated[Optional[int], typer.Option(
-        help="CPU threads for torch during the run (default: torch's own choice).")] = None,
+        help="CPU threads for torch during the run (default: the plugin's default_threads, "
+             "else torch's own choice).")] = None,
 ) -> None:
     """Run a plugin's job; writes result.json and report.md into a fresh run folder."""
     import logging

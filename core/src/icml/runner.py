@@ -128,6 +128,8 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     rec = host.loaded(slug)
     capability = resolve_capability(host, slug, capability)
     cfg = make_config(host, slug, capability, config, config_file, overrides)
+    if threads is None and rec.info is not None:
+        threads = rec.info.default_threads
     run_dir = fresh_run_dir(out, slug, capability)
     logger, handler = _run_logger(run_dir)
     ctx = RunContext(out_dir=run_dir, seed=seed, device=device, dtype=dtype, logger=logger,
@@ -136,7 +138,8 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     others = [m for m in host.method_plugins() if m is not rec.module]
     caller = host.pm.subset_hook_caller(hook_name, remove_plugins=others)
     error, interrupted, config_error = "", None, None
-    logger.info("run %s %s seed=%s device=%s", slug, capability, seed, device)
+    logger.info("run %s %s seed=%s device=%s threads=%s", slug, capability, seed, device,
+                threads if threads is not None else "torch default")
     try:
         result = caller(ctx=ctx, config=cfg)
         if not isinstance(result, RunResult):
@@ -158,7 +161,7 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
             config_error = exc
     result.plugin, result.capability = slug, capability
     result.plugin_version = rec.version or (rec.info.version if rec.info else "")
-    result.seed, result.device, result.dtype = seed, device, dtype
+    result.seed, result.device, result.dtype, result.threads = seed, device, dtype, threads
     result.config = to_dict(cfg)
     result.versions = versions(rec.distribution)
     result.run_dir = str(run_dir)

@@ -41,6 +41,9 @@ class PluginInfo:
     ``icml run <slug>`` runs when no capability is named). ``configs`` maps each capability to a
     config dataclass whose fields carry defaults and help (see :func:`icml.config.option`).
     ``version`` is filled in by the core from the plugin's distribution when left empty.
+    ``default_threads`` is the torch CPU thread count ``icml run`` uses when the user gives no
+    ``--threads`` (tiny models often run fastest on one thread); ``None`` leaves torch's own
+    choice. The user's ``--threads`` always wins, so plugins need no thread key of their own.
     """
 
     name: str
@@ -51,6 +54,7 @@ class PluginInfo:
     configs: dict[str, type] = field(default_factory=dict)
     version: str = ""
     api_version: int = 1
+    default_threads: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capabilities", tuple(self.capabilities))
@@ -84,6 +88,10 @@ class PluginInfo:
         for cap in self.configs:
             if cap not in self.capabilities:
                 found.append(f"configs has {cap!r}, which is not in capabilities")
+        dt = self.default_threads
+        if dt is not None and (isinstance(dt, bool) or not isinstance(dt, int) or dt < 1):
+            found.append(f"PluginInfo.default_threads is {dt!r}: give an int >= 1, or None "
+                         "for torch's own choice")
         return found
 
 
@@ -110,7 +118,7 @@ class Table:
 @dataclass
 class RunResult:
     """What a capability hook returns. The plugin fills ``metrics``, ``tables``, ``artifacts``
-    and ``notes``; the core fills the rest (config, versions, seed, device, timings) before
+    and ``notes``; the core fills the rest (config, versions, seed, device, threads, timings) before
     writing ``result.json`` and ``report.md``.
 
     ``metrics`` are flat ``name -> number`` pairs; ``artifacts`` map a label to a path relative to
@@ -129,6 +137,7 @@ class RunResult:
     seed: int | None = None
     device: str = ""
     dtype: str = ""
+    threads: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -172,7 +181,9 @@ class RunResult:
     def to_markdown(self) -> str:
         lines = [f"# {self.plugin} {self.capability}", ""]
         lines.append(f"- status: {self.status}" + (f" ({self.error})" if self.error else ""))
-        lines.append(f"- seed: {self.seed}, device: {self.device}, dtype: {self.dtype}")
+        threads = self.threads if self.threads is not None else "torch default"
+        lines.append(f"- seed: {self.seed}, device: {self.device}, dtype: {self.dtype}, "
+                     f"threads: {threads}")
         if self.timings:
             lines.append("- time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
         lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()))
@@ -214,7 +225,9 @@ class RunContext:
     ``out_dir`` is the run's fresh folder (write artifacts there); ``device`` is a string such as
     ``"auto"``, ``"cpu"`` or ``"cuda:0"`` (resolve it with :meth:`torch_device`); ``dtype`` is a
     string such as ``"float32"`` (:meth:`torch_dtype`). ``threads``, when set, is the number of
-    CPU threads torch uses during the run (the core sets it and restores the caller's value).
+    CPU threads torch uses during the run (the core sets it and restores the caller's value);
+    :func:`icml.run` fills it from ``--threads`` or else the plugin's
+    :attr:`PluginInfo.default_threads`.
     """
 
     out_dir: Path

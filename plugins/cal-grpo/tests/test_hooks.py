@@ -40,14 +40,17 @@ def test_bad_verifier_spec_is_named(tmp_path, spec, match):
             out=tmp_path / "o", device="cpu", show_progress=False)
 
 
-def test_hooks_restore_torch_threads(tmp_path):
-    """torch_threads=1 (the default) holds only during the hook, also when the hook fails."""
+def test_runs_use_one_thread_unless_told_and_restore_it(tmp_path):
+    """default_threads=1 holds only during the run (also a failing one); --threads wins."""
     import torch
 
     torch.set_num_threads(2)                 # conftest restores its own value afterwards
     res = run("cal-grpo", "infer", overrides=["num_generations=2"], out=tmp_path / "a",
               device="cpu", show_progress=False)
-    assert res.status == "ok" and torch.get_num_threads() == 2
+    assert res.status == "ok" and res.threads == 1 and torch.get_num_threads() == 2
+    res = run("cal-grpo", "infer", overrides=["num_generations=2"], out=tmp_path / "c",
+              device="cpu", show_progress=False, threads=2)
+    assert res.threads == 2
     with pytest.raises(ConfigError):
         run("cal-grpo", "evaluate", overrides=["verifier=nomodule_xyz:f", 'prompts=["x"]'],
             out=tmp_path / "b", device="cpu", show_progress=False)

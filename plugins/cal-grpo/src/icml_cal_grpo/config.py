@@ -39,8 +39,6 @@ class TrainConfig:
     p_exploit: float = option(0.9, help="probe task: exploit success after a probe", ge=0, le=1)
     estimator_groups: int = option(4000, help="Monte Carlo groups (G=8) for the estimator "
                                    "variance table; 0 skips the table", ge=0)
-    torch_threads: int = option(1, help="torch CPU threads (tiny models run fastest on 1; "
-                                "0 = leave unchanged)", ge=0)
     save_model: bool = option(False, help="save the last CAL-trained model to the run folder")
 
     def __post_init__(self) -> None:
@@ -62,7 +60,6 @@ class InferConfig:
     on_length: str = option("fail", help="an attempt cut by the limit: fail or verify",
                             choices=("fail", "verify"))
     temperature: float = option(1.0, help="sampling temperature", gt=0)
-    torch_threads: int = option(1, help="torch CPU threads (0 = leave unchanged)", ge=0)
 
 
 @dataclass

@@ -34,6 +34,7 @@ def icml_plugin_info() -> icml.PluginInfo:
             bibtex=BIBTEX),
         capabilities=("train", "infer", "evaluate"),
         configs={"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig},
+        default_threads=1,  # the tiny models run fastest on one thread; --threads overrides
     )
 
 
@@ -79,41 +80,40 @@ def _verifier(spec: str, ctx: icml.RunContext, max_attempts: int) -> tuple[Any, 
 @icml.hookimpl
 def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     from icml.report import line_plot
-    from icml_cal_grpo.experiment import estimator_table, summarize, torch_threads, train_probe_lm
+    from icml_cal_grpo.experiment import estimator_table, summarize, train_probe_lm
 
     tables, metrics = [], {}
-    with torch_threads(config.torch_threads):
-        if config.estimator_groups > 0:
-            with ctx.step("exact estimator bias/variance on the tabular probe env"):
-                rows = estimator_table(max_attempts=config.max_attempts,
-                                       group_size=config.num_generations,
-                                       num_groups=config.estimator_groups,
-                                       p_guess=config.p_guess, p_exploit=config.p_exploit,
-                                       seed=ctx.seed)
-            tables.append(icml.Table(
-                f"Estimators at the uniform policy (tabular probe env, K={config.max_attempts}; "
-                f"bias exact, variance over {config.estimator_groups} groups of "
-                f"{config.num_generations})",
-                ["estimator", "relative bias", "cosine to grad J", "variance",
-                 "variance / trajectory", "variance / |E g|^2"],
-                [[r["estimator"], r["rel_bias"], r["cosine"], r["variance"], r["var_ratio"],
-                  r["rel_variance"]] for r in rows]))
-            for r in rows:
-                metrics[f"bias_{r['estimator']}"] = float(r["rel_bias"])
-                metrics[f"variance_{r['estimator']}"] = float(r["variance"])
-        make = _model_factory(ctx, config.model, config.arch, config.hidden_size)
-        runs = [(m, ctx.seed + s) for m in config.modes for s in range(config.seeds)]
-        curves, keep = [], []
-        for mode, seed in ctx.progress(runs, desc="training naive / trajectory / CAL"):
-            curves.append(train_probe_lm(
-                mode, seed, make_model=make, steps=config.steps,
-                max_attempts=config.max_attempts, num_generations=config.num_generations,
-                prompts_per_step=config.prompts_per_step, learning_rate=config.learning_rate,
-                target=config.target, p_guess=config.p_guess, p_exploit=config.p_exploit,
-                lam=config.lam, scale=config.scale, baseline=config.baseline,
-                loss_type=config.loss_type, epsilon=config.epsilon,
-                num_iterations=config.num_iterations,
-                keep=keep if config.save_model and mode == "cal" else None))
+    if config.estimator_groups > 0:
+        with ctx.step("exact estimator bias/variance on the tabular probe env"):
+            rows = estimator_table(max_attempts=config.max_attempts,
+                                   group_size=config.num_generations,
+                                   num_groups=config.estimator_groups,
+                                   p_guess=config.p_guess, p_exploit=config.p_exploit,
+                                   seed=ctx.seed)
+        tables.append(icml.Table(
+            f"Estimators at the uniform policy (tabular probe env, K={config.max_attempts}; "
+            f"bias exact, variance over {config.estimator_groups} groups of "
+            f"{config.num_generations})",
+            ["estimator", "relative bias", "cosine to grad J", "variance",
+             "variance / trajectory", "variance / |E g|^2"],
+            [[r["estimator"], r["rel_bias"], r["cosine"], r["variance"], r["var_ratio"],
+              r["rel_variance"]] for r in rows]))
+        for r in rows:
+            metrics[f"bias_{r['estimator']}"] = float(r["rel_bias"])
+            metrics[f"variance_{r['estimator']}"] = float(r["variance"])
+    make = _model_factory(ctx, config.model, config.arch, config.hidden_size)
+    runs = [(m, ctx.seed + s) for m in config.modes for s in range(config.seeds)]
+    curves, keep = [], []
+    for mode, seed in ctx.progress(runs, desc="training naive / trajectory / CAL"):
+        curves.append(train_probe_lm(
+            mode, seed, make_model=make, steps=config.steps,
+            max_attempts=config.max_attempts, num_generations=config.num_generations,
+            prompts_per_step=config.prompts_per_step, learning_rate=config.learning_rate,
+            target=config.target, p_guess=config.p_guess, p_exploit=config.p_exploit,
+            lam=config.lam, scale=config.scale, baseline=config.baseline,
+            loss_type=config.loss_type, epsilon=config.epsilon,
+            num_iterations=config.num_iterations,
+            keep=keep if config.save_model and mode == "cal" else None))
     summary = summarize(curves, config.steps)
     k = config.max_attempts
     tables.append(icml.Table(
@@ -179,15 +179,13 @@ def _rollout_setup(ctx: icml.RunContext, config: Any) -> tuple[Any, Any, Any, An
 
 @icml.hookimpl
 def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
-    from icml_cal_grpo.experiment import torch_threads
     from icml_cal_grpo.metrics import attempt_metrics
     from icml_cal_grpo.rollout import multi_attempt_rollout
 
-    with torch_threads(config.torch_threads):
-        model, tok, verifier, (rc, gen, _), prompts = _rollout_setup(ctx, config)
-        with ctx.step("multi-attempt rollout"):
-            batch = multi_attempt_rollout(model, tok, prompts, verifier, rc,
-                                          num_generations=config.num_generations, generator=gen)
+    model, tok, verifier, (rc, gen, _), prompts = _rollout_setup(ctx, config)
+    with ctx.step("multi-attempt rollout"):
+        batch = multi_attempt_rollout(model, tok, prompts, verifier, rc,
+                                      num_generations=config.num_generations, generator=gen)
     rows = []
     for i in range(len(batch.prompts)):
         outcome = "".join("✓" if batch.rewards[i, k] > 0.5 else "✗"
@@ -206,16 +204,14 @@ def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
 
 @icml.hookimpl
 def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
-    from icml_cal_grpo.experiment import torch_threads
     from icml_cal_grpo.metrics import attempt_metrics, correction_rate, per_attempt_pass_rate
     from icml_cal_grpo.rollout import multi_attempt_rollout
 
-    with torch_threads(config.torch_threads):
-        model, tok, verifier, (rc, gen, task), prompts = _rollout_setup(ctx, config)
-        with ctx.step("multi-attempt rollouts"):
-            batch = multi_attempt_rollout(model, tok, prompts, verifier, rc,
-                                          num_generations=config.num_generations, generator=gen)
-        exact = task.exact_verification(model, tok, config.temperature) if task else None
+    model, tok, verifier, (rc, gen, task), prompts = _rollout_setup(ctx, config)
+    with ctx.step("multi-attempt rollouts"):
+        batch = multi_attempt_rollout(model, tok, prompts, verifier, rc,
+                                      num_generations=config.num_generations, generator=gen)
+    exact = task.exact_verification(model, tok, config.temperature) if task else None
     m = attempt_metrics(batch.rewards, batch.reached)
     passes = per_attempt_pass_rate(batch.rewards, batch.reached)
     corr = correction_rate(batch.rewards, batch.reached)

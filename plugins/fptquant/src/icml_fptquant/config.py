@@ -81,8 +81,6 @@ class QuantizeConfig(FPTQuantConfig):
                                       "to inject: norm, mlp, key, value")
     calib_samples: int = option(8, help="calibration sequences", ge=1)
     eval_samples: int = option(16, help="held-out sequences for perplexity/KL", ge=1)
-    threads: int = option(1, help="torch CPU threads during the run (tiny models run fastest on "
-                          "one; 0 = leave torch's setting)", ge=0)
     smoothquant_alpha: float = option(0.5, help="SmoothQuant migration strength", ge=0, le=1)
     e2e_steps: int = option(60, help="steps of end-to-end training (quantized student vs FP "
                             "teacher)", ge=0)

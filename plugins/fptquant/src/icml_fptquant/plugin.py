@@ -26,6 +26,7 @@ def icml_plugin_info() -> icml.PluginInfo:
                          venue="arXiv 2025", bibtex=BIBTEX),
         capabilities=("quantize", "train", "evaluate"),
         configs={"quantize": QuantizeConfig, "train": TrainConfig, "evaluate": EvaluateConfig},
+        default_threads=1,  # the tiny models run fastest on one thread; --threads overrides
     )
 
 
@@ -39,21 +40,13 @@ def _setup(ctx: icml.RunContext, config: QuantizeConfig) -> dict:
 
 def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
                 save: bool = False) -> icml.RunResult:
-    import torch
-
     from icml.report import bar_plot, line_plot
     from icml_fptquant.pipeline import ARM_COLUMNS, ARM_LABELS, arm_table_rows, run_arms
 
-    threads = torch.get_num_threads()
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    try:
-        base = _setup(ctx, config)
-        keep = tuple(a for a in ("fptquant_e2e", "fptquant_local") if a in config.arms)[:1]
-        res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info,
-                       keep=keep if save else ())
-    finally:
-        torch.set_num_threads(threads)
+    base = _setup(ctx, config)
+    keep = tuple(a for a in ("fptquant_e2e", "fptquant_local") if a in config.arms)[:1]
+    res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info,
+                   keep=keep if save else ())
     rows, hist = res["rows"], res["history"]
     metrics: dict[str, float] = {}
     for name, r in rows.items():

@@ -9,8 +9,6 @@ from icml import option
 
 @dataclass
 class _Common:
-    cpu_threads: int = option(1, help="torch CPU threads during the run (tiny models run "
-                              "fastest single-threaded; 0 = leave torch's setting)", ge=0)
     # model
     model: str = option("", help="HF name or local folder of a causal LM; empty = built-in tiny "
                         "model trained on the task")

@@ -4,8 +4,6 @@ post-training to entropy collapse), and compare LED with its baselines."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import icml
@@ -67,22 +65,6 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     return info
 
 
-@contextmanager
-def cpu_threads(ctx: icml.RunContext, n: int) -> Iterator[None]:
-    """Run with ``n`` torch CPU threads when on CPU (restored afterwards)."""
-    import torch
-
-    if n <= 0 or ctx.torch_device().type != "cpu":
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _profile_table(info: dict[str, Any]) -> icml.Table:
     before, after = info["profile_before"], info["profile_after"]
     L = len(after)
@@ -103,16 +85,6 @@ def _methods(cfg: Any, led_cfg: Any, temperature: float) -> list[Any]:
 
 
 def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
-    with cpu_threads(ctx, cfg.cpu_threads):
-        return _infer(ctx, cfg)
-
-
-def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
-    with cpu_threads(ctx, cfg.cpu_threads):
-        return _evaluate(ctx, cfg)
-
-
-def _infer(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
     from icml.report import bar_plot
     from icml_led.evaluation import run_method
     from icml_led.task import make_problems
@@ -172,7 +144,7 @@ def _infer(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
                           artifacts=artifacts, notes=notes)
 
 
-def _evaluate(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
+def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     from icml.report import line_plot
     from icml_led.evaluation import run_method
     from icml_led.task import make_problems

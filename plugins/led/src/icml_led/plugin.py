@@ -26,6 +26,7 @@ def icml_plugin_info() -> icml.PluginInfo:
                          bibtex=BIBTEX),
         capabilities=("infer", "evaluate"),
         configs={"infer": InferConfig, "evaluate": EvaluateConfig},
+        default_threads=1,  # the tiny models run fastest on one thread; --threads overrides
     )
 
 
