@@ -1,7 +1,11 @@
-"""CapKV vs eviction baselines, in one run: tensor-level output error, model-level accuracy/KL,
-and cost (scoring time as a fraction of prefill, cache bytes). Prints Markdown tables.
+"""CapKV vs eviction baselines, in one run: tensor-level output error, model-level accuracy/KL
+(several independently trained tiny models, bootstrap 95% intervals, the tied-best verdict), and
+cost (scoring time as a fraction of prefill time, measured in the same run, cache bytes).
+Prints Markdown tables.
 
-    python benchmarks/bench.py [--steps 400] [--samples 256] [--cost-T 1024] [--n-queries 4]
+    python benchmarks/bench.py --parts model            # ~1-2 min: 3 seeds x 8 policies x 4 ratios
+    python benchmarks/bench.py --parts cost             # T = 1024, 4096; tiny and d_h = 128 models
+    python benchmarks/bench.py --parts tensor
 """
 
 from __future__ import annotations
@@ -12,10 +16,17 @@ import time
 
 import torch
 from icml_capkv import POLICIES, CapKVPress, prefill
-from icml_capkv.fidelity import fidelity_table, tensor_benchmark
+from icml_capkv.fidelity import fidelity_table, summarize, tensor_benchmark, verdict
 from icml_capkv.recall import RecallTask, train_recall_model
 
 RATIOS = (0.25, 0.5, 0.75, 0.9)
+# The default job's task and training (InferConfig defaults).
+TASK = dict(context_len=64, n_pairs=8, n_keys=8, n_values=8, n_fillers=4, n_queries=16)
+TRAIN = dict(steps=400, batch_size=16, lr=3e-3)
+# A model with a realistic head size for the cost rows: one Llama-3-8B-style layer shape narrowed
+# to hidden 1024 (8 query heads of d_h = 128, 2 KV heads, FFN 3.5x), 2 layers, random weights.
+REALISTIC = dict(hidden_size=1024, num_layers=2, num_heads=8, num_kv_heads=2,
+                 intermediate_size=3584)
 
 
 def md(title: str, cols: list[str], rows: list[list]) -> str:
@@ -42,13 +53,21 @@ def grid(rows, key, policies, ratios, ref=None):
     return out
 
 
+def ci_grid(summary, policies, ratios, digits=3):
+    return [[p] + [f"{summary[p, r][0]:.{digits}g} [{summary[p, r][1]:.{digits}g}, "
+                   f"{summary[p, r][2]:.{digits}g}]" for r in ratios] for p in policies]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--samples", type=int, default=256)
-    ap.add_argument("--cost-T", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--n-queries", type=int, default=4, help="questions per training sequence")
+    ap.add_argument("--steps", type=int, default=TRAIN["steps"])
+    ap.add_argument("--samples", type=int, default=256, help="questions per seed")
+    ap.add_argument("--seeds", default="0,1,2", help="independently trained models")
+    ap.add_argument("--layout", default="fused", choices=("fused", "split"))
+    ap.add_argument("--taus", default="0,0.5,1,2,5", help="CapKV tau sensitivity (post hoc, "
+                    "reported apart from the verdict)")
+    ap.add_argument("--cost-T", default="1024,4096")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--parts", default="tensor,model,cost", help="which parts to run")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -71,45 +90,100 @@ def main() -> None:
                  f"capkv); Spearman(capacity, error) = {rho:.2f} [{time.perf_counter() - t0:.0f}"
                  " s]", cols, grid(rows, "error", pol, RATIOS, ref="capkv")))
 
-    task = RecallTask(context_len=64, n_pairs=8, n_queries=args.n_queries)
-    t0 = time.perf_counter()
-    model, stats = train_recall_model(task, steps=args.steps if "model" in parts else 0, seed=0)
     if "model" in parts:
-        model_level(args, task, model, stats, t0, pol, cols)
+        model_level(args, pol, cols)
     if "cost" in parts:
-        cost(args, task, model)
+        cost(args)
 
 
-def model_level(args, task, model, stats, t0, pol, cols) -> None:
-    print(f"\ntiny Llama (hidden 64, 2 layers, GQA 4/2) trained {args.steps} steps in "
-          f"{time.perf_counter() - t0:.0f} s, final loss {stats['train_loss']:.3f}")
-    ctx, q, a = task.eval_batch(args.samples, torch.Generator().manual_seed(1))
-    rows = fidelity_table(model, ctx, q, a, pol, RATIOS)
-    full = next(r for r in rows if r["policy"] == "full")
-    print(md(f"Model level: answer accuracy (full cache {full['accuracy']:.3f})", cols,
-             grid(rows, "accuracy", pol, RATIOS)))
-    print(md("Model level: KL(full || compressed) (x = ratio to capkv)", cols,
-             grid(rows, "kl", pol, RATIOS, ref="capkv")))
+def model_level(args, pol, cols) -> None:
+    task = RecallTask(**{**TASK, "layout": args.layout})
+    seeds = [int(x) for x in args.seeds.split(",")]
+    runs, fulls, taus = [], [], [float(t) for t in args.taus.split(",") if t]
+    tau_runs = []
+    t0 = time.perf_counter()
+    for seed in seeds:
+        model, stats = train_recall_model(task, **{**TRAIN, "steps": args.steps}, seed=seed)
+        ctx, q, a = task.eval_batch(args.samples, torch.Generator().manual_seed(seed + 1))
+        rows = fidelity_table(model, ctx, q, a, pol, RATIOS)
+        full = next(r for r in rows if r["policy"] == "full")
+        fulls.append((seed, stats["train_loss"], full["accuracy"]))
+        print(f"seed {seed}: trained in {stats['train_s']:.0f} s, full-cache accuracy "
+              f"{full['accuracy']:.3f} [{time.perf_counter() - t0:.0f} s]", flush=True)
+        runs.append(rows)
+        if taus:
+            tr = []
+            for t in taus:
+                for r in fidelity_table(model, ctx, q, a, ["capkv"], RATIOS,
+                                        press_kwargs={"tau": t}):
+                    if r["policy"] == "capkv":
+                        tr.append({**r, "policy": f"capkv tau={t:g}"})
+            tau_runs.append(tr)
+    print(f"\ntiny Llama (hidden 64, 2 layers, GQA 4/2), layout {args.layout}, trained "
+          f"{args.steps} steps per seed; {args.samples} questions per seed; "
+          f"{time.perf_counter() - t0:.0f} s in all")
+    print("| seed | final train loss | full-cache accuracy |\n|---|---|---|")
+    for seed, loss, acc in fulls:
+        print(f"| {seed} | {loss:.3f} | {acc:.3f} |")
+    skl, sacc = summarize(runs, "kl"), summarize(runs, "accuracy")
+    n = len(seeds) * args.samples
+    print(md(f"Model level: KL(full || compressed), mean over {n} questions [95% bootstrap CI]",
+             cols, ci_grid(skl, pol, RATIOS)))
+    print(md(f"Model level: answer accuracy (full cache "
+             f"{sum(f[2] for f in fulls) / len(fulls):.3f}), mean [95% bootstrap CI]",
+             cols, ci_grid(sacc, pol, RATIOS)))
+    vrows = []
+    for r in RATIOS:
+        row = [r]
+        for s, lower in ((skl, True), (sacc, False)):
+            v, best = verdict(s, r, lower=lower, exclude=("full", "greedy_logdet"))
+            vg, _ = verdict(s, r, lower=lower, exclude=("full",))
+            row += [f"{best} {s[best, r][0]:.3g}", f"{v} (incl. greedy_logdet: {vg})"]
+        vrows.append(row)
+    print(md("Verdict (rule fixed beforehand: tied = CapKV's 95% CI overlaps the best other "
+             "policy's; competitors = the six baselines)", ["ratio", "best other (KL)",
+                                                            "CapKV on KL", "best other (acc.)",
+                                                            "CapKV on accuracy"], vrows))
+    if tau_runs:
+        names = [f"capkv tau={t:g}" for t in taus]
+        print(md("CapKV tau sensitivity (post hoc; NOT used for the verdict): KL mean [95% CI]",
+                 cols, ci_grid(summarize(tau_runs, "kl"), names, RATIOS)))
+        print(md("CapKV tau sensitivity: accuracy mean [95% CI]", cols,
+                 ci_grid(summarize(tau_runs, "accuracy"), names, RATIOS)))
 
 
+def cost(args) -> None:
+    """Scoring time of the CapKV hook (anchor, relevance, leverage, top-k, gather; all layers)
+    over the full prefill time, measured alternately in the same run (median of repeats)."""
+    from icml.models import tiny_causal_lm
 
-def cost(args, task, model) -> None:
-    # Cost at a longer context: scoring time / full prefill time, kept cache bytes / full.
-    T = args.cost_T
-    ids = torch.randint(4, task.vocab_size, (1, T), generator=torch.Generator().manual_seed(2))
-    times = {"full": [], "capkv": []}
-    for _ in range(5):
-        t0 = time.perf_counter()
-        full_cache = prefill(model, ids)
-        times["full"].append(time.perf_counter() - t0)
-        press = CapKVPress(0.5)
-        comp = prefill(model, ids, press)
-        times["capkv"].append(press.last_scoring_s)
-    tf, ts = min(times["full"]), min(times["capkv"])
-    print(md(f"Cost, T={T}, ratio 0.5 (min of 5)", ["quantity", "value"],
-             [["full prefill (s)", tf], ["CapKV scoring, all layers (s)", ts],
-              ["scoring / prefill", ts / tf],
-              ["cache bytes kept / full", comp.nbytes() / full_cache.nbytes()]]))
+    configs = {"tiny (hidden 64, 4 heads of d_h 16, 2 KV heads, 2 layers)":
+               dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2),
+               "d_h 128 (hidden 1024, 8 heads of d_h 128, 2 KV heads, FFN 3584, 2 layers)":
+               REALISTIC}
+    rows = []
+    for name, cfg in configs.items():
+        for T in [int(x) for x in args.cost_T.split(",")]:
+            model = tiny_causal_lm("llama", seed=0, vocab_size=256, max_positions=2 * T + 1024,
+                                   **cfg)
+            ids = torch.randint(4, 256, (1, T), generator=torch.Generator().manual_seed(2))
+            reps = 5 if cfg["hidden_size"] <= 128 else 3
+            tf, ts = [], []
+            prefill(model, ids)  # warm-up
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                full_cache = prefill(model, ids)
+                tf.append(time.perf_counter() - t0)
+                press = CapKVPress(0.5)
+                comp = prefill(model, ids, press)
+                ts.append(press.last_scoring_s)
+            med = lambda x: sorted(x)[len(x) // 2]  # noqa: E731
+            rows.append([name, T, med(tf), med(ts), f"{med(ts) / med(tf):.3f}",
+                         comp.nbytes() / full_cache.nbytes()])
+            del model
+    print(md("Cost at ratio 0.5 (median of repeats, same run): CapKV scoring / full prefill",
+             ["model", "T", "full prefill (s)", "CapKV scoring, all layers (s)",
+              "scoring / prefill", "cache bytes kept / full"], rows))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """Is CapKV's relevance step what makes it lose on the default job? A diagnostic on the default
 job's tiny recall model (same task, seed and training as ``icml run capkv``).
 
-Prints (1) the mean relevance ``w`` (tau 5) on key/value-pair tokens vs filler tokens, (2) how many
-of the 16 pair tokens each policy keeps per KV head at ratio 0.5, and (3) the Spearman
+Prints (1) the mean relevance ``w`` (tau 5) on pair tokens vs filler tokens, (2) how many of the
+pair tokens each policy keeps per KV head at ratio 0.5, and (3) the Spearman
 correlation between ``w`` and the attention the later question ``? k_j`` actually pays to the
 context, for the implemented anchor and for a negated anchor (a sign check).
 
-    python benchmarks/relevance_diagnostic.py [--steps 400]
+    python benchmarks/relevance_diagnostic.py [--steps 400] [--layout fused]
 """
 
 from __future__ import annotations
@@ -26,19 +26,29 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--layout", default="fused", choices=("fused", "split"))
     args = ap.parse_args()
-    task = RecallTask()
-    model, _ = train_recall_model(task, steps=args.steps, seed=0)
-    ctx, q, _ = task.eval_batch(args.samples, torch.Generator().manual_seed(1))
+    # The default job's task and training (see InferConfig).
+    task = RecallTask(context_len=64, n_pairs=8, n_keys=8, n_values=8, n_fillers=4,
+                      n_queries=16, layout=args.layout)
+    model, stats = train_recall_model(task, steps=args.steps, batch_size=16, lr=3e-3, seed=0)
+    ctx, q, a = task.eval_batch(args.samples, torch.Generator().manual_seed(1))
     T = ctx.shape[1]
-    pair = (ctx >= task.key0) & (ctx < task.filler0)
+    pair = task.carries_pair(ctx)
+    with torch.no_grad():
+        from icml_capkv import continuation_logits
+
+        full_acc = float((continuation_logits(model, prefill(model, ctx), q)[:, -1].argmax(-1)
+                          == a).float().mean())
+    print(f"layout {args.layout}: final loss {stats['train_loss']:.3f}, full-cache accuracy "
+          f"{full_acc:.3f}, {int(pair[0].sum())} pair tokens of {T}\n")
     rows = []
 
     def hook(mod, a, kw, out):
         h = kw["hidden_states"]
         cache = kw.get("cache", kw.get("past_key_values"))
         K = cache.layers[mod.layer_idx].keys[:, :, :T]
-        anchor = query_anchor(mod, h[:, :T], model.model.rotary_emb, 512)
+        anchor = query_anchor(mod, h[:, :T], model.model.rotary_emb, 512, 4)
         qs = post_rope_queries(mod, h, kw["position_embeddings"])[:, :, T:]
         rep = qs.shape[1] // K.shape[1]
         att = (torch.einsum("bhqd,bhtd->bhqt", qs, K.repeat_interleave(rep, 1))
@@ -66,7 +76,8 @@ def main() -> None:
           "same, negated anchor |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]:.3f} | {r[2]:.3f} | {r[3]:.2f} | {r[4]:.2f} |")
-    print("\n| policy (r=0.5) | pair tokens kept per KV head, of 16 (layer 0 / layer 1) |")
+    print(f"\n| policy (r=0.5) | pair tokens kept per KV head, of {int(pair[0].sum())} "
+          "(layer 0 / layer 1) |")
     print("|---|---|")
     for pol, kw in [("capkv", {}), ("capkv", {"tau": 1.0}), ("leverage", {}),
                     ("snapkv", {}), ("h2o", {})]:

@@ -1,7 +1,11 @@
+import os
+
 import pytest
 import torch
 
-torch.set_num_threads(2)
+# One thread unless OMP_NUM_THREADS says otherwise: on a shared, loaded machine two spinning
+# OpenMP threads made the training tests 5-25x slower than one.
+torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
 
 
 def _tiny(arch: str, attn: str = "sdpa"):

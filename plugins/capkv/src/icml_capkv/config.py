@@ -49,7 +49,12 @@ class InferConfig:
     ratios: list[float] = option([0.25, 0.5, 0.75, 0.9], help="compression ratios (fraction "
                                  "of the context evicted)")
     context_len: int = option(64, help="context tokens (BOS + pairs among fillers)", ge=8)
+    layout: str = option("fused", help="a pair in the context: one token (fused, learned in "
+                         "the CPU budget) or two tokens k v (split, needs induction; not learned "
+                         "in the default budget)", choices=("fused", "split"))
     n_pairs: int = option(8, help="key/value pairs planted in the context", ge=1)
+    n_keys: int = option(8, help="distinct key tokens", ge=1)
+    n_values: int = option(8, help="distinct value tokens", ge=1)
     n_fillers: int = option(4, help="distinct filler tokens (the planted redundancy)", ge=1)
     n_queries: int = option(16, help="questions per training sequence", ge=1)
     eval_samples: int = option(128, help="questions asked per policy and ratio", ge=1)

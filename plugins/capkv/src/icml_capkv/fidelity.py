@@ -15,7 +15,8 @@ from icml_capkv.generation import continuation_logits, prefill
 from icml_capkv.presses import POLICIES, make_press
 from icml_capkv.scorers import capkv_relevance
 
-__all__ = ["fidelity_table", "planted_redundancy", "spearman", "tensor_benchmark"]
+__all__ = ["bootstrap_ci", "fidelity_table", "planted_redundancy", "spearman", "summarize",
+           "tensor_benchmark", "verdict"]
 
 
 def _kl(full_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -48,6 +49,8 @@ def fidelity_table(model: Any, contexts: torch.Tensor, questions: torch.Tensor,
         t_full += time.perf_counter() - t0
         full.append(continuation_logits(model, cache, questions[sl].to(dev))[:, -1].cpu())
     full_logits = torch.cat(full)
+    full_correct = ((full_logits.argmax(-1) == answers.cpu()).float().tolist()
+                    if answers is not None else [])
     rows = []
     jobs = [(p, r) for r in ratios for p in policies]
     for policy, ratio in (progress(jobs) if progress else jobs):
@@ -61,18 +64,82 @@ def fidelity_table(model: Any, contexts: torch.Tensor, questions: torch.Tensor,
             kept.append(sum(cache.physical_lengths()) / (len(cache.layers) * contexts.shape[1]))
             logits.append(continuation_logits(model, cache, questions[sl].to(dev))[:, -1].cpu())
         lg = torch.cat(logits)
-        acc = (float((lg.argmax(-1) == answers.cpu()).float().mean()) if answers is not None
-               else math.nan)
+        correct = ((lg.argmax(-1) == answers.cpu()).float().tolist() if answers is not None
+                   else [])
+        acc = sum(correct) / len(correct) if correct else math.nan
+        kl_each = _kl(full_logits, lg)
         rows.append({"policy": policy, "ratio": float(ratio), "kept": sum(kept) / len(kept),
-                     "accuracy": acc, "kl": float(_kl(full_logits, lg).mean()),
+                     "accuracy": acc, "kl": float(kl_each.mean()),
+                     "kl_each": kl_each.tolist(), "correct_each": correct,
                      "top1_agree": float((lg.argmax(-1) == full_logits.argmax(-1)).float().mean()),
                      "scoring_s": scoring, "prefill_s": t_pre - scoring, "full_prefill_s": t_full})
     rows.append({"policy": "full", "ratio": 0.0, "kept": 1.0,
-                 "accuracy": (float((full_logits.argmax(-1) == answers.cpu()).float().mean())
-                              if answers is not None else math.nan),
-                 "kl": 0.0, "top1_agree": 1.0, "scoring_s": 0.0, "prefill_s": t_full,
+                 "accuracy": (sum(full_correct) / len(full_correct) if full_correct
+                              else math.nan),
+                 "kl": 0.0, "kl_each": [0.0] * full_logits.shape[0],
+                 "correct_each": full_correct, "top1_agree": 1.0, "scoring_s": 0.0,
+                 "prefill_s": t_full,
                  "full_prefill_s": t_full})
     return rows
+
+
+def bootstrap_ci(groups: Sequence[Sequence[float]], n_boot: int = 2000, level: float = 0.95,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """Mean of all values in ``groups`` and its percentile-bootstrap ``level`` interval,
+    resampling values with replacement *within* each group (stratified: one group per trained
+    model/seed, so every resample keeps each model's share). Returns ``(mean, lo, hi)``."""
+    groups = [torch.as_tensor(list(g), dtype=torch.float64) for g in groups]
+    if not groups or any(g.numel() == 0 for g in groups):
+        raise ValueError("bootstrap_ci needs at least one non-empty group of values")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    gen = torch.Generator().manual_seed(seed)
+    total = sum(g.numel() for g in groups)
+    boots = torch.zeros(n_boot, dtype=torch.float64)
+    for g in groups:
+        idx = torch.randint(g.numel(), (n_boot, g.numel()), generator=gen)
+        boots += g[idx].sum(1)
+    boots /= total
+    a = (1 - level) / 2
+    q = torch.quantile(boots, torch.tensor([a, 1 - a], dtype=torch.float64))
+    mean = float(torch.cat(groups).mean())
+    return mean, float(q[0]), float(q[1])
+
+
+def summarize(runs: Sequence[Sequence[dict]], key: str = "kl", n_boot: int = 2000,
+              seed: int = 0) -> dict[tuple[str, float], tuple[float, float, float]]:
+    """Pool :func:`fidelity_table` rows of several runs (one per trained model/seed) into
+    ``{(policy, ratio): (mean, lo, hi)}`` with stratified bootstrap 95% intervals of the mean
+    per-question ``key`` (``"kl"`` or ``"accuracy"``)."""
+    field = {"kl": "kl_each", "accuracy": "correct_each"}.get(key)
+    if field is None:
+        raise ValueError(f"key must be 'kl' or 'accuracy', got {key!r}")
+    cells: dict[tuple[str, float], list] = {}
+    for rows in runs:
+        for r in rows:
+            cells.setdefault((r["policy"], r["ratio"]), []).append(r[field])
+    return {c: bootstrap_ci(g, n_boot, seed=seed) for c, g in cells.items()}
+
+
+def verdict(summary: dict, ratio: float, policy: str = "capkv", lower: bool = True,
+            exclude: Sequence[str] = ("full",)) -> tuple[str, str]:
+    """The tied-best rule, fixed before the results were seen: at ``ratio``, ``policy`` is
+    ``"best"`` if its mean is the best of all policies (``exclude`` left out), ``"tied"`` if its
+    95% interval overlaps the interval of the policy with the best mean, else ``"worse"``.
+    Returns ``(verdict, best_other_policy)``."""
+    cand = {p: v for (p, r), v in summary.items() if r == float(ratio) and p not in exclude}
+    if policy not in cand:
+        raise ValueError(f"no {policy!r} row at ratio {ratio} in the summary")
+    others = {p: v for p, v in cand.items() if p != policy}
+    if not others:
+        return "best", policy
+    sign = 1.0 if lower else -1.0
+    best = min(others, key=lambda p: sign * others[p][0])
+    m, lo, hi = cand[policy]
+    bm, blo, bhi = others[best]
+    if sign * m <= sign * bm:
+        return "best", best
+    return ("tied" if lo <= bhi and blo <= hi else "worse"), best
 
 
 def planted_redundancy(T: int = 256, d: int = 16, heads: int = 4, n_unique: int = 24,

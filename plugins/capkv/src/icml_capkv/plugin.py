@@ -51,18 +51,39 @@ def _best(rows: list[dict], ratios: list[float], key: str, lower: bool = True) -
     return "; ".join(lines)
 
 
+def _verdicts(summaries: dict, ratios: list[float], metrics: dict) -> list[list]:
+    from icml_capkv.fidelity import verdict
+
+    out = []
+    for r in ratios:
+        for key, lower in (("kl", True), ("accuracy", False)):
+            s = summaries[key]
+            if ("capkv", r) not in s:
+                continue
+            v, best = verdict(s, r, lower=lower, exclude=("full", "greedy_logdet"))
+            metrics[f"capkv_best_or_tied/{key}/{r}"] = float(v != "worse")
+
+            def fmt(c):
+                return f"{c[0]:.4g} [{c[1]:.4g}, {c[2]:.4g}]"
+
+            out.append([r, key, fmt(s["capkv", r]), f"{best} {fmt(s[best, r])}", v])
+    return out
+
+
 @icml.hookimpl
 def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
     import torch
 
     from icml.models import load_causal_lm
     from icml.report import line_plot
-    from icml_capkv.fidelity import fidelity_table
+    from icml_capkv.fidelity import fidelity_table, summarize
     from icml_capkv.recall import RecallTask, train_recall_model
 
     device, dtype = ctx.torch_device(), ctx.torch_dtype()
     task = RecallTask(context_len=config.context_len, n_pairs=config.n_pairs,
-                      n_fillers=config.n_fillers, n_queries=config.n_queries)
+                      n_keys=config.n_keys, n_values=config.n_values,
+                      n_fillers=config.n_fillers, n_queries=config.n_queries,
+                      layout=config.layout)
     metrics: dict[str, float] = {}
     if config.model:
         with ctx.step(f"loading {config.model}"):
@@ -103,6 +124,14 @@ def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
         icml.Table("KL(full || compressed) of the answer distribution", cols,
                    _grid(rows, config.policies, ratios, "kl")),
     ]
+    if "capkv" in config.policies and len(config.policies) > 1:
+        vrows = _verdicts({k: summarize([rows], k, seed=ctx.seed) for k in ("kl", "accuracy")},
+                          ratios, metrics)
+        tables.append(icml.Table(
+            "Is CapKV best or tied-best? (95% bootstrap intervals over questions; tied = "
+            "CapKV's interval overlaps the best other policy's; greedy_logdet, the exact "
+            "objective CapKV approximates, is not counted as a competitor)",
+            ["ratio", "metric", "capkv [95% CI]", "best other [95% CI]", "verdict"], vrows))
     series = {p: (ratios, [max(v, 1e-6) for v in _grid(rows, [p], ratios, "kl")[0][1:]])
               for p in config.policies}
     artifacts = {}

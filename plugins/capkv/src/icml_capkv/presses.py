@@ -219,7 +219,8 @@ class KVPress:
                                         getattr(self, "window", None))
         if "query_anchor" in self.needs:
             anchor = query_anchor(module, hidden, self._rotary,
-                                  getattr(self, "n_future_positions", 512))
+                                  getattr(self, "n_future_positions", 512),
+                                  min(self.n_sink, hidden.shape[1]))
         return ScoreInputs(layer.keys, layer.values, queries, anchor)
 
 
@@ -250,15 +251,18 @@ def post_rope_queries(module: Any, hidden: torch.Tensor, position_embeddings: tu
 
 
 def query_anchor(module: Any, hidden: torch.Tensor, rotary: Any,
-                 n_future: int = 512) -> torch.Tensor:
-    """CapKV's anchor ``R_bar mu_q``: the mean pre-RoPE query over the context, rotated by the
-    average RoPE matrix of the next ``n_future`` positions. ``(B, H_q, d)``."""
+                 n_future: int = 512, n_sink: int = 0) -> torch.Tensor:
+    """CapKV's anchor ``R_bar mu_q``: the mean pre-RoPE query over the context tokens after the
+    first ``n_sink`` (sinks are left out, as in the authors' kvpress code), rotated by the
+    average RoPE matrix of the next ``n_future`` positions ``T, ..., T + n_future - 1``.
+    ``hidden`` is the attention layer's input (after its RMSNorm). ``(B, H_q, d)``."""
     B, T, _ = hidden.shape
+    h = hidden[:, n_sink:] if T > n_sink else hidden
     if getattr(module, "q_norm", None) is None:
         # q_proj is affine, so the mean query is q_proj of the mean hidden state: O(1) in T.
-        mu = _pre_rope_queries(module, hidden.mean(1, keepdim=True))[:, :, 0].float()
+        mu = _pre_rope_queries(module, h.mean(1, keepdim=True))[:, :, 0].float()
     else:
-        mu = _pre_rope_queries(module, hidden).float().mean(2)  # (B, H_q, d)
+        mu = _pre_rope_queries(module, h).float().mean(2)  # (B, H_q, d)
     if n_future <= 0:
         return mu
     pos = torch.arange(T, T + n_future, device=hidden.device).unsqueeze(0)

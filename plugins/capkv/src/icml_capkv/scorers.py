@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 import torch
 
-from icml_capkv.capacity import ridge_leverage
-
 __all__ = ["ScoreInputs", "capkv_relevance", "capkv_scores", "h2o_scores", "knorm_scores",
            "random_scores", "snapkv_scores", "streaming_scores"]
 
@@ -79,6 +77,8 @@ def capkv_relevance(keys: torch.Tensor, query_anchor: torch.Tensor, tau: float =
         logit = torch.einsum("bhtd,bhrd->bhrt", k, mu)
     else:
         logit = torch.einsum("bhtd,bhrd->bhrt", k, mu) / math.sqrt(k.shape[-1])
+    if normalize:
+        logit = logit.clamp(-1.0, 1.0)  # rounding can push a cosine past +-1
     ref = logit[..., n_sink:] if logit.shape[-1] > n_sink else logit
     return torch.exp(tau * (logit - ref.amax(-1, keepdim=True)))
 
@@ -88,18 +88,32 @@ def capkv_scores(inputs: ScoreInputs, tau: float = 5.0, ridge: float = 1.0,
                  capacity_vectors: str = "values") -> torch.Tensor:
     """CapKV: relevance-weighted ridge leverage of the capacity vectors, averaged over the query
     heads of each KV head. Sinks (the first ``n_sink`` tokens) are left out of ``A``; their
-    score is set above every other so any top-k keeps them."""
+    score is set above every other so any top-k keeps them.
+
+    Cost per query head: one ``(d, T) x (T, d)`` product for its Gram matrix ``A``, one
+    ``d x d`` Cholesky factor (batched over all heads) and one triangular solve for the
+    quadratic forms ``u_t^T A^-1 u_t``: ``O(T d^2)``, no Python loop over heads and nothing of
+    size ``T x T``."""
     if capacity_vectors not in ("values", "keys"):
         raise ValueError(f"capacity_vectors must be 'values' or 'keys', got {capacity_vectors!r}")
+    if not ridge > 0:
+        raise ValueError(f"ridge must be > 0 (the noise variance), got {ridge}")
     keys, values = inputs.keys, inputs.values
     B, n_kv, T, d = keys.shape
     anchor = inputs.need("query_anchor", "capkv")
     w = capkv_relevance(keys, anchor, tau, normalize, n_sink)  # (B, H_kv, r, T)
-    u = values if capacity_vectors == "values" else keys
-    u = u.to(w.dtype).unsqueeze(2).expand(B, n_kv, w.shape[2], T, d).contiguous()
-    mask = torch.ones_like(w)
-    mask[..., :n_sink] = 0
-    s = ridge_leverage(u, w, ridge, mask).mean(2)  # (B, H_kv, T)
+    u = (values if capacity_vectors == "values" else keys).to(w.dtype)  # (B, H_kv, T, d)
+    wa = w.clone()
+    wa[..., :n_sink] = 0  # sinks are not in A
+    # A_j = ridge I + sum_t wa_jt u_t u_t^T for the r query heads j of a KV head: (B, H_kv, r, d, d)
+    ub = u.unsqueeze(2)  # (B, H_kv, 1, T, d), broadcast over the query heads
+    A = (wa.unsqueeze(-1) * ub).transpose(-1, -2) @ ub
+    A = A + ridge * torch.eye(d, dtype=A.dtype, device=A.device)
+    L = torch.linalg.cholesky(A)  # batched over (B, H_kv, r): A is SPD
+    # u_t^T A_j^-1 u_t = ||L_j^-1 u_t||^2, one batched triangular solve for all tokens.
+    Z = torch.linalg.solve_triangular(L, ub.transpose(-1, -2), upper=False)  # (B, H_kv, r, d, T)
+    quad = Z.square().sum(-2)  # (B, H_kv, r, T)
+    s = (w * quad).mean(2)  # (B, H_kv, T)
     return _pin_sinks(s, n_sink)
 
 
