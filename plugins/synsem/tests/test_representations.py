@@ -160,7 +160,7 @@ def test_causal_models_skip_the_attention_mask(byte_lm, sentences):
             lambda mod, args, kwargs, seen=seen: seen.append(kwargs.get("attention_mask")),
             with_kwargs=True)
         try:
-            extract_sentence_reps(m, tok, sentences, layers=[1], batch_size=len(sentences))
+            extract_sentence_reps(m, tok, sentences, layers=[-1], batch_size=len(sentences))
         finally:
             handle.remove()
         assert len(seen) == 1 and (seen[0] is not None) == want_mask

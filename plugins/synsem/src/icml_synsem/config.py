@@ -52,7 +52,9 @@ class EvaluateConfig:
     imbalance_resamples: int = option(200, help="one-per-group resamples for the Information "
                                       "Imbalance (0 = skip)", ge=0)
     imbalance_k: int = option(1, help="neighbours in the Information Imbalance", ge=1)
-    batch_size: int = option(64, help="sentences per forward pass", ge=1)
+    batch_size: int = option(64, help="most sentences per forward pass", ge=1)
+    batch_tokens: int = option(1024, help="most padded tokens per forward pass (sentences are "
+                               "sorted by length; 0 = no limit)", ge=0)
     add_special_tokens: bool = option(False, help="let the tokenizer add BOS/EOS (the paper "
                                       "does not)")
     toy: ToyConfig = option(default_factory=ToyConfig, help="generated data and planted model")

@@ -74,7 +74,8 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
         leave_one_out=config.leave_one_out, min_group_size=config.min_group_size,
         drop_short=config.drop_short, syntax_match=config.syntax_match,
         imbalance_resamples=config.imbalance_resamples, imbalance_k=config.imbalance_k,
-        batch_size=config.batch_size, add_special_tokens=config.add_special_tokens,
+        batch_size=config.batch_size, batch_tokens=config.batch_tokens,
+        add_special_tokens=config.add_special_tokens,
         seed=ctx.seed, device=ctx.torch_device(),
         progress=lambda it: ctx.progress(it, desc="extracting representations"))
     artifacts = profile_plots(res, ctx.out_dir)

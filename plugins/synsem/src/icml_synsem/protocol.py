@@ -96,8 +96,9 @@ def _rows(t: Any) -> Any:
 
 def sentence_reps(model: Any, tokenizer: Any, data: SynSemData, *,
                   layers: Sequence[int] | None = None, last_n: int = 3, pool: str = "mean",
-                  clip_q: tuple[float, float] | None = (0.05, 0.95), batch_size: int = 32,
-                  add_special_tokens: bool = False, device: Any = None,
+                  clip_q: tuple[float, float] | None = (0.05, 0.95), batch_size: int = 64,
+                  batch_tokens: int = 1024, add_special_tokens: bool = False,
+                  device: Any = None,
                   progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
                   ) -> SentenceReps:
     """Extract every sentence set of ``data`` in one batched pass (see
@@ -109,6 +110,7 @@ def sentence_reps(model: Any, tokenizer: Any, data: SynSemData, *,
     flat = [s for part in sets for s in part]
     reps = extract_sentence_reps(model, tokenizer, flat, layers=layer_ids, last_n=last_n,
                                  pool=pool, clip_q=clip_q, batch_size=batch_size,
+                                 batch_tokens=batch_tokens,
                                  add_special_tokens=add_special_tokens, device=device,
                                  progress=progress)
     n = len(data)
@@ -223,8 +225,9 @@ def centroid_ablation_profile(model: Any, tokenizer: Any, data: SynSemData, *,
                               decouple: bool = True, leave_one_out: bool = False,
                               min_group_size: int = 2, drop_short: bool = False,
                               syntax_match: str = "template", imbalance_resamples: int = 200,
-                              imbalance_k: int = 1, batch_size: int = 32,
-                              add_special_tokens: bool = False, seed: int = 0,
+                              imbalance_k: int = 1, batch_size: int = 64,
+                              batch_tokens: int = 1024, add_special_tokens: bool = False,
+                              seed: int = 0,
                               device: Any = None,
                               progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
                               ) -> ProfileResult:
@@ -250,7 +253,8 @@ def centroid_ablation_profile(model: Any, tokenizer: Any, data: SynSemData, *,
             data = data.subset([i for i in range(len(data)) if not short[i]])
     reps = sentence_reps(model, tokenizer, data, layers=layers, last_n=last_n, pool=pool,
                          clip_q=clip_q, batch_size=batch_size,
-                         add_special_tokens=add_special_tokens, device=device,
+                         batch_tokens=batch_tokens, add_special_tokens=add_special_tokens,
+                         device=device,
                          progress=progress)
     res = analyse_reps(reps, data, k=k, global_center=global_center, ablation=ablation,
                        decouple=decouple, leave_one_out=leave_one_out,

@@ -111,28 +111,121 @@ def tokenize(tokenizer: Any, sentences: Sequence[str], add_special_tokens: bool 
     return [list(ids) for ids in enc["input_ids"]]
 
 
+def length_batches(lengths: Sequence[int], batch_size: int = 64, batch_tokens: int = 1024
+                   ) -> list[list[int]]:
+    """Length bucketing: the indices of ``lengths`` sorted by length (stable), cut into batches of
+    at most ``batch_size`` sentences and at most ``batch_tokens`` padded tokens (rows x longest
+    row; 0 = no token limit; a sentence longer than the limit gets a batch of its own). Sorting
+    keeps padding small; the caller writes each result back to its original index."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if batch_tokens < 0:
+        raise ValueError(f"batch_tokens must be >= 0 (0 = no limit), got {batch_tokens}")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:  # ascending: the new sentence is the longest of the batch
+        if cur and (len(cur) >= batch_size
+                    or (batch_tokens and (len(cur) + 1) * lengths[i] > batch_tokens)):
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def decoder_blocks(model: Any, n_layers: int) -> Any:
+    """The ``nn.ModuleList`` of the ``n_layers`` transformer blocks of ``model`` (``model.layers``
+    in Llama/Qwen2, ``encoder.layer`` in BERT, ``h`` in GPT-2), or ``None`` when there is not
+    exactly one module list of that length."""
+    import torch
+
+    lists = [m for m in model.modules()
+             if isinstance(m, torch.nn.ModuleList) and len(m) == n_layers]
+    return lists[0] if len(lists) == 1 else None
+
+
+class _StopForward(Exception):
+    """Raised by a hook to end a forward pass once the deepest requested layer is captured."""
+
+
+class _TruncatedForward:
+    """Hidden states ``0..d`` of a model whose blocks are ``blocks``, from forward pre-hooks:
+    ``hidden_states[l]`` (l < L) is the input of block ``l``, so the forward stops before block
+    ``d`` runs and blocks ``d..L-1`` (and the head) are never computed."""
+
+    def __init__(self, blocks: Any, layers: Sequence[int]) -> None:
+        self.blocks, self.layers, self.stop = blocks, list(layers), max(layers)
+        self.captured: dict[int, Any] = {}
+        self.handles: list[Any] = []
+        self.active = False  # hooks only act inside __call__
+
+    def _hook(self, layer: int) -> Callable[..., None]:
+        def hook(module: Any, args: tuple, kwargs: dict) -> None:
+            if not self.active:
+                return
+            h = args[0] if args else kwargs.get("hidden_states")
+            self.captured[layer] = h[0] if isinstance(h, tuple) else h
+            if layer == self.stop:
+                raise _StopForward
+        return hook
+
+    def __enter__(self) -> _TruncatedForward:
+        for layer in self.layers:
+            self.handles.append(self.blocks[layer].register_forward_pre_hook(
+                self._hook(layer), with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def __call__(self, forward: Callable[[], Any]) -> dict[int, Any]:
+        self.captured, self.active = {}, True
+        try:
+            forward()
+        except _StopForward:
+            pass
+        finally:
+            self.active = False
+        if set(self.captured) != set(self.layers):
+            raise RuntimeError("the truncated forward did not reach every requested block")
+        return self.captured
+
+
 def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], *,
                           layers: Sequence[int] | None = None, last_n: int = 3,
                           pool: str = "mean", clip_q: tuple[float, float] | None = (0.05, 0.95),
-                          batch_size: int = 32, add_special_tokens: bool = False,
-                          device: Any = None,
+                          batch_size: int = 64, batch_tokens: int = 1024,
+                          add_special_tokens: bool = False, device: Any = None,
+                          stop_early: bool = True,
                           progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
                           ) -> Any:
     """Sentence representations ``[len(layers), N, D]`` (``[.., N, last_n * D]`` for
-    ``pool="concat"``), float32 on CPU.
+    ``pool="concat"``), float32 on CPU, in the order of ``sentences``.
+
+    Sentences are sorted by token length and cut into batches of at most ``batch_size``
+    sentences and ``batch_tokens`` padded tokens (see :func:`length_batches`); the base model
+    runs without its LM head and KV cache, in inference mode. With ``stop_early`` and a layer
+    subset that does not need the last layer, the forward stops before the first block no
+    requested layer needs (checked against a full forward on the first batch; if they differ,
+    every batch runs the full forward).
 
     Raises ``ValueError`` when a sentence has fewer than ``last_n`` tokens (filter such sentences
     or lower ``last_n``), when a layer is out of range, or when ``sentences`` is empty.
     """
+    import contextlib
+    import inspect
+
     import torch
 
     if pool not in ("mean", "concat"):
         raise ValueError(f"pool must be 'mean' or 'concat', got {pool!r}")
     if last_n < 1:
         raise ValueError(f"last_n must be >= 1, got {last_n}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids = tokenize(tokenizer, sentences, add_special_tokens)
+    batches = length_batches([len(x) for x in ids], batch_size, batch_tokens)
     if not ids:
         raise ValueError("no sentences given: pass at least one sentence")
     short = [i for i, x in enumerate(ids) if len(x) < last_n]
@@ -142,42 +235,63 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
             f"sentence {i} ({sentences[i]!r}) has {len(ids[i])} tokens, fewer than last_n={last_n}"
             f" ({len(short)} such sentences): lower last_n or drop sentences shorter than last_n "
             "tokens (the paper keeps sentences with >= 3 tokens)")
-    layer_ids = resolve_layers(layers, num_layers(model))
+    n_layers = num_layers(model)
+    layer_ids = resolve_layers(layers, n_layers)
     if device is None:
         device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    # the bare decoder/encoder: no LM head (its logits are never used)
     base = getattr(model, "base_model", model)
     # a causal model with right padding needs no mask (and runs the faster is_causal attention)
     causal = is_causal(base)
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    out: torch.Tensor | None = None
-    for batch in (progress(batches) if progress else batches):
-        lengths = torch.tensor([len(ids[i]) for i in batch])
-        t = int(lengths.max())
-        input_ids = torch.full((len(batch), t), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), t), dtype=torch.long)
-        for row, i in enumerate(batch):
-            input_ids[row, :len(ids[i])] = torch.tensor(ids[i])
-            mask[row, :len(ids[i])] = 1
-        mask = mask.to(device)
-        padded = bool((lengths < t).any())
-        with torch.inference_mode():
-            res = base(input_ids=input_ids.to(device),
-                       attention_mask=mask if padded and not causal else None,
-                       output_hidden_states=True)
-        hs = res.hidden_states
-        pos = (lengths[:, None] - last_n + torch.arange(last_n)[None, :]).to(device)  # [B, n]
-        for li, layer in enumerate(layer_ids):
-            h = hs[layer]
-            last = torch.gather(h, 1, pos[:, :, None].expand(-1, -1, h.shape[-1])).float()
+    params = inspect.signature(base.forward).parameters
+    extra = {"use_cache": False} if "use_cache" in params else {}
+    blocks = decoder_blocks(base, n_layers) if stop_early and max(layer_ids) < n_layers else None
+    truncated = _TruncatedForward(blocks, layer_ids) if blocks is not None else None
+    out = None
+    with torch.inference_mode(), (truncated or contextlib.nullcontext()):
+        for bi, batch in enumerate(progress(batches) if progress else batches):
+            lengths = torch.tensor([len(ids[i]) for i in batch])
+            t = int(lengths.max())
+            input_ids = torch.full((len(batch), t), pad_id, dtype=torch.long)
+            for row, i in enumerate(batch):
+                input_ids[row, :len(ids[i])] = torch.tensor(ids[i])
+            mask = (torch.arange(t)[None, :] < lengths[:, None]).long().to(device)
+            padded = bool((lengths < t).any())
+
+            def forward(input_ids=input_ids, mask=mask, padded=padded):
+                return base(input_ids=input_ids.to(device),
+                            attention_mask=mask if padded and not causal else None,
+                            output_hidden_states=True, **extra)
+
+            if truncated is not None and bi == 0:
+                # check the truncated forward against the model's own hidden states once
+                full = forward().hidden_states
+                try:
+                    hs = truncated(forward)
+                    same = all(torch.allclose(hs[li], full[li], rtol=1e-4, atol=1e-5)
+                               for li in layer_ids)
+                except RuntimeError:
+                    same = False
+                if not same:
+                    truncated = None  # its hooks stay inactive and are removed on exit
+                    hs = full
+            elif truncated is not None:
+                hs = truncated(forward)
+            else:
+                hs = forward().hidden_states
+            h = torch.stack([hs[layer] for layer in layer_ids])  # [nL, B, T, D]
+            nl, b, _, d = h.shape
+            pos = (lengths[:, None] - last_n + torch.arange(last_n)[None, :]).to(device)  # [B, n]
+            last = torch.gather(h, 2, pos[None, :, :, None].expand(nl, -1, -1, d)).float()
             if clip_q is not None:  # bounds from all real tokens, applied to the pooled ones
-                lo, hi = quantile_bounds(h, mask, clip_q)
-                last = torch.maximum(torch.minimum(last, hi[:, None, None]), lo[:, None, None])
-            rep = last.mean(1) if pool == "mean" else last.reshape(len(batch), -1)
+                lo, hi = quantile_bounds(h.reshape(nl * b, t, d), mask.repeat(nl, 1), clip_q)
+                last = torch.maximum(torch.minimum(last, hi.view(nl, b, 1, 1)),
+                                     lo.view(nl, b, 1, 1))
+            rep = last.mean(2) if pool == "mean" else last.reshape(nl, b, -1)
             if out is None:
-                out = torch.empty((len(layer_ids), len(ids), rep.shape[-1]))
-            out[li, torch.tensor(batch)] = rep.float().cpu()
+                out = torch.empty((nl, len(ids), rep.shape[-1]))
+            out[:, torch.tensor(batch)] = rep.cpu()  # back to the original order
     assert out is not None
     return out
 
