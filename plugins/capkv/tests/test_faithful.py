@@ -118,3 +118,19 @@ def test_relevance_is_bounded_and_scores_scale_without_t_by_t() -> None:
     s = capkv_scores(x)
     assert s.shape == (1, 1, T) and bool(torch.isfinite(s).all())
     assert bool((s[..., 4:] >= 0).all()) and bool((s[..., 4:] < 1).all())
+
+
+def test_rope_cache_is_shared_between_layers_and_exact(tiny_model) -> None:
+    m = tiny_model("llama")
+    h = torch.randn(1, 30, 64, generator=torch.Generator().manual_seed(2))
+    cache: dict = {}
+    with torch.no_grad():
+        outs = [query_anchor(la.self_attn, h, m.model.rotary_emb, 64, 4, cache)
+                for la in m.model.layers]
+        ref = [query_anchor(la.self_attn, h, m.model.rotary_emb, 64, 4) for la in m.model.layers]
+    assert len(cache) == 1  # one averaged rotation for both layers of this length
+    for a, b in zip(outs, ref):
+        torch.testing.assert_close(a, b)
+    # Every sink outranks every other token, and T <= n_sink keeps everything.
+    x = ScoreInputs(torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8), None, torch.randn(1, 4, 8))
+    assert torch.equal(capkv_scores(x, n_sink=4), torch.ones(1, 2, 3))

@@ -138,6 +138,7 @@ class KVPress:
         attns = attention_layers(model)
         base = getattr(model, "model", model)
         self._rotary = base.rotary_emb
+        self._rope_cache: dict = {}
         self._config = model.config
         self.last_scoring_s = 0.0
         handles = []
@@ -220,7 +221,8 @@ class KVPress:
         if "query_anchor" in self.needs:
             anchor = query_anchor(module, hidden, self._rotary,
                                   getattr(self, "n_future_positions", 512),
-                                  min(self.n_sink, hidden.shape[1]))
+                                  min(self.n_sink, hidden.shape[1]),
+                                  getattr(self, "_rope_cache", None))
         return ScoreInputs(layer.keys, layer.values, queries, anchor)
 
 
@@ -251,11 +253,13 @@ def post_rope_queries(module: Any, hidden: torch.Tensor, position_embeddings: tu
 
 
 def query_anchor(module: Any, hidden: torch.Tensor, rotary: Any,
-                 n_future: int = 512, n_sink: int = 0) -> torch.Tensor:
+                 n_future: int = 512, n_sink: int = 0,
+                 rope_cache: dict | None = None) -> torch.Tensor:
     """CapKV's anchor ``R_bar mu_q``: the mean pre-RoPE query over the context tokens after the
     first ``n_sink`` (sinks are left out, as in the authors' kvpress code), rotated by the
     average RoPE matrix of the next ``n_future`` positions ``T, ..., T + n_future - 1``.
-    ``hidden`` is the attention layer's input (after its RMSNorm). ``(B, H_q, d)``."""
+    ``hidden`` is the attention layer's input (after its RMSNorm). ``rope_cache`` (a dict) keeps
+    the averaged rotation between layers of one prefill. ``(B, H_q, d)``."""
     B, T, _ = hidden.shape
     h = hidden[:, n_sink:] if T > n_sink else hidden
     if getattr(module, "q_norm", None) is None:
@@ -265,10 +269,16 @@ def query_anchor(module: Any, hidden: torch.Tensor, rotary: Any,
         mu = _pre_rope_queries(module, h).float().mean(2)  # (B, H_q, d)
     if n_future <= 0:
         return mu
-    pos = torch.arange(T, T + n_future, device=hidden.device).unsqueeze(0)
-    cos, sin = rotary(hidden[:, :1].float(), pos)
-    cos, sin = cos.float().mean(1), sin.float().mean(1)  # (1, d) averaged rotation
-    return mu * cos[:, None] + rotate_half(mu) * sin[:, None]
+    key = (T, n_future, hidden.device, id(rotary))
+    if rope_cache is None or key not in rope_cache:
+        pos = torch.arange(T, T + n_future, device=hidden.device).unsqueeze(0)
+        cos, sin = rotary(hidden[:, :1].float(), pos)
+        cs = (cos.float().mean(1)[:, None], sin.float().mean(1)[:, None])  # averaged rotation
+        if rope_cache is not None:
+            rope_cache[key] = cs
+    else:
+        cs = rope_cache[key]
+    return mu * cs[0] + rotate_half(mu) * cs[1]
 
 
 # -- policies ---------------------------------------------------------------------------------

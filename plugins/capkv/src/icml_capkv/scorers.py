@@ -74,11 +74,9 @@ def capkv_relevance(keys: torch.Tensor, query_anchor: torch.Tensor, tau: float =
     if normalize:
         k = torch.nn.functional.normalize(k, dim=-1)
         mu = torch.nn.functional.normalize(mu, dim=-1)
-        logit = torch.einsum("bhtd,bhrd->bhrt", k, mu)
+        logit = (mu @ k.transpose(-1, -2)).clamp(-1.0, 1.0)  # rounding can pass +-1
     else:
-        logit = torch.einsum("bhtd,bhrd->bhrt", k, mu) / math.sqrt(k.shape[-1])
-    if normalize:
-        logit = logit.clamp(-1.0, 1.0)  # rounding can push a cosine past +-1
+        logit = (mu @ k.transpose(-1, -2)) / math.sqrt(k.shape[-1])
     ref = logit[..., n_sink:] if logit.shape[-1] > n_sink else logit
     return torch.exp(tau * (logit - ref.amax(-1, keepdim=True)))
 
@@ -102,26 +100,23 @@ def capkv_scores(inputs: ScoreInputs, tau: float = 5.0, ridge: float = 1.0,
     B, n_kv, T, d = keys.shape
     anchor = inputs.need("query_anchor", "capkv")
     w = capkv_relevance(keys, anchor, tau, normalize, n_sink)  # (B, H_kv, r, T)
-    u = (values if capacity_vectors == "values" else keys).to(w.dtype)  # (B, H_kv, T, d)
-    wa = w.clone()
-    wa[..., :n_sink] = 0  # sinks are not in A
-    # A_j = ridge I + sum_t wa_jt u_t u_t^T for the r query heads j of a KV head: (B, H_kv, r, d, d)
-    ub = u.unsqueeze(2)  # (B, H_kv, 1, T, d), broadcast over the query heads
-    A = (wa.unsqueeze(-1) * ub).transpose(-1, -2) @ ub
-    A = A + ridge * torch.eye(d, dtype=A.dtype, device=A.device)
+    if n_sink >= T:
+        return torch.ones(B, n_kv, T, dtype=w.dtype, device=w.device)  # all sinks: keep all
+    # Sinks are not in A: work on the non-sink tokens only.
+    u = (values if capacity_vectors == "values" else keys)[:, :, n_sink:].to(w.dtype)
+    w = w[..., n_sink:]  # (B, H_kv, r, T - n_sink)
+    ub = u.unsqueeze(2)  # (B, H_kv, 1, T', d), broadcast over the r query heads of a KV head
+    # A_j = ridge I + sum_t w_jt u_t u_t^T for every query head j: (B, H_kv, r, d, d)
+    A = (w.unsqueeze(-1) * ub).transpose(-1, -2) @ ub
+    A.diagonal(dim1=-2, dim2=-1).add_(ridge)
     L = torch.linalg.cholesky(A)  # batched over (B, H_kv, r): A is SPD
     # u_t^T A_j^-1 u_t = ||L_j^-1 u_t||^2, one batched triangular solve for all tokens.
-    Z = torch.linalg.solve_triangular(L, ub.transpose(-1, -2), upper=False)  # (B, H_kv, r, d, T)
-    quad = Z.square().sum(-2)  # (B, H_kv, r, T)
-    s = (w * quad).mean(2)  # (B, H_kv, T)
-    return _pin_sinks(s, n_sink)
-
-
-def _pin_sinks(s: torch.Tensor, n_sink: int) -> torch.Tensor:
-    if n_sink > 0:
-        s = s.clone()
-        s[..., :n_sink] = s.amax(-1, keepdim=True) + 1.0
-    return s
+    Z = torch.linalg.solve_triangular(L, ub.transpose(-1, -2), upper=False)  # (B, H_kv, r, d, T')
+    s = (w * Z.square().sum(-2)).mean(2)  # (B, H_kv, T')
+    if n_sink == 0:
+        return s
+    top = (s.amax(-1, keepdim=True) + 1.0).expand(B, n_kv, n_sink)
+    return torch.cat([top, s], -1)
 
 
 def knorm_scores(inputs: ScoreInputs) -> torch.Tensor:
