@@ -26,13 +26,17 @@ class TrainConfig:
     time_limit: float = option(8.0, help="wall-clock seconds per method (0 = no limit)", ge=0)
     eval_every: int = option(10, help="evaluate the relative L2 error every this many steps",
                              ge=1)
-    batch_size: int = option(32, help="SNG/SPRING interior points per step (boundary points "
-                                      "are all taken in 1D, this many per step in 2D)", ge=1)
+    batch_size: int = option(0, help="SNG/SPRING interior points per step (0 = 32 in 1D, 256 "
+                                     "in 2D: keep the rows per step well away from the "
+                                     "parameter count, see README)", ge=0)
+    boundary_batch_size: int = option(0, help="SNG/SPRING boundary points per step (0 = all: "
+                                              "the 2 ends in 1D, 4 x n_boundary in 2D)", ge=0)
     sampler: str = option("stratified", help="SNG/SPRING batch sampler: stratified "
                                              "(interior + boundary), uniform or svs",
                           choices=("stratified", "uniform", "svs"))
     damping: float = option(1e-10, help="SNG/SPRING/ENGD damping lambda", ge=0)
-    momentum: float = option(0.5, help="SPRING momentum mu", ge=0, lt=1)
+    momentum: float = option(-1.0, help="SPRING momentum mu (-1 = 0.5 in 1D, 0.05 in 2D)",
+                             ge=-1, lt=1)
     norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off)", ge=0)
     line_search: int = option(12, help="grid line search points lr*0.5**j (0 = fixed lr)",
                               ge=0)

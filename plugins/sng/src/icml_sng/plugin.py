@@ -70,10 +70,11 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
 def _train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     from icml.report import line_plot
     from icml_sng.pinn import PoissonPINN, mlp
-    from icml_sng.train import fit_pinn
+    from icml_sng.train import DEFAULT_BATCH, DEFAULT_MOMENTUM, fit_pinn
 
     dtype, device = _dtype(ctx, config.dtype), ctx.torch_device()
-    opt_kwargs = dict(batch_size=config.batch_size, sampler=config.sampler,
+    opt_kwargs = dict(batch_size=config.batch_size,
+                      boundary_batch_size=config.boundary_batch_size, sampler=config.sampler,
                       damping=config.damping, momentum=config.momentum,
                       norm_constraint=config.norm_constraint or None,
                       line_search=config.line_search, line_search_on=config.line_search_on,
@@ -113,9 +114,12 @@ def _train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
                  title=f"{config.dim}D Poisson PINN", xlabel="training seconds",
                  ylabel="relative L2 error") is not None:
         artifacts["convergence"] = "convergence.png"
+    k_int = config.batch_size or DEFAULT_BATCH[config.dim]
+    mu = config.momentum if config.momentum >= 0 else DEFAULT_MOMENTUM[config.dim]
     notes = (f"Tanh MLP {[config.dim, *config.hidden, 1]}, {config.dtype}; SNG/SPRING take "
-             f"{config.batch_size} interior points per step ({config.sampler} sampler), "
-             f"damping {config.damping:g}, {config.line_search}-point grid line search; ENGD is "
+             f"{k_int} interior points per step ({config.sampler} sampler; boundary points: "
+             f"{config.boundary_batch_size or 'all'}), damping {config.damping:g}, SPRING "
+             f"momentum {mu:g}, {config.line_search}-point grid line search; ENGD is "
              "the full-batch step (Levenberg-Marquardt / Gauss-Newton with line search).")
     return icml.RunResult(metrics=metrics, tables=[table], artifacts=artifacts, notes=notes)
 
