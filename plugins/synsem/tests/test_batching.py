@@ -153,3 +153,36 @@ def test_early_stop_falls_back_when_the_check_fails(byte_lm, mixed, scale):
     torch.testing.assert_close(got, want, atol=0, rtol=0)
     n_batches = len(length_batches([len(tok(s)["input_ids"]) for s in mixed], 8, 1024))
     assert len(calls) == (1 if scale == 1.0 else n_batches)
+
+
+@pytest.mark.parametrize("arch", ["bert", "gpt2", "qwen2"])
+def test_early_stop_on_other_architectures(byte_lm, mixed, arch):
+    """An encoder (BERT, attention mask kept), GPT-2 (blocks in ``h``) and Qwen2: the truncated
+    forward passes the first-batch check, later batches skip the last block, and the result is
+    the full forward's."""
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+
+    from icml.models import tiny_causal_lm
+
+    _, tok = byte_lm
+    torch.manual_seed(0)
+    model = {
+        "bert": lambda: BertModel(BertConfig(vocab_size=260, hidden_size=32, num_hidden_layers=3,
+                                             num_attention_heads=4, intermediate_size=64,
+                                             pad_token_id=0)),
+        "gpt2": lambda: GPT2Model(GPT2Config(vocab_size=260, n_embd=32, n_layer=3, n_head=4,
+                                             bos_token_id=1, eos_token_id=2)),
+        "qwen2": lambda: tiny_causal_lm("qwen2", num_layers=3, hidden_size=32, seed=1),
+    }[arch]().eval()
+    blocks = decoder_blocks(model.base_model, 3)
+    assert blocks is not None
+    calls = []
+    handle = blocks[2].register_forward_hook(lambda *a: calls.append(1))
+    try:
+        fast = extract_sentence_reps(model, tok, mixed, layers=[0, 1], batch_size=8)
+    finally:
+        handle.remove()
+    assert len(calls) == 1
+    full = extract_sentence_reps(model, tok, mixed, layers=[0, 1], batch_size=8,
+                                 stop_early=False)
+    torch.testing.assert_close(fast, full, atol=0, rtol=0)
