@@ -1,10 +1,10 @@
-"""The PINN defaults per dimension (2D: rows per step well above the parameter count, small
-SPRING momentum), their config plumbing, and the late-run median the benchmark reports."""
+"""The PINN batch defaults per dimension (2D: rows per step well above the parameter count),
+their config plumbing, and the late-run median the benchmark reports."""
 
 import pytest
 from icml_sng import SNG, SPRING, PoissonPINN, mlp
 from icml_sng.config import TrainConfig
-from icml_sng.train import DEFAULT_BATCH, DEFAULT_MOMENTUM, History, make_optimizer
+from icml_sng.train import DEFAULT_BATCH, History, make_optimizer
 
 from icml.config import ConfigError, build_config
 
@@ -23,10 +23,10 @@ def test_2d_defaults_take_all_boundary_rows_and_about_3p_rows_per_step():
     assert sng.batch_size > 2.5 * prob.num_params
     spring = make_optimizer("spring", prob)
     assert isinstance(spring, SPRING)
-    assert spring.param_groups[0]["momentum"] == DEFAULT_MOMENTUM[2] == 0.05
-    # explicit values win over the defaults
-    old = make_optimizer("spring", prob, batch_size=64, boundary_batch_size=64, momentum=0.5)
-    assert old.batch_size == 128 and old.param_groups[0]["momentum"] == 0.5
+    assert spring.batch_size == 376 and spring.param_groups[0]["momentum"] == 0.5
+    # explicit values win over the defaults (the old 2D setting: 64 + 64 rows)
+    old = make_optimizer("spring", prob, batch_size=64, boundary_batch_size=64, momentum=0.3)
+    assert old.batch_size == 128 and old.param_groups[0]["momentum"] == 0.3
 
 
 def test_1d_defaults_are_unchanged():
@@ -51,9 +51,7 @@ def test_stratified_batches_have_the_requested_interior_and_boundary_counts():
 
 def test_config_auto_values_and_bounds():
     cfg = build_config(TrainConfig, {}, ["dim=2"])
-    assert cfg.batch_size == 0 and cfg.boundary_batch_size == 0 and cfg.momentum == -1.0
-    with pytest.raises(ConfigError, match="momentum"):
-        build_config(TrainConfig, {}, ["momentum=-2"])
+    assert cfg.batch_size == 0 and cfg.boundary_batch_size == 0
     with pytest.raises(ConfigError, match="boundary_batch_size"):
         build_config(TrainConfig, {}, ["boundary_batch_size=-1"])
 

@@ -35,8 +35,7 @@ class TrainConfig:
                                              "(interior + boundary), uniform or svs",
                           choices=("stratified", "uniform", "svs"))
     damping: float = option(1e-10, help="SNG/SPRING/ENGD damping lambda", ge=0)
-    momentum: float = option(-1.0, help="SPRING momentum mu (-1 = 0.5 in 1D, 0.05 in 2D)",
-                             ge=-1, lt=1)
+    momentum: float = option(0.5, help="SPRING momentum mu", ge=0, lt=1)
     norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off)", ge=0)
     line_search: int = option(12, help="grid line search points lr*0.5**j (0 = fixed lr)",
                               ge=0)

@@ -70,7 +70,7 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
 def _train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     from icml.report import line_plot
     from icml_sng.pinn import PoissonPINN, mlp
-    from icml_sng.train import DEFAULT_BATCH, DEFAULT_MOMENTUM, fit_pinn
+    from icml_sng.train import DEFAULT_BATCH, fit_pinn
 
     dtype, device = _dtype(ctx, config.dtype), ctx.torch_device()
     opt_kwargs = dict(batch_size=config.batch_size,
@@ -115,11 +115,10 @@ def _train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
                  ylabel="relative L2 error") is not None:
         artifacts["convergence"] = "convergence.png"
     k_int = config.batch_size or DEFAULT_BATCH[config.dim]
-    mu = config.momentum if config.momentum >= 0 else DEFAULT_MOMENTUM[config.dim]
     notes = (f"Tanh MLP {[config.dim, *config.hidden, 1]}, {config.dtype}; SNG/SPRING take "
              f"{k_int} interior points per step ({config.sampler} sampler; boundary points: "
              f"{config.boundary_batch_size or 'all'}), damping {config.damping:g}, SPRING "
-             f"momentum {mu:g}, {config.line_search}-point grid line search; ENGD is "
+             f"momentum {config.momentum:g}, {config.line_search}-point grid line search; ENGD is "
              "the full-batch step (Levenberg-Marquardt / Gauss-Newton with line search).")
     return icml.RunResult(metrics=metrics, tables=[table], artifacts=artifacts, notes=notes)
 

@@ -64,17 +64,11 @@ class History:
 #: the late steps to its smallest factor 2^-11 and SNG stalled near 1e-5; with 376 rows its step
 #: sizes look like full-batch ENGD's (2^-4..2^-7). See README, "2D study".
 DEFAULT_BATCH = {1: 32, 2: 256}
-#: SPRING momentum when ``momentum`` is not given, by dimension. Accelerated sketch-and-project
-#: gives ``mu = (1 - sqrt(alpha)) / (1 + sqrt(alpha))`` (``nu = 1``): large when a batch sees a
-#: small part of parameter space (1D: 34 rows, 97 parameters) and near 0 when the batch has more
-#: rows than parameters, so ``E[Pi_S]`` is close to the identity (``alpha`` near 1; 2D: 376
-#: rows, 129 parameters). Measured in 2D: mu = 0.5 stalls near 1e-5, mu = 0.05 reaches 1e-6.
-DEFAULT_MOMENTUM = {1: 0.5, 2: 0.05}
 
 
 def make_optimizer(method: str, problem: PoissonPINN, *, batch_size: int | None = None,
                    boundary_batch_size: int = 0, sampler: str = "stratified",
-                   damping: float = 1e-10, momentum: float | None = None,
+                   damping: float = 1e-10, momentum: float = 0.5,
                    norm_constraint: float | None = None, line_search: int = 12,
                    line_search_on: str = "full", lr: float = 1.0,
                    adam_lr: float = 1e-3, sgd_lr: float = 1e-4, seed: int = 0
@@ -84,7 +78,7 @@ def make_optimizer(method: str, problem: PoissonPINN, *, batch_size: int | None 
     ``batch_size`` (interior points per SNG/SPRING step; ``None`` or 0 = :data:`DEFAULT_BATCH`
     for the problem's dimension) and ``boundary_batch_size`` (boundary points per step; 0 = all)
     feed the stratified sampler; the uniform and SVS samplers draw ``batch_size`` rows of the
-    joint residual vector. ``momentum`` ``None`` (or < 0) = :data:`DEFAULT_MOMENTUM`."""
+    joint residual vector."""
     params = list(problem.model.parameters())
     if method == "adam":
         return torch.optim.Adam(params, lr=adam_lr)
@@ -107,8 +101,6 @@ def make_optimizer(method: str, problem: PoissonPINN, *, batch_size: int | None 
     if method == "sng":
         return SNG(params, problem.n, batch_size=k, sampler=samp, **common)
     if method == "spring":
-        if momentum is None or momentum < 0:
-            momentum = DEFAULT_MOMENTUM[problem.dim]
         return SPRING(params, problem.n, batch_size=k, sampler=samp, momentum=momentum,
                       norm_constraint=norm_constraint, **common)
     raise ValueError(f"unknown method {method!r}: use adam, sgd, engd, sng or spring")
