@@ -51,7 +51,9 @@ def test_stratified_batches_have_the_requested_interior_and_boundary_counts():
 
 def test_config_auto_values_and_bounds():
     cfg = build_config(TrainConfig, {}, ["dim=2"])
-    assert cfg.batch_size == 0 and cfg.boundary_batch_size == 0
+    assert cfg.batch_size == 0 and cfg.boundary_batch_size == 0 and cfg.n_interior == 0
+    with pytest.raises(ConfigError, match="n_interior must be >= 2"):
+        build_config(TrainConfig, {}, ["n_interior=1"])
     with pytest.raises(ConfigError, match="boundary_batch_size"):
         build_config(TrainConfig, {}, ["boundary_batch_size=-1"])
 
@@ -67,3 +69,30 @@ def test_late_median_is_taken_over_the_last_tenth_of_the_iterations():
     assert h.late_median() == pytest.approx(955.0)
     short = History("x", steps=[0, 7], errors=[3.0, 2.0])
     assert short.late_median() == 2.0
+
+
+def test_cli_2d_run_is_the_engd_paper_grid_with_376_rows(tmp_path, monkeypatch):
+    """`icml run sng --set dim=2` trains on the 30 x 30 grid + 4 x 30 boundary points (1020
+    residuals, not 200 x 200) with 256 + 120 rows per SNG step."""
+    import icml_sng.train
+    from icml_sng import plugin
+
+    import icml
+
+    seen = {}
+    real = icml_sng.train.fit_pinn
+
+    def spy(problem, method, **kw):
+        opt = make_optimizer(method, problem, **{k: v for k, v in kw.items()
+                                                 if k not in ("steps", "time_limit",
+                                                              "eval_every", "progress")})
+        seen[method] = (problem.n, opt.batch_size)
+        return real(problem, method, **kw)
+
+    monkeypatch.setattr(icml_sng.train, "fit_pinn", spy)
+    cfg = build_config(TrainConfig, {}, ["dim=2", "methods=sng", "steps=1", "eval_every=1",
+                                         "time_limit=0"])
+    ctx = icml.RunContext(out_dir=tmp_path, device="cpu", show_progress=False)
+    result = plugin.icml_train(ctx, cfg)
+    assert seen == {"sng": (1020, 376)}
+    assert "256 interior points" in result.notes

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from icml import option
 
 METHODS = ("adam", "sgd", "engd", "sng", "spring")
+#: ``n_interior`` when it is 0, by dimension (2D: per axis, the ENGD paper's 30 x 30 grid).
+DEFAULT_N_INTERIOR = {1: 200, 2: 30}
 
 
 @dataclass
@@ -19,7 +21,8 @@ class TrainConfig:
                                 help="methods to run, any of adam, sgd, engd (full-batch "
                                      "natural gradient / Gauss-Newton), sng, spring")
     dim: int = option(1, help="Poisson dimension: 1 or 2", choices=(1, 2))
-    n_interior: int = option(200, help="interior collocation points (per axis in 2D)", ge=2)
+    n_interior: int = option(0, help="interior collocation points (per axis in 2D); 0 = 200 "
+                                     "in 1D, 30 in 2D (the ENGD paper's 30 x 30 grid)", ge=0)
     n_boundary: int = option(30, help="boundary points per face (2D; 1D uses the 2 ends)", ge=1)
     hidden: list[int] = option([32], help="hidden widths of the tanh MLP")
     steps: int = option(3000, help="maximum optimizer steps per method", ge=1)
@@ -57,6 +60,9 @@ class TrainConfig:
         if bad or not self.methods:
             raise ValueError(f"methods: unknown {bad} (allowed: {', '.join(METHODS)})"
                              if bad else "methods is empty: name at least one method")
+        if self.n_interior == 1:
+            raise ValueError("n_interior must be >= 2 (or 0 for the default: 200 in 1D, 30 per "
+                             "axis in 2D)")
         if not self.hidden or any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden must list positive widths, got {self.hidden}")
 

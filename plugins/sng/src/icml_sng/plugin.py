@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterator
 
 import icml
-from icml_sng.config import EvaluateConfig, TrainConfig
+from icml_sng.config import DEFAULT_N_INTERIOR, EvaluateConfig, TrainConfig
 
 BIBTEX = """@article{goldshlager2025sng,
   title   = {Subsampled Natural Gradient as Sketch-and-Project},
@@ -83,7 +83,8 @@ def _train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     histories = {}
     for method in config.methods:
         model = mlp(config.dim, config.hidden, dtype=dtype, device=device, seed=ctx.seed)
-        problem = PoissonPINN(model, dim=config.dim, n_interior=config.n_interior,
+        problem = PoissonPINN(model, dim=config.dim,
+                              n_interior=config.n_interior or DEFAULT_N_INTERIOR[config.dim],
                               n_boundary=config.n_boundary)
         histories[method] = fit_pinn(
             problem, method, steps=config.steps, time_limit=config.time_limit,
