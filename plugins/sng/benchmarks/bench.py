@@ -16,6 +16,7 @@ own Adam and SGD. Usage::
 
     python benchmarks/bench.py --parts 1d --budget1d 10
     python benchmarks/bench.py --parts 2d --budget2d 40
+    python benchmarks/bench.py --parts 2dseeds --methods2d sng --budget2d 100
     python benchmarks/bench.py --parts 2dstudy --study-steps 600 [--study-rows 0,1,5]
     python benchmarks/bench.py --parts ls
 """
@@ -108,6 +109,22 @@ def study_2d(steps: int, seeds: list[int], only: list[int] | None) -> None:
               f"{sum(ms) / len(ms):.0f} |", flush=True)
 
 
+def seeds_2d(budget: float, methods: list[str], seeds: list[int]) -> None:
+    """SNG/SPRING at the 2D defaults, one init, several sampler seeds, wall-clock budget."""
+    print(f"\n### 2D, {budget:g} s per run, sampler seeds {seeds} (init seed 0, 2D defaults)\n")
+    print("| method | seed | steps | final rel L2 | best rel L2 | s to 1e-6 | steps to 1e-6 |")
+    print("|---|---|---|---|---|---|---|")
+    for m in methods:
+        for seed in seeds:
+            prob = PoissonPINN(mlp(2, [32], seed=0), dim=2, n_interior=30, n_boundary=30)
+            h = fit_pinn(prob, m, steps=10**6, time_limit=budget, eval_every=10, seed=seed)
+            t = h.time_to(1e-6)
+            hit = [s for s, e in zip(h.steps, h.errors) if e <= 1e-6]
+            print(f"| {m} | {seed} | {h.steps[-1]} | {h.final:.2e} | {h.best:.2e} | "
+                  f"{f'{t:.1f}' if math.isfinite(t) else 'never'} | "
+                  f"{hit[0] if hit else 'never'} |", flush=True)
+
+
 def ls_table(steps: int) -> None:
     print(f"\n### Least squares n=500, p=100, k=20, {steps} steps: relative residual\n")
     print("| decay | SGD (best lr) | best lr x 1/max row norm^2 | SNG | SPRING (mu=0.5) "
@@ -129,7 +146,8 @@ def main() -> None:
     ap.add_argument("--budget2d", type=float, default=40.0)
     ap.add_argument("--ls-steps", type=int, default=500)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--parts", default="1d,2d,ls", help="comma list of 1d, 2d, 2dstudy, ls")
+    ap.add_argument("--parts", default="1d,2d,ls",
+                    help="comma list of 1d, 2d, 2dseeds, 2dstudy, ls")
     ap.add_argument("--methods2d", default="adam,engd,sng,spring")
     ap.add_argument("--study-steps", type=int, default=600)
     ap.add_argument("--study-seeds", default="0,1,2", help="sampler seeds of the 2D study")
@@ -147,6 +165,9 @@ def main() -> None:
     if "2d" in parts:  # SNG/SPRING at the 2D defaults (train.DEFAULT_BATCH: 256 + 120 rows)
         m2 = args.methods2d.split(",")
         pinn_table(2, args.budget2d, [p for p in plain if p[0] in m2], 30, 30)
+    if "2dseeds" in parts:
+        seeds_2d(args.budget2d, [m for m in args.methods2d.split(",") if m in ("sng", "spring")],
+                 [int(v) for v in args.study_seeds.split(",")])
     if "2dstudy" in parts:
         only = [int(i) for i in args.study_rows.split(",")] if args.study_rows else None
         study_2d(args.study_steps, [int(v) for v in args.study_seeds.split(",")], only)
