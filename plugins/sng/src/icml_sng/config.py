@@ -52,8 +52,6 @@ class TrainConfig:
     dtype: str = option("float64", help="float64 (the high-precision setting), float32, or "
                                         "'context' to follow the run's --dtype",
                         choices=("float64", "float32", "context"))
-    num_threads: int = option(1, help="torch CPU threads for this run (tiny problems run "
-                                      "fastest on 1; 0 = leave torch's default)", ge=0)
 
     def __post_init__(self) -> None:
         bad = [m for m in self.methods if m not in METHODS]
@@ -86,8 +84,6 @@ class EvaluateConfig:
                                            "final residual is reported")
     dtype: str = option("float64", help="float64, float32 or 'context' (the run's --dtype)",
                         choices=("float64", "float32", "context"))
-    num_threads: int = option(1, help="torch CPU threads for this run (0 = torch's default)",
-                              ge=0)
 
     def __post_init__(self) -> None:
         if self.batch_size > self.n:

@@ -3,9 +3,7 @@ torch and the method modules are imported inside the hook bodies."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 
 import icml
 from icml_sng.config import DEFAULT_N_INTERIOR, EvaluateConfig, TrainConfig
@@ -32,6 +30,7 @@ def icml_plugin_info() -> icml.PluginInfo:
                          authors="Gil Goldshlager, Jiang Hu, Lin Lin", bibtex=BIBTEX),
         capabilities=("train", "evaluate"),
         configs={"train": TrainConfig, "evaluate": EvaluateConfig},
+        default_threads=1,  # problems this small run fastest on one thread; --threads overrides
     )
 
 
@@ -41,33 +40,12 @@ def _dtype(ctx: icml.RunContext, name: str):  # noqa: ANN202
     return ctx.torch_dtype() if name == "context" else getattr(torch, name)
 
 
-@contextlib.contextmanager
-def _torch_threads(num_threads: int) -> Iterator[None]:
-    """Use ``num_threads`` torch CPU threads inside the block (0 = leave as is) and restore the
-    caller's setting on exit, also when the run fails: the setting is process-wide."""
-    import torch
-
-    previous = torch.get_num_threads()
-    if num_threads:
-        torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != previous:
-            torch.set_num_threads(previous)
-
-
 def _fmt_time(t: float) -> str:
     return "never" if not math.isfinite(t) else f"{t:.2f}"
 
 
 @icml.hookimpl
 def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
-    with _torch_threads(config.num_threads):
-        return _train(ctx, config)
-
-
-def _train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     from icml.report import line_plot
     from icml_sng.pinn import PoissonPINN, mlp
     from icml_sng.train import DEFAULT_BATCH, fit_pinn
@@ -126,11 +104,6 @@ def _train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
 
 @icml.hookimpl
 def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
-    with _torch_threads(config.num_threads):
-        return _evaluate(ctx, config)
-
-
-def _evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
     from icml.report import line_plot
     from icml_sng.least_squares import make_least_squares
     from icml_sng.svs import svs_rate
