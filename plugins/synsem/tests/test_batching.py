@@ -43,6 +43,16 @@ def mixed():
     return ["abc", *sents, "x y"]
 
 
+
+def _calls_of(block, fn):
+    """``fn()``'s result and how many times ``block`` ran during it."""
+    calls = []
+    handle = block.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        return fn(), len(calls)
+    finally:
+        handle.remove()
+
 def test_length_batches_cover_sort_and_respect_limits():
     lengths = [5, 30, 2, 9, 9, 100, 1, 7, 30, 3]
     for bs, bt in [(1, 0), (3, 0), (4, 40), (64, 25), (2, 1)]:
@@ -101,14 +111,10 @@ def test_early_stop_skips_later_blocks(mixed):
     model, tok = tiny_causal_lm("llama", num_layers=4, hidden_size=32, seed=2), byte_tokenizer()
     blocks = decoder_blocks(model.model, 4)
     assert blocks is model.model.layers
-    calls = []
-    handle = blocks[2].register_forward_hook(lambda *a: calls.append(1))
-    try:
-        fast = extract_sentence_reps(model, tok, mixed, layers=[1, 2], batch_size=8)
-    finally:
-        handle.remove()
+    fast, calls = _calls_of(blocks[2], lambda: extract_sentence_reps(
+        model, tok, mixed, layers=[1, 2], batch_size=8))
     n_batches = len(length_batches([len(tok(s)["input_ids"]) for s in mixed], 8, 1024))
-    assert n_batches > 2 and len(calls) == 1  # only the check forward of the first batch
+    assert n_batches > 2 and calls == 1  # only the check forward of the first batch
     full = extract_sentence_reps(model, tok, mixed, layers=[1, 2], batch_size=8,
                                  stop_early=False)
     torch.testing.assert_close(fast, full, atol=0, rtol=0)
@@ -176,13 +182,9 @@ def test_early_stop_on_other_architectures(byte_lm, mixed, arch):
     }[arch]().eval()
     blocks = decoder_blocks(model.base_model, 3)
     assert blocks is not None
-    calls = []
-    handle = blocks[2].register_forward_hook(lambda *a: calls.append(1))
-    try:
-        fast = extract_sentence_reps(model, tok, mixed, layers=[0, 1], batch_size=8)
-    finally:
-        handle.remove()
-    assert len(calls) == 1
+    fast, calls = _calls_of(blocks[2], lambda: extract_sentence_reps(
+        model, tok, mixed, layers=[0, 1], batch_size=8))
+    assert calls == 1
     full = extract_sentence_reps(model, tok, mixed, layers=[0, 1], batch_size=8,
                                  stop_early=False)
     torch.testing.assert_close(fast, full, atol=0, rtol=0)
