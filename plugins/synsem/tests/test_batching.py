@@ -43,7 +43,6 @@ def mixed():
     return ["abc", *sents, "x y"]
 
 
-
 def _calls_of(block, fn):
     """``fn()``'s result and how many times ``block`` ran during it."""
     calls = []
