@@ -6,6 +6,7 @@ Prints Markdown tables.
     python benchmarks/bench.py --parts model            # ~1-2 min: 3 seeds x 8 policies x 4 ratios
     python benchmarks/bench.py --parts cost             # T = 1024, 4096; tiny and d_h = 128 models
     python benchmarks/bench.py --parts tensor
+    python benchmarks/bench.py --parts lm               # ~2 min: LM continuation fidelity, 3 seeds
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ RATIOS = (0.25, 0.5, 0.75, 0.9)
 # The default job's task and training (InferConfig defaults).
 TASK = dict(context_len=64, n_pairs=8, n_keys=8, n_values=8, n_fillers=4, n_queries=16)
 TRAIN = dict(steps=400, batch_size=16, lr=3e-3)
+# LM continuation fidelity: GrammarCorpus defaults, context T, continuation M (M + 1 tokens fed).
+LM = dict(context=96, continuation=32, steps=800, docs=128)
 # A model with a realistic head size for the cost rows: one Llama-3-8B-style layer shape narrowed
 # to hidden 1024 (8 query heads of d_h = 128, 2 KV heads, FFN 3.5x), 2 layers, random weights.
 REALISTIC = dict(hidden_size=1024, num_layers=2, num_heads=8, num_kv_heads=2,
@@ -68,7 +71,9 @@ def main() -> None:
                     "reported apart from the verdict)")
     ap.add_argument("--cost-T", default="1024,4096")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--parts", default="tensor,model,cost", help="which parts to run")
+    ap.add_argument("--parts", default="tensor,model,cost", help="which parts to run (also: lm)")
+    ap.add_argument("--lm-steps", type=int, default=LM["steps"])
+    ap.add_argument("--lm-docs", type=int, default=LM["docs"], help="held-out documents per seed")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pol = list(POLICIES)
@@ -94,6 +99,8 @@ def main() -> None:
         model_level(args, pol, cols)
     if "cost" in parts:
         cost(args)
+    if "lm" in parts:
+        lm_level(args, pol, cols)
 
 
 def model_level(args, pol, cols) -> None:
@@ -184,6 +191,69 @@ def cost(args) -> None:
     print(md("Cost at ratio 0.5 (median of repeats, same run): CapKV scoring / full prefill",
              ["model", "T", "full prefill (s)", "CapKV scoring, all layers (s)",
               "scoring / prefill", "cache bytes kept / full"], rows))
+
+
+def lm_level(args, pol, cols) -> None:
+    """Train a tiny Llama LM per seed on GrammarCorpus; continuation fidelity per policy/ratio."""
+    from icml_capkv.generation import continuation_logits
+    from icml_capkv.lm import GrammarCorpus, continuation_fidelity, train_lm_model
+    from icml_capkv.presses import make_press
+
+    corpus = GrammarCorpus()
+    T, M = LM["context"], LM["continuation"]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    runs, info = [], []
+    t0 = time.perf_counter()
+    for seed in seeds:
+        model, stats = train_lm_model(corpus, seq_len=T + M + 1, steps=args.lm_steps, seed=seed)
+        docs = corpus.sample(args.lm_docs, T + M + 1, seed=seed)  # eval seeds < 10**6
+        rows = continuation_fidelity(model, docs, T, pol, RATIOS, entity_mask=corpus.is_name)
+        runs.append(rows)
+        # Does the model use the far context? NLL of the continuation's name tokens on the full
+        # cache vs a cache of the 4 sinks + the last 10% of the context (StreamingLLM r = 0.9).
+        inp, tg = docs[:, T:-1], docs[:, T + 1:]
+        nll = {}
+        for name, press in (("full", None), ("recent", make_press("streaming", 0.9))):
+            lp = continuation_logits(model, prefill(model, docs[:, :T], press), inp)
+            lp = -lp.log_softmax(-1).gather(-1, tg[..., None])[..., 0]
+            nll[name] = (float(lp[corpus.is_name(tg)].mean()), float(lp.mean()))
+        full = next(r for r in rows if r["policy"] == "full")
+        info.append((seed, stats["train_loss"], full["nll"], nll["full"][0], nll["recent"][0]))
+        print(f"seed {seed}: trained in {stats['train_s']:.0f} s, loss {stats['train_loss']:.3f} "
+              f"[{time.perf_counter() - t0:.0f} s]", flush=True)
+    print(f"\nLM continuation: tiny Llama (hidden 64, 2 layers, GQA 4/2) trained {args.lm_steps} "
+          f"steps per seed on GrammarCorpus (vocab {corpus.vocab_size}); context T = {T}, "
+          f"continuation M = {M}; {args.lm_docs} held-out documents per seed; "
+          f"{time.perf_counter() - t0:.0f} s in all")
+    print("| seed | final train loss | continuation NLL (full cache) | NLL of name tokens, full "
+          "cache | same, sinks + last 10% only |\n|---|---|---|---|---|")
+    for seed, loss, cnll, nf, nr in info:
+        print(f"| {seed} | {loss:.3f} | {cnll:.3f} | {nf:.3f} | {nr:.3f} |")
+    n = len(seeds) * args.lm_docs
+    skl, spr = summarize(runs, "kl"), summarize(runs, "ppl_ratio")
+    print(md(f"LM continuation: mean KL(full || compressed) per token, mean over {n} documents "
+             "[95% bootstrap CI]", cols, ci_grid(skl, pol, RATIOS)))
+    print(md("LM continuation: perplexity ratio compressed / full, mean over documents [95% "
+             "bootstrap CI]", cols, ci_grid(spr, pol, RATIOS, digits=4)))
+    ent = {(r["policy"], r["ratio"]): [] for r in runs[0]}
+    for rows in runs:
+        for r in rows:
+            ent[r["policy"], r["ratio"]].append(r["entities_kept"])
+    print(md("LM context: fraction of name (entity) tokens kept, mean over layers, KV heads and "
+             "seeds", cols, [[p] + [sum(ent[p, r]) / len(ent[p, r]) for r in RATIOS]
+                             for p in pol]))
+    vrows = []
+    for r in RATIOS:
+        row = [r]
+        for s in (skl, spr):
+            v, best = verdict(s, r, lower=True, exclude=("full", "greedy_logdet"))
+            vg, _ = verdict(s, r, lower=True, exclude=("full",))
+            row += [f"{best} {s[best, r][0]:.4g}", f"{v} (incl. greedy_logdet: {vg})"]
+        vrows.append(row)
+    print(md("LM verdict (same rule: tied = CapKV's 95% CI overlaps the best other policy's; "
+             "competitors = the six baselines)", ["ratio", "best other (KL)", "CapKV on KL",
+                                                  "best other (ppl ratio)",
+                                                  "CapKV on ppl ratio"], vrows))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ _EXPORTS = {
     # evaluation
     "RecallTask": "recall", "train_recall_model": "recall",
     "fidelity_table": "fidelity", "tensor_benchmark": "fidelity",
+    "GrammarCorpus": "lm", "train_lm_model": "lm", "continuation_fidelity": "lm",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -110,10 +110,11 @@ def summarize(runs: Sequence[Sequence[dict]], key: str = "kl", n_boot: int = 200
               seed: int = 0) -> dict[tuple[str, float], tuple[float, float, float]]:
     """Pool :func:`fidelity_table` rows of several runs (one per trained model/seed) into
     ``{(policy, ratio): (mean, lo, hi)}`` with stratified bootstrap 95% intervals of the mean
-    per-question ``key`` (``"kl"`` or ``"accuracy"``)."""
-    field = {"kl": "kl_each", "accuracy": "correct_each"}.get(key)
+    per-question ``key`` (``"kl"`` or ``"accuracy"``; ``"ppl_ratio"`` for the per-document rows
+    of :func:`icml_capkv.lm.continuation_fidelity`)."""
+    field = {"kl": "kl_each", "accuracy": "correct_each", "ppl_ratio": "ppl_ratio_each"}.get(key)
     if field is None:
-        raise ValueError(f"key must be 'kl' or 'accuracy', got {key!r}")
+        raise ValueError(f"key must be 'kl', 'accuracy' or 'ppl_ratio', got {key!r}")
     cells: dict[tuple[str, float], list] = {}
     for rows in runs:
         for r in rows:
