@@ -55,14 +55,14 @@ class GrammarCorpus:
     continuation uses were (mostly) seen in the context."""
 
     n_det: int = 4
-    n_names: int = 16
+    n_names: int = 64
     n_nouns: int = 64
     n_verbs: int = 32
     n_adj: int = 16
     n_prep: int = 6
     n_topics: int = 4
     n_entities: int = 2
-    p_name: float = 0.35
+    p_name: float = 0.6
     p_adj: float = 0.3
     p_pp: float = 0.3
     zipf: float = 1.1
