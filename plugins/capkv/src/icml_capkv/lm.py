@@ -22,7 +22,6 @@ import bisect
 import itertools
 import math
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +79,10 @@ class GrammarCorpus:
                 raise ValueError(f"{name} must be a probability in [0, 1]")
         if self.zipf <= 0:
             raise ValueError("zipf must be > 0")
+        # vocabulary layout: the first id of each class, after pad, BOS, "." and ","
+        (self.det0, self.name0, self.noun0, self.verb0, self.adj0, self.prep0,
+         self.vocab_size) = itertools.accumulate(
+            (4, self.n_det, self.n_names, self.n_nouns, self.n_verbs, self.n_adj, self.n_prep))
         rng = random.Random(self.structure_seed)
         # Topic-specific orders of nouns and verbs (which ones are frequent in that topic).
         self._noun_order = [rng.sample(range(self.n_nouns), self.n_nouns)
@@ -92,35 +95,6 @@ class GrammarCorpus:
         self._det_cum = _cum([1 / (i + 1) ** 2 for i in range(self.n_det)])
         self._prep_cum = _cum([1 / (i + 1) for i in range(self.n_prep)])
         self._ent_cum = _cum([1 / (i + 1) for i in range(self.n_entities)])
-
-    # vocabulary layout
-    @property
-    def det0(self) -> int:
-        return 4
-
-    @property
-    def name0(self) -> int:
-        return self.det0 + self.n_det
-
-    @property
-    def noun0(self) -> int:
-        return self.name0 + self.n_names
-
-    @property
-    def verb0(self) -> int:
-        return self.noun0 + self.n_nouns
-
-    @property
-    def adj0(self) -> int:
-        return self.verb0 + self.n_verbs
-
-    @property
-    def prep0(self) -> int:
-        return self.adj0 + self.n_adj
-
-    @property
-    def vocab_size(self) -> int:
-        return self.prep0 + self.n_prep
 
     def is_name(self, ids: torch.Tensor) -> torch.Tensor:
         """Bool mask of name (entity) tokens."""
@@ -177,36 +151,25 @@ def train_lm_model(corpus: GrammarCorpus, *, seq_len: int = 129, steps: int = 80
                    arch: str = "llama", seed: int = 0, device: Any = "cpu",
                    progress: Any = None) -> tuple[Any, dict]:
     """Train a tiny Llama/Qwen2 language model on fresh ``corpus`` documents of ``seq_len``
-    tokens (AdamW, one-cycle schedule, next-token loss on every token). Returns ``(model,
-    stats)`` with the final training loss and wall time."""
-    from icml.models import tiny_causal_lm
+    tokens (next-token loss on every token; loop: :func:`icml_capkv.training.train_tiny_lm`).
+    Returns ``(model, stats)`` with the final training loss and wall time."""
+    from icml_capkv.training import train_tiny_lm
 
     if steps < 0 or batch_size < 1 or seq_len < 2:
         raise ValueError("steps must be >= 0, batch_size >= 1 and seq_len >= 2")
-    model = tiny_causal_lm(arch, seed=seed, device=device, hidden_size=hidden_size,
-                           num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                           vocab_size=corpus.vocab_size, max_positions=max(512, 2 * seq_len))
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1),
-                                                pct_start=0.1)
     # Training documents come from seeds disjoint from the evaluation seeds used in benchmarks
     # (those are < 10**6).
     rng_seed = 10**6 + 1000 * seed
-    model.train()
-    t0 = time.perf_counter()
-    loss_val = float("nan")
-    it = range(steps)
-    for step in (progress(it) if progress else it):
-        ids = corpus.sample(batch_size, seq_len, rng_seed + step).to(device)
-        out = model(input_ids=ids, labels=ids)
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        loss_val = float(out.loss.detach())
-    model.eval()
-    return model, {"train_loss": loss_val, "train_s": time.perf_counter() - t0}
+
+    def next_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = corpus.sample(batch_size, seq_len, rng_seed + step)
+        return ids, ids
+
+    return train_tiny_lm(next_batch, vocab_size=corpus.vocab_size,
+                         max_positions=max(512, 2 * seq_len), steps=steps, lr=lr, arch=arch,
+                         hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                         num_kv_heads=num_kv_heads, seed=seed, device=device,
+                         progress=progress)
 
 
 def _per_doc(full_logits: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor):

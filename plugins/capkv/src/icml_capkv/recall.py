@@ -133,34 +133,17 @@ def train_recall_model(task: RecallTask, *, arch: str = "llama", hidden_size: in
                        steps: int = 600, batch_size: int = 32, lr: float = 3e-3,
                        seed: int = 0, device: Any = "cpu",
                        progress: Any = None) -> tuple[Any, dict]:
-    """Train a tiny Llama/Qwen2 on ``task`` (AdamW, cosine schedule). Returns ``(model, stats)``
-    with ``stats`` = final training loss and wall time. ``progress`` wraps the step iterator."""
-    import time
-
-    from icml.models import tiny_causal_lm
+    """Train a tiny Llama/Qwen2 on ``task`` (see :func:`icml_capkv.training.train_tiny_lm`).
+    Returns ``(model, stats)`` with ``stats`` = final training loss and wall time. ``progress``
+    wraps the step iterator."""
+    from icml_capkv.training import train_tiny_lm
 
     if steps < 0 or batch_size < 1:
         raise ValueError("steps must be >= 0 and batch_size >= 1")
-    model = tiny_causal_lm(arch, seed=seed, device=device, hidden_size=hidden_size,
-                           num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                           vocab_size=task.vocab_size,
-                           max_positions=max(512, 2 * task.context_len))
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1),
-                                                pct_start=0.1)
-    model.train()
-    t0 = time.perf_counter()
-    loss_val = float("nan")
-    it = range(steps)
-    for _ in (progress(it) if progress else it):
-        ids, labels = task.training_batch(batch_size, gen)
-        out = model(input_ids=ids.to(device), labels=labels.to(device))
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        loss_val = float(out.loss.detach())
-    model.eval()
-    return model, {"train_loss": loss_val, "train_s": time.perf_counter() - t0}
+    return train_tiny_lm(lambda step: task.training_batch(batch_size, gen),
+                         vocab_size=task.vocab_size,
+                         max_positions=max(512, 2 * task.context_len), steps=steps, lr=lr,
+                         arch=arch, hidden_size=hidden_size, num_layers=num_layers,
+                         num_heads=num_heads, num_kv_heads=num_kv_heads, seed=seed,
+                         device=device, progress=progress)
