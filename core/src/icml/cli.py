@@ -246,6 +246,13 @@ def doctor(
     con = _console()
     for k, v in report["environment"].items():
         con.print(f"{k}: {v}")
+    con.print("packaged pretrained models (icml.models.load_pretrained):")
+    for m in report["pretrained"]:
+        state = ("cached" if m["cached"] else "installed, not yet converted") if m["installed"] \
+            else "not installed"
+        con.print(f"  {m['name']} ({m['distribution']}): {state}", markup=False)
+        if m.get("problem"):
+            con.print(f"      {m['problem']}", markup=False)
     con.print(f"plugins ({len(report['plugins'])}):")
     for p in report["plugins"]:
         mark = "ok" if p["status"] == "ok" else p["status"].upper()

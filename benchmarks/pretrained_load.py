@@ -1,0 +1,104 @@
+"""Cold load (GGUF conversion), warm load (cache) and forward throughput of a packaged
+pretrained model (icml.models.load_pretrained).
+
+    python benchmarks/pretrained_load.py [--model smollm2-135m-instruct] [--warm 3]
+        [--tokens 1024,4096] [--dtypes float32,bfloat16] [--threads 2]
+
+Each load runs in a fresh interpreter (a private, empty cache folder for the cold one), timed
+around the ``load_pretrained`` call (torch and transformers already imported, timed apart) and
+around the whole process, with the process's peak RSS.
+Throughput is one batch-1 forward pass (no grad, no KV cache) over real evaluation-text tokens,
+best of ``--repeat``, in tokens per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import torch, transformers  # noqa: F401  (timed apart: every transformers user pays them)
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+from icml.models import load_pretrained
+t1 = time.perf_counter()
+model, tok = load_pretrained(sys.argv[1])
+t2 = time.perf_counter()
+peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "peak_rss_mb": peak_mb}))
+"""
+
+
+def load_in_fresh_process(model: str, cache: str) -> dict[str, float]:
+    env = {**os.environ, "ICML_CACHE_DIR": cache}
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", CHILD, model], env=env, capture_output=True,
+                         text=True, check=True)
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**facts, "process_s": time.perf_counter() - start}
+
+
+def throughput(model_name: str, cache: str, tokens: list[int], dtypes: list[str],
+               repeat: int) -> list[list]:
+    import torch
+
+    from icml.data import eval_token_ids
+    from icml.models import load_pretrained
+
+    os.environ["ICML_CACHE_DIR"] = cache
+    rows = []
+    for dtype in dtypes:
+        model, tok = load_pretrained(model_name, dtype=dtype)
+        for n in tokens:
+            ids = torch.tensor([eval_token_ids(tok, n)])
+            best = float("inf")
+            with torch.no_grad():
+                for _ in range(repeat):
+                    start = time.perf_counter()
+                    model(input_ids=ids, use_cache=False)
+                    best = min(best, time.perf_counter() - start)
+            rows.append([dtype, n, round(best, 2), round(n / best)])
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--warm", type=int, default=3, help="warm loads (median reported)")
+    ap.add_argument("--tokens", default="1024,4096")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads for the forward passes")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as cache:
+        cold = load_in_fresh_process(args.model, cache)
+        warm = [load_in_fresh_process(args.model, cache) for _ in range(args.warm)]
+        med = {k: statistics.median(w[k] for w in warm) for k in warm[0]}
+        print("| load | load_pretrained s | torch + transformers import s | process s | "
+              "peak RSS MB |")
+        print("|---|---|---|---|---|")
+        print(f"| cold (GGUF conversion + cache write) | {cold['load_s']:.1f} | "
+              f"{cold['import_s']:.1f} | {cold['process_s']:.1f} | {cold['peak_rss_mb']:.0f} |")
+        print(f"| warm (cache, median of {args.warm}) | {med['load_s']:.2f} | "
+              f"{med['import_s']:.1f} | {med['process_s']:.2f} | {med['peak_rss_mb']:.0f} |")
+        print(f"\ncold / warm load_pretrained: {cold['load_s'] / med['load_s']:.0f}x\n")
+        rows = throughput(args.model, cache, [int(t) for t in args.tokens.split(",")],
+                          args.dtypes.split(","), args.repeat)
+    print(f"| dtype | tokens | forward s (best of {args.repeat}) | tokens/s |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
+
+
+if __name__ == "__main__":
+    main()
