@@ -248,6 +248,25 @@ def test_bfloat16_load_keeps_the_predictions(smollm: tuple[Any, Any]) -> None:
     assert (a == b).float().mean() > 0.8
 
 
+@pytest.mark.pretrained
+def test_linear_weights_already_sit_on_a_q4_1_grid(smollm: tuple[Any, Any]) -> None:
+    """The README's caveat, measured: the weights are de-quantised Q4_1, so block-32 4-bit
+    min-max rounding reproduces them exactly while other 4-bit grids do not."""
+    def relative_error(w: Any, group: int) -> float:
+        blocks = w.reshape(-1, group)
+        lo, hi = blocks.min(1, keepdim=True).values, blocks.max(1, keepdim=True).values
+        step = ((hi - lo) / 15).clamp_min(1e-12)
+        q = ((blocks - lo) / step).round().clamp(0, 15) * step + lo
+        return float((q - blocks).norm() / blocks.norm())
+
+    model, _ = smollm
+    linears = [p.detach().float() for n, p in model.named_parameters()
+               if p.dim() == 2 and "embed" not in n]
+    assert len(linears) == 30 * 7
+    assert max(relative_error(w, 32) for w in linears) < 1e-6
+    assert min(relative_error(w, 128) for w in linears) > 0.02
+
+
 @pytest.fixture
 def counted_convert(smollm: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch,
                     tmp_path: Path) -> list[int]:
@@ -341,3 +360,16 @@ def test_doctor_shows_the_model_as_cached(smollm: tuple[Any, Any]) -> None:
     facts = {m["name"]: m for m in _pretrained_facts()}
     assert facts[NAME]["installed"] and facts[NAME]["cached"]
     assert (Path(facts[NAME]["cache_dir"]) / "model.safetensors").is_file()
+
+
+@pytest.mark.pretrained
+def test_readme_example_runs(smollm: tuple[Any, Any], capsys: pytest.CaptureFixture) -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Pretrained models"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 6
+    exec(compile(code, "README.md", "exec"), {})
+    answer, ppl = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert "Paris" in answer and float(ppl) < PPL_BOUND

@@ -248,8 +248,8 @@ def doctor(
         con.print(f"{k}: {v}")
     con.print("packaged pretrained models (icml.models.load_pretrained):")
     for m in report["pretrained"]:
-        state = ("cached" if m["cached"] else "installed, not yet converted") if m["installed"] \
-            else "not installed"
+        state = (f"cached in {m['cache_dir']}" if m["cached"] else
+                 "installed, converted on first load") if m["installed"] else "not installed"
         con.print(f"  {m['name']} ({m['distribution']}): {state}", markup=False)
         if m.get("problem"):
             con.print(f"      {m['problem']}", markup=False)
