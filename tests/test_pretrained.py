@@ -101,6 +101,23 @@ def test_distribution_without_its_file_says_reinstall(
         pretrained.load_pretrained("fake-model")
 
 
+def test_altered_weights_file_is_refused_before_conversion(
+        site: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+    import hashlib
+
+    site.add("icml-fake-model-dist", {})
+    weights = site.root / "fake_model" / "weights.gguf"
+    weights.parent.mkdir()
+    weights.write_bytes(b"GGUF and then some altered bytes")
+    recorded = base64.urlsafe_b64encode(hashlib.sha256(b"the original").digest()).rstrip(b"=")
+    info = site.root / "icml_fake_model_dist-0.1.0.dist-info"
+    (info / "RECORD").write_text(f"fake_model/weights.gguf,sha256={recorded.decode()},32\n")
+    _fake_entry(monkeypatch, "icml-fake-model-dist")
+    with pytest.raises(PretrainedModelError, match="does not match the hash"):
+        pretrained.load_pretrained("fake-model")
+
+
 @pytest.mark.parametrize("dtype", ["int8", "float64x"])
 def test_unsupported_dtype_names_the_choices(dtype: str) -> None:
     pytest.importorskip("torch")

