@@ -5,8 +5,9 @@ pretrained model (icml.models.load_pretrained).
         [--tokens 1024,4096] [--dtypes float32,bfloat16] [--threads 2]
 
 Each load runs in a fresh interpreter (a private, empty cache folder for the cold one), timed
-around the ``load_pretrained`` call (torch and transformers already imported, timed apart) and
-around the whole process, with the process's peak RSS.
+around the ``load_pretrained`` call (torch, transformers and the Llama and tokenizer classes
+already imported, timed apart) and around the whole process, with the process's peak RSS. The
+baseline is transformers' own ``from_pretrained`` of the converted cache folder.
 Throughput is one batch-1 forward pass (no grad, no KV cache) over real evaluation-text tokens,
 best of ``--repeat``, in tokens per second.
 """
@@ -25,22 +26,30 @@ import time
 CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
-import torch, transformers  # noqa: F401  (timed apart: every transformers user pays them)
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+# Timed apart: every transformers user pays these imports (the model and tokenizer classes are
+# imported lazily by the first from_pretrained, which would otherwise count them as load time).
+import torch, transformers  # noqa: F401
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM  # noqa: F401
+from transformers import PreTrainedTokenizerFast  # noqa: F401
 from icml.models import load_pretrained
 t1 = time.perf_counter()
-model, tok = load_pretrained(sys.argv[1])
+if sys.argv[2] == "icml":
+    model, tok = load_pretrained(sys.argv[1])
+else:  # transformers' own load of the same local checkpoint: the floor for a warm load
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[3])
+    tok = AutoTokenizer.from_pretrained(sys.argv[3])
 t2 = time.perf_counter()
 peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "peak_rss_mb": peak_mb}))
 """
 
 
-def load_in_fresh_process(model: str, cache: str) -> dict[str, float]:
+def load_in_fresh_process(model: str, cache: str, how: str = "icml",
+                          folder: str = "") -> dict[str, float]:
     env = {**os.environ, "ICML_CACHE_DIR": cache}
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", CHILD, model], env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", CHILD, model, how, folder], env=env,
+                         capture_output=True, text=True, check=True)
     facts = json.loads(out.stdout.strip().splitlines()[-1])
     return {**facts, "process_s": time.perf_counter() - start}
 
@@ -84,14 +93,24 @@ def main() -> None:
         cold = load_in_fresh_process(args.model, cache)
         warm = [load_in_fresh_process(args.model, cache) for _ in range(args.warm)]
         med = {k: statistics.median(w[k] for w in warm) for k in warm[0]}
-        print("| load | load_pretrained s | torch + transformers import s | process s | "
-              "peak RSS MB |")
+        os.environ["ICML_CACHE_DIR"] = cache
+        from icml.pretrained import model_status
+
+        folder = str(model_status(args.model)["cache_dir"])
+        plain = [load_in_fresh_process(args.model, cache, "plain", folder)
+                 for _ in range(args.warm)]
+        base = {k: statistics.median(w[k] for w in plain) for k in plain[0]}
+        print("| load | load s | torch + transformers import s | process s | peak RSS MB |")
         print("|---|---|---|---|---|")
-        print(f"| cold (GGUF conversion + cache write) | {cold['load_s']:.1f} | "
+        print(f"| cold: load_pretrained (GGUF conversion + cache write) | {cold['load_s']:.1f} | "
               f"{cold['import_s']:.1f} | {cold['process_s']:.1f} | {cold['peak_rss_mb']:.0f} |")
-        print(f"| warm (cache, median of {args.warm}) | {med['load_s']:.2f} | "
+        print(f"| warm: load_pretrained (cache, median of {args.warm}) | {med['load_s']:.2f} | "
               f"{med['import_s']:.1f} | {med['process_s']:.2f} | {med['peak_rss_mb']:.0f} |")
-        print(f"\ncold / warm load_pretrained: {cold['load_s'] / med['load_s']:.0f}x\n")
+        print(f"| baseline: transformers from_pretrained of the cache folder (median of "
+              f"{args.warm}) | {base['load_s']:.2f} | {base['import_s']:.1f} | "
+              f"{base['process_s']:.2f} | {base['peak_rss_mb']:.0f} |")
+        print(f"\ncold / warm load_pretrained: {cold['load_s'] / med['load_s']:.0f}x; "
+              f"warm / transformers baseline: {med['load_s'] / base['load_s']:.2f}x\n")
         rows = throughput(args.model, cache, [int(t) for t in args.tokens.split(",")],
                           args.dtypes.split(","), args.repeat)
     print(f"| dtype | tokens | forward s (best of {args.repeat}) | tokens/s |")
