@@ -182,6 +182,8 @@ def _build(schema: type[C], data: dict[str, Any], prefix: str) -> C:
             raise ConfigError(f"config key {key!r} is required: set it with --set {key}=...")
     try:
         return schema(**kwargs)
+    except ConfigError:
+        raise
     except (TypeError, ValueError) as exc:  # a dataclass's own __post_init__ validation
         raise ConfigError(f"invalid config: {exc}") from None
 
