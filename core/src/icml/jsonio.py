@@ -9,7 +9,8 @@ object::
 
 and :func:`decode` turns those objects back into floats, so ``decode(encode(x)) == x`` for any
 mix of dicts with string keys, lists, strings, bools, ints, floats and ``None`` (NaN compares by
-identity of kind). A dict whose only key is ``"$float"`` is reserved for this form.
+identity of kind). The three one-key dicts above are reserved for this form: writing one as
+data raises :class:`ValueError`.
 
 :func:`encode` also converts what plugins commonly put in results: tuples (to lists),
 :class:`pathlib.Path` (to str), dataclass instances (to dicts) and NumPy/torch scalars and arrays
@@ -38,6 +39,11 @@ def _float_form(x: float) -> Any:
     return x
 
 
+def _is_float_form(obj: dict) -> bool:
+    value = obj.get(FLOAT_KEY)
+    return isinstance(value, str) and value in _NAMES
+
+
 def encode(obj: Any, *, strict: bool = True, _where: str = "result") -> Any:
     """``obj`` as plain JSON-ready values (non-finite floats as ``{"$float": ...}``)."""
     if obj is None or isinstance(obj, (bool, str)):
@@ -47,8 +53,8 @@ def encode(obj: Any, *, strict: bool = True, _where: str = "result") -> Any:
     if isinstance(obj, float):
         return _float_form(obj)
     if isinstance(obj, dict):
-        if len(obj) == 1 and FLOAT_KEY in obj:
-            raise ValueError(f"{_where}: a dict whose only key is {FLOAT_KEY!r} is reserved for "
+        if len(obj) == 1 and _is_float_form(obj):
+            raise ValueError(f"{_where}: {{{FLOAT_KEY!r}: {obj[FLOAT_KEY]!r}}} is reserved for "
                              "non-finite floats; rename the key")
         out = {}
         for k, v in obj.items():
@@ -85,7 +91,7 @@ def encode(obj: Any, *, strict: bool = True, _where: str = "result") -> Any:
 def decode(obj: Any) -> Any:
     """The inverse of :func:`encode` for its output: ``{"$float": "nan"}`` back to ``nan``."""
     if isinstance(obj, dict):
-        if len(obj) == 1 and FLOAT_KEY in obj and obj[FLOAT_KEY] in _NAMES:
+        if len(obj) == 1 and _is_float_form(obj):
             return _NAMES[obj[FLOAT_KEY]]
         return {k: decode(v) for k, v in obj.items()}
     if isinstance(obj, list):
