@@ -6,6 +6,8 @@ Every session installs ./core from this repository in the same pip command as an
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
 import nox
@@ -43,6 +45,36 @@ def plugin(session: nox.Session, slug: str) -> None:
     session.install(*PRETRAINED)
     env = {**ENV, "ICML_PLUGINS": slug}
     session.run("pytest", f"plugins/{slug}", "tests/test_installed_plugins.py", env=env)
+
+
+def readme_install_lines() -> list[tuple[str, str]]:
+    """``(slug, command)`` for every ``pip install`` line in a plugin README's Install section."""
+    out = []
+    for slug in PLUGINS:
+        text = (ROOT / "plugins" / slug / "README.md").read_text(encoding="utf-8")
+        section = re.search(r"^## Install\b(.*?)(?=^## |\Z)", text, re.S | re.M)
+        for line in (section.group(1) if section else "").splitlines():
+            command = line.split(" #", 1)[0].strip()
+            if command.startswith(("pip install", "python -m pip install",
+                                   "python3 -m pip install")):
+                out.append((slug, command))
+    return out
+
+
+README_INSTALLS = readme_install_lines()
+
+
+@nox.session
+@nox.parametrize("slug,command", README_INSTALLS,
+                 ids=[f"{s}-{i}" for i, (s, _) in enumerate(README_INSTALLS)])
+def readme_install(session: nox.Session, slug: str, command: str) -> None:
+    """Each plugin README's install line, exactly as written, in a fresh virtual environment
+    from the repository root; then the plugin must load (strict) and answer `icml info`."""
+    args = shlex.split(command)
+    args = args[args.index("install") + 1:]
+    session.run("python", "-m", "pip", "install", *args)
+    session.run("icml", "info", slug, env={**ENV, "ICML_PLUGINS": slug}, silent=True)
+    session.run("icml", "doctor", env={**ENV, "ICML_PLUGINS": slug}, silent=True)
 
 
 # qpth and cvxpylayers downgrade numpy and pin cvxpy when installed together, so they never enter

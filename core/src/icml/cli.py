@@ -128,13 +128,14 @@ def info(
                                "config": schemas}, indent=2,
                               default=str))
         return
+    from rich.markup import escape
     from rich.table import Table
 
     con = _console()
-    con.print(f"[bold]{info.name}[/bold] {rec.version}  ({rec.distribution})")
-    con.print(info.title)
-    con.print(info.summary)
-    con.print(f"paper: {info.paper.title} -- {info.paper.url}")
+    con.print(f"[bold]{escape(info.name)}[/bold] {rec.version}  ({rec.distribution})")
+    con.print(info.title, markup=False)
+    con.print(info.summary, markup=False)
+    con.print(f"paper: {info.paper.title} -- {info.paper.url}", markup=False)
     con.print(f"capabilities: {', '.join(info.capabilities)} (primary: {info.primary})")
     if info.default_threads is not None:
         con.print(f"torch CPU threads: {info.default_threads} unless `icml run --threads N`")
@@ -144,7 +145,8 @@ def info(
         for row in rows:
             default = "(required)" if row["required"] else json.dumps(row["default"],
                                                                       default=str)
-            table.add_row(row["key"], row["type"], default, row["allowed"], row["help"])
+            table.add_row(*(escape(str(c)) for c in (row["key"], row["type"], default,
+                                                      row["allowed"], row["help"])))
         con.print(table)
     con.print(f"run: icml run {slug} [CAPABILITY] --set key=value ...")
 
@@ -181,38 +183,72 @@ def run(
     _require(host, slug)
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
                         format="%(message)s", stream=sys.stderr)
+    run_dir: list[Path] = []
+
+    def announce(path: Path) -> None:
+        run_dir.append(path)
+        typer.echo(f"run folder: {path}", err=True)
+
     try:
         result = do_run(slug, capability, config_file=config, overrides=set_, out=out,
                         seed=seed, device=device, dtype=dtype, host=host,
-                        show_progress=not quiet, threads=threads)
+                        show_progress=not quiet, threads=threads, on_run_dir=announce)
     except ConfigError as exc:
-        raise _fail(str(exc), 2) from None
+        where = f" (run folder: {run_dir[0]})" if run_dir else ""
+        raise _fail(str(exc) + where, 2) from None
     except RunFailed as exc:
         if debug:
             log = Path(exc.result.run_dir) / "run.log"
             typer.echo(log.read_text(encoding="utf-8"), err=True)
-        raise _fail(str(exc), 1) from None
+        kept = _kept(exc.result)
+        raise _fail(str(exc) + (f"; {kept}" if kept else ""), 1) from None
+    except KeyboardInterrupt:
+        if not run_dir:
+            raise _fail("interrupted before the run started", 130) from None
+        from icml.runner import load_result
+
+        kept = _kept(load_result(run_dir[0]))
+        raise _fail(f"interrupted; {kept or 'nothing had finished'}; result.json, report.md "
+                    f"and run.log are in {run_dir[0]}", 130) from None
     _print_summary(result)
 
 
+def _kept(result) -> str:  # noqa: ANN001
+    """What a failed or interrupted run still recorded, in words."""
+    if not result.partial:
+        return ""
+    parts = []
+    if result.metrics:
+        parts.append(f"{len(result.metrics)} metric(s)")
+    rows = sum(len(t.rows) for t in result.tables)
+    if rows:
+        parts.append(f"{rows} table row(s)")
+    return ("kept " + " and ".join(parts) + " recorded before it stopped") if parts else ""
+
+
 def _print_summary(result) -> None:  # noqa: ANN001
+    from rich.markup import escape
     from rich.table import Table
+
+    def cell(v: object) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else escape(str(v))
 
     con = _console()
     for t in result.tables:
-        table = Table(*t.columns, title=t.title, title_justify="left")
+        table = Table(*map(escape, map(str, t.columns)), title=escape(t.title),
+                      title_justify="left")
         for row in t.rows:
-            table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+            table.add_row(*map(cell, row))
         con.print(table)
     if result.metrics and not result.tables:
         table = Table("metric", "value", title="metrics", title_justify="left")
         for k, v in result.metrics.items():
-            table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+            table.add_row(escape(k), cell(v))
         con.print(table)
     total = result.timings.get("total_s")
     con.print(f"{result.plugin} {result.capability}: {result.status}"
               + (f" in {total:.1f} s" if total is not None else "")
-              + f" -> {result.run_dir}/result.json, report.md")
+              + f" -> {result.run_dir}/result.json, report.md", markup=False)
 
 
 @app.command()

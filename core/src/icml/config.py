@@ -130,12 +130,18 @@ class _FromString(str):
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {str(p)!r} is a folder: pass a TOML file (--config)")
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist: pass an existing TOML file")
     try:
         return tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
+        msg = " ".join(str(exc).split())
+        raise ConfigError(f"config file {str(p)!r} is not valid TOML: {msg}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror or exc}") \
+            from None
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +182,8 @@ def _build(schema: type[C], data: dict[str, Any], prefix: str) -> C:
             raise ConfigError(f"config key {key!r} is required: set it with --set {key}=...")
     try:
         return schema(**kwargs)
+    except ConfigError:
+        raise
     except (TypeError, ValueError) as exc:  # a dataclass's own __post_init__ validation
         raise ConfigError(f"invalid config: {exc}") from None
 
@@ -234,19 +242,18 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
     if origin in (list, tuple):
         args = [a for a in get_args(tp) if a is not Ellipsis]
         item_tp = args[0] if args else Any
-        if isinstance(value, _FromString):
-            text = value.strip()
-            if text.startswith("["):
-                try:
-                    value = tomllib.loads(f"v = {text}")["v"]
-                except tomllib.TOMLDecodeError:
-                    raise ConfigError(bad + " (a TOML array like [1, 2])") from None
-            else:
-                value = [_FromString(v.strip()) for v in text.split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(bad)
-        items = [_convert(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
+        candidates = _split_list(value, bad) if isinstance(value, _FromString) else [value]
+        error = ConfigError(bad)
+        for cand in candidates:  # a TOML array first, then the same text as bare words
+            if not isinstance(cand, (list, tuple)):
+                continue
+            try:
+                items = [_convert(f"{key}[{i}]", v, item_tp) for i, v in enumerate(cand)]
+            except ConfigError as exc:
+                error = exc
+                continue
+            return tuple(items) if origin is tuple else items
+        raise error
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -284,6 +291,33 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
             return Path(value)
         raise ConfigError(bad)
     raise ConfigError(f"config key {key!r} has unsupported type {describe_type(tp)}")
+
+
+def _split_list(value: str, bad: str) -> list[list[Any]]:
+    """Readings of a list typed on the command line, most literal first: a TOML array
+    (``[1, 2]``, ``["a", "b"]``), bare words in brackets (``[adam, sgd]``) or a comma-separated
+    list (``adam,sgd``)."""
+    text = value.strip()
+    out: list[list[Any]] = []
+    if text.startswith("["):
+        try:
+            out.append(tomllib.loads(f"v = {text}")["v"])
+        except tomllib.TOMLDecodeError:
+            pass
+        if not text.endswith("]") or "[" in text[1:-1] or "]" in text[1:-1]:
+            if out:
+                return out
+            raise ConfigError(bad + " (a list like [1, 2] or [adam, sgd])")
+        text = text[1:-1]
+    items = []
+    for part in text.split(","):
+        part = part.strip()
+        if len(part) >= 2 and part[0] == part[-1] and part[0] in "'\"":
+            part = part[1:-1]
+        elif not part:
+            continue
+        items.append(_FromString(part))
+    return [*out, items]
 
 
 def _check(key: str, value: Any, meta: Any) -> Any:

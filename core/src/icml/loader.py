@@ -265,9 +265,11 @@ class PluginHost:
                 rec.fix = (f"pip install the package that provides {missing!r}, or reinstall "
                            f"{rec.distribution}" if missing else f"reinstall {rec.distribution}")
                 rec.traceback = traceback.format_exc()
-            except Exception as exc:  # noqa: BLE001 - a plugin's import may raise anything
+            except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
                 rec.status = "error"
-                rec.error = f"import failed: {type(exc).__name__}: {exc}"
+                rec.error = f"import failed: {_describe(exc)}"
                 rec.fix = f"report it to the authors of {rec.distribution}, or disable it " \
                           f"with {ENV_DENY}={rec.slug}"
                 rec.traceback = traceback.format_exc()
@@ -301,8 +303,10 @@ class PluginHost:
         rec.module = module
         try:
             info = module.icml_plugin_info()
-        except Exception as exc:  # noqa: BLE001
-            info, rec.error = None, f"icml_plugin_info() failed: {type(exc).__name__}: {exc}"
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too; only Ctrl-C stops us
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            info, rec.error = None, f"icml_plugin_info() failed: {_describe(exc)}"
         if info is None or not isinstance(info, PluginInfo):
             rec.status = "error"
             rec.error = rec.error or "icml_plugin_info() must return an icml.PluginInfo"
@@ -352,6 +356,12 @@ class PluginHost:
             rec.slug = rec.info.name
             self.add(rec)
         return rec
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _replace(info: PluginInfo, **changes: Any) -> PluginInfo:

@@ -11,7 +11,9 @@ import importlib.util
 import logging
 import platform
 import re
+import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +83,21 @@ def check_device(device: str) -> None:
 
 
 def fresh_run_dir(out: str | Path, slug: str, capability: str) -> Path:
-    """A new folder under ``out`` that no previous run used."""
+    """A new folder under ``out`` that no previous run used. Raises :class:`ConfigError` (one
+    line) when ``out`` is a file, lies under a file or cannot be written."""
     root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
+    where = f"output folder {str(root)!r} (--out)"
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{where} is a file, not a folder: pass a folder path")
+    for parent in root.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(f"{where} lies under {str(parent)!r}, which is a file: pass a "
+                              "folder path")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{where} cannot be created: {exc.strerror or exc}; pass a writable "
+                          "folder") from None
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     for i in range(1000):
         path = root / f"{slug}-{capability}-{stamp}" if i == 0 else \
@@ -93,7 +107,22 @@ def fresh_run_dir(out: str | Path, slug: str, capability: str) -> Path:
             return path
         except FileExistsError:
             continue
-    raise RuntimeError(f"could not create a fresh run folder under {root}")
+        except OSError as exc:
+            raise ConfigError(f"{where} is not writable: {exc.strerror or exc}; pass a "
+                              "writable folder") from None
+    raise ConfigError(f"could not create a fresh run folder under {root}: 1000 runs started "
+                      "in this second; use another --out")
+
+
+SEED_MAX = 2**32 - 1
+
+
+def check_seed(seed: object) -> int:
+    """The seed as an int, or a :class:`ConfigError` naming ``--seed`` and the allowed range
+    (NumPy's legacy seeding, which many libraries still call, accepts only 0 .. 2**32-1)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"--seed {seed!r} is not valid: use an integer from 0 to {SEED_MAX}")
+    return seed
 
 
 def versions(distribution: str) -> dict[str, str]:
@@ -110,18 +139,24 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
         config_file: str | Path | None = None, overrides: list[str] | None = None,
         out: str | Path = "runs", seed: int = 0, device: str = "auto",
         dtype: str = "float32", host: PluginHost | None = None,
-        show_progress: bool = True, threads: int | None = None) -> RunResult:
+        show_progress: bool = True, threads: int | None = None,
+        on_run_dir: Callable[[Path], None] | None = None) -> RunResult:
     """Run ``capability`` (default: the plugin's primary one) of plugin ``slug``.
 
     Raises :class:`~icml.loader.UnknownPluginError`, :class:`~icml.loader.PluginLoadError` or
-    :class:`~icml.config.ConfigError` before anything is written, and :class:`RunFailed` (after
-    writing ``result.json`` with ``status: failed`` and the traceback in ``run.log``) when the
-    plugin itself fails. A hook may raise ``ConfigError`` for a setting only it can check (a
-    missing file, an uninstalled backend): it is re-raised after the failed result is written.
+    :class:`~icml.config.ConfigError` before anything is written (a bad seed, device, dtype,
+    config value or ``out`` folder), and :class:`RunFailed` (after writing ``result.json`` with
+    ``status: failed`` and the traceback in ``run.log``) when the plugin itself fails. A hook may
+    raise ``ConfigError`` for a setting only it can check (a value out of range for the model,
+    a missing file): it is re-raised after the failed result is written. ``KeyboardInterrupt``
+    is re-raised after writing ``status: interrupted``. On failure and interruption the result
+    keeps everything the plugin recorded with :meth:`RunContext.record` (``partial: true``).
+    ``on_run_dir`` is called with the run folder as soon as it exists.
     """
+    check_seed(seed)
     check_device(device)
-    if threads is not None and threads < 1:
-        raise ConfigError(f"threads must be >= 1, got {threads}")
+    if threads is not None and (isinstance(threads, bool) or threads < 1):
+        raise ConfigError(f"threads must be >= 1, got {threads!r} (--threads N)")
     if dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype!r} is not supported: use one of {', '.join(DTYPES)}")
     host = host or load_plugins(only=[slug])
@@ -132,40 +167,64 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
         threads = rec.info.default_threads
     run_dir = fresh_run_dir(out, slug, capability)
     logger, handler = _run_logger(run_dir)
+    if on_run_dir is not None:
+        on_run_dir(run_dir)
+
+    def fill(result: RunResult) -> RunResult:
+        result.plugin, result.capability = slug, capability
+        result.plugin_version = rec.version or (rec.info.version if rec.info else "")
+        result.seed, result.device, result.dtype, result.threads = seed, device, dtype, threads
+        result.config = to_dict(cfg)
+        result.versions = versions(rec.distribution)
+        result.run_dir = str(run_dir)
+        return result
+
+    def on_record(partial: RunResult) -> None:
+        try:
+            _write_json(run_dir, fill(partial))
+        except Exception as exc:  # noqa: BLE001 - a progress snapshot must never stop the run
+            logger.warning("could not write the running result: %s", exc)
+
     ctx = RunContext(out_dir=run_dir, seed=seed, device=device, dtype=dtype, logger=logger,
-                     show_progress=show_progress, threads=threads)
+                     show_progress=show_progress, threads=threads, on_record=on_record)
     hook_name = CAPABILITY_HOOKS[capability]
     others = [m for m in host.method_plugins() if m is not rec.module]
     caller = host.pm.subset_hook_caller(hook_name, remove_plugins=others)
     error, interrupted, config_error = "", None, None
-    logger.info("run %s %s seed=%s device=%s threads=%s", slug, capability, seed, device,
-                threads if threads is not None else "torch default")
+    logger.info("run %s %s seed=%s device=%s threads=%s -> %s", slug, capability, seed, device,
+                threads if threads is not None else "torch default", run_dir)
+    result: RunResult | None = None
+    start = time.perf_counter()
     try:
-        result = caller(ctx=ctx, config=cfg)
-        if not isinstance(result, RunResult):
-            raise TypeError(f"{hook_name} of {slug!r} returned {type(result).__name__}, "
+        returned = caller(ctx=ctx, config=cfg)
+        if not isinstance(returned, RunResult):
+            raise TypeError(f"{hook_name} of {slug!r} returned {type(returned).__name__}, "
                             "not icml.RunResult")
+        result = returned
         problems = result.problems()
         if problems:
             raise TypeError(f"{hook_name} of {slug!r} returned an invalid result: "
                             + "; ".join(problems))
     except BaseException as exc:  # noqa: BLE001 - keep what was written, then report
-        error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, SystemExit):
+            error = f"the plugin called sys.exit({exc.code!r})"
+        else:
+            error = f"{type(exc).__name__}: {exc}"
         logger.error("run failed: %s", error)
         handler.stream.write(traceback.format_exc())
         handler.flush()
-        result = RunResult(status="failed", error=error)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        if result is None:  # nothing returned: keep what the plugin recorded as it went
+            result = ctx.partial
+            result.partial = bool(result.metrics or result.tables or result.artifacts
+                                  or result.notes)
+        result.status, result.error = "failed", error
+        if isinstance(exc, KeyboardInterrupt):
             result.status, interrupted = "interrupted", exc
         elif isinstance(exc, ConfigError):  # a setting only the hook could check
             config_error = exc
-    result.plugin, result.capability = slug, capability
-    result.plugin_version = rec.version or (rec.info.version if rec.info else "")
-    result.seed, result.device, result.dtype, result.threads = seed, device, dtype, threads
-    result.config = to_dict(cfg)
-    result.versions = versions(rec.distribution)
-    result.run_dir = str(run_dir)
-    _write(run_dir, result)
+        result.timings.setdefault("total_s", round(time.perf_counter() - start, 4))
+    fill(result)
+    _write(run_dir, result, logger)
     logger.removeHandler(handler)
     handler.close()
     if interrupted is not None:
@@ -178,9 +237,31 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     return result
 
 
-def _write(run_dir: Path, result: RunResult) -> None:
-    (run_dir / "result.json").write_text(result.to_json() + "\n", encoding="utf-8")
-    (run_dir / "report.md").write_text(result.to_markdown(), encoding="utf-8")
+def _write_json(run_dir: Path, result: RunResult) -> None:
+    try:
+        text = result.to_json()
+    except (TypeError, ValueError):
+        text = result.to_json(strict=False)
+    tmp = run_dir / "result.json.tmp"
+    tmp.write_text(text + "\n", encoding="utf-8")
+    tmp.replace(run_dir / "result.json")  # atomic: a reader never sees half a file
+
+
+def _write(run_dir: Path, result: RunResult, logger: logging.Logger) -> None:
+    """Write ``result.json`` then ``report.md``; an unserialisable value is written as its repr
+    (and logged) rather than losing the run."""
+    try:
+        result.to_json()
+    except (TypeError, ValueError) as exc:
+        logger.warning("result has values JSON cannot hold, written as text: %s", exc)
+    _write_json(run_dir, result)
+    try:
+        report = result.to_markdown()
+    except Exception as exc:  # noqa: BLE001 - result.json is already safe on disk
+        logger.warning("report.md could not be rendered: %s", exc)
+        report = f"# {result.plugin} {result.capability}\n\n- status: {result.status}\n\n" \
+                 f"report could not be rendered ({exc}); see result.json\n"
+    (run_dir / "report.md").write_text(report, encoding="utf-8")
 
 
 def _run_logger(run_dir: Path) -> tuple[logging.Logger, logging.Handler]:
@@ -194,13 +275,12 @@ def _run_logger(run_dir: Path) -> tuple[logging.Logger, logging.Handler]:
 
 
 def load_result(path: str | Path) -> RunResult:
-    """Read a ``result.json`` back into a :class:`RunResult`."""
-    import json
-
+    """Read a ``result.json`` (or a run folder) back into a :class:`RunResult`, non-finite
+    floats restored."""
     p = Path(path)
     if p.is_dir():
         p = p / "result.json"
-    return RunResult.from_dict(json.loads(p.read_text(encoding="utf-8")))
+    return RunResult.from_json(p.read_text(encoding="utf-8"))
 
 
-__all__ = ["run", "RunFailed", "load_result", "fresh_run_dir", "make_config"]
+__all__ = ["run", "RunFailed", "check_seed", "load_result", "fresh_run_dir", "make_config"]

@@ -23,7 +23,12 @@ def scaffold(slug: str, parent: str | Path = ".", *, title: str = "") -> Path:
     if not SLUG_RE.match(slug):
         raise ScaffoldError(f"slug {slug!r} is not valid: use lowercase letters, digits and "
                             "single '-' between words, starting with a letter (e.g. my-method)")
-    dest = Path(parent) / slug
+    parent = Path(parent)
+    for p in (parent, *parent.parents):
+        if p.exists() and not p.is_dir():
+            raise ScaffoldError(f"--dir {str(parent)!r}: {str(p)!r} is a file, not a folder; "
+                                "pass a folder")
+    dest = parent / slug
     if dest.exists():
         raise ScaffoldError(f"{dest} already exists: choose another slug or --dir")
     module = "icml_" + slug.replace("-", "_")
@@ -31,7 +36,11 @@ def scaffold(slug: str, parent: str | Path = ".", *, title: str = "") -> Path:
               "title": title or slug.replace("-", " ").title(),
               "class_name": "".join(w.title() for w in slug.split("-"))}
     root = resources.files("icml") / "_template"
-    _render(root, dest, values)
+    try:
+        _render(root, dest, values)
+    except OSError as exc:
+        raise ScaffoldError(f"--dir {str(parent)!r}: cannot write {exc.filename or dest}: "
+                            f"{exc.strerror or exc}; pass a writable folder") from None
     return dest
 
 

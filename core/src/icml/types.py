@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +94,9 @@ class PluginInfo:
         return found
 
 
+STATUSES = ("ok", "failed", "interrupted", "running")
+
+
 @dataclass
 class Table:
     """A small table for the terminal summary and ``report.md``."""
@@ -121,8 +123,12 @@ class RunResult:
     and ``notes``; the core fills the rest (config, versions, seed, device, threads, timings) before
     writing ``result.json`` and ``report.md``.
 
-    ``metrics`` are flat ``name -> number`` pairs; ``artifacts`` map a label to a path relative to
-    the run folder (or absolute); ``notes`` is Markdown for the report.
+    ``metrics`` are flat ``name -> number`` pairs (``nan``/``inf`` allowed: a diverged arm is a
+    result); ``artifacts`` map a label to a path relative to the run folder (or absolute);
+    ``notes`` is Markdown for the report. ``status`` is ``ok``, ``failed``, ``interrupted`` or
+    ``running`` (a result file written while the run goes on). ``partial`` is true when the
+    metrics and tables are only those the plugin recorded (:meth:`RunContext.record`) before the
+    run failed or was interrupted.
     """
 
     metrics: dict[str, float] = field(default_factory=dict)
@@ -134,6 +140,7 @@ class RunResult:
     capability: str = ""
     status: str = "ok"
     error: str = ""
+    partial: bool = False
     seed: int | None = None
     device: str = ""
     dtype: str = ""
@@ -160,23 +167,36 @@ class RunResult:
             self.to_json()
         except (TypeError, ValueError) as exc:
             found.append(f"result does not serialise to JSON: {exc}")
+        if self.status not in STATUSES:
+            found.append(f"status {self.status!r} is not one of {', '.join(STATUSES)}")
         return found
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["metrics"] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                        for k, v in self.metrics.items()}
-        return d
+        """Plain values, floats kept as floats (non-finite ones too)."""
+        return dataclasses.asdict(self)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=_json_default, allow_nan=False)
+    def to_json(self, *, strict: bool = True) -> str:
+        """Standard JSON; a non-finite float anywhere becomes ``{"$float": "nan"|"inf"|"-inf"}``
+        (see :mod:`icml.jsonio`). ``strict=False`` writes an unserialisable value as its repr
+        instead of raising, so the core never loses a finished run to one bad value."""
+        from icml.jsonio import dumps
+
+        return dumps(self.to_dict(), strict=strict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
-        d = dict(d)
-        d["tables"] = [Table(**t) for t in d.get("tables", [])]
+        """The inverse of :meth:`to_dict`; also accepts the decoded or raw JSON form."""
+        from icml.jsonio import decode
+
+        d = decode(dict(d))
+        d["tables"] = [t if isinstance(t, Table) else Table(**t) for t in d.get("tables", [])]
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+    @classmethod
+    def from_json(cls, text: str) -> RunResult:
+        """Read the text of a ``result.json``."""
+        return cls.from_dict(json.loads(text))
 
     def to_markdown(self) -> str:
         lines = [f"# {self.plugin} {self.capability}", ""]
@@ -201,21 +221,10 @@ class RunResult:
                 lines.append(f"![{label}]({path})")
             else:
                 lines.append(f"- {label}: `{path}`")
-        lines += ["", "## Config", "", "```json", json.dumps(self.config, indent=2,
-                  default=_json_default), "```", ""]
+        from icml.jsonio import dumps
+
+        lines += ["", "## Config", "", "```json", dumps(self.config, strict=False), "```", ""]
         return "\n".join(lines)
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return str(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
-        return obj.item()
-    if hasattr(obj, "tolist") and callable(obj.tolist):
-        return obj.tolist()
-    raise TypeError(f"{type(obj).__name__} is not JSON serialisable; save it as an artifact")
 
 
 @dataclass
@@ -237,6 +246,53 @@ class RunContext:
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("icml.run"))
     show_progress: bool = True
     threads: int | None = None
+    on_record: Callable[[RunResult], None] | None = field(default=None, repr=False)
+    partial: RunResult = field(default_factory=lambda: RunResult(status="running", partial=True),
+                               repr=False)
+
+    # -- partial results: what survives a failure or Ctrl-C ---------------------------------
+    def record(self, metrics: Mapping[str, float] | None = None, *,
+               artifacts: Mapping[str, str] | None = None, notes: str = "") -> None:
+        """Record results of a finished part of the run (an arm, a method, a size) as soon as
+        it finishes. When the run later fails or is interrupted, the core writes everything
+        recorded into ``result.json``/``report.md`` (``partial: true``); when the hook returns,
+        its returned :class:`RunResult` is what counts. Each call also rewrites ``result.json``
+        with ``status: running``, so even a killed run leaves its finished arms on disk."""
+        if metrics:
+            self.partial.metrics.update(metrics)
+        if artifacts:
+            self.partial.artifacts.update(artifacts)
+        if notes:
+            self.partial.notes = (self.partial.notes + "\n\n" + notes).strip()
+        self._recorded()
+
+    def record_row(self, title: str, columns: Sequence[str], row: Sequence[Any]) -> None:
+        """Append one row to the recorded table ``title`` (created with ``columns`` on first
+        use; later calls must pass the same columns)."""
+        cols = list(columns)
+        if len(row) != len(cols):
+            raise ValueError(f"record_row({title!r}): row has {len(row)} cells, columns "
+                             f"{len(cols)}")
+        for t in self.partial.tables:
+            if t.title == title:
+                if t.columns != cols:
+                    raise ValueError(f"record_row({title!r}): columns {cols} differ from the "
+                                     f"table's {t.columns}")
+                t.rows.append(list(row))
+                break
+        else:
+            self.partial.tables.append(Table(title, cols, [list(row)]))
+        self._recorded()
+
+    def record_table(self, table: Table) -> None:
+        """Record a whole table (replacing a recorded one with the same title)."""
+        self.partial.tables = [t for t in self.partial.tables if t.title != table.title]
+        self.partial.tables.append(table)
+        self._recorded()
+
+    def _recorded(self) -> None:
+        if self.on_record is not None:
+            self.on_record(self.partial)
 
     def path(self, name: str) -> Path:
         """A path inside the run folder (parents created)."""

@@ -201,5 +201,6 @@ class PluginConformance:
             for label, path in result.artifacts.items():
                 p = Path(path) if Path(path).is_absolute() else run_dir / path
                 assert p.exists(), f"{cap}: artifact {label!r} -> {p} does not exist"
-            assert load_result(run_dir).metrics == json.loads(result.to_json())["metrics"]
+            assert load_result(run_dir).to_json() == result.to_json(), \
+                f"{cap}: result.json does not read back to the returned result"
             assert result.metrics or result.tables, f"{cap}: the result reports nothing"

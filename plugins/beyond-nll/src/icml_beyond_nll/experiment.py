@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,7 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
 
     cells = [(r, o, s) for r in regimes for o in objs for s in range(cfg.seeds)]
     acc: dict[tuple[str, str], list[float]] = {}
+    diverged: dict[tuple[str, str], int] = {}
     curves: dict[str, tuple[list[int], list[float]]] = {}
     for r, obj, s in ctx.progress(cells, desc="fine-tuning (regime x objective x seed)"):
         net = copy.deepcopy(model).train()
@@ -123,7 +125,16 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
         res = train_loop(net, batch_iterator(data[r][0], cfg.batch_size, seed=seed), obj,
                          steps=cfg.steps, lr=cfg.lr, grad_accum=cfg.grad_accum,
                          normalize=cfg.normalize, cpu=device.type == "cpu")
-        acc.setdefault((r, obj.name), []).append(exact_match(net, data[r][1]))
+        a = exact_match(net, data[r][1])
+        acc.setdefault((r, obj.name), []).append(a)
+        bad = _diverged(net, res)
+        if bad:
+            diverged[(r, obj.name)] = diverged.get((r, obj.name), 0) + 1
+            ctx.logger.warning("%s / %s / seed %d diverged: %s", r, obj.name, s, bad)
+        ctx.record({f"acc_{r}_{obj.name}_seed{s}": a})
+        ctx.record_row("finished fine-tuning cells (partial results)",
+                       ["regime", "objective", "seed", "accuracy", "diverged"],
+                       [r, obj.name, s, a, bad or "no"])
         if s == 0:
             curves[f"{r}:{obj.name}"] = (list(range(1, res.steps + 1)), res.mean_p)
         del net
@@ -137,6 +148,13 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
             row.append(_fmt(vals))
         rows.append(row)
     notes = _claim_notes(objs, regimes, acc, metrics)
+    for (r, name), n in diverged.items():
+        metrics[f"diverged_{r}_{name}"] = float(n)
+    if diverged:
+        cells_txt = ", ".join(f"{r}/{name} ({n} of {cfg.seeds} seed(s))"
+                              for (r, name), n in diverged.items())
+        notes = (f"**Diverged** (non-finite loss, skipped updates or weights; lower `lr`): "
+                 f"{cells_txt}. Their accuracies are those of the diverged model.\n\n" + notes)
     artifacts = {}
     plot = icml.report.line_plot(ctx.path("mean_p_curves.png"), curves,
                                  title="mean target p on the SFT batch during fine-tuning",
@@ -152,6 +170,19 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
                            ["regime", "mean p", "share p>=0.5", "1/V", "acc before",
                             "diagnosed", "recommended"], prior_rows)],
         artifacts=artifacts, notes=notes)
+
+
+def _diverged(net: Any, res: Any) -> str:
+    """Why a fine-tuning run diverged, or "" when its losses and weights stayed finite."""
+    import torch
+
+    if any(not math.isfinite(x) for x in res.losses):
+        return "non-finite loss"
+    if res.skipped:
+        return f"{res.skipped} update(s) skipped (non-finite gradient)"
+    if any(not bool(torch.isfinite(p).all()) for p in net.parameters()):
+        return "non-finite weights"
+    return ""
 
 
 def _claim_notes(objs: list[ProbObjective], regimes: list[str],

@@ -58,6 +58,24 @@ def _responder(name: str, config: EvaluateConfig, ctx: icml.RunContext):  # noqa
                         batch_size=config.batch_size, name=name)
 
 
+_COLUMNS = ["responder", "rung", "n", "S_text", "S_chain", "AG", "AG 95% CI", "text acc",
+            "chain acc", "blank chains", "answer-chain consistent"]
+
+
+def _check_families(families: list[str]) -> None:
+    """Unknown or no scene families are a config error (exit 2), found before any work."""
+    from icml_cage.scenes import FAMILIES
+
+    if not families:
+        raise icml.ConfigError("config key 'families' is empty: name at least one of "
+                               f"{', '.join(FAMILIES)}")
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise icml.ConfigError(f"config key 'families': unknown scene family {unknown[0]!r}: "
+                               f"use {', '.join(FAMILIES)} (or register one in "
+                               "icml_cage.scenes.FAMILIES)")
+
+
 @icml.hookimpl
 def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
     from icml_cage.dataset import generate_benchmark
@@ -68,6 +86,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
     unknown = [r for r in config.responders if r not in RESPONDERS]
     if unknown:
         raise icml.ConfigError(f"unknown responder(s) {unknown}: use {', '.join(RESPONDERS)}")
+    _check_families(config.families)
     with ctx.step("generating scenes"):
         bench = generate_benchmark(config.n_images, seed=ctx.seed, families=config.families,
                                    size=config.size)
@@ -97,13 +116,14 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
             prefix = f"{name}.{row['rung']}"
             for key in ("S_text", "S_chain", "AG", "text_acc", "chain_acc"):
                 metrics[f"{prefix}.{key}"] = float(row[key])
+            ctx.record({f"{prefix}.{key}": float(row[key])
+                        for key in ("S_text", "S_chain", "AG", "text_acc", "chain_acc")})
+            ctx.record_row("Abstraction Gap per responder and rung (finished responders)",
+                           _COLUMNS, rows[-1])
     import json
 
     ctx.path("items.json").write_text(json.dumps(details, indent=1))
-    table = icml.Table("Abstraction Gap per responder and rung",
-                       ["responder", "rung", "n", "S_text", "S_chain", "AG", "AG 95% CI",
-                        "text acc", "chain acc", "blank chains", "answer-chain consistent"],
-                       rows)
+    table = icml.Table("Abstraction Gap per responder and rung", _COLUMNS, rows)
     notes = (f"{len(bench.images)} scenes, {len(bench)} questions (families: "
              f"{', '.join(config.families)}); rule judge ({config.chain_metric}, weight "
              f"{config.chain_weight}); AG normaliser: {config.norm}. VLM responders answered the "
@@ -121,6 +141,7 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     from icml_cage.dataset import generate_benchmark
     from icml_cage.sft_export import export_sft
 
+    _check_families(config.families)
     with ctx.step("generating scenes"):
         bench = generate_benchmark(config.n_images, seed=ctx.seed, families=config.families,
                                    size=config.size)

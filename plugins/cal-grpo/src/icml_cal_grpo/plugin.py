@@ -101,6 +101,8 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
         for r in rows:
             metrics[f"bias_{r['estimator']}"] = float(r["rel_bias"])
             metrics[f"variance_{r['estimator']}"] = float(r["variance"])
+        ctx.record(dict(metrics))
+        ctx.record_table(tables[-1])
     make = _model_factory(ctx, config.model, config.arch, config.hidden_size)
     runs = [(m, ctx.seed + s) for m in config.modes for s in range(config.seeds)]
     curves, keep = [], []
@@ -114,6 +116,12 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
             loss_type=config.loss_type, epsilon=config.epsilon,
             num_iterations=config.num_iterations,
             keep=keep if config.save_model and mode == "cal" else None))
+        c = curves[-1]
+        final = float(c.ver[-1]) if c.ver else float("nan")
+        ctx.record({f"ver@{config.max_attempts}_{mode}_seed{seed}": final})
+        ctx.record_row("finished training runs (partial results)",
+                       ["estimator", "seed", f"final Ver@{config.max_attempts}"],
+                       [mode, seed, final])
     summary = summarize(curves, config.steps)
     k = config.max_attempts
     tables.append(icml.Table(

@@ -38,6 +38,14 @@ class PressConfig:
                                    choices=("values", "keys"))
     window: int = option(16, help="SnapKV observation window", ge=1)
 
+    def __post_init__(self) -> None:
+        import math
+
+        for name in ("tau", "ridge"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"press.{name} must be a finite number, got "
+                                 f"{getattr(self, name)}")
+
 
 @dataclass
 class InferConfig:

@@ -16,12 +16,33 @@ from icml_capkv.presses import KVPress
 __all__ = ["continuation_logits", "generate_with_press", "prefill"]
 
 
-def _check_ids(name: str, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
+def _check_ids(name: str, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               model: Any = None) -> None:
     if not isinstance(ids, torch.Tensor) or ids.ndim != 2 or ids.shape[1] == 0:
         raise ValueError(f"{name} must be a (batch, length) LongTensor with length >= 1")
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    vocab = _vocab_size(model)
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or (vocab is not None and hi >= vocab):
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{name} holds token id {bad}, outside the model's vocabulary "
+                         f"0..{(vocab or 0) - 1 if vocab else 'V-1'}: tokenize with the model's "
+                         "own tokenizer")
     if attention_mask is not None and not bool(attention_mask.bool().all()):
         raise ValueError("padded batches are not supported: eviction scores and positions are "
                          "per sequence; pass equal-length sequences (or one at a time)")
+
+
+def _vocab_size(model: Any) -> int | None:
+    """Rows of the input embedding (the ids the model accepts), if the model exposes them."""
+    get = getattr(model, "get_input_embeddings", None)
+    emb = get() if callable(get) else None
+    weight = getattr(emb, "weight", None)
+    if weight is not None and getattr(weight, "ndim", 0) == 2:
+        return int(weight.shape[0])
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if isinstance(size, int) else None
 
 
 @torch.no_grad()
@@ -29,7 +50,7 @@ def prefill(model: Any, context_ids: torch.Tensor, press: KVPress | None = None,
             attention_mask: torch.Tensor | None = None) -> CapKVCache:
     """Run the context through ``model`` into a fresh :class:`CapKVCache`, compressed by
     ``press`` (None = full cache)."""
-    _check_ids("context_ids", context_ids, attention_mask)
+    _check_ids("context_ids", context_ids, attention_mask, model)
     cache = CapKVCache()
     if press is None:
         model(input_ids=context_ids, cache=cache, use_cache=True)
@@ -44,7 +65,7 @@ def continuation_logits(model: Any, cache: CapKVCache, continuation_ids: torch.T
                         press: KVPress | None = None) -> torch.Tensor:
     """Logits ``(B, n, V)`` of the continuation tokens, teacher-forced on the (compressed) cache.
     Positions continue from the cache's logical length."""
-    _check_ids("continuation_ids", continuation_ids)
+    _check_ids("continuation_ids", continuation_ids, model=model)
     if press is None:
         return model(input_ids=continuation_ids, cache=cache, use_cache=True).logits
     with press(model):
@@ -59,7 +80,9 @@ def generate_with_press(model: Any, input_ids: torch.Tensor, press: KVPress | No
     """Compress the context ``input_ids`` with ``press``, then ``model.generate`` the answer to
     ``question_ids`` (optional) on the compressed cache. Returns the generated tokens only,
     ``(B, n_new)``. Works with greedy and sampling ``generate`` options."""
-    _check_ids("input_ids", input_ids, attention_mask)
+    _check_ids("input_ids", input_ids, attention_mask, model)
+    if question_ids is not None:
+        _check_ids("question_ids", question_ids, model=model)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     # Prefill all but the last context token, so generate always has >= 1 new token to run.

@@ -303,8 +303,11 @@ class CapKVPress(KVPress):
         if self.capacity_vectors not in ("values", "keys"):
             raise ValueError(f"capacity_vectors must be 'values' or 'keys', got "
                              f"{self.capacity_vectors!r}")
-        if not self.ridge > 0:
-            raise ValueError(f"ridge must be > 0, got {self.ridge}")
+        if not self.ridge > 0 or not math.isfinite(self.ridge):
+            raise ValueError(f"ridge must be a finite number > 0, got {self.ridge}")
+        if not self.tau >= 0 or not math.isfinite(self.tau):
+            raise ValueError(f"tau must be a finite number >= 0 (0 = pure leverage), got "
+                             f"{self.tau}")
         self.needs = ("query_anchor",)
         self.name = "capkv"
 

@@ -5,9 +5,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import icml
 from icml import option
 
 FAMILIES = ("random", "dqp", "simplex", "chain")
+_FINITE = ("beta", "penalty_coeff", "active_tol", "rho_min", "tol")
+
+
+def _check_finite(config: object) -> None:
+    """Smoothing and penalty settings must be finite numbers (``inf`` would silently turn the
+    penalty off or make it infinite); raised as a config error (exit 2) by the core."""
+    import math
+
+    for name in _FINITE:
+        value = getattr(config, name, None)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise icml.ConfigError(f"config key {name!r}: got {value!r}, must be a finite "
+                                   "number")
+    for name in ("betas",):
+        for v in getattr(config, name, []) or []:
+            if not math.isfinite(v) or v <= 0:
+                raise icml.ConfigError(f"config key {name!r}: got {v!r}, every value must be "
+                                       "a finite number > 0")
 
 
 @dataclass
@@ -17,7 +36,7 @@ class DifferentiateConfig:
                          "(sparse simplex projection), chain (sparse chain projection)",
                          choices=FAMILIES)
     sizes: list[int] = option([20, 50, 100], help="problem sizes: n for random/dqp/simplex, "
-                              "d (points in R^d, n = 100 d) for chain")
+                              "d (points in R^d, n = 100 d) for chain", ge=1)
     problems: int = option(3, help="problems (seeds) per size; errors are the worst, times "
                            "the median", ge=1)
     problem: str = option("", help="path to your own QP as .npz with arrays Q, q and "
@@ -40,15 +59,18 @@ class DifferentiateConfig:
     blas_threads: int = option(1, help="BLAS threads while timing (0: library default); 1 "
                                "keeps timings comparable on a shared machine", ge=0)
 
+    def __post_init__(self) -> None:
+        _check_finite(self)
+
 
 @dataclass
 class EvaluateConfig:
     random_sizes: list[int] = option([20, 100, 300], help="n of the dense random QPs "
-                                     "(empty: skip)")
+                                     "(empty: skip)", ge=1)
     simplex_sizes: list[int] = option([1000, 10000, 100000], help="n of the sparse simplex "
-                                      "projections (empty: skip)")
+                                      "projections (empty: skip)", ge=1)
     chain_dims: list[int] = option([2, 10], help="d of the chain projections, n = 100 d "
-                                   "(empty: skip)")
+                                   "(empty: skip)", ge=1)
     portfolio_steps: int = option(30, help="Adam steps of end-to-end portfolio training with "
                                   "dXPP and with KKT gradients (0: skip)", ge=0)
     beta: float = option(1e-6, help="softplus smoothing width of the penalty", gt=0)
@@ -63,3 +85,6 @@ class EvaluateConfig:
     repeats: int = option(3, help="timing repeats (the fastest is reported)", ge=1)
     blas_threads: int = option(1, help="BLAS threads while timing (0: library default); 1 "
                                "keeps timings comparable on a shared machine", ge=0)
+
+    def __post_init__(self) -> None:
+        _check_finite(self)

@@ -132,6 +132,8 @@ def icml_differentiate(ctx: icml.RunContext, config: DifferentiateConfig) -> icm
                                     penalty=pen, reference=ref, repeats=config.repeats,
                                     seed=ctx.seed + k, closed_form=cf, polish=config.polish)
             by_size.setdefault(size, []).append(row)
+            ctx.record_row("finished problems (one row per seed; partial results)",
+                           ["seed", *_COLUMNS], [k, *_row(row)])
             last = prob
     rows = [_merge(v) for v in by_size.values()]
     table = icml.Table(f"dXPP vs KKT backward ({rows[0].family}; error vs {ref} KKT, "
@@ -223,6 +225,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
                                   penalty=pen, repeats=config.repeats, seed=ctx.seed,
                                   closed_form=cf, polish=config.polish)
             rows.append(r)
+            ctx.record_row("finished problems (partial results)", _COLUMNS, _row(r))
             if r.closed_form_error is not None:
                 cf_rows.append([size, float(f"{r.closed_form_error:.3g}")])
     tables, metrics, artifacts = [], {}, {}

@@ -95,6 +95,12 @@ class QuantizeConfig(FPTQuantConfig):
         from icml_fptquant.outliers import check_sites
 
         check_sites(self.outlier_sites)
+        if not self.model and (self.hidden_size % self.num_heads
+                               or self.num_heads % self.num_kv_heads):
+            raise ValueError(f"hidden_size {self.hidden_size} must divide by num_heads "
+                             f"{self.num_heads}, and num_heads by num_kv_heads "
+                             f"{self.num_kv_heads} (e.g. hidden_size=64 num_heads=4 "
+                             "num_kv_heads=2)")
 
 
 @dataclass

@@ -82,9 +82,12 @@ def model_bytes(model: Any, w_bits: int, weight_only: str = "") -> int:
 
 
 def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
-             progress: Any = None, log: Any = None, keep: tuple[str, ...] = ()) -> dict[str, Any]:
+             progress: Any = None, log: Any = None, keep: tuple[str, ...] = (),
+             on_arm: Any = None) -> dict[str, Any]:
     """Quantize copies of ``base["model"]`` with every arm of ``cfg.arms``; returns rows of
-    metrics, the training histories and the quantized models of the arms named in ``keep``."""
+    metrics, the training histories and the quantized models of the arms named in ``keep``.
+    ``on_arm(name, row)`` is called as each arm finishes (its ``rtn_gap_closed`` is only known
+    at the end, so it is absent there)."""
     from icml_fptquant.apply import apply_fpt_transforms
     from icml_fptquant.baselines import apply_quarot, apply_smoothquant
     from icml_fptquant.evaluation import compare_logits, logits_of, perplexity
@@ -113,12 +116,16 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
                       "seconds": time.perf_counter() - t0}
         if log:
             log(f"{ARM_LABELS[name]}: ppl {rows[name]['ppl']:.3f}, KL {rows[name]['kl']:.4f}")
+        if on_arm:
+            on_arm(name, rows[name])
 
     for arm in cfg.arms:
         t0 = time.perf_counter()
         if arm == "fp":
             rows["fp"] = {"ppl": ppl_fp, "kl": 0.0, "max_logit_err": 0.0,
                           "bytes": float(model_bytes(fp, 16)), "seconds": 0.0}
+            if on_arm:
+                on_arm("fp", rows["fp"])
             continue
         model = copy.deepcopy(fp)
         if arm == "rtn":

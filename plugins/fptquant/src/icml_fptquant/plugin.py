@@ -45,8 +45,18 @@ def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
 
     base = _setup(ctx, config)
     keep = tuple(a for a in ("fptquant_e2e", "fptquant_local") if a in config.arms)[:1]
+    bits = f"W{config.w_bits}A{config.a_bits}KV{config.kv_bits}"
+    done: dict[str, dict[str, float]] = {}
+
+    def on_arm(name: str, row: dict[str, float]) -> None:  # partial results, arm by arm
+        done[name] = {**row, "rtn_gap_closed": float("nan")}
+        ctx.record({f"{name}.{k}": float(row[k]) for k in ("ppl", "kl", "max_logit_err",
+                                                             "bytes")})
+        ctx.record_table(icml.Table(f"{title} ({bits}; finished arms)", ARM_COLUMNS,
+                                    arm_table_rows(done)))
+
     res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info,
-                   keep=keep if save else ())
+                   keep=keep if save else (), on_arm=on_arm)
     rows, hist = res["rows"], res["history"]
     metrics: dict[str, float] = {}
     for name, r in rows.items():
@@ -80,7 +90,6 @@ def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
         save_quantized(model, ctx.path("quantized"), base["tokenizer"])
         artifacts["quantized model"] = "quantized"
         ctx.logger.info("saved the %s model to %s", ARM_LABELS[name], ctx.path("quantized"))
-    bits = f"W{config.w_bits}A{config.a_bits}KV{config.kv_bits}"
     notes = (f"Static {bits} (weights per channel {config.weight_quantizer.upper()}, "
              f"activations per tensor, KV per head, {config.act_range} ranges from "
              f"{config.calib_samples} calibration sequences); outliers injected with strength "
@@ -113,7 +122,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
 
     model, tok = load_quantized(config.quantized, device=ctx.torch_device())
     if tok is None:
-        raise ValueError(f"{config.quantized!r} has no tokenizer: save it with "
+        raise icml.ConfigError(f"{config.quantized!r} has no tokenizer: save it with "
                          "save_quantized(model, folder, tokenizer)")
     chunks = token_chunks(stdlib_text(), tok, config.seq_len)
     _, _, evaluation = split_data(chunks, config.calib_samples, config.eval_samples, ctx.seed)

@@ -95,8 +95,13 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
                              min_terms=cfg.min_terms)
     results = []
     for m in ctx.progress(_methods(cfg, led_cfg, cfg.temperature), desc="decoding"):
-        results.append(run_method(model, tok, problems, m, num_samples=cfg.num_samples,
-                                  ks=list(cfg.ks), seed=ctx.seed, max_new_tokens=cfg.num_terms + 4))
+        r = run_method(model, tok, problems, m, num_samples=cfg.num_samples, ks=list(cfg.ks),
+                       seed=ctx.seed, max_new_tokens=cfg.num_terms + 4)
+        results.append(r)
+        ctx.record({f"{r.name.split(' ')[0]}_pass@{k}": r.pass_at[k] for k in cfg.ks})
+        ctx.record_row("finished methods (partial results)",
+                       ["method"] + [f"pass@{k}" for k in cfg.ks] + ["ms/token"],
+                       [r.name] + [r.pass_at[k] for k in cfg.ks] + [r.ms_per_token])
     base_ms = results[0].ms_per_token
     cols = (["method"] + [f"pass@{k}" for k in cfg.ks] +
             ["distinct answers", "distinct traces", "explored", "ms/token", "cost vs sampling"])
@@ -168,6 +173,10 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
         key = m.name.split(" ")[0]
         for k in cfg.ks:
             metrics[f"{key}_T{t:g}_pass@{k}"] = r.pass_at[k]
+        ctx.record({f"{key}_T{t:g}_pass@{k}": r.pass_at[k] for k in cfg.ks})
+        ctx.record_row("finished (temperature, method) pairs (partial results)",
+                       ["T", "method"] + [f"pass@{k}" for k in cfg.ks] + ["distinct answers"],
+                       rows[-1])
     for name, (xs, ys) in curves.items():
         if len(xs) > 1:
             n = len(xs)

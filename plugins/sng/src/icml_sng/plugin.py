@@ -44,6 +44,17 @@ def _fmt_time(t: float) -> str:
     return "never" if not math.isfinite(t) else f"{t:.2f}"
 
 
+def _arm(m: str, h, target: float) -> tuple[list, dict[str, float]]:  # noqa: ANN001
+    """One method's table row and metrics; a diverged method reports nan/inf, not an error."""
+    row = [m, h.steps[-1], round(h.times[-1], 2), h.final, h.best, h.late_median(),
+           _fmt_time(h.time_to(target))]
+    metrics = {f"{m}_rel_l2": float(h.final), f"{m}_late_median_rel_l2": float(h.late_median()),
+               f"{m}_seconds": float(h.times[-1]), f"{m}_steps": float(h.steps[-1])}
+    if math.isfinite(h.time_to(target)):
+        metrics[f"{m}_seconds_to_target"] = float(h.time_to(target))
+    return row, metrics
+
+
 @icml.hookimpl
 def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     from icml.report import line_plot
@@ -59,33 +70,32 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
                       lr=config.lr, adam_lr=config.adam_lr,
                       sgd_lr=config.sgd_lr, seed=ctx.seed)
     histories = {}
+    title = f"{config.dim}D Poisson PINN, relative L2 error (target {config.target:g})"
+    columns = ["method", "steps", "seconds", "final rel L2", "best rel L2",
+               "median rel L2 (last 10%)", f"seconds to {config.target:g}"]
     for method in config.methods:
         model = mlp(config.dim, config.hidden, dtype=dtype, device=device, seed=ctx.seed)
         problem = PoissonPINN(model, dim=config.dim,
                               n_interior=config.n_interior or DEFAULT_N_INTERIOR[config.dim],
                               n_boundary=config.n_boundary)
+        steps = config.steps_for(method)
         histories[method] = fit_pinn(
-            problem, method, steps=config.steps, time_limit=config.time_limit,
+            problem, method, steps=steps, time_limit=config.time_limit,
             eval_every=config.eval_every,
-            progress=lambda it, m=method: ctx.progress(it, total=config.steps, desc=m),
+            progress=lambda it, m=method, n=steps: ctx.progress(it, total=n, desc=m),
             **opt_kwargs)
         h = histories[method]
         ctx.logger.info("%s: %d steps, %.2f s, rel L2 %.3g", method, h.steps[-1], h.times[-1],
                         h.final)
+        row, arm = _arm(method, h, config.target)
+        ctx.record(arm)
+        ctx.record_row(title, columns, row)
     rows, metrics = [], {}
     for m, h in histories.items():
-        rows.append([m, h.steps[-1], round(h.times[-1], 2), h.final, h.best, h.late_median(),
-                     _fmt_time(h.time_to(config.target))])
-        metrics[f"{m}_rel_l2"] = float(h.final)
-        metrics[f"{m}_late_median_rel_l2"] = float(h.late_median())
-        metrics[f"{m}_seconds"] = float(h.times[-1])
-        metrics[f"{m}_steps"] = float(h.steps[-1])
-        if math.isfinite(h.time_to(config.target)):
-            metrics[f"{m}_seconds_to_target"] = float(h.time_to(config.target))
-    table = icml.Table(
-        f"{config.dim}D Poisson PINN, relative L2 error (target {config.target:g})",
-        ["method", "steps", "seconds", "final rel L2", "best rel L2",
-         "median rel L2 (last 10%)", f"seconds to {config.target:g}"], rows)
+        row, arm = _arm(m, h, config.target)
+        rows.append(row)
+        metrics.update(arm)
+    table = icml.Table(title, columns, rows)
     artifacts = {}
     series = {m: ([max(t, 1e-3) for t in h.times], [max(e, 1e-16) for e in h.errors])
               for m, h in histories.items()}

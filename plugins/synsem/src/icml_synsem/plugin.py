@@ -60,12 +60,26 @@ def _setup(ctx: icml.RunContext, config: EvaluateConfig):  # noqa: ANN202
         "planted tiny Llama, generated toy data"
 
 
+def _check_layers(model, layers: list[int]) -> None:  # noqa: ANN001
+    """A layer the model does not have is a config error (exit 2), found before extraction."""
+    from icml_synsem.representations import resolve_layers
+
+    n_layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if n_layers is None or not layers:
+        return
+    try:
+        resolve_layers(layers, n_layers)
+    except ValueError as exc:
+        raise icml.ConfigError(f"config key 'layers': {exc}") from None
+
+
 @icml.hookimpl
 def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
     from icml_synsem.protocol import centroid_ablation_profile
     from icml_synsem.report import profile_plots, profile_tables
 
     model, tok, data, setup = _setup(ctx, config)
+    _check_layers(model, config.layers)
     ctx.logger.info("%s: %d originals, languages %s", setup, len(data), data.languages)
     res = centroid_ablation_profile(
         model, tok, data, layers=config.layers or None, k=config.k, last_n=config.last_n,

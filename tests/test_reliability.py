@@ -1,0 +1,195 @@
+"""Issue 16: no finished result lost, every bad input a clean error. Each case runs through the
+installed console script (a fresh interpreter, as a user runs it) unless it is about the Python
+API."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from icml.runner import load_result
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_SCRIPT = Path(sys.executable).parent / "icml"
+ICML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "icml.cli"]
+
+
+@pytest.fixture
+def flaky(site):
+    site.add("icml-flaky", {"flaky": "icml_flaky"},
+             modules={"icml_flaky": (FIXTURES / "icml_flaky.py").read_text()})
+    return site
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def _run_dir(out: Path) -> Path:
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+# -- 1. non-finite values anywhere ----------------------------------------------------------
+def test_inf_in_config_and_nan_in_tables_keep_the_run(flaky, cli, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    proc = cli("run", "flaky", "--set", "scale=inf", "--set", "mode=diverge", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    run_dir = _run_dir(out)
+    text = (run_dir / "result.json").read_text()
+    raw = json.loads(text)  # standard JSON: no NaN / Infinity tokens
+    assert "Infinity" not in text and "NaN" not in text
+    assert raw["config"]["scale"] == {"$float": "inf"}
+    assert raw["metrics"]["arm1"] == {"$float": "nan"}
+    back = load_result(run_dir)
+    assert back.config["scale"] == math.inf and math.isnan(back.metrics["arm1"])
+    assert back.tables[0].rows[0][1] == math.inf and math.isnan(back.tables[0].rows[1][1])
+    assert (run_dir / "report.md").is_file()
+
+
+# -- 2. a diverged arm is a result; a failure keeps the finished arms ------------------------
+def test_failure_keeps_recorded_arms(flaky, cli, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    proc = cli("run", "flaky", "--set", "mode=fail", "--out", str(out))
+    assert proc.returncode == 1
+    assert "kept 2 metric(s) and 2 table row(s)" in _one_line_error(proc)
+    res = load_result(_run_dir(out))
+    assert res.status == "failed" and res.partial and "arm 2 broke" in res.error
+    assert res.metrics == {"arm0": 1.0, "arm1": 2.0}
+    assert res.tables[0].rows == [["arm0", 1.0], ["arm1", 2.0]]
+    assert "arm0" in (_run_dir(out) / "report.md").read_text()
+
+
+def test_invalid_returned_result_is_kept_and_marked_failed(flaky, cli, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    proc = cli("run", "flaky", "--set", "mode=invalid", "--out", str(out))
+    assert proc.returncode == 1 and "metric 'label' is str" in _one_line_error(proc)
+    res = load_result(_run_dir(out))
+    assert res.status == "failed" and res.metrics["arm2"] == 3.0 and res.tables
+
+
+# -- 3. path errors ---------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["file", "under-file", "read-only"])
+def test_out_path_errors_are_one_line(flaky, cli, tmp_path: Path, where: str) -> None:
+    afile = tmp_path / "afile.txt"
+    afile.write_text("x")
+    if where == "read-only":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        target, expected = ro / "runs", "cannot be created"
+    else:
+        target = afile if where == "file" else afile / "runs"
+        expected = "is a file" if where == "file" else "which is a file"
+    proc = cli("run", "flaky", "--out", str(target))
+    assert proc.returncode == 2
+    assert expected in _one_line_error(proc) and "--out" in proc.stderr
+
+
+def test_out_not_writable_is_one_line(flaky, cli, tmp_path: Path) -> None:
+    """Works as root too: /proc refuses everyone."""
+    proc = cli("run", "flaky", "--out", "/proc/icml-runs")
+    assert proc.returncode == 2 and "--out" in _one_line_error(proc)
+
+
+def test_new_dir_that_is_a_file(cli, tmp_path: Path) -> None:
+    afile = tmp_path / "afile.txt"
+    afile.write_text("x")
+    proc = cli("new", "foo", "--dir", str(afile))
+    assert proc.returncode == 2 and "is a file" in _one_line_error(proc)
+    proc = cli("new", "foo", "--dir", str(afile / "sub"))
+    assert proc.returncode == 2 and "is a file" in _one_line_error(proc)
+
+
+def test_config_that_is_a_directory(flaky, cli, tmp_path: Path) -> None:
+    proc = cli("run", "flaky", "--config", str(tmp_path), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "is a folder" in _one_line_error(proc)
+
+
+# -- 4. sys.exit at import or in a hook --------------------------------------------------------
+def test_plugin_calling_sys_exit_at_import_is_isolated(flaky, cli) -> None:
+    flaky.add("icml-quitter", {"quitter": "icml_quitter"},
+              modules={"icml_quitter": "import sys\nsys.exit(3)\n"})
+    proc = cli("list")
+    assert proc.returncode == 0, proc.stderr
+    assert "flaky" in proc.stdout and "quitter" in proc.stdout
+    assert "sys.exit(3)" in proc.stdout + proc.stderr
+    proc = cli("doctor")
+    assert proc.returncode == 1 and "sys.exit(3)" in proc.stdout
+    assert "[ok] flaky" in proc.stdout
+
+
+def test_sys_exit_inside_a_hook_is_a_failure_that_keeps_arms(flaky, cli, tmp_path) -> None:
+    out = tmp_path / "o"
+    proc = cli("run", "flaky", "--set", "mode=exit", "--out", str(out))
+    assert proc.returncode == 1 and "sys.exit(3)" in _one_line_error(proc)
+    res = load_result(_run_dir(out))
+    assert res.status == "failed" and res.metrics == {"arm0": 1.0, "arm1": 2.0}
+
+
+# -- 5. Ctrl-C keeps the finished arms; the run folder is printed first -----------------------
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_writes_partial_results(flaky, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    proc = subprocess.Popen([*ICML, "run", "flaky", "--set", "mode=wait", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=flaky.env())
+    deadline = time.monotonic() + 60
+    while not list(out.glob("*/waiting")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run_dir = _run_dir(out)
+    running = load_result(run_dir)  # already on disk while the run goes on
+    assert running.status == "running" and running.metrics["arm2"] == 3.0
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.splitlines()[0] == f"run folder: {run_dir}"
+    assert "Traceback" not in stderr and "interrupted; kept 3 metric(s)" in stderr
+    res = load_result(run_dir)
+    assert res.status == "interrupted" and res.partial
+    assert [r[0] for r in res.tables[0].rows] == ["arm0", "arm1", "arm2"]
+
+
+# -- 6. the seed is checked once, in the core ------------------------------------------------
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_bad_seed_names_the_option(flaky, cli, tmp_path: Path, seed: str) -> None:
+    proc = cli("run", "flaky", "--seed", seed, "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "--seed" in _one_line_error(proc)
+    assert not (tmp_path / "o").exists()
+
+
+# -- 7. plugin-detected bad values exit 2 ------------------------------------------------------
+def test_plugin_config_error_exits_2(flaky, cli, tmp_path: Path) -> None:
+    proc = cli("run", "flaky", "--set", "mode=config", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    assert "plugin-detected error" in _one_line_error(proc)
+
+
+# -- 8. bare words in lists; info shows list[int] -----------------------------------------------
+@pytest.mark.parametrize(("value", "expected"), [
+    ("[x, y]", ["x", "y"]), ('["x", "y"]', ["x", "y"]), ("x,y", ["x", "y"]), ("[x]", ["x"]),
+    ("[inf]", ["inf"]), ("[]", []),
+])
+def test_bare_words_in_list_values(flaky, cli, tmp_path: Path, value, expected) -> None:
+    out = tmp_path / "o"
+    proc = cli("run", "flaky", "--set", f"names={value}", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert load_result(_run_dir(out)).config["names"] == expected
+
+
+def test_info_shows_list_item_types(flaky, cli) -> None:
+    proc = cli("info", "flaky")
+    assert proc.returncode == 0 and "list[int]" in proc.stdout and "list[str]" in proc.stdout
