@@ -127,8 +127,8 @@ def plot_landscape_2d(path: str | Path,
     if plt is None:
         return None
     names = list(surfaces)
-    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.6), dpi=110,
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names) + 1, 3.8), dpi=110,
+                             squeeze=False, constrained_layout=True)
     lo = min(min(min(r) for r in s[2]) for s in surfaces.values())
     hi = max(max(max(r) for r in s[2]) for s in surfaces.values())
     import numpy as np
@@ -145,6 +145,6 @@ def plot_landscape_2d(path: str | Path,
     fig.suptitle(title)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, bbox_inches="tight")
+    fig.savefig(p)
     plt.close(fig)
     return p
