@@ -8,9 +8,14 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-
-from icml_modality_pairing.hessian import (ConvergenceError, ConvergenceWarning, hessian_trace,
-                                           hessian_top_eigenvalue, lanczos, power_iteration)
+from icml_modality_pairing.hessian import (
+    ConvergenceError,
+    ConvergenceWarning,
+    hessian_top_eigenvalue,
+    hessian_trace,
+    lanczos,
+    power_iteration,
+)
 from icml_modality_pairing.objective import Objective
 from icml_modality_pairing.training import cross_entropy_loss
 

@@ -7,10 +7,15 @@ import warnings
 
 import pytest
 import torch
-
-from icml_modality_pairing.pairing import (PairingError, PairingIndex, SingletonClassWarning,
-                                           StochasticPairingCollator, StochasticPairingDataset,
-                                           all_pair_weights, pair_indices)
+from icml_modality_pairing.pairing import (
+    PairingError,
+    PairingIndex,
+    SingletonClassWarning,
+    StochasticPairingCollator,
+    StochasticPairingDataset,
+    all_pair_weights,
+    pair_indices,
+)
 
 
 def _labels(n=60, k=4, seed=0):

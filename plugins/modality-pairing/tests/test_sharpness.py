@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
-
 from icml_modality_pairing.objective import Objective, SharpnessError
-from icml_modality_pairing.sharpness import (epsilon_sharpness, gaussian_perturbation_sharpness,
-                                             perturbation_scales, sharpness_report)
+from icml_modality_pairing.sharpness import (
+    epsilon_sharpness,
+    gaussian_perturbation_sharpness,
+    perturbation_scales,
+    sharpness_report,
+)
 from icml_modality_pairing.training import cross_entropy_loss
+from torch import nn
 
 
 def test_zero_radius_gives_exactly_zero(tiny_mm):

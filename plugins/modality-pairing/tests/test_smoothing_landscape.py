@@ -6,10 +6,13 @@ import math
 
 import pytest
 import torch
-
-from icml_modality_pairing.landscape import (filter_normalized_direction, loss_landscape_1d,
-                                             loss_landscape_2d, plot_landscape_1d,
-                                             plot_landscape_2d)
+from icml_modality_pairing.landscape import (
+    filter_normalized_direction,
+    loss_landscape_1d,
+    loss_landscape_2d,
+    plot_landscape_1d,
+    plot_landscape_2d,
+)
 from icml_modality_pairing.objective import Objective, SharpnessError
 from icml_modality_pairing.smoothing import smooth, smoothed_abs, smoothed_abs_curvature
 from icml_modality_pairing.training import cross_entropy_loss

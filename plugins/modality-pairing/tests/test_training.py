@@ -7,13 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from icml_modality_pairing.data import MultimodalData, Standardizer, make_synthetic
 from icml_modality_pairing.experiment import Settings, parse_regime, run_arm
 from icml_modality_pairing.models import LateFusion, load_model, save_model
 from icml_modality_pairing.pairing import PairingIndex, StochasticPairingDataset, pair_indices
-from icml_modality_pairing.training import (accuracy, build_arm_model, exact_pairing_loss,
-                                            train_model)
+from icml_modality_pairing.training import (
+    accuracy,
+    build_arm_model,
+    exact_pairing_loss,
+    train_model,
+)
 
 
 def _tiny():

@@ -15,8 +15,14 @@ import torch
 
 from icml_modality_pairing.data import Standardizer, make_synthetic
 from icml_modality_pairing.sharpness import sharpness_report
-from icml_modality_pairing.training import (ARMS, accuracy, build_arm_model, cross_entropy_loss,
-                                            heldout_batches, train_model)
+from icml_modality_pairing.training import (
+    ARMS,
+    accuracy,
+    build_arm_model,
+    cross_entropy_loss,
+    heldout_batches,
+    train_model,
+)
 
 METRICS = ("accuracy", "lambda_max", "trace", "eps_sharpness", "gauss_sharpness", "train_s")
 

@@ -88,7 +88,8 @@ def power_iteration(obj: Objective, *, iters: int = 100, tol: float = 1e-4, seed
     lam_prev: float | None = None
     lam, residual, converged, change = 0.0, float("inf"), False, float("inf")
     k = 0
-    for k in range(1, iters + 1):
+    for step in range(1, iters + 1):
+        k = step
         hv = obj.hvp(v)
         lam = float(torch.dot(hv.double(), v.double()))
         norm = float(hv.norm())

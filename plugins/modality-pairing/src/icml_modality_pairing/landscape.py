@@ -67,7 +67,9 @@ def _direction(obj: Objective, direction: Any, seed: int, ignore_bias: bool) -> 
 def loss_landscape_1d(model: Any, loss_fn: Any = None, batches: Any = None, *,
                       direction: Any = "filter_normalized", span: float = 1.0, steps: int = 21,
                       seed: int = 0, ignore_bias: bool = True) -> tuple[list[float], list[float]]:
-    """Loss along ``θ + α d`` for ``α`` in ``linspace(-span, span, steps)``: ``(alphas, losses)``."""
+    """Loss along ``θ + α d`` for ``α`` in ``linspace(-span, span, steps)``.
+
+    Returns ``(alphas, losses)``."""
     if steps < 2 or not span > 0:
         raise SharpnessError(f"steps={steps}, span={span}: need steps >= 2 and span > 0")
     obj = objective_of(model, loss_fn, batches)

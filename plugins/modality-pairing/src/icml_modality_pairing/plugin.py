@@ -48,8 +48,12 @@ def _settings(config: Any) -> Any:
 def _landscapes(ctx: icml.RunContext, models: dict[str, Any], test: Any, config: Any,
                 ) -> tuple[dict[str, str], dict[str, float]]:
     """1-D and 2-D filter-normalised slices of each model, one plot each."""
-    from icml_modality_pairing.landscape import (loss_landscape_1d, loss_landscape_2d,
-                                                 plot_landscape_1d, plot_landscape_2d)
+    from icml_modality_pairing.landscape import (
+        loss_landscape_1d,
+        loss_landscape_2d,
+        plot_landscape_1d,
+        plot_landscape_2d,
+    )
     from icml_modality_pairing.training import cross_entropy_loss, heldout_batches
 
     artifacts, metrics = {}, {}
@@ -185,8 +189,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
 
     from icml_modality_pairing.hessian import hessian_trace, lanczos, power_iteration
     from icml_modality_pairing.objective import Objective
-    from icml_modality_pairing.sharpness import (epsilon_sharpness,
-                                                 gaussian_perturbation_sharpness)
+    from icml_modality_pairing.sharpness import epsilon_sharpness, gaussian_perturbation_sharpness
     from icml_modality_pairing.training import accuracy, cross_entropy_loss, heldout_batches
 
     model, test, source = _load_or_train(ctx, config.model_path, n_train=config.n_train,

@@ -10,8 +10,7 @@ from typing import Any
 
 import torch
 
-from icml_modality_pairing.hessian import (hessian_trace, lanczos, objective_of,
-                                           power_iteration)
+from icml_modality_pairing.hessian import hessian_trace, lanczos, objective_of, power_iteration
 from icml_modality_pairing.objective import Objective, SharpnessError
 
 

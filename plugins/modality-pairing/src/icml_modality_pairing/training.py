@@ -20,8 +20,12 @@ from torch import nn
 
 from icml_modality_pairing.data import MultimodalData
 from icml_modality_pairing.models import LateFusion, Unimodal
-from icml_modality_pairing.pairing import PairingIndex, all_pair_weights, check_probability, \
-    pair_indices
+from icml_modality_pairing.pairing import (
+    PairingIndex,
+    all_pair_weights,
+    check_probability,
+    pair_indices,
+)
 
 ARMS = ("unimodal", "fixed", "stochastic")
 SCHEDULES = ("cosine", "constant")
