@@ -38,8 +38,11 @@ class TrainConfig:
     momentum: float = option(0.9, help="SGD momentum", ge=0, lt=1)
     weight_decay: float = option(5e-4, help="SGD weight decay", ge=0)
     schedule: str = option("cosine", help="learning-rate schedule", choices=SCHEDULES)
-    power_iters: int = option(100, help="max power iterations for λ_max", ge=1)
-    tol: float = option(1e-4, help="relative tolerance of the power iteration", gt=0)
+    eig_method: str = option("lanczos", help="λ_max by lanczos (largest eigenvalue) or power "
+                             "(dominant eigenvalue, PyHessian's stopping rule)",
+                             choices=("lanczos", "power"))
+    power_iters: int = option(100, help="max Hessian-vector products for λ_max", ge=1)
+    tol: float = option(1e-4, help="relative tolerance of the eigensolver", gt=0)
     trace_samples: int = option(16, help="Hutchinson probes for the trace (0: skip)", ge=0)
     rho: float = option(0.05, help="radius of the ε-sharpness ascent step", ge=0)
     sigma: float = option(0.05, help="relative std of the Gaussian perturbation", ge=0)

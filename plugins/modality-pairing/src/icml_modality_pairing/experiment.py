@@ -67,6 +67,7 @@ class Settings:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     schedule: str = "cosine"
+    eig_method: str = "lanczos"
     power_iters: int = 100
     tol: float = 1e-4
     trace_samples: int = 16
@@ -100,7 +101,8 @@ def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
     t0 = time.perf_counter()
     rep = sharpness_report(model, cross_entropy_loss,
                            heldout_batches(test, device=device, dtype=dtype),
-                           power_iters=s.power_iters, tol=s.tol, trace_samples=s.trace_samples,
+                           eig_method=s.eig_method, power_iters=s.power_iters, tol=s.tol,
+                           trace_samples=s.trace_samples,
                            rho=s.rho, sigma=s.sigma, gauss_samples=s.gauss_samples, seed=seed)
     metrics = {"accuracy": acc, "lambda_max": rep.lambda_max, "trace": rep.trace,
                "eps_sharpness": rep.eps_sharpness, "gauss_sharpness": rep.gauss_sharpness,

@@ -168,13 +168,14 @@ def lanczos(obj: Objective, *, iters: int = 60, tol: float = 1e-6, seed: int = 0
 
 
 def hessian_top_eigenvalue(model: Any, loss_fn: Any = None, batches: Any = None, *,
-                           method: str = "power", iters: int = 100, tol: float = 1e-4,
+                           method: str = "lanczos", iters: int = 100, tol: float = 1e-4,
                            seed: int = 0, strict: bool = False, backend: str = "autograd",
                            ) -> EigenResult:
     """Top Hessian eigenvalue of ``loss_fn`` over ``batches`` at the model's parameters.
 
-    ``method="power"`` (dominant eigenvalue, PyHessian's method) or ``"lanczos"`` (largest
-    algebraic eigenvalue). See :func:`power_iteration` and :func:`lanczos`.
+    ``method="lanczos"`` (default: the largest algebraic eigenvalue; fewer HVPs and far more
+    accurate than power iteration at equal tolerance) or ``"power"`` (the dominant eigenvalue,
+    PyHessian's method and stopping rule). See :func:`power_iteration` and :func:`lanczos`.
     """
     obj = objective_of(model, loss_fn, batches, backend=backend)
     if method == "power":

@@ -94,16 +94,26 @@ class SharpnessReport:
 
 
 def sharpness_report(model: Any, loss_fn: Any = None, batches: Any = None, *,
-                     power_iters: int = 100, tol: float = 1e-4, lanczos_iters: int = 0,
+                     eig_method: str = "lanczos", power_iters: int = 100, tol: float = 1e-4,
+                     lanczos_iters: int = 0,
                      trace_samples: int = 16, rho: float = 0.05, sigma: float = 0.05,
                      gauss_samples: int = 10, filter_norm: bool = True, seed: int = 0,
                      backend: str = "autograd") -> SharpnessReport:
-    """The sharpness suite: loss, top eigenvalue (power; Lanczos too when ``lanczos_iters``),
-    Hutchinson trace, ε-sharpness and Gaussian-perturbation sharpness, all on ``batches``."""
+    """The sharpness suite: loss, top eigenvalue, Hutchinson trace, ε-sharpness and
+    Gaussian-perturbation sharpness, all on ``batches``.
+
+    ``lambda_max`` comes from ``eig_method``: ``"lanczos"`` (default; the largest eigenvalue,
+    at most ``power_iters`` HVPs, to 1e-6 of eigvalsh in the benchmark) or ``"power"`` (the
+    dominant eigenvalue with PyHessian's stopping rule, which can stop early on a small
+    eigengap). ``lanczos_iters > 0`` additionally reports a Lanczos value in ``lanczos_max``.
+    """
+    if eig_method not in ("lanczos", "power"):
+        raise SharpnessError(f"eig_method={eig_method!r}: choose 'lanczos' or 'power'")
     obj = objective_of(model, loss_fn, batches, backend=backend)
     with torch.no_grad():
         loss = float(obj.loss())
-    top = power_iteration(obj, iters=power_iters, tol=tol, seed=seed)
+    top = (lanczos if eig_method == "lanczos" else power_iteration)(
+        obj, iters=power_iters, tol=tol, seed=seed)
     lz = lanczos(obj, iters=lanczos_iters, tol=tol, seed=seed).eigenvalue if lanczos_iters \
         else None
     tr = hessian_trace(obj, n_samples=trace_samples, seed=seed) if trace_samples else None
