@@ -12,6 +12,7 @@ the eigvalsh reference).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -123,8 +124,8 @@ def sharpness_costs(width: int, peers: str | None, repeats: int, probes: int,
     calls = {"hvp": 0}
     if peers:
         sys.path.insert(0, peers)
-        try:
-            import pyhessian.hessian as pyh_mod  # type: ignore[import-not-found]
+        try:  # the module (its package re-exports the class under the same name)
+            pyh_mod = importlib.import_module("pyhessian.hessian")
         except ImportError:
             pyh_mod = None
         if pyh_mod is not None:  # count PyHessian's HVPs (both of its code paths)
