@@ -93,6 +93,20 @@ def bench_dxpp(session: nox.Session) -> None:
                 *session.posargs, env=ENV)
 
 
+# PyHessian (GPL, 2021) is only a benchmark peer: installed into a side folder, never a dependency.
+MODALITY_PAIRING_PEERS = ("pyhessian==0.1",)
+
+
+@nox.session
+def bench_modality_pairing(session: nox.Session) -> None:
+    """Regime table and sharpness-measure costs against PyHessian (args go to bench.py)."""
+    session.install(TORCH, "./core", "./plugins/modality-pairing")
+    peers = Path(session.create_tmp()) / "modality-pairing-peers"
+    session.install("--target", str(peers), "--no-deps", *MODALITY_PAIRING_PEERS)
+    session.run("python", "plugins/modality-pairing/benchmarks/bench.py", "--peers", str(peers),
+                *session.posargs, env=ENV)
+
+
 @nox.session
 def build(session: nox.Session) -> None:
     """Build an sdist and a wheel of every distribution into dist/."""

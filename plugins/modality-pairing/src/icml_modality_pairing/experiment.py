@@ -1,0 +1,148 @@
+"""The paper's comparison at small scale: unimodal vs fixed vs stochastic pairing on synthetic
+data, accuracy and held-out sharpness per arm over seeds, in named regimes ``"<n_train>x<epochs>"``.
+Used by the ``train`` hook and the benchmark."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from icml_modality_pairing.data import Standardizer, make_synthetic
+from icml_modality_pairing.sharpness import sharpness_report
+from icml_modality_pairing.training import (
+    ARMS,
+    accuracy,
+    build_arm_model,
+    cross_entropy_loss,
+    heldout_batches,
+    train_model,
+)
+
+METRICS = ("accuracy", "lambda_max", "trace", "eps_sharpness", "gauss_sharpness", "train_s")
+
+
+def parse_regime(spec: str) -> tuple[int, int]:
+    """``"2000x15"`` → ``(n_train=2000, epochs=15)``."""
+    m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", str(spec))
+    if not m or int(m[1]) < 2 or int(m[2]) < 1:
+        raise ValueError(f"regime {spec!r}: write '<n_train>x<epochs>', e.g. '2000x15'")
+    return int(m[1]), int(m[2])
+
+
+@dataclass
+class ArmRun:
+    """One trained arm on one seed: its metrics and (optionally) the model."""
+
+    regime: str
+    arm: str
+    seed: int
+    metrics: dict[str, float]
+    model: Any = None
+    test: Any = None
+
+
+@dataclass
+class Settings:
+    """Data, model, optimiser and measurement settings shared by all arms (see the config)."""
+
+    n_test: int = 1000
+    n_classes: int = 4
+    dim: int = 16
+    mean_scale: float = 0.6
+    noise: float = 2.0
+    shared_noise: float = 0.0
+    label_noise: float = 0.0
+    p_stochastic: float = 1.0
+    fusion: str = "add"
+    width: int = 64
+    hidden: int = 64
+    batch_size: int = 50
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    schedule: str = "cosine"
+    eig_method: str = "lanczos"
+    power_iters: int = 100
+    tol: float = 1e-4
+    trace_samples: int = 16
+    rho: float = 0.05
+    sigma: float = 0.05
+    gauss_samples: int = 20
+    extra: dict = field(default_factory=dict)
+
+
+def make_data(n_train: int, s: Settings, seed: int) -> tuple[Any, Any]:
+    """Standardised train/held-out splits (statistics from the training split)."""
+    train, test = make_synthetic(n_train, s.n_test, n_classes=s.n_classes, dims=(s.dim, s.dim),
+                                 mean_scale=s.mean_scale, noise=s.noise,
+                                 shared_noise=s.shared_noise, label_noise=s.label_noise,
+                                 seed=seed)
+    st = Standardizer.fit(train)
+    return st(train), st(test)
+
+
+def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
+            device: Any = None, dtype: Any = None, keep_model: bool = False) -> ArmRun:
+    """Train ``arm`` on the regime's data for ``seed`` and measure it on held-out data."""
+    train, test = make_data(n_train, s, seed)
+    torch.manual_seed(seed)
+    model = build_arm_model(arm, train, width=s.width, hidden=s.hidden, fusion=s.fusion)
+    p = s.p_stochastic if arm == "stochastic" else 0.0
+    hist = train_model(model, train, p_stochastic=p, epochs=epochs, batch_size=s.batch_size,
+                       lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay,
+                       schedule=s.schedule, seed=seed, device=device, dtype=dtype)
+    acc = accuracy(model, test, device=device, dtype=dtype)
+    t0 = time.perf_counter()
+    rep = sharpness_report(model, cross_entropy_loss,
+                           heldout_batches(test, device=device, dtype=dtype),
+                           eig_method=s.eig_method, power_iters=s.power_iters, tol=s.tol,
+                           trace_samples=s.trace_samples,
+                           rho=s.rho, sigma=s.sigma, gauss_samples=s.gauss_samples, seed=seed)
+    metrics = {"accuracy": acc, "lambda_max": rep.lambda_max, "trace": rep.trace,
+               "eps_sharpness": rep.eps_sharpness, "gauss_sharpness": rep.gauss_sharpness,
+               "heldout_loss": rep.loss, "train_loss": hist.losses[-1],
+               "train_s": hist.seconds, "sharpness_s": time.perf_counter() - t0,
+               "lambda_max_converged": float(rep.lambda_max_converged)}
+    return ArmRun(f"{n_train}x{epochs}", arm, seed, metrics,
+                  model if keep_model else None, test if keep_model else None)
+
+
+def run_regimes(regimes: Sequence[str], seeds: Sequence[int], s: Settings, *,
+                arms: Sequence[str] = ARMS, device: Any = None, dtype: Any = None,
+                progress: Callable | None = None, keep: Callable[[ArmRun], bool] | None = None,
+                ) -> list[ArmRun]:
+    """All (regime, seed, arm) runs; ``keep(run)`` says which trained models to keep."""
+    jobs = [(r, seed, arm) for r in regimes for seed in seeds for arm in arms]
+    parsed = {r: parse_regime(r) for r in regimes}
+    out = []
+    for r, seed, arm in (progress(jobs) if progress else jobs):
+        n, ep = parsed[r]
+        run = run_arm(arm, n, ep, seed, s, device=device, dtype=dtype, keep_model=True)
+        if keep is None or not keep(run):
+            run.model = run.test = None
+        out.append(run)
+    return out
+
+
+def summarize(runs: Sequence[ArmRun], metric: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(regime, arm) -> (mean, sample std)`` of ``metric`` over seeds."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in runs:
+        groups.setdefault((r.regime, r.arm), []).append(r.metrics[metric])
+    return {k: (statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
+            for k, v in groups.items()}
+
+
+def wins(runs: Sequence[ArmRun], metric: str, a: str, b: str, regime: str,
+         lower: bool = False) -> tuple[int, int]:
+    """Seeds on which arm ``a`` beats arm ``b`` on ``metric`` (paired by seed): (wins, seeds)."""
+    by = {(r.arm, r.seed): r.metrics[metric] for r in runs if r.regime == regime}
+    seeds = sorted({s for (arm, s) in by if arm == a} & {s for (arm, s) in by if arm == b})
+    w = sum((by[(a, s)] < by[(b, s)]) if lower else (by[(a, s)] > by[(b, s)]) for s in seeds)
+    return w, len(seeds)
