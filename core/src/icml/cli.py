@@ -207,7 +207,10 @@ def run(
             raise _fail("interrupted before the run started", 130) from None
         from icml.runner import load_result
 
-        kept = _kept(load_result(run_dir[0]))
+        try:
+            kept = _kept(load_result(run_dir[0]))
+        except Exception:  # noqa: BLE001 - interrupted before result.json was complete
+            kept = ""
         raise _fail(f"interrupted; {kept or 'nothing had finished'}; result.json, report.md "
                     f"and run.log are in {run_dir[0]}", 130) from None
     _print_summary(result)

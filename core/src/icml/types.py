@@ -236,7 +236,9 @@ class RunContext:
     string such as ``"float32"`` (:meth:`torch_dtype`). ``threads``, when set, is the number of
     CPU threads torch uses during the run (the core sets it and restores the caller's value);
     :func:`icml.run` fills it from ``--threads`` or else the plugin's
-    :attr:`PluginInfo.default_threads`.
+    :attr:`PluginInfo.default_threads`. :meth:`record`, :meth:`record_row` and
+    :meth:`record_table` keep the results of finished arms in ``partial``, which the core writes
+    if the run later fails or is interrupted (``on_record`` is the core's writer).
     """
 
     out_dir: Path

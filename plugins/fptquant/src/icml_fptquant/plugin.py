@@ -61,7 +61,8 @@ def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
     metrics: dict[str, float] = {}
     for name, r in rows.items():
         for k in ("ppl", "kl", "max_logit_err", "rtn_gap_closed", "bytes"):
-            if r[k] == r[k]:  # skip NaN (e.g. no RTN arm to compare with)
+            # a diverged arm reports nan; rtn_gap_closed is nan only when undefined (no RTN arm)
+            if k != "rtn_gap_closed" or r[k] == r[k]:
                 metrics[f"{name}.{k}"] = float(r[k])
     for k in ("outlier_norm_before_after", "max_abs_weight_before_after"):
         if k in hist:

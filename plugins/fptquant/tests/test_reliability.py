@@ -1,0 +1,49 @@
+"""Issue 16 for this plugin: bad values are one-line config errors (exit 2), diverged arms are
+results, finished arms survive a failure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+_SCRIPT = Path(sys.executable).parent / "icml"
+ICML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "icml.cli"]
+
+
+def icml_cli(*args: str) -> subprocess.CompletedProcess:
+    """The installed console script in a fresh interpreter, as a user runs it."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run([*ICML, *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    return line
+
+SMOKE = ["train_steps=3", "local_steps=3", "e2e_steps=2", "hidden_size=32", "seq_len=32",
+         "calib_samples=2", "eval_samples=2"]
+
+
+def test_heads_that_do_not_divide_exit_2(tmp_path: Path) -> None:
+    proc = icml_cli("run", "fptquant", "--set", "num_heads=3", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "num_heads" in one_line_error(proc)
+    assert not (tmp_path / "o").exists()
+
+
+def test_diverged_arm_is_a_result_and_the_others_survive(tmp_path: Path) -> None:
+    proc = icml_cli("run", "fptquant", *(f"--set={s}" for s in SMOKE), "--set", "local_lr=1e9",
+                    "--set", "local_steps=20", "--set", "arms=[fp,rtn,fptquant_local]",
+                    "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = tmp_path.iterdir()
+    from icml.runner import load_result
+
+    res = load_result(run_dir)
+    assert res.status == "ok" and res.metrics["rtn.ppl"] > 0
+    assert res.metrics["fptquant_local.ppl"] != res.metrics["fptquant_local.ppl"]  # nan
+    assert res.metrics["fptquant_local.max_logit_err"] != res.metrics[
+        "fptquant_local.max_logit_err"]  # nan, not max(0, nan) == 0
+    assert [row[0] for row in res.tables[0].rows] == ["FP", "RTN", "FPTQuant-local"]
