@@ -150,6 +150,11 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
              "architecture (fixed vs stochastic); the unimodal model has fewer parameters, so "
              "its raw λ_max is not comparable. Expect stochastic pairing to win in the moderate "
              "regime and to lose in the small-data, long-training one.")
+    unconverged = sum(1 for r in runs if not r.metrics["lambda_max_converged"])
+    metrics["lambda_max_unconverged_runs"] = unconverged
+    if unconverged:
+        notes += (f" **λ_max did not converge to tol={config.tol:g} in {unconverged} of "
+                  f"{len(runs)} runs** (power_iters={config.power_iters}): raise power_iters.")
     return icml.RunResult(metrics=metrics, tables=tables, artifacts=artifacts, notes=notes)
 
 
