@@ -158,8 +158,8 @@ class StochasticPairingDataset(torch.utils.data.Dataset):
     otherwise row ``i`` itself. Partners of different modalities are drawn independently.
 
     Deterministic: the partner of item ``i`` depends only on ``(seed, epoch, i, access count
-    of i)``. Call :meth:`set_epoch` each epoch (HF ``Trainer`` does) to make runs with
-    ``DataLoader`` workers reproducible as well.
+    of i)``. Call :meth:`set_epoch` each epoch (HF ``Trainer`` does, via accelerate) to make
+    runs with ``DataLoader`` workers reproducible as well.
     """
 
     def __init__(self, modalities: Mapping[str, Any], labels: Any, *, p_stochastic: float = 1.0,
