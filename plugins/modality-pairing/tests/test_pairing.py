@@ -173,7 +173,21 @@ def test_hf_trainer_runs_with_the_dataset():
                                               dataloader_num_workers=0)
         trainer = transformers.Trainer(model=Tiny(), args=args, train_dataset=ds)
         out = trainer.train()
-    assert out.global_step == 3
+        assert out.global_step == 3
+        # the collator route: an anchor-only dataset, partners from a bank at every step
+        seen = []
+        coll = StochasticPairingCollator({"b": torch.randn(32, 2)}, y, seed=0)
+
+        def spy(features):
+            batch = coll(features)
+            seen.append(batch)
+            return batch
+
+        anchors = [{"a": torch.randn(2), "labels": y[i]} for i in range(32)]
+        trainer = transformers.Trainer(model=Tiny(), args=args, train_dataset=anchors,
+                                       data_collator=spy)
+        assert trainer.train().global_step == 3
+    assert len(seen) >= 3 and all(b["b"].shape == (8, 2) for b in seen)
 
 
 # --- bad input ----------------------------------------------------------------------------

@@ -126,3 +126,30 @@ def test_claims_at_small_scale():
     assert mean("fixed", "accuracy") > mean("unimodal", "accuracy") + 0.05
     assert mean("stochastic", "accuracy") > mean("unimodal", "accuracy") + 0.05
     assert mean("stochastic", "lambda_max") < 0.9 * mean("fixed", "lambda_max")
+
+
+def test_three_modalities_train_with_both_fusions_and_unimodal_ignores_extras():
+    train, test = make_synthetic(300, 100, dims=(4, 5, 6), seed=0)
+    for fusion in ("add", "concat"):
+        torch.manual_seed(0)
+        m = build_arm_model("stochastic", train, width=8, hidden=8, fusion=fusion)
+        hist = train_model(m, train, epochs=3, seed=0)
+        assert hist.losses[-1] < hist.losses[0]
+        assert 0.0 <= accuracy(m, test) <= 1.0
+    uni = build_arm_model("unimodal", train, width=8, hidden=8)
+    assert uni(**test.modalities).shape == (100, 4)
+
+
+def test_collator_with_two_banks_and_per_bank_labels():
+    from icml_modality_pairing.pairing import PairingError, StochasticPairingCollator
+
+    ya, yb = torch.tensor([0, 0, 1, 1]), torch.tensor([1, 0, 1, 0, 0])
+    coll = StochasticPairingCollator({"b": torch.arange(4.0)[:, None],
+                                      "c": torch.arange(5.0)[:, None]},
+                                     {"b": ya, "c": yb}, seed=0)
+    feats = [{"a": torch.zeros(2), "labels": torch.tensor(c)} for c in (0, 1, 1, 0)]
+    out = coll(feats)
+    assert torch.equal(ya[out["b"].long().squeeze(1)], out["labels"])
+    assert torch.equal(yb[out["c"].long().squeeze(1)], out["labels"])
+    with pytest.raises(PairingError, match="no labels for banks"):
+        StochasticPairingCollator({"b": torch.zeros(4, 1)}, {"c": ya})

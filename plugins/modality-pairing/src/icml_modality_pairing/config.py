@@ -89,8 +89,8 @@ class DifferentiateConfig:
     tol: float = option(1e-6, help="relative tolerance of power iteration and Lanczos", gt=0)
     lanczos_iters: int = option(80, help="max Lanczos steps", ge=1)
     trace_samples: int = option(64, help="Hutchinson probes", ge=1)
-    fd_step: float = option(1e-4, help="step of the central finite difference of gradients",
-                            gt=0)
+    fd_step: float = option(1e-6, help="step of the float64 central finite difference of "
+                            "gradients along a unit vector (small: ReLU kinks)", gt=0)
     max_explicit: int = option(3000, help="largest parameter count for the explicit Hessian "
                                "check (eigvalsh, trace, H@v)", ge=0)
     backend: str = option("autograd", help="HVP backend: autograd (cached double backward) or "

@@ -8,7 +8,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,8 +23,6 @@ from icml_modality_pairing.training import (
     heldout_batches,
     train_model,
 )
-
-METRICS = ("accuracy", "lambda_max", "trace", "eps_sharpness", "gauss_sharpness", "train_s")
 
 
 def parse_regime(spec: str) -> tuple[int, int]:
@@ -74,7 +72,6 @@ class Settings:
     rho: float = 0.05
     sigma: float = 0.05
     gauss_samples: int = 20
-    extra: dict = field(default_factory=dict)
 
 
 def make_data(n_train: int, s: Settings, seed: int) -> tuple[Any, Any]:

@@ -67,8 +67,10 @@ def _start(obj: Objective, seed: int) -> torch.Tensor:
 
 
 def _not_converged(method: str, iters: int, tol: float, strict: bool, detail: str) -> None:
+    hint = "raise iters, loosen tol, or use method='lanczos'" if method.startswith("power") \
+        else "raise iters or loosen tol"
     msg = (f"{method} did not converge to tol={tol:g} in {iters} Hessian-vector products "
-           f"({detail}); raise iters, loosen tol, or use method='lanczos'")
+           f"({detail}); {hint}")
     if strict:
         raise ConvergenceError(msg)
     warnings.warn(msg, ConvergenceWarning, stacklevel=3)

@@ -158,8 +158,8 @@ class StochasticPairingDataset(torch.utils.data.Dataset):
     otherwise row ``i`` itself. Partners of different modalities are drawn independently.
 
     Deterministic: the partner of item ``i`` depends only on ``(seed, epoch, i, access count
-    of i)``. Call :meth:`set_epoch` each epoch (HF ``Trainer`` does) to make runs with
-    ``DataLoader`` workers reproducible as well.
+    of i)``. Call :meth:`set_epoch` each epoch (HF ``Trainer`` does, via accelerate) to make
+    runs with ``DataLoader`` workers reproducible as well.
     """
 
     def __init__(self, modalities: Mapping[str, Any], labels: Any, *, p_stochastic: float = 1.0,
@@ -229,15 +229,18 @@ class StochasticPairingCollator:
     def __init__(self, banks: Mapping[str, Any], bank_labels: Any, *, p_stochastic: float = 1.0,
                  seed: int = 0, singleton: str = "warn", bank_index_key: str | None = None,
                  ) -> None:
+        if not isinstance(banks, Mapping) or not banks:
+            raise PairingError("banks must be a non-empty mapping modality -> tensor of samples")
         if isinstance(bank_labels, Mapping):
+            missing = [m for m in banks if m not in bank_labels]
+            if missing:
+                raise PairingError(f"bank_labels has no labels for banks {missing}")
             labels = {m: _as_labels(bank_labels[m], f"bank_labels[{m!r}]") for m in banks}
         else:
             shared = _as_labels(bank_labels, "bank_labels")
             labels = {m: shared for m in banks}
         self.banks = {m: _check_modalities({m: x}, labels[m].numel(), "banks")[m]
-                      for m, x in (banks.items() if isinstance(banks, Mapping) else ())}
-        if not self.banks:
-            raise PairingError("banks must be a non-empty mapping modality -> tensor of samples")
+                      for m, x in banks.items()}
         self.indices = {m: PairingIndex(labels[m], name=f"bank {m!r}", singleton=singleton)
                         for m in self.banks}
         self.p_stochastic = check_probability(p_stochastic)
