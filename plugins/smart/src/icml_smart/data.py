@@ -4,7 +4,9 @@ bodies; a per-channel normaliser; a collator for torch ``DataLoader`` / HF ``Tra
 
 Each case is a dict of float32 tensors: ``geometry [M, D]`` (surface points), ``normals
 [M, D]``, ``params [P]``, ``queries [Q, D]`` (volume points outside the body), ``targets
-[Q, C]``, and ``surface_targets [M, C]`` (the fields on the surface points, for C_p and forces).
+[Q, C]``, and ``surface_queries [M, D]`` and ``surface_targets [M, C]`` (where the surface fields are known,
+for C_p and forces: the surface points themselves for the exact cases, points 1.5 grid cells off
+the body along the normal for the finite-difference case).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def ellipse_case(rng: np.random.Generator, n_boundary: int, n_queries: int,
     q = _sample_outside(rng, n_queries, 2, ranges.box, body.inside, margin=0.02)
     surf = body.fields(g, inside="nan")
     return body, {"geometry": g, "normals": n, "params": body.params(), "queries": q,
-                  "targets": body.fields(q), "surface_targets": surf}
+                  "targets": body.fields(q), "surface_queries": g, "surface_targets": surf}
 
 
 def sphere_case(rng: np.random.Generator, n_boundary: int, n_queries: int, box: float = 1.5
@@ -63,7 +65,8 @@ def sphere_case(rng: np.random.Generator, n_boundary: int, n_queries: int, box: 
     g, n = body.boundary(n_boundary, rng)
     q = _sample_outside(rng, n_queries, 3, box, body.inside, margin=0.02)
     return body, {"geometry": g, "normals": n, "params": body.params(), "queries": q,
-                  "targets": body.fields(q), "surface_targets": body.fields(g)}
+                  "targets": body.fields(q), "surface_queries": g,
+                  "surface_targets": body.fields(g)}
 
 
 def laplace_case(rng: np.random.Generator, n_boundary: int, n_queries: int, grid: int = 97,
@@ -89,10 +92,11 @@ def laplace_case(rng: np.random.Generator, n_boundary: int, n_queries: int, grid
 
     q = _sample_outside(rng, n_queries, 2, box, near)
     # the grid has no surface values: take them a cell and a half off the body, along the normal
-    surf = sol.fields(np.clip(g + 1.5 * h * nrm, -2 * box, 2 * box), inside="nan")
+    sq = np.clip(g + 1.5 * h * nrm, -2 * box, 2 * box)
+    surf = sol.fields(sq, inside="nan")
     params = np.array([U, np.cos(alpha), np.sin(alpha), 0.0])
     return sol, {"geometry": g, "normals": nrm, "params": params, "queries": q,
-                 "targets": sol.fields(q), "surface_targets": surf}
+                 "targets": sol.fields(q), "surface_queries": sq, "surface_targets": surf}
 
 
 class PotentialFlowDataset(torch.utils.data.Dataset):

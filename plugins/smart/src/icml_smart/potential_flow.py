@@ -105,7 +105,7 @@ class Ellipse:
             dw[bad] = self.complex_velocity(x[bad] * (1 + 1e-7), inside="nan")
         dw = dw * np.exp(-1j * self.theta)  # body -> world: conj(V_w) = e^{-i theta} conj(V_b)
         if mask.any():
-            dw = np.where(mask, np.nan + 0j, dw)
+            dw = np.where(mask, complex(np.nan, np.nan), dw)
         return dw
 
     def stream_function(self, x: np.ndarray) -> np.ndarray:
