@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from icml_smart.laplace import point_in_polygon, solve_stream_function
 from icml_smart.potential_flow import Ellipse
 

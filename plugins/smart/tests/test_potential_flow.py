@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from icml_smart.potential_flow import Ellipse, Sphere
 
 BODIES = [Ellipse(0.6, 0.3, 0.4, 1.2, 0.3, 0.0), Ellipse(0.7, 0.35, 2.0, 0.8, -0.4, 0.25),
@@ -73,7 +72,6 @@ def test_rotation_consistency():
 @pytest.mark.parametrize("body", BODIES)
 def test_kutta_joukowski_lift_and_zero_drag(body):
     import torch
-
     from icml_smart.metrics import force_coefficients
 
     g, n = body.boundary(3000, np.random.default_rng(4))

@@ -12,8 +12,8 @@ class _Data:
     case: str = option("ellipse", help="simulation family: exact 2-D ellipse flow with "
                        "circulation, exact 3-D sphere flow, or finite-difference flow past random "
                        "smooth bodies", choices=("ellipse", "sphere", "laplace"))
-    n_train: int = option(384, help="training cases", ge=1)
-    n_test: int = option(96, help="test cases", ge=1)
+    n_train: int = option(256, help="training cases", ge=1)
+    n_test: int = option(64, help="test cases", ge=1)
     n_boundary: int = option(64, help="surface points per geometry point cloud", ge=1)
     n_queries: int = option(256, help="volume query points per case", ge=1)
     min_aspect: float = option(0.4, help="smallest ellipse aspect ratio b/a (thin ellipses "
@@ -41,8 +41,8 @@ class _Model:
 
 @dataclass
 class _Train:
-    steps: int = option(300, help="optimizer steps per model", ge=1)
-    batch_size: int = option(8, help="cases per step", ge=1)
+    steps: int = option(150, help="optimizer steps per model", ge=1)
+    batch_size: int = option(16, help="cases per step", ge=1)
     lr: float = option(2e-3, help="peak learning rate (one-cycle AdamW)", gt=0)
     query_subsample: int = option(128, help="volume queries drawn per case per step", ge=1)
     surface_weight: float = option(0.1, help="weight of the surface-point loss", ge=0)

@@ -4,9 +4,9 @@ bodies; a per-channel normaliser; a collator for torch ``DataLoader`` / HF ``Tra
 
 Each case is a dict of float32 tensors: ``geometry [M, D]`` (surface points), ``normals
 [M, D]``, ``params [P]``, ``queries [Q, D]`` (volume points outside the body), ``targets
-[Q, C]``, and ``surface_queries [M, D]`` and ``surface_targets [M, C]`` (where the surface fields are known,
-for C_p and forces: the surface points themselves for the exact cases, points 1.5 grid cells off
-the body along the normal for the finite-difference case).
+[Q, C]``, and ``surface_queries [M, D]`` with ``surface_targets [M, C]`` (where the surface
+fields are known, for C_p and forces: the surface points themselves for the exact cases, points
+1.5 grid cells off the body along the normal for the finite-difference case).
 """
 
 from __future__ import annotations

@@ -33,7 +33,9 @@ class FourierFeatures(nn.Module):
         if x.shape[-1] != self.in_dim:
             raise ValueError(f"coordinates have {x.shape[-1]} components, the encoding expects "
                              f"{self.in_dim} (config space_dim)")
-        x = x / self.scale
+        dtype = x.dtype
+        # phases in at least float32: bfloat16 phases of high frequencies are pure noise
+        x = x.to(torch.promote_types(dtype, torch.float32)) / self.scale
         ang = 2 * math.pi * x[..., None] * self.freqs(x.device, x.dtype)  # [..., D, F]
         feats = torch.cat([ang.sin(), ang.cos()], -1).flatten(-2)
-        return torch.cat([x, feats], -1)
+        return torch.cat([x, feats], -1).to(dtype)

@@ -39,8 +39,13 @@ def build_arm(name: str, cfg: Any, data: Any, seed: int) -> Any:
     """One model of the comparison; baselines get the width matching SMART's parameter count."""
     import torch
 
-    from icml_smart.baselines import BaselineConfig, PointNetMLP, TransolverLite, num_params
-    from icml_smart.baselines import width_for
+    from icml_smart.baselines import (
+        BaselineConfig,
+        PointNetMLP,
+        TransolverLite,
+        num_params,
+        width_for,
+    )
     from icml_smart.modeling_smart import SMARTModel
 
     torch.manual_seed(seed)
@@ -160,8 +165,8 @@ def _claim_notes(results: dict[str, dict[str, Any]]) -> str:
     for other in ("last_layer", "pointnet", "transolver"):
         if other in results:
             o = results[other]["rel_l2"]
-            parts.append(f"{ARM_LABELS[other]}: {o:.4f} ({'SMART better' if s < o else 'SMART '
-                         'not better'}, ratio {o / s:.2f})")
+            verdict = "SMART better" if s < o else "SMART not better"
+            parts.append(f"{ARM_LABELS[other]}: {o:.4f} ({verdict}, ratio {o / s:.2f})")
     return (f"SMART mean rel-L2 {s:.4f}; " + "; ".join(parts) + ". One seed: see the README's "
             "benchmark over seeds before reading a margin as an effect.")
 

@@ -103,13 +103,13 @@ def solve_stream_function(polygon: np.ndarray, *, U: float = 1.0, alpha: float =
     idx[free] = np.arange(free.sum())
     rows, cols, data, fixed_nb = [], [], [], []
     rhs0 = np.zeros(free.sum())
-    I, J = np.nonzero(free)
-    me = idx[I, J]
+    ii, jj = np.nonzero(free)
+    me = idx[ii, jj]
     rows.append(me)
     cols.append(me)
     data.append(np.full(len(me), -4.0))
     for di, dj in ((1, 0), (-1, 0), (0, 1), (0, -1)):
-        ni, nj = I + di, J + dj
+        ni, nj = ii + di, jj + dj
         nb_free = free[ni, nj]
         rows.append(me[nb_free])
         cols.append(idx[ni[nb_free], nj[nb_free]])

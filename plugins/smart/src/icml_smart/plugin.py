@@ -18,8 +18,8 @@ def icml_plugin_info() -> icml.PluginInfo:
     return icml.PluginInfo(
         name="smart",
         title="SMART: mesh-free physics surrogate from point clouds (reconstructed)",
-        summary="Point-cloud transformer surrogate with a cross-layer decoder; exact "
-                "potential-flow data, chunked queries, shape gradients.",
+        summary="Mesh-free point-cloud surrogate with a cross-layer decoder; exact flow data, "
+                "chunked queries, shape gradients.",
         paper=icml.Paper(title="SMART: mesh-free neural surrogate over point-cloud geometry",
                          url="https://icml.cc/virtual/2026/papers.html",
                          authors="see the paper", bibtex=BIBTEX),

@@ -96,7 +96,7 @@ def optimize_ellipse(model: Any, *, a: float, b: float, theta: float, U: float, 
         bb, tt = shape()
         g, _ = ellipse_surface(A, bb, tt, n_surface)
         J = suction_peak(model.predict(g[None], params, g[None])[0, :, -1])
-        history.append(float(J))
+        history.append(float(J.detach()))
         if len(history) > steps:
             break
         opt.zero_grad()

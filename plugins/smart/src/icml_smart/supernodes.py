@@ -19,7 +19,7 @@ def farthest_point_sampling(points: torch.Tensor, num_samples: int) -> torch.Ten
     if num_samples > M:
         raise ValueError(f"cannot pick {num_samples} supernodes from {M} geometry points: lower "
                          f"num_supernodes to <= {M} or sample more surface points")
-    pts = points.detach()
+    pts = points.detach().to(torch.promote_types(points.dtype, torch.float32))
     centroid = pts.mean(1, keepdim=True)
     first = ((pts - centroid) ** 2).sum(-1).argmax(-1)  # [B]
     idx = torch.empty(B, num_samples, dtype=torch.long, device=pts.device)
@@ -64,12 +64,13 @@ class SupernodePooling(nn.Module):
         batch = torch.arange(B, device=geometry.device)[:, None]
         centers = geometry[batch, idx]                                  # [B, S, D]
         k = min(self.num_neighbors, M)
-        d2 = torch.cdist(centers, geometry)                             # [B, S, M]
+        hi = torch.promote_types(geometry.dtype, torch.float32)
+        d2 = torch.cdist(centers.to(hi), geometry.to(hi))               # [B, S, M]
         dist, nb = d2.topk(k, dim=-1, largest=False)                    # [B, S, k]
         neigh = geometry[batch[..., None], nb]                          # [B, S, k, D]
         msg = self.message(torch.cat([neigh - centers[:, :, None], self.fourier(neigh)], -1))
         if self.radius is not None:
-            w = (dist <= self.radius).to(msg.dtype)
+            w = (dist <= self.radius).to(msg.dtype)  # noqa: SIM300
             w[..., 0] = 1.0  # the supernode itself
             tokens = (msg * w[..., None]).sum(2) / w.sum(-1, keepdim=True)
         else:
