@@ -14,7 +14,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-
 from icml_smart.baselines import num_params
 from icml_smart.job import ARM_LABELS, build_arm, make_data
 from icml_smart.training import evaluate_surrogate, train_surrogate
@@ -44,8 +43,8 @@ def main() -> None:
         for name in a.models:
             model = build_arm(name, cfg, train, seed)
             t0 = time.perf_counter()
-            st = train_surrogate(model, train, steps=a.steps, batch_size=a.batch_size, lr=2e-3,
-                                 query_subsample=128, surface_weight=0.1, seed=seed)
+            train_surrogate(model, train, steps=a.steps, batch_size=a.batch_size, lr=2e-3,
+                            query_subsample=128, surface_weight=0.1, seed=seed)
             ev = evaluate_surrogate(model, test)
             rows.append({"seed": seed, "model": name, "params": num_params(model),
                          "train_s": time.perf_counter() - t0, **ev})
@@ -57,7 +56,7 @@ def main() -> None:
     ref = {r["seed"]: r["rel_l2"] for r in rows if r["model"] == "smart"}
     for name in a.models:
         rs = [r for r in rows if r["model"] == name]
-        m = lambda k: statistics.mean(r[k] for r in rs)  # noqa: E731
+        m = lambda k, rs=rs: statistics.mean(r[k] for r in rs)  # noqa: E731
         sd = statistics.stdev([r["rel_l2"] for r in rs]) if len(rs) > 1 else 0.0
         ch = [statistics.mean(r["rel_l2_per_channel"][i] for r in rs) for i in range(3)]
         wins = sum(ref[r["seed"]] < r["rel_l2"] for r in rs) if name != "smart" else "-"

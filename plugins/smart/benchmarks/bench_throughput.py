@@ -22,7 +22,6 @@ def _rss_mb() -> float:
 
 def worker(n: int, chunk: int, dim: int) -> None:
     import torch
-
     from icml_smart import SMARTConfig, SMARTModel
     from icml_smart.potential_flow import Ellipse
 

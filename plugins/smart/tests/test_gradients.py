@@ -1,7 +1,6 @@
 """Autograd through the surrogate against central finite differences (float64)."""
 
 import torch
-
 from icml_smart.shape_opt import drag_geometry_gradient, field_query_gradient, surrogate_drag
 
 

@@ -2,7 +2,6 @@ import math
 
 import pytest
 import torch
-
 from icml_smart.metrics import relative_l2, surface_elements
 
 
@@ -21,7 +20,6 @@ def test_relative_l2_zero_for_perfect_and_scale_invariant():
 
 def test_surface_elements_integrate_perimeter_and_area():
     import numpy as np
-
     from icml_smart.potential_flow import Ellipse, Sphere
 
     e = Ellipse(0.6, 0.3, 0.7)

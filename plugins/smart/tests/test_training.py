@@ -1,7 +1,6 @@
 """Training: determinism under a seed, and the claim at small scale against trivial baselines."""
 
 import torch
-
 from icml_smart import SMARTConfig, SMARTModel
 from icml_smart.data import ChannelNormalizer, PotentialFlowDataset
 from icml_smart.job import free_stream_predictor
@@ -44,8 +43,9 @@ def test_trained_smart_beats_the_free_stream_and_the_mean_field():
     train_surrogate(m, train, steps=120, batch_size=8, lr=3e-3, query_subsample=64, seed=0)
     ours = evaluate_surrogate(m, test)
     free = evaluate_surrogate(free_stream_predictor(2), test)
-    assert ours["rel_l2_per_channel"][2] < 0.8 * free["rel_l2_per_channel"][2]  # C_p
-    assert ours["rel_l2"] < free["rel_l2"]
+    assert ours["rel_l2"] < 0.9 * free["rel_l2"]
+    assert ours["rel_l2_per_channel"][0] < 0.8 * free["rel_l2_per_channel"][0]  # u/U
+    assert ours["rel_l2_per_channel"][2] < 0.95 * free["rel_l2_per_channel"][2]  # C_p
     mean_pred = torch.cat([c["targets"] for c in train.cases]).mean(0)
     tgt = torch.stack([c["targets"] for c in test.cases])
     mean_err = (torch.linalg.vector_norm(tgt - mean_pred, dim=1)

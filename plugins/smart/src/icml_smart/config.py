@@ -50,7 +50,7 @@ class _Train:
 
 @dataclass
 class TrainConfig(_Data, _Model, _Train):
-    models: list[str] = option(["smart", "last_layer", "pointnet", "transolver"],
+    models: list[str] = option(["smart", "last_layer", "pointnet"],
                                help="arms to train: smart (cross-layer decoder), last_layer "
                                "(ablation), concat (decoder reads all layers), pointnet, "
                                "transolver (Transolver-style peer, ours)")
@@ -83,7 +83,7 @@ class EvaluateConfig(TrainConfig):
 class DifferentiateConfig(_Data, _Model, _Train):
     opt_steps: int = option(20, help="shape-optimisation gradient steps", ge=0)
     opt_lr: float = option(0.05, help="shape-optimisation step size", gt=0)
-    fd_eps: float = option(1e-3, help="finite-difference step of the gradient checks", gt=0)
+    fd_eps: float = option(1e-5, help="finite-difference step of the gradient checks", gt=0)
 
     def __post_init__(self) -> None:
         _validate(self)

@@ -91,7 +91,7 @@ def optimize_ellipse(model: Any, *, a: float, b: float, theta: float, U: float, 
         return float(-body.fields(g)[:, 2].min())
 
     history = []
-    start = (float(shape()[0]), float(th))
+    start = (float(shape()[0].detach()), float(th.detach()))
     for _ in range(steps + 1):
         bb, tt = shape()
         g, _ = ellipse_surface(A, bb, tt, n_surface)
@@ -102,7 +102,7 @@ def optimize_ellipse(model: Any, *, a: float, b: float, theta: float, U: float, 
         opt.zero_grad()
         J.backward()
         opt.step()
-    end = (float(shape()[0]), float(th))
+    end = (float(shape()[0].detach()), float(th.detach()))
     return {"history": history, "start": {"b": start[0], "theta": start[1]},
             "end": {"b": end[0], "theta": end[1]},
             "exact_start": exact(*start), "exact_end": exact(*end)}
