@@ -1,0 +1,121 @@
+"""SMARTModel: query independence, permutation invariance, save/load, bad input."""
+
+import pytest
+import torch
+from icml_smart import SMARTConfig, SMARTModel
+
+
+def _inputs(data, dtype=torch.float64):
+    b = data.batch([0, 1])
+    return (b["geometry"].to(dtype), b["params"].to(dtype), b["queries"].to(dtype))
+
+
+def test_query_independence(tiny_model, tiny_data):
+    g, p, q = _inputs(tiny_data)
+    with torch.no_grad():
+        full = tiny_model(g, p, q)
+        chunked = tiny_model.predict(g, p, q, chunk_size=7)
+        perm = torch.randperm(q.shape[1])
+        permuted = tiny_model(g, p, q[:, perm])
+        other = q.clone()
+        other[:, 10:] = torch.rand_like(other[:, 10:]) * 3 - 1.5
+        replaced = tiny_model(g, p, other)
+        alone = tiny_model(g, p, q[:, 3:4])
+    assert torch.allclose(tiny_model.normalize(chunked), full, atol=1e-10)
+    assert torch.allclose(permuted, full[:, perm], atol=1e-10)
+    assert torch.allclose(replaced[:, :10], full[:, :10], atol=1e-10)
+    assert torch.allclose(alone[:, 0], full[:, 3], atol=1e-10)
+    assert not torch.allclose(replaced[:, 10:], full[:, 10:], atol=1e-3)  # queries do matter
+
+
+def test_geometry_permutation_invariance(tiny_model, tiny_data):
+    g, p, q = _inputs(tiny_data)
+    perm = torch.randperm(g.shape[1])
+    with torch.no_grad():
+        a, b = tiny_model(g, p, q), tiny_model(g[:, perm], p, q)
+    assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_outputs_depend_on_geometry_and_params(tiny_model, tiny_data):
+    g, p, q = _inputs(tiny_data)
+    with torch.no_grad():
+        base = tiny_model(g, p, q)
+        assert not torch.allclose(tiny_model(g * 1.2, p, q), base, atol=1e-4)
+        assert not torch.allclose(tiny_model(g, p + 0.3, q), base, atol=1e-4)
+
+
+def test_save_load_round_trip(tmp_path, tiny_data):
+    torch.manual_seed(1)
+    m = SMARTModel(SMARTConfig(dim=32, depth=2, num_supernodes=16, num_neighbors=4,
+                               target_mean=[0.1, 0.2, 0.3], target_std=[1.0, 2.0, 3.0])).eval()
+    g, p, q = _inputs(tiny_data, torch.float32)
+    m.save_pretrained(tmp_path / "m")
+    m2 = SMARTModel.from_pretrained(tmp_path / "m").eval()
+    assert m2.config.target_std == [1.0, 2.0, 3.0]
+    with torch.no_grad():
+        assert torch.equal(m.predict(g, p, q), m2.predict(g, p, q))
+
+
+@pytest.mark.parametrize("decoder", ["cross_layer", "last_layer", "concat"])
+def test_decoders_share_the_parameter_count(decoder):
+    ref = SMARTModel(SMARTConfig(dim=32, depth=3, num_supernodes=8))
+    m = SMARTModel(SMARTConfig(dim=32, depth=3, num_supernodes=8, decoder=decoder))
+    assert sum(x.numel() for x in m.parameters()) == sum(x.numel() for x in ref.parameters())
+
+
+def test_cross_layer_decoder_reads_each_encoder_layer(tiny_data):
+    """Perturbing the last encoder block changes only the last decoder layer's context for the
+    cross-layer decoder; for the last-layer decoder every layer reads it. A hook on the contexts
+    seen by each decoder layer checks the wiring directly."""
+    for decoder, expect in (("cross_layer", [0, 1, 2]), ("last_layer", [2, 2, 2])):
+        torch.manual_seed(0)
+        m = SMARTModel(SMARTConfig(dim=32, depth=3, num_supernodes=8, decoder=decoder)).eval()
+        g, p, q = _inputs(tiny_data, torch.float32)
+        enc = m.encode(g, p)
+        seen = []
+        for blk in m.decoder:
+            blk.norm_ctx.register_forward_hook(lambda mod, inp, out, s=seen: s.append(inp[0]))
+        m.decode(enc, q)
+        got = [next(i for i, z in enumerate(enc["latents"]) if z is s) for s in seen]
+        assert got == expect
+
+
+def test_three_dimensional_and_bfloat16():
+    from icml_smart.data import PotentialFlowDataset
+
+    d = PotentialFlowDataset(2, n_boundary=32, n_queries=20, kind="sphere")
+    m = SMARTModel(SMARTConfig(space_dim=3, param_dim=5, out_dim=4, dim=32, depth=2,
+                               num_supernodes=8)).eval()
+    b = d.batch([0, 1])
+    b = {k: v.bfloat16().float() for k, v in b.items()}  # the inputs bfloat16 can represent
+    with torch.no_grad():
+        y = m.predict(b["geometry"], b["params"], b["queries"])
+        yb = m.to(torch.bfloat16).predict(b["geometry"].bfloat16(), b["params"].bfloat16(),
+                                          b["queries"].bfloat16())
+    assert y.shape == (2, 20, 4) and yb.dtype == torch.bfloat16
+    assert (yb.float() - y).norm() / y.norm() < 0.2  # bfloat16 keeps 8 mantissa bits
+
+
+def test_bad_input_gets_clear_errors(tiny_model, tiny_data):
+    g, p, q = _inputs(tiny_data)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="empty point cloud"):
+            tiny_model(g[:, :0], p, q)
+        with pytest.raises(ValueError, match="cannot pick 16 supernodes from 5"):
+            tiny_model(g[:, :5], p, q)
+        bad = g.clone()
+        bad[0, 0, 0] = float("nan")
+        with pytest.raises(ValueError, match="NaN"):
+            tiny_model(bad, p, q)
+        with pytest.raises(ValueError, match="param_dim=4"):
+            tiny_model(g, p[:, :3], q)
+        with pytest.raises(ValueError, match="degenerate"):
+            tiny_model(torch.zeros_like(g), p, q)
+        with pytest.raises(ValueError, match="queries must be"):
+            tiny_model(g, p, q[..., :1])
+        with pytest.raises(ValueError, match="chunk_size"):
+            tiny_model.predict(g, p, q, chunk_size=0)
+    with pytest.raises(ValueError, match="decoder_depth"):
+        SMARTConfig(depth=3, decoder_depth=2)
+    with pytest.raises(ValueError, match="divisible"):
+        SMARTConfig(dim=30, heads=4)
