@@ -1,35 +1,52 @@
-"""Hook implementations: thin adapters from the run config to the API. Keep this module light:
-import heavy libraries (torch, ...) inside the hook bodies."""
+"""Hook implementations: thin adapters from the run config to the API. Light at import time."""
 
 from __future__ import annotations
 
-import random
-
 import icml
-from icml_xspecmesh.config import EvaluateConfig
+from icml_xspecmesh.config import EvaluateConfig, InferConfig, TrainConfig
+
+BIBTEX = """@inproceedings{xspecmesh2026,
+  title     = {XSpecMesh: Quality-Preserving Auto-Regressive Mesh Generation Acceleration via
+               Multi-Head Speculative Decoding},
+  booktitle = {Proceedings of the 43rd International Conference on Machine Learning (ICML)},
+  year      = {2026},
+  note      = {arXiv:2507.23777}
+}"""
 
 
 @icml.hookimpl
 def icml_plugin_info() -> icml.PluginInfo:
     return icml.PluginInfo(
         name="xspecmesh",
-        title="Xspecmesh",
-        summary="One line on what the method does.",
-        paper=icml.Paper(title="Xspecmesh", url="https://icml.cc/"),
-        capabilities=("evaluate",),
-        configs={"evaluate": EvaluateConfig},
+        title="XSpecMesh",
+        summary="Multi-head speculative decoding for autoregressive mesh generation: distilled "
+                "draft heads, one-call verification with KV-cache crop, three acceptance rules.",
+        paper=icml.Paper(title="XSpecMesh: Quality-Preserving Auto-Regressive Mesh Generation "
+                               "Acceleration via Multi-Head Speculative Decoding",
+                         url="https://arxiv.org/abs/2507.23777", authors="Xiamen University",
+                         bibtex=BIBTEX),
+        capabilities=("infer", "train", "evaluate"),
+        configs={"infer": InferConfig, "train": TrainConfig, "evaluate": EvaluateConfig},
+        default_threads=1,  # the tiny models run fastest on one thread; --threads overrides
     )
 
 
 @icml.hookimpl
-def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
-    from icml_xspecmesh.method import running_mean
+def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
+    from icml_xspecmesh.job import infer_job
 
-    rng = random.Random(ctx.seed)
-    draw = rng.random if config.distribution == "uniform" else lambda: rng.gauss(0.5, 1.0)
-    samples = [draw() for _ in ctx.progress(range(config.n), desc="sampling")]
-    estimate = running_mean(samples)
-    return icml.RunResult(
-        metrics={"estimate": estimate, "abs_error": abs(estimate - 0.5)},
-        tables=[icml.Table("Estimate", ["n", "estimate", "target"], [[config.n, estimate, 0.5]])],
-    )
+    return infer_job(ctx, config)
+
+
+@icml.hookimpl
+def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
+    from icml_xspecmesh.job import train_job
+
+    return train_job(ctx, config)
+
+
+@icml.hookimpl
+def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
+    from icml_xspecmesh.job import evaluate_job
+
+    return evaluate_job(ctx, config)

@@ -76,11 +76,15 @@ class MeshTokenizer:
         n_classes: number of class tokens (the condition; the paper uses a point cloud).
         vertex_order: the axis priority of the canonical vertex sort and the coordinate order
             inside a vertex, e.g. ``"zyx"`` (MeshGPT / MeshAnything).
+        axis_tokens: one bin range per axis (``3 * n_bins`` coordinate tokens, PolyGen-style
+            coordinate-type tokens) instead of one shared range (MeshAnything). The token then
+            tells a RoPE backbone, which has no absolute positions, which coordinate comes next.
     """
 
     n_bins: int = 32
     n_classes: int = 6
     vertex_order: str = "zyx"
+    axis_tokens: bool = False
 
     def __post_init__(self) -> None:
         if self.n_bins < 2:
@@ -94,8 +98,12 @@ class MeshTokenizer:
 
     # vocabulary -------------------------------------------------------------------------
     @property
+    def n_coord_tokens(self) -> int:
+        return self.n_bins * (3 if self.axis_tokens else 1)
+
+    @property
     def vocab_size(self) -> int:
-        return NUM_SPECIAL + self.n_bins + self.n_classes
+        return NUM_SPECIAL + self.n_coord_tokens + self.n_classes
 
     @property
     def coord_offset(self) -> int:
@@ -104,10 +112,10 @@ class MeshTokenizer:
     def class_token(self, label: int) -> int:
         if not 0 <= label < self.n_classes:
             raise ValueError(f"class label {label} out of range 0..{self.n_classes - 1}")
-        return NUM_SPECIAL + self.n_bins + label
+        return NUM_SPECIAL + self.n_coord_tokens + label
 
     def is_coord(self, token: int) -> bool:
-        return NUM_SPECIAL <= token < NUM_SPECIAL + self.n_bins
+        return NUM_SPECIAL <= token < NUM_SPECIAL + self.n_coord_tokens
 
     # geometry ---------------------------------------------------------------------------
     def quantize(self, vertices: Any, faces: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +166,10 @@ class MeshTokenizer:
 
     def encode_quantized(self, qverts: np.ndarray, faces: np.ndarray,
                          label: int | None = None) -> list[int]:
-        coords = qverts[:, self._perm][faces].reshape(-1) + NUM_SPECIAL
+        coords = qverts[:, self._perm][faces]  # (m, 3 corners, 3 axes)
+        if self.axis_tokens:
+            coords = coords + self.n_bins * np.arange(3)
+        coords = coords.reshape(-1) + NUM_SPECIAL
         head = [BOS] + ([self.class_token(label)] if label is not None else [])
         return head + coords.tolist() + [EOS]
 
@@ -177,7 +188,7 @@ class MeshTokenizer:
                              f"n_classes={self.n_classes})")
         if EOS in ids:
             ids = ids[:ids.index(EOS)]
-        body = [t for t in ids if t not in (PAD, BOS) and not t >= NUM_SPECIAL + self.n_bins]
+        body = [t for t in ids if t not in (PAD, BOS) and not t >= NUM_SPECIAL + self.n_coord_tokens]
         return np.asarray(body, dtype=np.int64)
 
     def decode(self, ids: Any, *, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -200,6 +211,13 @@ class MeshTokenizer:
         if len(body) == 0:
             raise ValueError("the sequence holds no complete face")
         coords = (body - NUM_SPECIAL).reshape(-1, 3, 3)
+        if self.axis_tokens:
+            slot = coords // self.n_bins
+            if (slot != np.arange(3)).any():
+                raise ValueError("a coordinate token sits in another axis's slot: with "
+                                 "axis_tokens each vertex is one token of each axis in "
+                                 f"vertex_order {self.vertex_order!r}")
+            coords = coords % self.n_bins
         xyz = np.empty_like(coords)
         xyz[..., self._perm] = coords
         flat = xyz.reshape(-1, 3)
@@ -216,7 +234,7 @@ class MeshTokenizer:
                 return False
             ids = ids[:ids.index(EOS)]
             start = 1 if ids and ids[0] == BOS else 0
-            if start < len(ids) and ids[start] >= NUM_SPECIAL + self.n_bins:
+            if start < len(ids) and ids[start] >= NUM_SPECIAL + self.n_coord_tokens:
                 start += 1
             body = ids[start:]
             if not body or len(body) % TOKENS_PER_FACE or not all(map(self.is_coord, body)):
