@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from icml_xspecmesh.heads import SpeculativeHeads
 from icml_xspecmesh.tokenizer import MeshTokenizer
 

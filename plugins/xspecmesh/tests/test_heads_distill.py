@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from icml_xspecmesh.distill import distill_heads, distillation_loss, teacher_pass
 from icml_xspecmesh.heads import SpeculativeHeads
 

@@ -3,9 +3,7 @@ import math
 
 import pytest
 import torch
-
-from icml_xspecmesh.speculative import (autoregressive_generate, filtered_probs,
-                                        speculative_generate)
+from icml_xspecmesh.speculative import autoregressive_generate, filtered_probs, speculative_generate
 
 PROMPTS = [[1, 5], [1, 9, 4], [1, 20, 7, 7, 3]]
 

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from icml_xspecmesh.dataset import CLASSES, make_primitive_dataset, primitive, random_pose
 from icml_xspecmesh.meshio import export_mesh, from_trimesh, load_mesh, to_trimesh
 from icml_xspecmesh.tokenizer import BOS, EOS, MeshTokenizer, triangulate_faces

@@ -42,6 +42,8 @@ class _Common:
     top_p: float = option(1.0, help="top-p of sampling and of the topk acceptance set", gt=0,
                           le=1)
     temperature: float = option(1.0, help="sampling temperature", gt=0)
+    accept_top_k: int = option(2, help="top-k acceptance set of the topk rule (the quality "
+                               "criterion; smaller = stricter)", ge=0)
     tree_width: int = option(1, help="alternative first drafts verified per call (1 = chain; "
                              "greedy and topk only)", ge=1)
     max_new_tokens: int = option(200, help="generation budget per mesh", ge=1)

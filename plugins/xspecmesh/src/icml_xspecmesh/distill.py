@@ -97,7 +97,8 @@ def self_samples(model: Any, prefixes: Sequence[Sequence[int]], *, max_new_token
         for j, p in enumerate(chunk):  # left padding
             ids[j, L - len(p):] = torch.tensor(p, device=device)
             mask[j, L - len(p):] = 1
-        gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=top_k or None,
+        gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
+                             top_k=top_k or None,
                              max_new_tokens=max_new_tokens, pad_token_id=pad_token_id)
         for j, p in enumerate(chunk):
             row = gen[j, L:].tolist()

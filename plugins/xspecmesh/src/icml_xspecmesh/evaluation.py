@@ -82,34 +82,48 @@ def mesh_quality(tokenizer: MeshTokenizer, ids: list[int], label: int,
         return True, math.nan
 
 
-def run_arm(model: Any, heads: Any, tokenizer: MeshTokenizer, labels: list[int], *, name: str,
-            rule: str, refs: dict[int, list[np.ndarray]], seed: int = 0, top_k: int = 5,
-            top_p: float = 1.0, temperature: float = 1.0, tree_width: int = 1,
-            max_new_tokens: int = 200, n_points: int = 512,
-            progress: Any = None) -> ArmResult:
-    """Generate one mesh per label with ``heads`` (``None`` = autoregressive) and score it."""
+@dataclass
+class Arm:
+    """One decoder to evaluate: ``heads=None`` is the autoregressive baseline."""
+
+    name: str
+    heads: Any
+    rule: str
+
+
+def run_arms(model: Any, arms: list[Arm], tokenizer: MeshTokenizer, labels: list[int], *,
+             refs: dict[int, list[np.ndarray]], seed: int = 0, top_k: int = 5,
+             top_p: float = 1.0, temperature: float = 1.0, tree_width: int = 1,
+             accept_top_k: int | None = None, max_new_tokens: int = 200, n_points: int = 512,
+             progress: Any = None) -> list[ArmResult]:
+    """Generate one mesh per label with every arm and score it. Arms are interleaved mesh by
+    mesh (in rotating order) so that every arm is timed under the same machine load; each arm
+    has its own generator seeded with ``seed``."""
     import torch
 
     from icml_xspecmesh.speculative import speculative_generate
 
     device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
-    res = ArmResult(name, rule)
+    gens = [torch.Generator(device=device).manual_seed(seed) for _ in arms]
+    results = [ArmResult(a.name, a.rule) for a in arms]
     it = list(enumerate(labels))
-    for i, label in (progress(it, desc=name) if progress else it):
+    for i, label in (progress(it, desc="decoding") if progress else it):
         prompt = torch.tensor([tokenizer.prefix(label)], device=device)
-        out = speculative_generate(model, heads, prompt, max_new_tokens=max_new_tokens,
-                                   acceptance=rule, top_k=top_k, top_p=top_p,
-                                   temperature=temperature, tree_width=tree_width,
-                                   eos_token_id=2, pad_token_id=0, generator=gen)
-        ids = out.sequences[0].tolist()
-        res.n_calls += out.n_backbone_calls[0]
-        res.n_tokens += out.n_new_tokens[0]
-        res.seconds += out.seconds
-        res.n_drafted += out.n_drafted[0]
-        res.n_accepted += out.n_accepted[0]
-        ok, cd = mesh_quality(tokenizer, ids, label, refs, n_points=n_points, seed=seed + i)
-        res.valid.append(ok)
-        res.chamfer.append(cd)
-        res.sequences.append(ids)
-    return res
+        for j in [(i + s) % len(arms) for s in range(len(arms))]:
+            arm, res = arms[j], results[j]
+            out = speculative_generate(model, arm.heads, prompt, max_new_tokens=max_new_tokens,
+                                       acceptance=arm.rule, top_k=top_k, top_p=top_p,
+                                       temperature=temperature, tree_width=tree_width,
+                                       accept_top_k=accept_top_k, eos_token_id=2,
+                                       pad_token_id=0, generator=gens[j])
+            ids = out.sequences[0].tolist()
+            res.n_calls += out.n_backbone_calls[0]
+            res.n_tokens += out.n_new_tokens[0]
+            res.seconds += out.seconds
+            res.n_drafted += out.n_drafted[0]
+            res.n_accepted += out.n_accepted[0]
+            ok, cd = mesh_quality(tokenizer, ids, label, refs, n_points=n_points, seed=seed + i)
+            res.valid.append(ok)
+            res.chamfer.append(cd)
+            res.sequences.append(ids)
+    return results

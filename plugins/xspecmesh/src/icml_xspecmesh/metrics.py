@@ -56,7 +56,8 @@ def bootstrap_ci(values: Sequence[float], *, n_boot: int = 2000, alpha: float = 
         return float("nan"), float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
-    return float(x.mean()), float(np.quantile(means, alpha / 2)), float(np.quantile(means, 1 - alpha / 2))
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(x.mean()), float(lo), float(hi)
 
 
 def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], *, n_boot: int = 2000,

@@ -19,8 +19,8 @@ def icml_plugin_info() -> icml.PluginInfo:
     return icml.PluginInfo(
         name="xspecmesh",
         title="XSpecMesh",
-        summary="Multi-head speculative decoding for autoregressive mesh generation: distilled "
-                "draft heads, one-call verification with KV-cache crop, three acceptance rules.",
+        summary="Speculative decoding for AR mesh generation: distilled draft heads, "
+                "one-call verification, three acceptance rules.",
         paper=icml.Paper(title="XSpecMesh: Quality-Preserving Auto-Regressive Mesh Generation "
                                "Acceleration via Multi-Head Speculative Decoding",
                          url="https://arxiv.org/abs/2507.23777", authors="Xiamen University",

@@ -84,9 +84,16 @@ def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
 
 class _Sampler:
     def __init__(self, acceptance: str, temperature: float, top_k: int, top_p: float,
-                 generator: torch.Generator | None) -> None:
+                 generator: torch.Generator | None, accept_top_k: int, accept_top_p: float) -> None:
         self.acceptance, self.temperature = acceptance, temperature
         self.top_k, self.top_p, self.generator = top_k, top_p, generator
+        self.accept_top_k, self.accept_top_p = accept_top_k, accept_top_p
+
+    def accepts(self, logits: torch.Tensor, token: int) -> bool:
+        """The quality criterion: ``token`` lies in the backbone's acceptance set."""
+        p = filtered_probs(logits, temperature=self.temperature, top_k=self.accept_top_k,
+                           top_p=self.accept_top_p)
+        return bool(p[token] > 0)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         return filtered_probs(logits, temperature=self.temperature, top_k=self.top_k,
@@ -111,7 +118,7 @@ class _Sampler:
             if self.acceptance == "greedy":
                 if c != int(logits[j].argmax().item()):
                     return j
-            elif self.probs(logits[j])[c] <= 0:
+            elif not self.accepts(logits[j], c):
                 return j
         return len(drafts)
 
@@ -125,9 +132,8 @@ class _Sampler:
                 if c != best:
                     return j, best
             elif self.acceptance == "topk":
-                p = self.probs(row)
-                if p[c] <= 0:
-                    return j, _sample(p, self.generator)
+                if not self.accepts(row, c):
+                    return j, _sample(self.probs(row), self.generator)
             else:  # exact
                 p = self.probs(row)
                 ratio = float(p[c] / q[j, c])
@@ -218,6 +224,7 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
                          acceptance: str = "topk", temperature: float = 1.0, top_k: int = 5,
                          top_p: float = 1.0, eos_token_id: int | list[int] | None = None,
                          pad_token_id: int | None = None, tree_width: int = 1,
+                         accept_top_k: int | None = None, accept_top_p: float | None = None,
                          generator: torch.Generator | None = None) -> SpeculativeOutput:
     """Generate with draft ``heads`` verified by ``model`` (any transformers causal LM).
 
@@ -225,7 +232,10 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
     batch (``attention_mask`` marks left or right padding) are decoded one after the other, each
     with its own cache. ``tree_width > 1`` verifies that many alternative first drafts in the
     same backbone call (a batch of chains sharing the cache); it needs ``greedy`` or ``topk``.
-    ``eos_token_id`` defaults to the model's generation config.
+    ``top_k``/``top_p``/``temperature`` filter every token the backbone samples (and the
+    heads' proposal in ``exact`` mode); ``accept_top_k``/``accept_top_p`` define the ``topk``
+    rule's acceptance set (default: the same as sampling; smaller = stricter, closer to AR
+    quality, fewer accepted drafts). ``eos_token_id`` defaults to the model's generation config.
     """
     if acceptance not in ACCEPTANCE_RULES:
         raise ValueError(f"acceptance={acceptance!r} is not a rule: use one of "
@@ -239,7 +249,12 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if top_k < 0:
         raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
-    if acceptance == "topk" and not top_k and top_p >= 1:
+    accept_top_k = top_k if accept_top_k is None else accept_top_k
+    accept_top_p = top_p if accept_top_p is None else accept_top_p
+    if accept_top_k < 0 or not 0 < accept_top_p <= 1:
+        raise ValueError(f"accept_top_k must be >= 0 and accept_top_p in (0, 1], got "
+                         f"{accept_top_k} and {accept_top_p}")
+    if acceptance == "topk" and not accept_top_k and accept_top_p >= 1:
         raise ValueError("acceptance='topk' with top_k=0 and top_p=1 accepts every draft: set "
                          "top_k (e.g. 5) or top_p (e.g. 0.9)")
     if tree_width < 1:
@@ -270,7 +285,8 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
         pad_token_id = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
     if heads is not None:
         heads.eval()
-    sampler = _Sampler(acceptance, temperature, top_k, top_p, generator)
+    sampler = _Sampler(acceptance, temperature, top_k, top_p, generator, accept_top_k,
+                       accept_top_p)
     rows = []
     t0 = time.perf_counter()
     for b in range(input_ids.shape[0]):
@@ -292,6 +308,7 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
                              kv_lengths=[r["kv"] for r in rows], seconds=seconds)
 
 
-def autoregressive_generate(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> SpeculativeOutput:
+def autoregressive_generate(model: Any, input_ids: torch.Tensor,
+                            **kwargs: Any) -> SpeculativeOutput:
     """The baseline: one backbone call per token, same sampler and accounting."""
     return speculative_generate(model, None, input_ids, **kwargs)

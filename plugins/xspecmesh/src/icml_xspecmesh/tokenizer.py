@@ -188,7 +188,8 @@ class MeshTokenizer:
                              f"n_classes={self.n_classes})")
         if EOS in ids:
             ids = ids[:ids.index(EOS)]
-        body = [t for t in ids if t not in (PAD, BOS) and not t >= NUM_SPECIAL + self.n_coord_tokens]
+        first_class = NUM_SPECIAL + self.n_coord_tokens
+        body = [t for t in ids if t not in (PAD, BOS) and t < first_class]
         return np.asarray(body, dtype=np.int64)
 
     def decode(self, ids: Any, *, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
