@@ -32,8 +32,8 @@ class _Common:
     head_layers: int = option(1, help="residual SiLU blocks per head", ge=1)
     cross_attention: bool = option(False, help="heads cross-attend to the condition (the "
                                    "prompt's hidden states)")
-    distill_steps: int = option(100, help="head training steps", ge=0)
-    distill_lr: float = option(3e-3, help="head learning rate", gt=0)
+    distill_steps: int = option(200, help="head training steps", ge=0)
+    distill_lr: float = option(1e-2, help="head learning rate", gt=0)
     decay: float = option(0.8, help="weight decay^k of head k in the loss", gt=0, le=1)
     source: str = option("data", help="distil on dataset sequences or on the backbone's own "
                          "samples", choices=("data", "samples"))
@@ -42,13 +42,13 @@ class _Common:
     top_p: float = option(1.0, help="top-p of sampling and of the topk acceptance set", gt=0,
                           le=1)
     temperature: float = option(1.0, help="sampling temperature", gt=0)
-    accept_top_k: int = option(2, help="top-k acceptance set of the topk rule (the quality "
+    accept_top_k: int = option(1, help="top-k acceptance set of the topk rule (the quality "
                                "criterion; smaller = stricter)", ge=0)
     tree_width: int = option(1, help="alternative first drafts verified per call (1 = chain; "
                              "greedy and topk only)", ge=1)
     max_new_tokens: int = option(200, help="generation budget per mesh", ge=1)
     # evaluation
-    num_meshes: int = option(24, help="meshes generated per decoding arm", ge=1)
+    num_meshes: int = option(18, help="meshes generated per decoding arm", ge=1)
     chamfer_points: int = option(512, help="surface samples per mesh for Chamfer", ge=16)
     n_refs: int = option(8, help="posed references per class (Chamfer to the nearest)", ge=1)
 
