@@ -5,7 +5,6 @@ they already predict "the next token" for every future slot."""
 
 import pytest
 import torch
-
 from icml_xspecmesh.backbone import build_backbone, train_backbone
 from icml_xspecmesh.dataset import make_primitive_dataset
 from icml_xspecmesh.distill import distill_heads
