@@ -118,3 +118,24 @@ def test_bad_settings(lm):
         distill_heads(lm, heads, [])
     with pytest.raises(ValueError, match="input_ids"):
         distillation_loss(torch.zeros(1, 4, 1, 5), torch.zeros(1, 4, 5), loss="ce")
+
+
+def test_distill_on_the_backbones_own_samples(lm):
+    seqs = batch(lm, B=8, T=4, seed=3).tolist()
+    heads = SpeculativeHeads.from_model(lm, num_heads=2)
+    losses = distill_heads(lm, heads, seqs, source="samples", condition_len=2, steps=3,
+                           batch_size=4, lr=1e-2)
+    assert len(losses) == 3 and all(v >= 0 for v in losses)
+
+
+def test_collator_and_backbone_training(tok):
+    from icml_xspecmesh.backbone import build_backbone, train_backbone
+    from icml_xspecmesh.dataset import make_primitive_dataset, pad_collate
+
+    data = make_primitive_dataset(16, seed=0, tokenizer=tok)
+    b = pad_collate([data[i] for i in range(4)])
+    assert b["input_ids"].shape == b["labels"].shape == b["attention_mask"].shape
+    assert ((b["labels"] == -100) == (b["attention_mask"] == 0)).all()
+    model = build_backbone(tok, hidden_size=16, num_layers=1, seed=0)
+    losses = train_backbone(model, data, steps=30, batch_size=8, lr=1e-2)
+    assert sum(losses[-5:]) / 5 < 0.92 * losses[0]

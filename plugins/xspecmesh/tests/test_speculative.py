@@ -215,3 +215,13 @@ def test_bad_input(lm, random_heads):
         speculative_generate(lm, heads, torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="accepts every draft"):
         speculative_generate(lm, heads, ids, top_k=0)
+
+
+def test_cross_attention_heads_decode_losslessly(lm, random_heads):
+    heads = random_heads(lm, num_heads=2, seed=5, cross_attention=True)
+    ids = torch.tensor([PROMPTS[1]])
+    spec = speculative_generate(lm, heads, ids, max_new_tokens=20, acceptance="greedy",
+                                eos_token_id=[])
+    ar = autoregressive_generate(lm, ids, max_new_tokens=20, acceptance="greedy",
+                                 eos_token_id=[])
+    assert spec.sequences.tolist() == ar.sequences.tolist()
