@@ -1,0 +1,314 @@
+"""Speculative decoding with draft heads: one backbone call verifies a chain (or a small tree)
+of K drafted tokens against the KV cache, then the cache is cropped to the accepted prefix.
+
+Acceptance rules (``acceptance=``):
+
+- ``"topk"`` (default, the paper's "quality criterion" as reconstructed): a draft is kept when
+  it lies in the backbone's top-k (and top-p) set at its position; a rejected draft is resampled
+  from the backbone's filtered distribution.
+- ``"greedy"``: a draft is kept when it equals the backbone's argmax; lossless, the output is the
+  autoregressive greedy output token for token.
+- ``"exact"``: rejection sampling (Leviathan et al. 2023; Chen et al. 2023): drafts are sampled
+  from the heads' distribution q, kept with probability min(1, p/q), a rejection resamples from
+  norm(max(p - q, 0)); the output has the autoregressive sampling distribution exactly.
+
+Every iteration emits between 1 and K+1 tokens; the first token comes from the prefill call.
+``heads=None`` is plain autoregressive decoding through the same loop (the baseline).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from icml_xspecmesh.kvcache import crop_cache, forward_with_cache
+
+ACCEPTANCE_RULES = ("topk", "greedy", "exact")
+
+
+@dataclass
+class SpeculativeOutput:
+    """Result of :func:`speculative_generate`.
+
+    ``sequences``: ``(B, prompt + new)`` ids (right-padded with ``pad_token_id``), like
+    ``generate``. ``n_backbone_calls``: backbone forwards per row (prefill included).
+    ``accepted_lengths``: per row, tokens emitted by each verification call (1..K+1).
+    ``kv_lengths``: per row, the KV-cache length after each crop (equals the emitted prefix).
+    """
+
+    sequences: torch.Tensor
+    n_backbone_calls: list[int]
+    n_new_tokens: list[int]
+    accepted_lengths: list[list[int]]
+    n_drafted: list[int]
+    n_accepted: list[int]
+    kv_lengths: list[list[int]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Generated tokens per backbone call, over the batch."""
+        return sum(self.n_new_tokens) / max(sum(self.n_backbone_calls), 1)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts over drafted tokens."""
+        return sum(self.n_accepted) / max(sum(self.n_drafted), 1)
+
+
+def filtered_probs(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0) -> torch.Tensor:
+    """Softmax of ``logits / temperature`` restricted to the top-k and top-p (nucleus) set,
+    renormalised. ``top_k=0`` and ``top_p=1`` disable the filters. Last dimension = vocab."""
+    logits = logits.float() / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sp, si = torch.sort(probs, dim=-1, descending=True)
+        before = torch.cumsum(sp, dim=-1) - sp  # mass strictly above each token
+        drop = before >= top_p
+        sp = sp.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, si, sp)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+class _Sampler:
+    def __init__(self, acceptance: str, temperature: float, top_k: int, top_p: float,
+                 generator: torch.Generator | None, accept_top_k: int, accept_top_p: float) -> None:
+        self.acceptance, self.temperature = acceptance, temperature
+        self.top_k, self.top_p, self.generator = top_k, top_p, generator
+        self.accept_top_k, self.accept_top_p = accept_top_k, accept_top_p
+
+    def accepts(self, logits: torch.Tensor, token: int) -> bool:
+        """The quality criterion: ``token`` lies in the backbone's acceptance set."""
+        p = filtered_probs(logits, temperature=self.temperature, top_k=self.accept_top_k,
+                           top_p=self.accept_top_p)
+        return bool(p[token] > 0)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return filtered_probs(logits, temperature=self.temperature, top_k=self.top_k,
+                              top_p=self.top_p)
+
+    def next_token(self, logits: torch.Tensor) -> int:
+        """The backbone's own choice (AR step, resample after a rejection, bonus token)."""
+        if self.acceptance == "greedy":
+            return int(logits.argmax().item())
+        return _sample(self.probs(logits), self.generator)
+
+    def propose(self, head_logits: torch.Tensor) -> tuple[list[int], torch.Tensor | None]:
+        """Drafts from head logits ``(K, V)``; for ``exact`` also the proposal q."""
+        if self.acceptance == "exact":
+            q = self.probs(head_logits)
+            return torch.multinomial(q, 1, generator=self.generator)[:, 0].tolist(), q
+        return head_logits.argmax(dim=-1).tolist(), None
+
+    def n_matching(self, drafts: list[int], logits: torch.Tensor) -> int:
+        """Accepted-prefix length under a deterministic rule (greedy, topk), no sampling."""
+        for j, c in enumerate(drafts):
+            if self.acceptance == "greedy":
+                if c != int(logits[j].argmax().item()):
+                    return j
+            elif not self.accepts(logits[j], c):
+                return j
+        return len(drafts)
+
+    def verify(self, drafts: list[int], q: torch.Tensor | None,
+               logits: torch.Tensor) -> tuple[int, int]:
+        """Number of accepted drafts m and the token emitted after them (resample or bonus)."""
+        for j, c in enumerate(drafts):
+            row = logits[j]
+            if self.acceptance == "greedy":
+                best = int(row.argmax().item())
+                if c != best:
+                    return j, best
+            elif self.acceptance == "topk":
+                if not self.accepts(row, c):
+                    return j, _sample(self.probs(row), self.generator)
+            else:  # exact
+                p = self.probs(row)
+                ratio = float(p[c] / q[j, c])
+                u = float(torch.rand((), generator=self.generator))
+                if u >= min(1.0, ratio):
+                    resid = torch.clamp(p - q[j], min=0)
+                    total = float(resid.sum())
+                    return j, _sample(resid / total if total > 0 else p, self.generator)
+        return len(drafts), self.next_token(logits[len(drafts)])
+
+
+def _forward(model: Any, ids: torch.Tensor, cache: Any) -> tuple[Any, Any]:
+    return forward_with_cache(model, ids, cache)
+
+
+def _max_positions(model: Any) -> int | None:
+    cfg = getattr(model, "config", None)
+    return getattr(cfg, "max_position_embeddings", None)
+
+
+def _generate_row(model: Any, heads: Any, prompt: torch.Tensor, *, max_new_tokens: int,
+                  sampler: _Sampler, eos: set[int], tree_width: int) -> dict[str, Any]:
+    seq = prompt.tolist()
+    out, cache = _forward(model, prompt[None], None)
+    calls = 1
+    last_hidden = out.hidden_states[-1]
+    cond = last_hidden if heads is not None and heads.cross_attention else None
+    h = last_hidden[0, -1]
+    tok = sampler.next_token(out.logits[0, -1])
+    seq.append(tok)
+    new, accepted, kv, drafted, acc = 1, [], [], 0, 0
+    K = 0 if heads is None else heads.num_heads
+    while new < max_new_tokens and tok not in eos:
+        k_eff = min(K, max_new_tokens - new - 1)
+        base = cache.get_seq_length()
+        if k_eff == 0:
+            out, cache = _forward(model, torch.tensor([[tok]], device=prompt.device), cache)
+            calls += 1
+            m, nxt, drafts = 0, sampler.next_token(out.logits[0, -1]), []
+            h = out.hidden_states[-1][0, -1]
+        else:
+            with torch.no_grad():
+                hl = heads(h[None], cond, num_heads=k_eff)[0]  # (k_eff, V)
+            chains, qs = _draft_chains(hl, sampler, tree_width)
+            inp = torch.tensor([[tok] + c for c in chains], device=prompt.device)
+            if len(chains) > 1:
+                cache.batch_repeat_interleave(len(chains))
+            out, cache = _forward(model, inp, cache)
+            calls += 1
+            best = 0 if len(chains) == 1 else max(
+                range(len(chains)), key=lambda i: sampler.n_matching(chains[i], out.logits[i]))
+            drafts = chains[best]
+            m, nxt = sampler.verify(drafts, qs[best], out.logits[best])
+            if len(chains) > 1:
+                cache.batch_select_indices(torch.tensor([best], device=prompt.device))
+            h = out.hidden_states[-1][best, m]
+            drafted += len(drafts)
+            acc += m
+        emitted = drafts[:m] + [nxt]
+        for i, t in enumerate(emitted):
+            if t in eos:
+                emitted = emitted[:i + 1]
+                break
+        # the cache keeps every emitted token but the last one, which is the next input
+        crop_cache(cache, base + len(emitted))
+        seq.extend(emitted)
+        new += len(emitted)
+        tok = seq[-1]
+        accepted.append(len(emitted))
+        kv.append(cache.get_seq_length())
+    return {"seq": seq, "calls": calls, "new": new, "accepted": accepted, "kv": kv,
+            "drafted": drafted, "acc": acc}
+
+
+def _draft_chains(head_logits: torch.Tensor, sampler: _Sampler,
+                  tree_width: int) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+    drafts, q = sampler.propose(head_logits)
+    if tree_width <= 1:
+        return [drafts], [q]
+    # a tree of depth K: the top-w first tokens, each followed by the other heads' argmax
+    firsts = torch.topk(head_logits[0], min(tree_width, head_logits.shape[-1])).indices.tolist()
+    return [[f] + drafts[1:] for f in firsts], [None] * len(firsts)
+
+
+@torch.no_grad()
+def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
+                         attention_mask: torch.Tensor | None = None, max_new_tokens: int = 128,
+                         acceptance: str = "topk", temperature: float = 1.0, top_k: int = 5,
+                         top_p: float = 1.0, eos_token_id: int | list[int] | None = None,
+                         pad_token_id: int | None = None, tree_width: int = 1,
+                         accept_top_k: int | None = None, accept_top_p: float | None = None,
+                         generator: torch.Generator | None = None) -> SpeculativeOutput:
+    """Generate with draft ``heads`` verified by ``model`` (any transformers causal LM).
+
+    ``heads=None`` decodes autoregressively with the same sampler (the baseline). Rows of a
+    batch (``attention_mask`` marks left or right padding) are decoded one after the other, each
+    with its own cache. ``tree_width > 1`` verifies that many alternative first drafts in the
+    same backbone call (a batch of chains sharing the cache); it needs ``greedy`` or ``topk``.
+    ``top_k``/``top_p``/``temperature`` filter every token the backbone samples (and the
+    heads' proposal in ``exact`` mode); ``accept_top_k``/``accept_top_p`` define the ``topk``
+    rule's acceptance set (default: the same as sampling; smaller = stricter, closer to AR
+    quality, fewer accepted drafts). ``eos_token_id`` defaults to the model's generation config.
+    """
+    if acceptance not in ACCEPTANCE_RULES:
+        raise ValueError(f"acceptance={acceptance!r} is not a rule: use one of "
+                         f"{', '.join(ACCEPTANCE_RULES)}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature} (use acceptance='greedy' "
+                         "for deterministic decoding)")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+    accept_top_k = top_k if accept_top_k is None else accept_top_k
+    accept_top_p = top_p if accept_top_p is None else accept_top_p
+    if accept_top_k < 0 or not 0 < accept_top_p <= 1:
+        raise ValueError(f"accept_top_k must be >= 0 and accept_top_p in (0, 1], got "
+                         f"{accept_top_k} and {accept_top_p}")
+    if acceptance == "topk" and not accept_top_k and accept_top_p >= 1:
+        raise ValueError("acceptance='topk' with top_k=0 and top_p=1 accepts every draft: set "
+                         "top_k (e.g. 5) or top_p (e.g. 0.9)")
+    if tree_width < 1:
+        raise ValueError(f"tree_width must be >= 1, got {tree_width}")
+    if tree_width > 1 and acceptance == "exact":
+        raise ValueError("tree_width > 1 is not supported with acceptance='exact' (multi-draft "
+                         "rejection sampling is not implemented): use tree_width=1")
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.shape[1] == 0:
+        raise ValueError("input_ids is empty: give at least one prompt token (e.g. BOS)")
+    limit = _max_positions(model)
+    K = 0 if heads is None else heads.num_heads
+    if limit is not None and K + 1 > limit:
+        raise ValueError(f"{K} heads draft {K + 1} positions per call but the backbone allows "
+                         f"{limit} positions: use fewer heads")
+    if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(f"prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) "
+                         f"exceeds the backbone's max_position_embeddings ({limit}): lower "
+                         "max_new_tokens")
+    gen_cfg = getattr(model, "generation_config", None)
+    if eos_token_id is None and gen_cfg is not None:
+        eos_token_id = gen_cfg.eos_token_id
+    eos = set() if eos_token_id is None else (
+        {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id))
+    if pad_token_id is None:
+        pad_token_id = getattr(gen_cfg, "pad_token_id", None)
+        pad_token_id = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
+    if heads is not None:
+        heads.eval()
+    sampler = _Sampler(acceptance, temperature, top_k, top_p, generator, accept_top_k,
+                       accept_top_p)
+    rows = []
+    t0 = time.perf_counter()
+    for b in range(input_ids.shape[0]):
+        prompt = input_ids[b]
+        if attention_mask is not None:
+            prompt = prompt[attention_mask[b].bool()]
+        rows.append(_generate_row(model, heads, prompt, max_new_tokens=max_new_tokens,
+                                  sampler=sampler, eos=eos, tree_width=tree_width))
+    seconds = time.perf_counter() - t0
+    L = max(len(r["seq"]) for r in rows)
+    seqs = torch.full((len(rows), L), pad_token_id, dtype=torch.long, device=input_ids.device)
+    for i, r in enumerate(rows):
+        seqs[i, :len(r["seq"])] = torch.tensor(r["seq"], device=input_ids.device)
+    return SpeculativeOutput(sequences=seqs, n_backbone_calls=[r["calls"] for r in rows],
+                             n_new_tokens=[r["new"] for r in rows],
+                             accepted_lengths=[r["accepted"] for r in rows],
+                             n_drafted=[r["drafted"] for r in rows],
+                             n_accepted=[r["acc"] for r in rows],
+                             kv_lengths=[r["kv"] for r in rows], seconds=seconds)
+
+
+def autoregressive_generate(model: Any, input_ids: torch.Tensor,
+                            **kwargs: Any) -> SpeculativeOutput:
+    """The baseline: one backbone call per token, same sampler and accounting."""
+    return speculative_generate(model, None, input_ids, **kwargs)

@@ -1,0 +1,10 @@
+from icml.testing import PluginConformance
+
+_SMOKE = {"n_train": 64, "hidden_size": 16, "num_layers": 1, "backbone_steps": 2,
+          "distill_steps": 2, "batch_size": 4, "num_meshes": 2, "max_new_tokens": 24,
+          "n_refs": 1, "chamfer_points": 32}
+
+
+class TestConformance(PluginConformance):
+    slug = "xspecmesh"
+    smoke = {"infer": dict(_SMOKE), "train": dict(_SMOKE), "evaluate": dict(_SMOKE)}

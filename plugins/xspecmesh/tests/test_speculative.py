@@ -1,0 +1,227 @@
+import itertools
+import math
+
+import pytest
+import torch
+from icml_xspecmesh.speculative import autoregressive_generate, filtered_probs, speculative_generate
+
+PROMPTS = [[1, 5], [1, 9, 4], [1, 20, 7, 7, 3]]
+
+
+def test_greedy_speculative_equals_ar_greedy_whatever_the_heads(lm, random_heads):
+    for seed, prompt, tree in itertools.product((0, 1), PROMPTS, (1, 3)):
+        heads = random_heads(lm, num_heads=3, seed=seed)
+        ids = torch.tensor([prompt])
+        spec = speculative_generate(lm, heads, ids, max_new_tokens=30, acceptance="greedy",
+                                    eos_token_id=[], tree_width=tree)
+        ar = autoregressive_generate(lm, ids, max_new_tokens=30, acceptance="greedy",
+                                     eos_token_id=[])
+        hf = lm.generate(ids, max_new_tokens=30, do_sample=False, eos_token_id=None,
+                         pad_token_id=0)
+        assert spec.sequences.tolist() == ar.sequences.tolist() == hf.tolist()
+        assert ar.n_backbone_calls == [30]
+
+
+def test_emission_accounting_and_kv_length(lm, random_heads):
+    K = 3
+    for acceptance, seed in itertools.product(("greedy", "topk", "exact"), (0, 1)):
+        heads = random_heads(lm, num_heads=K, seed=seed, scale=0.05)
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.tensor([PROMPTS[1]])
+        out = speculative_generate(lm, heads, prompt, max_new_tokens=40, acceptance=acceptance,
+                                   eos_token_id=[], generator=g)
+        acc = out.accepted_lengths[0]
+        assert all(1 <= a <= K + 1 for a in acc)
+        assert out.n_new_tokens[0] == 40 == 1 + sum(acc)
+        assert out.n_backbone_calls[0] == 1 + len(acc) <= out.n_new_tokens[0]
+        # after each crop the cache holds every emitted token but the newest one
+        emitted = list(itertools.accumulate(acc, initial=1))[1:]
+        assert out.kv_lengths[0] == [prompt.shape[1] + e - 1 for e in emitted]
+        assert out.sequences.shape[1] == prompt.shape[1] + 40
+
+
+def test_good_heads_accept_more_than_one_token(lm, random_heads):
+    # heads that draft from the backbone itself (zero-init heads predict the next token, which
+    # a repetitive backbone makes right): a model that repeats its input
+    heads = random_heads(lm, num_heads=2, scale=0.0)
+    out = speculative_generate(lm, heads, torch.tensor([PROMPTS[0]]), max_new_tokens=40,
+                               acceptance="topk", top_k=lm.config.vocab_size - 1,
+                               eos_token_id=[], generator=torch.Generator().manual_seed(0))
+    assert out.tokens_per_call > 2.0  # almost everything lies in a top-(V-1) set
+
+
+def _true_joint(lm, prompt, n, temperature, top_k):
+    """Exact probability of every n-token continuation under the filtered model."""
+    V = lm.config.vocab_size
+    probs = {}
+    for seq in itertools.product(range(V), repeat=n):
+        ids = torch.tensor([prompt + list(seq)])
+        with torch.no_grad():
+            logits = lm(ids).logits[0]
+        p = 1.0
+        for i, t in enumerate(seq):
+            p *= float(filtered_probs(logits[len(prompt) - 1 + i], temperature=temperature,
+                                      top_k=top_k)[t])
+        probs[seq] = p
+    return probs
+
+
+def _chi2_pvalue(counts, probs, n):
+    stat, df = 0.0, -1
+    rest_c, rest_p = 0, 0.0
+    for seq, p in probs.items():
+        if n * p >= 5:
+            stat += (counts.get(seq, 0) - n * p) ** 2 / (n * p)
+            df += 1
+        else:
+            rest_c += counts.get(seq, 0)
+            rest_p += p
+    if rest_p > 0:
+        stat += (rest_c - n * rest_p) ** 2 / max(n * rest_p, 1e-12)
+        df += 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
+
+
+@pytest.fixture(scope="module")
+def toy():
+    from icml.models import tiny_causal_lm
+
+    lm = tiny_causal_lm("llama", seed=11, num_layers=1, hidden_size=16, num_heads=2,
+                        num_kv_heads=1, vocab_size=5, max_positions=16)
+    with torch.no_grad():  # sharpen the toy so that the joint is far from uniform
+        lm.lm_head.weight.mul_(8.0)
+    return lm, _true_joint(lm, [1], 3, 1.0, 0)
+
+
+def _sample_counts(lm, heads, acceptance, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    counts: dict[tuple[int, ...], int] = {}
+    prompt = torch.tensor([[1]])
+    for _ in range(n):
+        out = speculative_generate(lm, heads, prompt, max_new_tokens=3, acceptance=acceptance,
+                                   top_k=0, top_p=0.999999, eos_token_id=[], generator=g)
+        seq = tuple(out.sequences[0, 1:].tolist())
+        counts[seq] = counts.get(seq, 0) + 1
+    return counts
+
+
+def test_exact_mode_preserves_the_distribution(toy, random_heads):
+    lm, probs = toy
+    heads = random_heads(lm, num_heads=2, seed=4, scale=1.0)
+    n = 1000
+    assert _chi2_pvalue(_sample_counts(lm, heads, "exact", n, seed=0), probs, n) > 1e-3
+    assert _chi2_pvalue(_sample_counts(lm, None, "exact", n, seed=1), probs, n) > 1e-3
+
+
+def test_quality_criterion_is_not_exact(toy, random_heads):
+    """The top-k rule keeps the heads' argmax when it is plausible, which biases the
+    distribution: the same chi-square test rejects it (the test above can fail)."""
+    lm, probs = toy
+    heads = random_heads(lm, num_heads=2, seed=4, scale=1.0)
+    n = 1500
+    g = torch.Generator().manual_seed(2)
+    counts: dict[tuple[int, ...], int] = {}
+    for _ in range(n):
+        out = speculative_generate(lm, heads, torch.tensor([[1]]), max_new_tokens=3,
+                                   acceptance="topk", top_k=3, eos_token_id=[], generator=g)
+        seq = tuple(out.sequences[0, 1:].tolist())
+        counts[seq] = counts.get(seq, 0) + 1
+    probs3 = _true_joint(lm, [1], 3, 1.0, 3)
+    assert _chi2_pvalue(counts, probs3, n) < 1e-3
+
+
+def test_filtered_probs():
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0])
+    p = filtered_probs(logits, top_k=2)
+    assert p[2:].sum() == 0 and math.isclose(float(p.sum()), 1.0, rel_tol=1e-6)
+    p = filtered_probs(logits, top_p=0.5)
+    assert (p > 0).sum() == 1  # the top token already holds > 50 %
+    full = torch.softmax(logits / 2.0, -1)
+    torch.testing.assert_close(filtered_probs(logits, temperature=2.0), full)
+
+
+def test_deterministic_under_a_seed(lm, random_heads):
+    heads = random_heads(lm, num_heads=3, seed=0, scale=0.05)
+    runs = [speculative_generate(lm, heads, torch.tensor([PROMPTS[2]]), max_new_tokens=25,
+                                 acceptance=a, generator=torch.Generator().manual_seed(9),
+                                 eos_token_id=[]).sequences.tolist()
+            for a in ("topk", "topk", "exact", "exact")]
+    assert runs[0] == runs[1] and runs[2] == runs[3]
+
+
+def test_batch_with_padding_matches_rows(lm, random_heads):
+    heads = random_heads(lm, num_heads=2, seed=3)
+    a, b = PROMPTS[0], PROMPTS[2]
+    ids = torch.tensor([[0] * (len(b) - len(a)) + a, b])
+    mask = (torch.arange(len(b))[None] >= torch.tensor([[len(b) - len(a)], [0]])).long()
+    out = speculative_generate(lm, heads, ids, attention_mask=mask, max_new_tokens=12,
+                               acceptance="greedy", eos_token_id=[])
+    for row, prompt in zip(out.sequences.tolist(), (a, b), strict=True):
+        single = speculative_generate(lm, heads, torch.tensor([prompt]), max_new_tokens=12,
+                                      acceptance="greedy", eos_token_id=[])
+        assert row[:len(prompt) + 12] == single.sequences[0].tolist()
+
+
+def test_stops_at_eos(lm, random_heads):
+    heads = random_heads(lm, num_heads=3, seed=0)
+    ar = autoregressive_generate(lm, torch.tensor([PROMPTS[0]]), max_new_tokens=30,
+                                 acceptance="greedy", eos_token_id=[])
+    stop = ar.sequences[0, len(PROMPTS[0]) + 4].item()  # pretend the 5th new token is EOS
+    out = speculative_generate(lm, heads, torch.tensor([PROMPTS[0]]), max_new_tokens=30,
+                               acceptance="greedy", eos_token_id=stop)
+    seq = out.sequences[0].tolist()[len(PROMPTS[0]):]
+    assert seq[-1] == stop and stop not in seq[:-1] and len(seq) <= 5
+
+
+def test_bfloat16(lm, random_heads):
+    model = lm.to(torch.bfloat16)
+    try:
+        heads = random_heads(model, num_heads=2, seed=0, scale=0.05).to(torch.bfloat16)
+        out = speculative_generate(model, heads, torch.tensor([PROMPTS[0]]), max_new_tokens=10,
+                                   acceptance="topk", eos_token_id=[],
+                                   generator=torch.Generator().manual_seed(0))
+        assert out.n_new_tokens == [10]
+    finally:
+        lm.to(torch.float32)
+
+
+class _NoCache(torch.nn.Module):
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+        self.config = lm.config
+
+    def forward(self, input_ids, **_):
+        return self.lm(input_ids=input_ids, use_cache=False, output_hidden_states=True)
+
+
+def test_bad_input(lm, random_heads):
+    heads = random_heads(lm, num_heads=3)
+    ids = torch.tensor([PROMPTS[0]])
+    with pytest.raises(ValueError, match="acceptance"):
+        speculative_generate(lm, heads, ids, acceptance="typical")
+    with pytest.raises(TypeError, match="KV cache"):
+        speculative_generate(_NoCache(lm), heads, ids, max_new_tokens=4)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        speculative_generate(lm, heads, ids, max_new_tokens=200)
+    with pytest.raises(ValueError, match="fewer heads"):
+        speculative_generate(lm, random_heads(lm, num_heads=lm.config.max_position_embeddings),
+                             ids, max_new_tokens=4)
+    with pytest.raises(ValueError, match="tree_width"):
+        speculative_generate(lm, heads, ids, acceptance="exact", tree_width=2)
+    with pytest.raises(ValueError, match="temperature"):
+        speculative_generate(lm, heads, ids, temperature=0)
+    with pytest.raises(ValueError, match="empty"):
+        speculative_generate(lm, heads, torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="accepts every draft"):
+        speculative_generate(lm, heads, ids, top_k=0)
+
+
+def test_cross_attention_heads_decode_losslessly(lm, random_heads):
+    heads = random_heads(lm, num_heads=2, seed=5, cross_attention=True)
+    ids = torch.tensor([PROMPTS[1]])
+    spec = speculative_generate(lm, heads, ids, max_new_tokens=20, acceptance="greedy",
+                                eos_token_id=[])
+    ar = autoregressive_generate(lm, ids, max_new_tokens=20, acceptance="greedy",
+                                 eos_token_id=[])
+    assert spec.sequences.tolist() == ar.sequences.tolist()
