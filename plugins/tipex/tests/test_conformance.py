@@ -1,0 +1,6 @@
+from icml.testing import PluginConformance
+
+
+class TestConformance(PluginConformance):
+    slug = "tipex"
+    smoke = {"evaluate": {"n": 100}}
