@@ -30,8 +30,8 @@ _FV = re.compile(r"f(\d+)=(-?\d+)")
 class SimParams:
     """Error and latency parameters of the scripted model."""
 
-    eps0: float = 0.02
-    beta: float = 0.06
+    eps0: float = 0.0
+    beta: float = 0.27
     plan_err: float = 0.012
     synth_err: float = 0.008
     judge_skill: float = 0.5
