@@ -1,35 +1,41 @@
-"""Hook implementations: thin adapters from the run config to the API. Keep this module light:
-import heavy libraries (torch, ...) inside the hook bodies."""
+"""Hook implementations: thin adapters from the run config to the API. Light at import time."""
 
 from __future__ import annotations
 
-import random
-
 import icml
-from icml_tipex.config import EvaluateConfig
+from icml_tipex.config import EvaluateConfig, InferConfig
+
+BIBTEX = """@inproceedings{tipex2026,
+  title     = {{TIPEX}: Two-Tier Inference-Time Parallelism for Multi-Agent {LLM} Systems},
+  booktitle = {Proceedings of the 43rd International Conference on Machine Learning (ICML)},
+  year      = {2026}
+}"""
 
 
 @icml.hookimpl
 def icml_plugin_info() -> icml.PluginInfo:
     return icml.PluginInfo(
         name="tipex",
-        title="Tipex",
-        summary="One line on what the method does.",
-        paper=icml.Paper(title="Tipex", url="https://icml.cc/"),
-        capabilities=("evaluate",),
-        configs={"evaluate": EvaluateConfig},
+        title="TIPEX: two-tier inference-time parallelism for multi-agent LLM systems",
+        summary="Replica (N paths) x structural (subtask DAG, width w) parallelism in one "
+                "asyncio executor with a virtual clock",
+        paper=icml.Paper(title="TIPEX: Two-Tier Inference-Time Parallelism for Multi-Agent "
+                         "LLM Systems", url="https://icml.cc/", bibtex=BIBTEX),
+        capabilities=("evaluate", "infer"),
+        configs={"evaluate": EvaluateConfig, "infer": InferConfig},
+        default_threads=1,
     )
 
 
 @icml.hookimpl
-def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
-    from icml_tipex.method import running_mean
+def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
+    from icml_tipex.job import infer_job
 
-    rng = random.Random(ctx.seed)
-    draw = rng.random if config.distribution == "uniform" else lambda: rng.gauss(0.5, 1.0)
-    samples = [draw() for _ in ctx.progress(range(config.n), desc="sampling")]
-    estimate = running_mean(samples)
-    return icml.RunResult(
-        metrics={"estimate": estimate, "abs_error": abs(estimate - 0.5)},
-        tables=[icml.Table("Estimate", ["n", "estimate", "target"], [[config.n, estimate, 0.5]])],
-    )
+    return infer_job(ctx, config)
+
+
+@icml.hookimpl
+def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
+    from icml_tipex.job import evaluate_job
+
+    return evaluate_job(ctx, config)
