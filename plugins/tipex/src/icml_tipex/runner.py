@@ -284,6 +284,10 @@ class TipexRunner:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
         got = {p.replica for p in finished}
+        for f, i in futs.items():  # replicas that finished at the very instant of the decision
+            if i not in got and f.done() and not f.cancelled() and f.exception() is None:
+                finished.append(f.result())
+                got.add(i)
         stopped = "timeout" if decided == "timeout" else "cancelled"
         replicas = sorted(finished + [PathResult(i, None, loop.time() - t0, st.tokens.get(i, 0),
                                                  st.calls.get(i, 0), stopped)
