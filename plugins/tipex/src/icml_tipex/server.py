@@ -52,7 +52,7 @@ class ChatServer:
         try:
             start, _, body = await read_http_message(reader)
             method, path = (start.split() + ["", ""])[:2]
-            if method != "POST" or not path.endswith("/chat/completions"):
+            if method != "POST" or path not in ("/v1/chat/completions", "/chat/completions"):
                 await self._respond(writer, 404, {"error": f"no route {method} {path}"})
                 return
             try:
