@@ -77,11 +77,19 @@ def worker_messages(task_id: str, question: str, sub: Subtask,
     return [{"role": "system", "content": WORKER_SYSTEM}, {"role": "user", "content": user}]
 
 
+_ARITY: dict[Any, int] = {}
+
+
 def _arity(fn: Callable[..., Any]) -> int:
-    try:
-        return max(1, len(inspect.signature(fn).parameters))
-    except (TypeError, ValueError):
-        return 1
+    n = _ARITY.get(fn)
+    if n is None:
+        try:
+            n = max(1, len(inspect.signature(fn).parameters))
+        except (TypeError, ValueError):
+            n = 1
+        if len(_ARITY) < 4096:
+            _ARITY[fn] = n
+    return n
 
 
 def parse_call(text: str, tools: Mapping[str, Any]) -> tuple[str, list[str]] | None:

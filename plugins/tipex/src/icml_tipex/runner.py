@@ -179,10 +179,11 @@ class TipexRunner:
             st.budget.settle(res, used)
             st.tokens[replica] = st.tokens.get(replica, 0) + used
             st.calls[replica] = st.calls.get(replica, 0) + 1
-            st.trace.add("model", **ev, start=t_s, end=loop.time(),
-                         prompt_tokens=comp.prompt_tokens if comp else est,
-                         completion_tokens=comp.completion_tokens if comp else 0,
-                         status=status, detail=detail)
+            if st.trace.enabled:
+                st.trace.add("model", **ev, start=t_s, end=loop.time(),
+                             prompt_tokens=comp.prompt_tokens if comp else est,
+                             completion_tokens=comp.completion_tokens if comp else 0,
+                             status=status, detail=detail)
 
     async def _tool(self, st: _State, replica: int, sub: str, name: str, text: str,
                     args: list[str]) -> str:
@@ -204,8 +205,9 @@ class TipexRunner:
                 if status == "cancelled":
                     st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
                                  end=loop.time(), status=status, args=args)
-        st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
-                     end=loop.time(), status=status, args=args, result=result)
+        if st.trace.enabled:
+            st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
+                         end=loop.time(), status=status, args=args, result=result)
         return result
 
     # -- one solution path (tier 2) -----------------------------------------------------------
@@ -223,8 +225,9 @@ class TipexRunner:
             t = loop.time()
             out = await roles.work(call, tool, self.tools, task.task_id, task.question, sub,
                                    parents, cfg.max_worker_steps)
-            st.trace.add("subtask", replica=replica, subtask=sub.id, start=t, end=loop.time(),
-                         deps=list(sub.deps), result=out)
+            if st.trace.enabled:
+                st.trace.add("subtask", replica=replica, subtask=sub.id, start=t,
+                             end=loop.time(), deps=list(sub.deps), result=out)
             return out
 
         st.trace.add("path_start", replica=replica, t=loop.time(), seed=seed)

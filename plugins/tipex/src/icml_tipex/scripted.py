@@ -56,9 +56,15 @@ class ScriptedModel:
         self.suite, self.p, self.seed, self.name = suite, params or SimParams(), seed, name
         self.latency_scale = latency_scale
         self.calls = 0
+        self._last_count: tuple[list[Message], int, int] | None = None
 
     def count_tokens(self, messages: list[Message]) -> int:
-        return messages_tokens(messages)
+        last = self._last_count
+        if last is not None and last[0] is messages and last[1] == len(messages):
+            return last[2]
+        n = messages_tokens(messages)
+        self._last_count = (messages, len(messages), n)
+        return n
 
     def latency(self, prompt_tokens: int, completion_tokens: int) -> float:
         p = self.p
@@ -91,7 +97,7 @@ class ScriptedModel:
     async def generate(self, messages: list[Message], *, temperature: float = 0.0,
                        seed: int = 0, max_tokens: int = 256) -> Completion:
         text = self.reply(messages, temperature, seed)
-        n_in, n_out = messages_tokens(messages), approx_tokens(text)
+        n_in, n_out = self.count_tokens(messages), approx_tokens(text)
         finish = "stop"
         if n_out > max_tokens:
             text, n_out, finish = text[:4 * max_tokens], max_tokens, "length"
@@ -139,7 +145,7 @@ class ScriptedModel:
         return json.dumps({"subtasks": subs})
 
     def _eps(self, messages: list[Message]) -> float:
-        return self.p.eps0 + self.p.beta * messages_tokens(messages) / 1000
+        return self.p.eps0 + self.p.beta * self.count_tokens(messages) / 1000
 
     def _work(self, task: Task, data: dict[str, Any], messages: list[Message],
               rng: random.Random) -> str:
