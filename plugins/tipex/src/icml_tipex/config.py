@@ -1,0 +1,105 @@
+"""Typed configs, one per capability. Field names are the CLI's --set keys and match
+``ExecutionConfig`` where they mean the same thing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+MODELS = ("scripted", "tiny", "pretrained", "http")
+
+
+@dataclass
+class Execution:
+    """The two-tier execution knobs shared by both capabilities."""
+
+    granularity: int = option(4, help="g: most subtasks the planner may create (plus one "
+                              "combining subtask)", ge=1)
+    aggregator: str = option("plurality", help="how replicas are combined",
+                             choices=("plurality", "judge", "first"))
+    quorum: int | None = option(None, help="q: stop once q replicas agree and cancel the rest "
+                                "(None: wait for all)", ge=1)
+    max_inflight: int | None = option(8, help="K: model calls in flight at once, shared by "
+                                      "every replica and subtask (None: no limit)", ge=1)
+    token_budget: int | None = option(None, help="B: no new model call once this many tokens "
+                                      "are spent per task (None: no limit)", ge=1)
+    timeout_s: float | None = option(None, help="tau: per-task timeout in clock seconds; "
+                                     "unfinished replicas are cancelled", gt=0)
+    call_timeout_s: float | None = option(120.0, help="per model call timeout (clock s); a "
+                                          "call that never returns fails its replica", gt=0)
+    temperature: float = option(0.7, help="T: sampling temperature (replica diversity)", ge=0)
+    replica_seeds: bool = option(True, help="give every replica its own seed (diversity)")
+    max_tokens: int = option(512, help="max completion tokens per model call", ge=1)
+    max_worker_steps: int = option(24, help="most model calls a worker makes on one subtask",
+                                   ge=1)
+    # the model and the clock
+    model: str = option("scripted", help="scripted: the simulator on SynthGAIA; tiny: a random "
+                        "transformers Llama; pretrained: SmolLM2-135M-Instruct; http: an "
+                        "OpenAI-compatible endpoint at base_url", choices=MODELS)
+    base_url: str = option("", help="endpoint for model=http, e.g. http://127.0.0.1:8000/v1")
+    http_model: str = option("default", help="model name sent to the endpoint")
+    clock: str = option("virtual", help="virtual (deterministic latency; scripted model only) "
+                        "or wall", choices=("virtual", "wall"))
+    latency_scale: float = option(1.0, help="scripted model latency multiplier (use e.g. 0.01 "
+                                  "on the wall clock)", ge=0)
+    # the task suite and the scripted model's error model
+    levels: list[int] = option([1, 2, 3], help="SynthGAIA difficulty levels", ge=1, le=3)
+    kb_entities: int = option(200, help="entities in the generated knowledge base", ge=20)
+    eps0: float = option(0.0, help="scripted: per-step error at empty context", ge=0, le=1)
+    beta: float = option(0.27, help="scripted: extra per-step error per 1000 context tokens",
+                         ge=0)
+    plan_err: float = option(0.012, help="scripted: planner drop-a-fact rate per extra leaf "
+                             "subtask", ge=0, le=1)
+    synth_err: float = option(0.008, help="scripted: synthesizer error per subtask result",
+                              ge=0, le=1)
+    judge_skill: float = option(0.5, help="scripted: chance the judge verifies the right "
+                                "candidate", ge=0, le=1)
+
+    def __post_init__(self) -> None:
+        if self.model == "http" and not self.base_url:
+            raise ValueError("model='http' needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        if self.model != "scripted" and self.clock == "virtual":
+            raise ValueError(f"model={self.model!r} does real work, which takes no virtual "
+                             "time: set clock=wall")
+        if not self.levels:
+            raise ValueError("levels must list at least one of 1, 2, 3")
+
+
+@dataclass
+class InferConfig(Execution):
+    n_replicas: int = option(5, help="N: replicas (complete solution paths)", ge=1)
+    width: int = option(4, help="w: subtasks of one path in flight at once", ge=1)
+    planner: str = option("dag", help="dag: planner -> subtask DAG -> synthesizer; chain: no "
+                          "planner, one ReAct agent (structural parallelism off)",
+                          choices=("dag", "chain"))
+    num_tasks: int = option(100, help="tasks per level", ge=1)
+    trace_tasks: int = option(1, help="tasks per level whose trace is written (JSONL + Gantt)",
+                              ge=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.quorum is not None and self.quorum > self.n_replicas:
+            raise ValueError(f"quorum={self.quorum} exceeds n_replicas={self.n_replicas}")
+
+
+@dataclass
+class EvaluateConfig(Execution):
+    replicas: list[int] = option([1, 3, 5, 9], help="N values of the sweep", ge=1)
+    widths: list[int] = option([1, 2, 4, 8], help="w values of the sweep (planner=dag)", ge=1)
+    include_chain: bool = option(True, help="also sweep N for the bare ReAct agent "
+                                 "(structural parallelism off)")
+    granularities: list[int] = option([1, 2, 4, 8], help="g values of the granularity sweep "
+                                      "(at the largest N and w)", ge=1)
+    inflight_limits: list[int] = option([2, 4, 8, 0], help="K values of the in-flight sweep "
+                                        "at the largest N and w (0: no limit)", ge=0)
+    num_tasks: int = option(40, help="tasks per level", ge=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("replicas", "widths"):
+            if not getattr(self, key):
+                raise ValueError(f"{key} must list at least one value >= 1")
+        if self.quorum is not None and self.quorum > min(self.replicas):
+            raise ValueError(f"quorum={self.quorum} exceeds the smallest N in replicas "
+                             f"({min(self.replicas)})")

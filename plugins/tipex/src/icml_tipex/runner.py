@@ -1,0 +1,338 @@
+"""TIPEX's execution semantics: N replicas (tier 1) of planner -> subtask DAG -> workers ->
+synthesizer (tier 2, width w, granularity g), aggregated by plurality, judge or first-finish,
+with quorum early stop, a global in-flight limit K on model calls, a token budget B and
+timeouts, all traced."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from icml_tipex import roles
+from icml_tipex.aggregate import (AGGREGATORS, Candidate, answers_match, first_finish,
+                                  max_agreement, normalize_answer, plurality, ranked)
+from icml_tipex.budget import BudgetExhausted, TokenBudget
+from icml_tipex.chat import AsyncChatModel, Completion, Message, ModelCallError, messages_tokens
+from icml_tipex.clock import CLOCKS, ClockName, is_virtual
+from icml_tipex.clock import run as run_on_clock
+from icml_tipex.plan import Plan, Subtask
+from icml_tipex.scheduler import run_dag
+from icml_tipex.trace import Trace
+
+Tool = Callable[..., Awaitable[str]]
+PLANNERS = ("dag", "chain")
+
+
+@dataclass
+class ExecutionConfig:
+    """One point of the two-tier design space ``(N, w, g, aggregator, q, K, B, tau, T)``."""
+
+    n_replicas: int = 1
+    width: int = 1
+    granularity: int = 4
+    planner: str = "dag"
+    aggregator: str = "plurality"
+    quorum: int | None = None
+    max_inflight: int | None = None
+    token_budget: int | None = None
+    timeout_s: float | None = None
+    call_timeout_s: float | None = 120.0
+    temperature: float = 0.7
+    seed: int = 0
+    replica_seeds: bool = True
+    max_tokens: int = 512
+    max_worker_steps: int = 24
+
+    def __post_init__(self) -> None:
+        def bad(key: str, msg: str) -> ValueError:
+            return ValueError(f"{key}={getattr(self, key)!r}: {msg}")
+        if self.n_replicas < 1:
+            raise bad("n_replicas", "at least one replica is needed (N >= 1)")
+        if self.width < 1:
+            raise bad("width", "at least one subtask must be able to run (w >= 1)")
+        if self.granularity < 1:
+            raise bad("granularity", "the planner needs at least one subtask (g >= 1)")
+        if self.planner not in PLANNERS:
+            raise bad("planner", f"choose one of {PLANNERS}")
+        if self.aggregator not in AGGREGATORS:
+            raise bad("aggregator", f"choose one of {AGGREGATORS}")
+        if self.quorum is not None and not 1 <= self.quorum <= self.n_replicas:
+            raise bad("quorum", f"must be in 1..n_replicas ({self.n_replicas}) or None")
+        if self.max_inflight is not None and self.max_inflight < 1:
+            raise bad("max_inflight", "must be >= 1 or None (no limit)")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise bad("token_budget", "must be >= 1 or None (no limit)")
+        for key in ("timeout_s", "call_timeout_s"):
+            v = getattr(self, key)
+            if v is not None and not v > 0:
+                raise bad(key, "must be > 0 or None (no timeout)")
+        if self.temperature < 0:
+            raise bad("temperature", "must be >= 0")
+        if self.max_tokens < 1 or self.max_worker_steps < 1:
+            raise ValueError("max_tokens and max_worker_steps must be >= 1")
+
+    def replica_seed(self, i: int) -> int:
+        return self.seed * 1_000_003 + i if self.replica_seeds else self.seed
+
+
+@dataclass
+class PathResult:
+    """One replica's outcome: ``status`` ok, error, cancelled or timeout."""
+
+    replica: int
+    answer: str | None
+    finish: float
+    tokens: int
+    calls: int
+    status: str
+    error: str | None = None
+
+
+@dataclass
+class SolveResult:
+    """The aggregated answer with its latency (makespan, s), tokens and the full trace."""
+
+    task_id: str
+    answer: str | None
+    latency_s: float
+    tokens: int
+    calls: int
+    decided_by: str
+    replicas: list[PathResult]
+    trace: Trace
+    correct: bool | None = None
+
+
+@dataclass
+class _State:
+    task: Any
+    cfg: ExecutionConfig
+    sem: asyncio.Semaphore | None
+    budget: TokenBudget
+    trace: Trace
+    tokens: dict[int, int] = field(default_factory=dict)
+    calls: dict[int, int] = field(default_factory=dict)
+    inflight: int = 0
+    max_inflight_seen: int = 0
+
+
+class TipexRunner:
+    """Runs tasks (objects with ``task_id``, ``question`` and optionally ``answer``) under an
+    :class:`ExecutionConfig` with one model behind the planner, workers and synthesizer, and
+    an optional separate judge model."""
+
+    def __init__(self, model: AsyncChatModel, tools: Mapping[str, Tool], *,
+                 judge_model: AsyncChatModel | None = None, clock: ClockName = "virtual") -> None:
+        if clock not in CLOCKS:
+            raise ValueError(f"clock={clock!r} is not one of {CLOCKS}")
+        if not tools:
+            raise ValueError("tools is empty: the workers need at least one tool")
+        self.model, self.tools, self.clock = model, dict(tools), clock
+        self.judge_model = judge_model or model
+
+    # -- the shared controls around every model call ------------------------------------------
+    async def _call(self, st: _State, replica: int, seed: int, role: str, sub: str,
+                    messages: list[Message], model: AsyncChatModel | None = None) -> Completion:
+        model = model or self.model
+        cfg, loop = st.cfg, asyncio.get_running_loop()
+        count = getattr(model, "count_tokens", None)
+        est = count(messages) if count else messages_tokens(messages)
+        t_q = loop.time()
+        ev: dict[str, Any] = {"replica": replica, "subtask": sub, "role": role, "queued": t_q}
+        try:
+            res = st.budget.reserve(est + cfg.max_tokens)
+        except BudgetExhausted as e:
+            st.trace.add("model", **ev, start=None, end=None, prompt_tokens=0,
+                         completion_tokens=0, status="budget", detail=str(e))
+            raise
+        comp: Completion | None = None
+        status, detail, t_s = "ok", None, None
+        try:
+            if st.sem is not None:
+                await st.sem.acquire()
+            try:
+                t_s = loop.time()
+                st.inflight += 1
+                st.max_inflight_seen = max(st.max_inflight_seen, st.inflight)
+                async with asyncio.timeout(cfg.call_timeout_s):
+                    comp = await model.generate(messages, temperature=cfg.temperature,
+                                                seed=seed, max_tokens=cfg.max_tokens)
+            finally:
+                st.inflight -= 1
+                if st.sem is not None:
+                    st.sem.release()
+            return comp
+        except asyncio.CancelledError:
+            status = "cancelled"
+            raise
+        except TimeoutError:
+            status = detail = "timeout"
+            raise ModelCallError(f"{role} call on {sub!r} timed out after "
+                                 f"{cfg.call_timeout_s} s (call_timeout_s)") from None
+        except Exception as e:
+            status, detail = "error", f"{type(e).__name__}: {e}"
+            raise ModelCallError(f"{role} call on {sub!r} raised {detail}") from e
+        finally:
+            used = comp.total_tokens if comp is not None else 0
+            st.budget.settle(res, used)
+            st.tokens[replica] = st.tokens.get(replica, 0) + used
+            st.calls[replica] = st.calls.get(replica, 0) + 1
+            if st.trace.enabled:
+                st.trace.add("model", **ev, start=t_s, end=loop.time(),
+                             prompt_tokens=comp.prompt_tokens if comp else est,
+                             completion_tokens=comp.completion_tokens if comp else 0,
+                             status=status, detail=detail)
+
+    async def _tool(self, st: _State, replica: int, sub: str, name: str, text: str,
+                    args: list[str]) -> str:
+        loop = asyncio.get_running_loop()
+        t_s = loop.time()
+        status = "ok"
+        fn = self.tools.get(name)
+        if fn is None:
+            status, result = "error", f"error: unknown tool {name!r}"
+        else:
+            try:
+                result = await fn(*args)
+            except asyncio.CancelledError:
+                status, result = "cancelled", ""
+                raise
+            except Exception as e:  # the worker sees the error, as in real agent frameworks
+                status, result = "error", f"error: {type(e).__name__}: {e}"
+            finally:
+                if status == "cancelled":
+                    st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
+                                 end=loop.time(), status=status, args=args)
+        if st.trace.enabled:
+            st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
+                         end=loop.time(), status=status, args=args, result=result)
+        return result
+
+    # -- one solution path (tier 2) -----------------------------------------------------------
+    async def _run_path(self, st: _State, replica: int) -> PathResult:
+        cfg, task, loop = st.cfg, st.task, asyncio.get_running_loop()
+        seed = cfg.replica_seed(replica)
+
+        def call(role: str, sub: str, messages: list[Message]) -> Awaitable[Completion]:
+            return self._call(st, replica, seed, role, sub, messages)
+
+        def tool(sub: str, name: str, text: str, args: list[str]) -> Awaitable[str]:
+            return self._tool(st, replica, sub, name, text, args)
+
+        async def run_subtask(sub: Subtask, parents: Mapping[str, str]) -> str:
+            t = loop.time()
+            out = await roles.work(call, tool, self.tools, task.task_id, task.question, sub,
+                                   parents, cfg.max_worker_steps)
+            if st.trace.enabled:
+                st.trace.add("subtask", replica=replica, subtask=sub.id, start=t,
+                             end=loop.time(), deps=list(sub.deps), result=out)
+            return out
+
+        st.trace.add("path_start", replica=replica, t=loop.time(), seed=seed)
+        answer, status, error = None, "ok", None
+        try:
+            if cfg.planner == "chain":
+                agent = Subtask("agent", task.question, meta={"step": "all"})
+                answer = await run_subtask(agent, {})
+            else:
+                plan: Plan = await roles.plan(call, task.task_id, task.question,
+                                              cfg.granularity, self.tools)
+                st.trace.add("plan", replica=replica, t=loop.time(), width=plan.width(),
+                             subtasks=[s.to_dict() for s in plan.subtasks])
+                results = await run_dag(plan, run_subtask, cfg.width)
+                answer = await roles.synthesize(call, task.task_id, task.question, plan, results)
+        except asyncio.CancelledError:
+            st.trace.add("path", replica=replica, t=loop.time(), status="cancelled")
+            raise
+        except Exception as e:  # noqa: BLE001 - one failing replica never takes down the others
+            status, error = "error", f"{type(e).__name__}: {e}"
+        st.trace.add("path", replica=replica, t=loop.time(), status=status, answer=answer,
+                     error=error)
+        return PathResult(replica, answer, loop.time() - st.trace.t0, st.tokens.get(replica, 0),
+                          st.calls.get(replica, 0), status, error)
+
+    # -- replicas and aggregation (tier 1) ----------------------------------------------------
+    async def solve(self, task: Any, cfg: ExecutionConfig, *, trace: bool = True) -> SolveResult:
+        """Solve one task under ``cfg`` on the running loop's clock."""
+        if is_virtual() and not getattr(self.model, "virtual_time", False):
+            raise ValueError(f"model {getattr(self.model, 'name', self.model)!r} does real work, "
+                             "which takes no time on the virtual clock: use clock='wall'")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        st = _State(task, cfg, asyncio.Semaphore(cfg.max_inflight) if cfg.max_inflight else None,
+                    TokenBudget(cfg.token_budget), Trace(t0, task.task_id, trace))
+        futs = {asyncio.ensure_future(self._run_path(st, i)): i for i in range(cfg.n_replicas)}
+        finished: list[PathResult] = []
+        decided = "all"
+        try:
+            async with asyncio.timeout(cfg.timeout_s):
+                for fut in asyncio.as_completed(futs):
+                    r = await fut
+                    finished.append(r)
+                    cands = [Candidate(p.replica, p.answer, p.finish) for p in finished]
+                    if cfg.quorum and max_agreement(cands) >= cfg.quorum:
+                        decided = "quorum"
+                        break
+                    if cfg.aggregator == "first" and normalize_answer(r.answer) is not None:
+                        decided = "first"
+                        break
+        except TimeoutError:
+            decided = "timeout"
+        finally:
+            pending = [f for f in futs if not f.done()]
+            for f in pending:
+                f.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        got = {p.replica for p in finished}
+        for f, i in futs.items():  # replicas that finished at the very instant of the decision
+            if i not in got and f.done() and not f.cancelled() and f.exception() is None:
+                finished.append(f.result())
+                got.add(i)
+        stopped = "timeout" if decided == "timeout" else "cancelled"
+        replicas = sorted(finished + [PathResult(i, None, loop.time() - t0, st.tokens.get(i, 0),
+                                                 st.calls.get(i, 0), stopped)
+                                      for i in range(cfg.n_replicas) if i not in got],
+                          key=lambda p: p.replica)
+        cands = [Candidate(p.replica, p.answer, p.finish) for p in finished]
+        if cfg.aggregator == "first":
+            answer = first_finish(cands)
+        elif cfg.aggregator == "judge":
+            answer = await self._judge(st, cands)
+        else:
+            answer = plurality(cands)
+        st.trace.add("decision", t=loop.time(), by=decided, answer=answer,
+                     votes=[[k, n] for k, n, _ in ranked(cands)])
+        correct = answers_match(answer, task.answer) if getattr(task, "answer", None) else None
+        return SolveResult(task.task_id, answer, loop.time() - t0, st.budget.spent,
+                           sum(st.calls.values()), decided, replicas, st.trace, correct)
+
+    async def _judge(self, st: _State, cands: Sequence[Candidate]) -> str | None:
+        r = ranked(cands)
+        if len(r) <= 1:  # nothing to choose between
+            return r[0][2].answer if r else None
+        answers, votes = [x[2].answer or "" for x in r], [x[1] for x in r]
+        msgs = roles.judge_messages(st.task.task_id, st.task.question, answers, votes)
+        try:
+            c = await self._call(st, -1, st.cfg.seed, "judge", "judge", msgs, self.judge_model)
+            k = roles.parse_choice(c.text, len(answers))
+        except (ModelCallError, BudgetExhausted) as e:
+            st.trace.add("judge_fallback", t=asyncio.get_running_loop().time(), detail=str(e))
+            k = None
+        if k is None:
+            st.trace.add("judge_fallback", t=asyncio.get_running_loop().time(),
+                         detail="no valid CHOICE; plurality used")
+            return plurality(cands)
+        return answers[k]
+
+    async def solve_many(self, tasks: Sequence[Any], cfg: ExecutionConfig, *,
+                         trace: bool = False) -> list[SolveResult]:
+        """Solve independent tasks concurrently (each has its own K, budget and trace)."""
+        return list(await asyncio.gather(*(self.solve(t, cfg, trace=trace) for t in tasks)))
+
+    def run(self, tasks: Sequence[Any], cfg: ExecutionConfig, *,
+            trace: bool = False) -> list[SolveResult]:
+        """Synchronous :meth:`solve_many` on a fresh loop of this runner's clock."""
+        return run_on_clock(self.solve_many(tasks, cfg, trace=trace), self.clock)

@@ -1,0 +1,235 @@
+"""A scripted stochastic "LLM" for simulation: it reads the same prompts a real model gets,
+answers as each role with seeded errors, and sleeps a token-dependent latency on the loop clock.
+
+Error model (reconstructed, notes section 4): each tool step goes wrong with probability
+``eps0 + beta * context_tokens / 1000`` (long contexts err more; wrong arguments come from a
+small per-fact distractor set, so wrong answers collide across replicas); the planner drops a
+fact with probability ``plan_err * (leaf_subtasks - 1)``; the synthesizer garbles the answer with
+probability ``synth_err * n_results``; the judge verifies the right candidate with probability
+``judge_skill`` and otherwise picks the most voted one. At temperature 0 a reply depends on the
+prompt only, so replicas without other diversity are identical."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from icml_tipex.chat import Completion, Message, approx_tokens, messages_tokens
+from icml_tipex.roles import payload_of, role_of
+from icml_tipex.synthgaia import ATTRS, SynthGAIA, Task
+
+_FV = re.compile(r"f(\d+)=(-?\d+)")
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Error and latency parameters of the scripted model."""
+
+    eps0: float = 0.0
+    beta: float = 0.27
+    plan_err: float = 0.012
+    synth_err: float = 0.008
+    judge_skill: float = 0.5
+    base_latency: float = 0.2     # s per call
+    prefill_s: float = 0.0002     # s per prompt token
+    decode_s: float = 0.01        # s per completion token
+
+    def __post_init__(self) -> None:
+        for k in ("eps0", "beta", "plan_err", "synth_err", "judge_skill", "base_latency",
+                  "prefill_s", "decode_s"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"SimParams.{k}={getattr(self, k)} must be >= 0")
+
+
+class ScriptedModel:
+    """Implements :class:`~icml_tipex.chat.AsyncChatModel` over a :class:`SynthGAIA` suite."""
+
+    virtual_time = True
+
+    def __init__(self, suite: SynthGAIA, params: SimParams | None = None, seed: int = 0,
+                 latency_scale: float = 1.0, name: str = "scripted") -> None:
+        self.suite, self.p, self.seed, self.name = suite, params or SimParams(), seed, name
+        self.latency_scale = latency_scale
+        self.calls = 0
+        self._last_count: tuple[list[Message], int, int] | None = None
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        last = self._last_count
+        if last is not None and last[0] is messages and last[1] == len(messages):
+            return last[2]
+        n = messages_tokens(messages)
+        self._last_count = (messages, len(messages), n)
+        return n
+
+    def latency(self, prompt_tokens: int, completion_tokens: int) -> float:
+        p = self.p
+        return self.latency_scale * (p.base_latency + p.prefill_s * prompt_tokens
+                                     + p.decode_s * completion_tokens)
+
+    def _rng(self, messages: list[Message], temperature: float, seed: int) -> random.Random:
+        h = hashlib.blake2b(digest_size=8)
+        h.update(f"{self.seed}|{seed if temperature > 0 else 0}|{temperature}".encode())
+        for m in messages:
+            h.update(b"\x00" + m["content"].encode())
+        return random.Random(int.from_bytes(h.digest(), "little"))
+
+    def reply(self, messages: list[Message], temperature: float = 0.0, seed: int = 0) -> str:
+        """The reply text (no latency): what :meth:`generate` returns."""
+        rng = self._rng(messages, temperature, seed)
+        role = role_of(messages)
+        data = payload_of(messages)
+        task = self.suite.task(data["task_id"])
+        if role == "planner":
+            return self._plan(task, int(data["max_subtasks"]), rng)
+        if role == "worker":
+            return self._work(task, data, messages, rng)
+        if role == "synthesizer":
+            return self._synth(data, rng)
+        if role == "judge":
+            return self._judge(task, data, rng)
+        raise ValueError(f"the scripted model does not know the role {role!r}")
+
+    async def generate(self, messages: list[Message], *, temperature: float = 0.0,
+                       seed: int = 0, max_tokens: int = 256) -> Completion:
+        text = self.reply(messages, temperature, seed)
+        n_in, n_out = self.count_tokens(messages), approx_tokens(text)
+        finish = "stop"
+        if n_out > max_tokens:
+            text, n_out, finish = text[:4 * max_tokens], max_tokens, "length"
+        self.calls += 1
+        dt = self.latency(n_in, n_out)
+        if dt > 0:
+            await asyncio.sleep(dt)
+        return Completion(text, n_in, n_out, finish)
+
+    # -- roles -------------------------------------------------------------------------------
+    def _plan(self, task: Task, g: int, rng: random.Random) -> str:
+        facts = list(range(len(task.facts)))
+        n_leaf = min(g, len(facts))
+        if rng.random() < self.p.plan_err * (n_leaf - 1):
+            facts.pop(rng.randrange(len(facts)))  # mis-decomposition: a fact is forgotten
+        steps = sum(2 if task.facts[i].query else 1 for i in facts)
+        subs: list[dict[str, Any]] = []
+        leaves: list[str] = []
+        if steps <= g:
+            for i in facts:
+                f = task.facts[i]
+                deps: list[str] = []
+                if f.query:
+                    sid = f"s{len(subs) + 1}"
+                    subs.append({"id": sid, "goal": f"search the {f.query}", "tool": "search",
+                                 "deps": [], "facts": [i], "step": "search"})
+                    deps = [sid]
+                sid = f"s{len(subs) + 1}"
+                subs.append({"id": sid, "goal": f"look up the {f.attr} of "
+                             + ("the search result" if f.query else f.entity),
+                             "tool": "lookup", "deps": deps, "facts": [i], "step": "lookup"})
+                leaves.append(sid)
+        else:
+            groups = [facts[j::g] for j in range(g)]
+            for grp in (x for x in groups if x):
+                sid = f"s{len(subs) + 1}"
+                what = ", ".join(f"the {task.facts[i].attr} of "
+                                 + (f"the {task.facts[i].query}" if task.facts[i].query
+                                    else task.facts[i].entity) for i in grp)
+                subs.append({"id": sid, "goal": f"find {what}", "tool": "lookup", "deps": [],
+                             "facts": grp, "step": "fact"})
+                leaves.append(sid)
+        subs.append({"id": "c", "goal": "combine the values as the task says", "tool": "calc",
+                     "deps": leaves, "step": "combine"})
+        return json.dumps({"subtasks": subs})
+
+    def _eps(self, messages: list[Message]) -> float:
+        return self.p.eps0 + self.p.beta * self.count_tokens(messages) / 1000
+
+    def _work(self, task: Task, data: dict[str, Any], messages: list[Message],
+              rng: random.Random) -> str:
+        sub = data["subtask"]
+        step = sub.get("step", "all")
+        facts = sub.get("facts", list(range(len(task.facts))))
+        if step == "search":
+            actions = [("search", facts[0])]
+        elif step == "lookup":
+            kind = "lookup_from_parent" if task.facts[facts[0]].query else "lookup"
+            actions = [(kind, facts[0])]
+        elif step == "combine":
+            actions = [("calc", -1)]
+        else:  # "fact" or "all" (the bare agent): every fact, then the sum for "all"
+            actions = []
+            for i in facts:
+                if task.facts[i].query:
+                    actions.append(("search", i))
+                    actions.append(("lookup_from_prev", i))
+                else:
+                    actions.append(("lookup", i))
+            if step == "all":
+                actions.append(("calc", -1))
+        results = [m["content"].removeprefix("RESULT: ").strip() for m in messages[2:]
+                   if m["role"] == "user"]
+        done = len(results)
+        values = self._values(actions, results, data.get("parents", {}))
+        if done < len(actions):
+            parent = next(iter(data.get("parents", {}).values()), "")
+            return self._action(task, actions[done], results, values, rng,
+                                rng.random() < self._eps(messages), str(parent))
+        if step == "search":
+            return f"ANSWER: {results[0]}"
+        if step in ("combine", "all"):
+            return f"ANSWER: {results[-1]}"
+        return "ANSWER: " + "; ".join(f"f{i}={values[i]}" for i in sorted(values))
+
+    @staticmethod
+    def _values(actions: list[tuple[str, int]], results: list[str],
+                parents: dict[str, str]) -> dict[int, str]:
+        vals: dict[int, str] = {}
+        for p in parents.values():
+            vals.update((int(i), v) for i, v in _FV.findall(p))
+        for (kind, i), r in zip(actions, results):
+            if kind.startswith("lookup"):
+                vals[i] = r
+        return vals
+
+    def _action(self, task: Task, action: tuple[str, int], results: list[str],
+                values: dict[int, str], rng: random.Random, err: bool, parent: str) -> str:
+        kind, i = action
+        if kind == "calc":
+            vals = {k: v for k, v in values.items() if re.fullmatch(r"-?\d+", v)}
+            expr = task.expression(vals)
+            if err and len(vals) > 1:  # a flipped sign
+                terms = expr.split(" ")
+                j = 2 * rng.randrange(1, len(vals))
+                if j - 1 < len(terms):
+                    terms[j - 1] = "-" if terms[j - 1] == "+" else "+"
+                expr = " ".join(terms)
+            return f"CALL calc({expr})"
+        f = task.facts[i]
+        if kind == "search":
+            anchor = rng.choice(f.distractors) if err else f.anchor
+            return f"CALL search(sister city of {anchor})"
+        attr = f.attr
+        if kind == "lookup":
+            ent = rng.choice(f.distractors) if err else f.entity
+        else:
+            ent = results[-1] if kind == "lookup_from_prev" else parent
+            if err:
+                attr = ATTRS[(ATTRS.index(f.attr) + 1) % len(ATTRS)]
+        return f"CALL lookup({ent}, {attr})"
+
+    def _synth(self, data: dict[str, Any], rng: random.Random) -> str:
+        results = data["results"]
+        final = str(results.get(data["final"], ""))
+        if re.fullmatch(r"-?\d+", final) and rng.random() < self.p.synth_err * len(results):
+            final = str(int(final) + rng.choice((10, -10)))
+        return f"FINAL ANSWER: {final}"
+
+    def _judge(self, task: Task, data: dict[str, Any], rng: random.Random) -> str:
+        cands, votes = data["candidates"], data["votes"]
+        if task.answer in cands and rng.random() < self.p.judge_skill:
+            return f"CHOICE: {cands.index(task.answer) + 1}"
+        best = max(range(len(cands)), key=lambda k: (votes[k], -k))
+        return f"CHOICE: {best + 1}"

@@ -1,0 +1,113 @@
+"""Aggregation (normalisation, permutation invariance, closed-form majority vote) and the token
+budget bound."""
+
+import itertools
+import random
+
+import pytest
+
+from icml_tipex.aggregate import (Candidate, first_finish, majority_vote_accuracy,
+                                  normalize_answer, plurality)
+from icml_tipex.clock import run
+from icml_tipex.runner import ExecutionConfig
+
+
+@pytest.mark.parametrize("a, b", [(" 1,234 ", "1234"), ("$12", "12.0"), ("Paris", "paris."),
+                                  ("a, b ,C", "A,b,c"), ("3.50", "3.5"), ("50%", "50")])
+def test_gaia_normalisation_matches(a: str, b: str) -> None:
+    assert normalize_answer(a) == normalize_answer(b)
+
+
+@pytest.mark.parametrize("a, b", [("12", "13"), ("a, b", "b, a"), ("Paris", "Lyon")])
+def test_gaia_normalisation_separates(a: str, b: str) -> None:
+    assert normalize_answer(a) != normalize_answer(b)
+
+
+def test_empty_answers_never_vote() -> None:
+    assert normalize_answer("  ") is None and normalize_answer(None) is None
+    assert plurality([Candidate(0, None, 1.0), Candidate(1, "", 2.0)]) is None
+
+
+def test_aggregators_are_permutation_invariant() -> None:
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 9)
+        cands = [Candidate(i, rng.choice(["7", "7.0", "8", "9", None, "1,000", "1000"]),
+                           float(rng.randint(0, 3))) for i in range(n)]
+        ref_p, ref_f = plurality(cands), first_finish(cands)
+        for _ in range(5):
+            rng.shuffle(cands)
+            assert normalize_answer(plurality(cands)) == normalize_answer(ref_p)
+            assert first_finish(cands) == ref_f
+
+
+def test_plurality_ties_go_to_the_earliest_finish() -> None:
+    c = [Candidate(0, "1", 5.0), Candidate(1, "2", 3.0), Candidate(2, "1", 6.0),
+         Candidate(3, "2", 4.0), Candidate(4, "3", 0.0)]
+    assert plurality(c) == "2" and first_finish(c) == "3"
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 7])
+@pytest.mark.parametrize("p", [0.2, 0.5, 0.6, 0.8, 0.95])
+def test_plurality_of_binary_replicas_has_the_closed_form_accuracy(n: int, p: float) -> None:
+    exact = 0.0
+    for outcome in itertools.product((True, False), repeat=n):
+        cands = [Candidate(i, "right" if ok else "wrong", float(i)) for i, ok in
+                 enumerate(outcome)]
+        k = sum(outcome)
+        exact += (plurality(cands) == "right") * p ** k * (1 - p) ** (n - k)
+    assert exact == pytest.approx(majority_vote_accuracy(p, n), abs=1e-12)
+
+
+def test_majority_vote_gains_peak_in_the_middle() -> None:
+    gain = {p: majority_vote_accuracy(p, 5) - p for p in (0.2, 0.5, 0.6, 0.8, 0.95)}
+    assert gain[0.2] == pytest.approx(-0.142, abs=1e-3) and gain[0.5] == pytest.approx(0)
+    assert gain[0.8] > gain[0.6] > gain[0.95] > 0 > gain[0.2]
+    with pytest.raises(ValueError, match="0 <= p <= 1"):
+        majority_vote_accuracy(1.5, 3)
+
+
+def test_monte_carlo_votes_through_the_runner_match_the_closed_form(suite) -> None:
+    """i.i.d. binary replicas from a model that is right with probability p per replica."""
+    from icml_tipex.chat import Completion
+    from icml_tipex.runner import TipexRunner
+
+    class Coin:
+        name, virtual_time = "coin", True
+
+        def count_tokens(self, messages: list) -> int:
+            return 10
+
+        async def generate(self, messages, *, temperature, seed, max_tokens) -> Completion:
+            ok = random.Random(f"{seed}|{messages[1]['content']}").random() < 0.7
+            return Completion("ANSWER: " + (task_answer[0] if ok else "-1"), 10, 2)
+
+    task_answer = [""]
+    r = TipexRunner(Coin(), suite.tools())
+    tasks = suite.tasks(1, 400)
+    hits = 0
+    for i, t in enumerate(tasks):
+        task_answer[0] = t.answer
+        hits += run(r.solve(t, ExecutionConfig(n_replicas=5, planner="chain", seed=i),
+                            trace=False)).correct
+    expect = majority_vote_accuracy(0.7, 5)  # 0.837
+    sd = (expect * (1 - expect) / len(tasks)) ** 0.5
+    assert abs(hits / len(tasks) - expect) < 4 * sd
+
+
+@pytest.mark.parametrize("budget", [300, 1500, 4000, 9000])
+@pytest.mark.parametrize("k", [None, 2])
+def test_budget_is_never_exceeded_by_more_than_one_call(runner, suite, budget, k) -> None:
+    for task in suite.tasks(3, 3):
+        cfg = ExecutionConfig(width=4, n_replicas=6, max_inflight=k, token_budget=budget,
+                              max_tokens=256)
+        r = run(runner.solve(task, cfg))
+        calls = r.trace.calls()
+        biggest = max(e["prompt_tokens"] for e in calls) + cfg.max_tokens
+        assert r.tokens <= budget + biggest
+        assert r.tokens == sum(e["prompt_tokens"] + e["completion_tokens"] for e in
+                               calls if e["status"] == "ok")
+        if budget <= 1500:
+            refused = [e for e in calls if e["status"] == "budget"]
+            assert refused and all("token budget" in e["detail"] for e in refused)
+            assert all(p.status == "error" for p in r.replicas if p.answer is None)

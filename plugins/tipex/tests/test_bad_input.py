@@ -1,0 +1,126 @@
+"""Bad input: each fault is handled without hanging, reported in the trace, and the other
+replicas are unaffected."""
+
+import time
+
+import pytest
+
+from icml_tipex.clock import run
+from icml_tipex.faults import FaultyModel, on_role
+from icml_tipex.runner import ExecutionConfig, TipexRunner
+
+CYCLIC = '{"subtasks": [{"id": "a", "goal": "x", "deps": ["b"]}, {"id": "b", "goal": "y", "deps": ["a"]}]}'
+UNKNOWN_DEP = '{"subtasks": [{"id": "a", "goal": "x", "deps": ["ghost"]}]}'
+UNKNOWN_TOOL = '{"subtasks": [{"id": "a", "goal": "x", "tool": "browser"}]}'
+
+
+def _solve(runner_model, suite, cfg: ExecutionConfig, level: int = 2):
+    r = TipexRunner(runner_model, suite.tools())
+    task = suite.tasks(level, 1)[0]
+    t = time.perf_counter()
+    out = run(r.solve(task, cfg))
+    assert time.perf_counter() - t < 5.0  # never hangs (virtual clock)
+    return task, out
+
+
+@pytest.mark.parametrize("reply, kind", [(CYCLIC, "cycle"), (UNKNOWN_DEP, "unknown_dep"),
+                                         (UNKNOWN_TOOL, "unknown_tool")])
+def test_bad_plans_fail_one_replica_only(runner, suite, reply: str, kind: str) -> None:
+    seed0 = ExecutionConfig().replica_seed(0)
+    model = FaultyModel(runner.model, on_role("planner", reply, seeds={seed0}))
+    task, r = _solve(model, suite, ExecutionConfig(width=4, n_replicas=3))
+    bad, *good = r.replicas
+    assert bad.status == "error" and kind in bad.error
+    assert all(p.status == "ok" and p.answer is not None for p in good)
+    assert r.answer is not None
+    ev = [e for e in r.trace.events if e["kind"] == "path" and e["replica"] == 0]
+    assert ev and kind in ev[0]["error"]
+
+
+def test_a_raising_model_call_fails_its_replica(runner, suite) -> None:
+    seed1 = ExecutionConfig().replica_seed(1)
+    model = FaultyModel(runner.model, on_role("worker", "raise", seeds={seed1}))
+    _, r = _solve(model, suite, ExecutionConfig(width=4, n_replicas=3))
+    assert [p.status for p in r.replicas] == ["ok", "error", "ok"]
+    assert "InjectedFault" in r.replicas[1].error
+    assert any(e["status"] == "error" and e["replica"] == 1 for e in r.trace.calls())
+
+
+def test_a_call_that_never_returns_times_out(runner, suite) -> None:
+    seed2 = ExecutionConfig().replica_seed(2)
+    model = FaultyModel(runner.model, on_role("synthesizer", "hang", seeds={seed2}))
+    _, r = _solve(model, suite, ExecutionConfig(width=4, n_replicas=3, call_timeout_s=30.0))
+    assert [p.status for p in r.replicas] == ["ok", "ok", "error"]
+    assert "timed out after 30.0 s" in r.replicas[2].error
+    assert r.latency_s >= 30.0 and r.answer is not None
+    assert any(e["status"] == "timeout" for e in r.trace.calls())
+
+
+def test_a_replica_that_never_returns_is_cut_by_the_task_timeout(runner, suite) -> None:
+    seed0 = ExecutionConfig().replica_seed(0)
+    model = FaultyModel(runner.model, on_role("planner", "hang", seeds={seed0}))
+    cfg = ExecutionConfig(width=4, n_replicas=3, call_timeout_s=None, timeout_s=100.0)
+    _, r = _solve(model, suite, cfg)
+    assert r.decided_by == "timeout" and r.latency_s == pytest.approx(100.0)
+    assert r.replicas[0].status == "timeout"
+    assert all(p.status == "ok" for p in r.replicas[1:]) and r.answer is not None
+    assert any(e["kind"] == "path" and e["status"] == "cancelled" for e in r.trace.events)
+
+
+def test_an_unknown_tool_call_is_reported_to_the_worker_and_the_trace(runner, suite) -> None:
+    calls = {"n": 0}
+
+    def rule(messages, seed, i):
+        if messages[0]["content"].startswith("ROLE: worker") and len(messages) == 2 \
+                and calls["n"] == 0:
+            calls["n"] += 1
+            return "CALL browse(the web)"
+        return None
+
+    _, r = _solve(FaultyModel(runner.model, rule), suite,
+                  ExecutionConfig(width=1, n_replicas=1, planner="chain"))
+    tools = [e for e in r.trace.events if e["kind"] == "tool"]
+    assert tools[0]["tool"] == "browse" and tools[0]["status"] == "error"
+    assert "unknown tool 'browse'" in tools[0]["result"]
+
+
+def test_an_exhausted_budget_stops_new_calls(runner, suite) -> None:
+    _, r = _solve(runner.model, suite, ExecutionConfig(width=4, n_replicas=3, token_budget=50))
+    assert r.answer is None and all(p.status == "error" for p in r.replicas)
+    assert all("BudgetExhausted" in p.error for p in r.replicas)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("n_replicas", 0, "n_replicas=0: at least one replica"),
+    ("width", 0, "width=0: at least one subtask"),
+    ("granularity", 0, "granularity=0"),
+    ("quorum", 4, "quorum=4: must be in 1..n_replicas"),
+    ("aggregator", "vote", "aggregator='vote': choose one of"),
+    ("max_inflight", 0, "max_inflight=0"),
+    ("timeout_s", 0.0, "timeout_s=0.0"),
+])
+def test_bad_configs_name_the_key(key, value, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        ExecutionConfig(**{"n_replicas": 3, key: value})
+
+
+def test_real_models_are_refused_on_the_virtual_clock(suite) -> None:
+    class Real:
+        name, virtual_time = "real", False
+
+    r = TipexRunner(Real(), suite.tools())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="use clock='wall'"):
+        run(r.solve(suite.tasks(1, 1)[0], ExecutionConfig()))
+    with pytest.raises(ValueError, match="tools is empty"):
+        TipexRunner(Real(), {})  # type: ignore[arg-type]
+
+
+def test_plugin_config_rejects_inconsistent_settings() -> None:
+    from icml_tipex.config import EvaluateConfig, InferConfig
+
+    with pytest.raises(ValueError, match="base_url"):
+        InferConfig(model="http", clock="wall")
+    with pytest.raises(ValueError, match="set clock=wall"):
+        InferConfig(model="tiny")
+    with pytest.raises(ValueError, match="quorum=5 exceeds"):
+        EvaluateConfig(quorum=5, replicas=[1, 9])

@@ -1,0 +1,165 @@
+"""Real models behind the protocol: the transformers adapter, and the OpenAI-compatible client
+against a local server on loopback that serves a transformers model (real concurrency and
+cancellation over HTTP)."""
+
+import asyncio
+import os
+
+import pytest
+
+from icml_tipex.clock import run
+from icml_tipex.runner import ExecutionConfig, TipexRunner
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from icml_tipex.hf import load_chat_model
+
+    return load_chat_model("tiny", seed=0)
+
+
+MSGS = [{"role": "system", "content": "ROLE: worker"}, {"role": "user", "content": "2+2?"}]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_transformers_adapter_counts_tokens_and_is_seeded(arch: str, dtype: str) -> None:
+    import torch
+
+    from icml.models import byte_tokenizer, tiny_causal_lm
+    from icml_tipex.hf import TransformersChatModel
+
+    m = TransformersChatModel(tiny_causal_lm(arch, hidden_size=64,
+                                             dtype=getattr(torch, dtype)).eval(),
+                              byte_tokenizer())
+
+    async def main():
+        a = await m.generate(MSGS, temperature=1.0, seed=7, max_tokens=12)
+        b = await m.generate(MSGS, temperature=1.0, seed=7, max_tokens=12)
+        return a, b
+
+    a, b = run(main(), "wall")
+    assert a.prompt_tokens == m.count_tokens(MSGS) and 0 < a.completion_tokens <= 12
+    assert a.text == b.text
+
+
+def test_cancelling_a_transformers_call_stops_generation(tiny) -> None:
+    from icml_tipex.hf import TransformersChatModel
+
+    m = TransformersChatModel(tiny.model, tiny.tok, ignore_eos=True)
+
+    async def main():
+        t = asyncio.ensure_future(m.generate(MSGS, max_tokens=4000))
+        await asyncio.sleep(0.2)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        await asyncio.sleep(0.3)  # the worker thread sees the flag at its next token
+
+    run(main(), "wall")
+    assert m.cancelled == 1 and 0 < m.tokens_generated < 4000
+
+
+@pytest.fixture()
+def served(tiny):
+    from icml_tipex.hf import TransformersChatModel
+    from icml_tipex.server import ServerThread
+
+    model = TransformersChatModel(tiny.model, tiny.tok, ignore_eos=True)
+    st = ServerThread(model)
+    with st as srv:
+        yield st, srv, model
+
+
+def test_http_roundtrip_reports_usage(served) -> None:
+    from icml_tipex.openai_http import OpenAIChatModel
+
+    st, srv, model = served
+    c = run(OpenAIChatModel(srv.url).generate(MSGS, max_tokens=5), "wall")
+    assert c.completion_tokens == 5 and c.prompt_tokens == model.count_tokens(MSGS)
+    assert srv.completed == 1 and st.wait_idle()
+
+
+def test_http_errors_are_model_call_errors(served) -> None:
+    from icml_tipex.chat import ModelCallError
+    from icml_tipex.openai_http import OpenAIChatModel
+
+    st, srv, _ = served
+    with pytest.raises(ModelCallError, match="HTTP 404"):
+        run(OpenAIChatModel(srv.url.replace("/v1", "/nope")).generate(MSGS), "wall")
+    with pytest.raises(ValueError, match="must look like"):
+        OpenAIChatModel("localhost:8000")
+
+
+def test_cancellation_really_stops_the_http_requests(served) -> None:
+    from icml_tipex.openai_http import OpenAIChatModel
+
+    st, srv, model = served
+    client = OpenAIChatModel(srv.url)
+
+    async def main():
+        tasks = [asyncio.ensure_future(client.generate(MSGS, max_tokens=3000)) for _ in range(4)]
+        await asyncio.sleep(0.3)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    run(main(), "wall")
+    assert st.wait_idle(10.0)
+    assert srv.cancelled == 4 and srv.completed == 0
+    assert model.tokens_generated < 3000  # the one running generation stopped early, the rest never ran
+
+
+def test_quorum_over_http_cancels_the_other_replicas(served, suite) -> None:
+    from icml_tipex.openai_http import OpenAIChatModel
+
+    st, srv, model = served
+    r = TipexRunner(OpenAIChatModel(srv.url), suite.tools(), clock="wall")
+    cfg = ExecutionConfig(n_replicas=6, planner="chain", quorum=1, max_tokens=64,
+                          max_worker_steps=1)
+    res = r.run(suite.tasks(1, 1), cfg, trace=True)[0]
+    assert res.decided_by == "quorum"
+    assert sum(p.status == "cancelled" for p in res.replicas) >= 1
+    assert st.wait_idle(10.0) and srv.cancelled >= 1
+    assert model.tokens_generated < 6 * 64
+
+
+def test_64_concurrent_http_requests_respect_k_without_deadlock(served, suite) -> None:
+    from icml_tipex.openai_http import OpenAIChatModel
+
+    st, srv, _ = served
+    r = TipexRunner(OpenAIChatModel(srv.url), suite.tools(), clock="wall")
+    cfg = ExecutionConfig(n_replicas=64, planner="chain", max_inflight=8, max_tokens=2,
+                          max_worker_steps=1, timeout_s=120.0)
+    res = r.run(suite.tasks(1, 1), cfg, trace=True)[0]
+    assert res.decided_by == "all" and all(p.status in ("ok", "error") for p in res.replicas)
+    assert srv.completed == 64 and srv.max_active <= 8
+    calls = res.trace.calls()
+    assert len(calls) == 64 and all(e["status"] == "ok" for e in calls)
+
+
+@pytest.mark.pretrained
+def test_pretrained_model_runs_a_task_end_to_end(suite) -> None:
+    from icml.pretrained import PretrainedModelError
+    from icml_tipex.hf import load_chat_model
+    from icml_tipex.plan import Subtask
+    from icml_tipex.roles import worker_messages
+
+    try:
+        m = load_chat_model("pretrained")
+    except PretrainedModelError as exc:
+        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
+            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
+        pytest.skip(f"packaged model not installed: {exc}")
+    task = suite.tasks(1, 1)[0]
+    r = TipexRunner(m, suite.tools(), clock="wall")
+    res = r.run([task], ExecutionConfig(n_replicas=2, planner="chain", max_tokens=24,
+                                        max_worker_steps=3), trace=True)[0]
+    calls = res.trace.calls()
+    assert calls and all(e["status"] == "ok" for e in calls)
+    assert res.tokens == sum(e["prompt_tokens"] + e["completion_tokens"] for e in calls)
+    first = worker_messages(task.task_id, task.question,
+                            Subtask("agent", task.question, meta={"step": "all"}), {})
+    assert calls[0]["prompt_tokens"] == m.count_tokens(first)  # its chat template's count
