@@ -144,3 +144,15 @@ def test_bad_losses_and_data_are_refused():
         Objective(lambda t: t, nn.CrossEntropyLoss(), (x, y))
     with pytest.raises(SharpnessError, match="rho"):
         epsilon_sharpness(model, nn.CrossEntropyLoss(), (x, y), rho=-1)
+
+
+def test_criteria_are_wrapped_and_agree_with_an_explicit_loss_fn():
+    import torch.nn.functional as F
+
+    from icml_modality_pairing.objective import as_batch_loss
+
+    x, y = _data()
+    model = nn.Linear(4, 2)
+    explicit = Objective(model, lambda m, b: F.cross_entropy(m(b[0]), b[1]), (x, y))
+    for crit in (nn.CrossEntropyLoss(), F.cross_entropy, as_batch_loss(F.cross_entropy)):
+        assert float(Objective(model, crit, (x, y)).loss()) == float(explicit.loss())
