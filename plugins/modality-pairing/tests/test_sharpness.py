@@ -148,7 +148,6 @@ def test_bad_losses_and_data_are_refused():
 
 def test_criteria_are_wrapped_and_agree_with_an_explicit_loss_fn():
     import torch.nn.functional as F
-
     from icml_modality_pairing.objective import as_batch_loss
 
     x, y = _data()
