@@ -138,6 +138,8 @@ def test_three_modalities_train_with_both_fusions_and_unimodal_ignores_extras():
         assert 0.0 <= accuracy(m, test) <= 1.0
     uni = build_arm_model("unimodal", train, width=8, hidden=8)
     assert uni(**test.modalities).shape == (100, 4)
+    uni_b = build_arm_model("unimodal_b", train, width=8, hidden=8)
+    assert uni_b.modalities == ["b"] and uni_b(**test.modalities).shape == (100, 4)
 
 
 def test_collator_with_two_banks_and_per_bank_labels():

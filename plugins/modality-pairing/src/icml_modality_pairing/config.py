@@ -17,7 +17,8 @@ class TrainConfig:
                                 "moderate data and short training, small data and long training")
     seeds: int = option(3, help="seeds per regime and arm (seed, seed+1, ...)", ge=1)
     arms: list[str] = option(["unimodal", "fixed", "stochastic"], help="arms to train: "
-                             "unimodal (anchor modality only), fixed, stochastic pairing")
+                             "unimodal (anchor modality only), fixed, stochastic pairing, "
+                             "unimodal_b (the other modality only)")
     p_stochastic: float = option(1.0, help="probability of a random same-class partner in the "
                                  "stochastic arm (0 = fixed pairing)", ge=0, le=1)
     n_test: int = option(1000, help="held-out samples (accuracy and sharpness)", ge=1)

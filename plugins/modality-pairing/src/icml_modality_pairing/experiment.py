@@ -111,7 +111,7 @@ def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
 
 
 def run_regimes(regimes: Sequence[str], seeds: Sequence[int], s: Settings, *,
-                arms: Sequence[str] = ARMS, device: Any = None, dtype: Any = None,
+                arms: Sequence[str] = ARMS[:3], device: Any = None, dtype: Any = None,
                 progress: Callable | None = None, keep: Callable[[ArmRun], bool] | None = None,
                 ) -> list[ArmRun]:
     """All (regime, seed, arm) runs; ``keep(run)`` says which trained models to keep."""

@@ -1,6 +1,7 @@
 """Training loop for the three arms the paper compares on the same data and encoders:
 
-* ``unimodal`` — a :class:`~.models.Unimodal` model on the anchor modality alone;
+* ``unimodal`` — a :class:`~.models.Unimodal` model on the anchor modality alone
+  (``unimodal_b``: on the second modality);
 * ``fixed`` — late fusion on each sample's own partner (``p_stochastic = 0``);
 * ``stochastic`` — late fusion with a same-class partner resampled every step.
 
@@ -27,7 +28,7 @@ from icml_modality_pairing.pairing import (
     pair_indices,
 )
 
-ARMS = ("unimodal", "fixed", "stochastic")
+ARMS = ("unimodal", "fixed", "stochastic", "unimodal_b")
 SCHEDULES = ("cosine", "constant")
 
 
@@ -42,11 +43,16 @@ class TrainHistory:
 def build_arm_model(arm: str, data: MultimodalData, *, anchor: str | None = None,
                     width: int = 64, hidden: int = 64, fusion: str = "add",
                     encoder: str = "mlp") -> nn.Module:
-    """The model of ``arm`` for ``data``'s modalities (unimodal: the anchor modality only)."""
+    """The model of ``arm`` for ``data``'s modalities (``unimodal``: the anchor modality only;
+    ``unimodal_b``: the first other modality only)."""
     if arm not in ARMS:
         raise ValueError(f"arm={arm!r}: choose one of {ARMS}")
     dims = data.dims
     anchor = anchor or next(iter(dims))
+    if arm == "unimodal_b":
+        other = next(m for m in dims if m != anchor)
+        return Unimodal(other, dims[other], data.n_classes, width=width, hidden=hidden,
+                        encoder=encoder)
     if arm == "unimodal":
         return Unimodal(anchor, dims[anchor], data.n_classes, width=width, hidden=hidden,
                         encoder=encoder)
