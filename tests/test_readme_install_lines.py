@@ -1,0 +1,40 @@
+"""Every plugin README's install lines work on their own from the repository root (the nox
+session ``readme_install`` runs them in fresh environments; this is the fast static check)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
+
+
+def install_lines(slug: str) -> list[str]:
+    text = (ROOT / "plugins" / slug / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Install\b(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert section, f"{slug}: README has no '## Install' section"
+    return [ln.split(" #", 1)[0].strip() for ln in section.group(1).splitlines()
+            if ln.strip().startswith("pip install")]
+
+
+@pytest.mark.parametrize("slug", PLUGINS)
+def test_install_lines_stand_alone(slug: str) -> None:
+    lines = install_lines(slug)
+    assert lines, f"{slug}: no pip install line in its Install section"
+    for line in lines:
+        args = shlex.split(line)
+        assert "torch==2.13.0" in args, f"{slug}: {line!r} does not pin torch"
+        assert "./core" in args, f"{slug}: {line!r} does not install ./core in the same command"
+        targets = [a for a in args if a.startswith(f"./plugins/{slug}")]
+        assert targets, f"{slug}: {line!r} does not install ./plugins/{slug}"
+        extra = re.fullmatch(rf"\./plugins/{re.escape(slug)}(\[([\w,-]+)\])?", targets[0])
+        assert extra, f"{slug}: {targets[0]!r} is not ./plugins/{slug}[extra]"
+        if extra.group(2):
+            pyproject = (ROOT / "plugins" / slug / "pyproject.toml").read_text()
+            for name in extra.group(2).split(","):
+                assert re.search(rf"^{re.escape(name)}\s*=", pyproject, re.M), \
+                    f"{slug}: extra {name!r} is not defined in its pyproject.toml"
