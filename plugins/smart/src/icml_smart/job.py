@@ -11,7 +11,8 @@ from icml_smart.config import DifferentiateConfig, EvaluateConfig, InferConfig, 
 
 ARM_LABELS = {"smart": "SMART (cross-layer decoder)", "last_layer": "last-layer decoder "
               "(ablation)", "concat": "all-layers decoder", "pointnet": "PointNet-MLP",
-              "transolver": "Transolver-style (ours)"}
+              "transolver": "Transolver-style (ours)",
+              "free_stream": "free stream (trivial: u = U e, C_p = 0)"}
 
 
 def make_data(cfg: Any, seed: int) -> tuple[Any, Any]:
