@@ -225,3 +225,19 @@ def test_cross_attention_heads_decode_losslessly(lm, random_heads):
     ar = autoregressive_generate(lm, ids, max_new_tokens=20, acceptance="greedy",
                                  eos_token_id=[])
     assert spec.sequences.tolist() == ar.sequences.tolist()
+
+
+def test_custom_generate_entry_point(lm, random_heads):
+    from icml_xspecmesh.generate import XSpecDecoding
+
+    heads = random_heads(lm, num_heads=3, seed=2)
+    ids = torch.tensor([PROMPTS[2]])
+    dec = XSpecDecoding(heads)
+    out = lm.generate(ids, max_new_tokens=16, do_sample=False, custom_generate=dec,
+                      pad_token_id=0)
+    ref = lm.generate(ids, max_new_tokens=16, do_sample=False, pad_token_id=0)
+    assert out.tolist()[0][:ref.shape[1]] == ref.tolist()[0]
+    assert dec.last_output.n_backbone_calls[0] <= dec.last_output.n_new_tokens[0]
+    with pytest.raises(ValueError, match="do_sample"):
+        lm.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                    custom_generate=XSpecDecoding(heads, acceptance="exact"))

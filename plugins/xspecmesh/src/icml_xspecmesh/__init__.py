@@ -30,6 +30,7 @@ _EXPORTS = {
     "autoregressive_generate": "icml_xspecmesh.speculative",
     "SpeculativeOutput": "icml_xspecmesh.speculative",
     "filtered_probs": "icml_xspecmesh.speculative",
+    "XSpecDecoding": "icml_xspecmesh.generate",
     "chamfer_distance": "icml_xspecmesh.metrics",
     "bootstrap_ci": "icml_xspecmesh.metrics",
 }

@@ -56,7 +56,7 @@ class _Common:
         if self.hidden_size % 4:
             raise ConfigError(f"config key 'hidden_size': {self.hidden_size} must be a "
                               "multiple of 4 (4 attention heads)")
-        if self.num_heads + 3 > self.max_new_tokens + 2:
+        if self.num_heads >= self.max_new_tokens:
             raise ConfigError(f"config key 'num_heads': {self.num_heads} heads draft more "
                               f"tokens than max_new_tokens ({self.max_new_tokens}) allows; "
                               "lower num_heads or raise max_new_tokens")

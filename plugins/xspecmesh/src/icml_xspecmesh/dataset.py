@@ -1,7 +1,7 @@
 """Synthetic primitive meshes with class conditioning (the CPU stand-in for BPT's shape data):
-six convex primitives under random anisotropic scale, rotation about z and translation,
-tokenised by :class:`~icml_xspecmesh.tokenizer.MeshTokenizer`. A torch ``Dataset`` and a padding
-collator usable with HF ``Trainer`` are provided."""
+six convex primitives under random anisotropic scale, translation and (optionally) rotation
+about z, tokenised by :class:`~icml_xspecmesh.tokenizer.MeshTokenizer`. A torch ``Dataset`` and
+a padding collator usable with HF ``Trainer`` are provided."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ class PrimitiveDataset:
 
 
 def make_primitive_dataset(n: int = 2000, *, seed: int = 0, tokenizer: MeshTokenizer | None = None,
-                           classes: tuple[str, ...] = CLASSES, rotate: bool = True,
+                           classes: tuple[str, ...] = CLASSES, rotate: bool = False,
                            scale: tuple[float, float] = (0.6, 1.4)) -> PrimitiveDataset:
     """``n`` posed primitives, classes drawn uniformly, tokenised with class conditioning."""
     if n < 1:

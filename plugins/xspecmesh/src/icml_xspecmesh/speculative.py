@@ -78,8 +78,14 @@ def filtered_probs(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int
     return probs
 
 
+def _on(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Probabilities on the generator's device (a CPU generator may drive a CUDA model)."""
+    return probs if generator is None or probs.device == generator.device else probs.to(
+        generator.device)
+
+
 def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+    return int(torch.multinomial(_on(probs, generator), 1, generator=generator).item())
 
 
 class _Sampler:
@@ -109,7 +115,8 @@ class _Sampler:
         """Drafts from head logits ``(K, V)``; for ``exact`` also the proposal q."""
         if self.acceptance == "exact":
             q = self.probs(head_logits)
-            return torch.multinomial(q, 1, generator=self.generator)[:, 0].tolist(), q
+            draws = torch.multinomial(_on(q, self.generator), 1, generator=self.generator)
+            return draws[:, 0].tolist(), q
         return head_logits.argmax(dim=-1).tolist(), None
 
     def n_matching(self, drafts: list[int], logits: torch.Tensor) -> int:
@@ -137,7 +144,8 @@ class _Sampler:
             else:  # exact
                 p = self.probs(row)
                 ratio = float(p[c] / q[j, c])
-                u = float(torch.rand((), generator=self.generator))
+                dev = self.generator.device if self.generator is not None else "cpu"
+                u = float(torch.rand((), generator=self.generator, device=dev))
                 if u >= min(1.0, ratio):
                     resid = torch.clamp(p - q[j], min=0)
                     total = float(resid.sum())
