@@ -124,3 +124,13 @@ def test_plugin_config_rejects_inconsistent_settings() -> None:
         InferConfig(model="tiny")
     with pytest.raises(ValueError, match="quorum=5 exceeds"):
         EvaluateConfig(quorum=5, replicas=[1, 9])
+
+
+def test_a_judge_without_a_valid_choice_falls_back_to_plurality(runner, suite) -> None:
+    model = FaultyModel(runner.model, on_role("judge", "I cannot decide."))
+    r = TipexRunner(model, suite.tools())
+    tasks = suite.tasks(3, 12)
+    judged = r.run(tasks, ExecutionConfig(width=4, n_replicas=5, aggregator="judge"), trace=True)
+    plural = r.run(tasks, ExecutionConfig(width=4, n_replicas=5))
+    assert [a.answer for a in judged] == [b.answer for b in plural]
+    assert any(e["kind"] == "judge_fallback" for a in judged for e in a.trace.events)
