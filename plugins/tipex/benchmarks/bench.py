@@ -102,7 +102,7 @@ def part_overhead(n_tasks: int, seed: int, repeats: int = 3) -> tuple[str, dict]
         tasks = suite.tasks(level, n_tasks)
         cfg = ExecutionConfig(n_replicas=4, planner="chain", seed=seed, call_timeout_s=None)
 
-        async def bare() -> int:
+        async def bare(tasks: list = tasks, cfg: ExecutionConfig = cfg) -> int:
             out = await asyncio.gather(*(bare_agent(model, tools, t, temperature=cfg.temperature,
                                                     seed=cfg.replica_seed(i),
                                                     max_tokens=cfg.max_tokens)

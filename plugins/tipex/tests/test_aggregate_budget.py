@@ -5,9 +5,13 @@ import itertools
 import random
 
 import pytest
-
-from icml_tipex.aggregate import (Candidate, first_finish, majority_vote_accuracy,
-                                  normalize_answer, plurality)
+from icml_tipex.aggregate import (
+    Candidate,
+    first_finish,
+    majority_vote_accuracy,
+    normalize_answer,
+    plurality,
+)
 from icml_tipex.clock import run
 from icml_tipex.runner import ExecutionConfig
 

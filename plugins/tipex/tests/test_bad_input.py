@@ -4,12 +4,12 @@ replicas are unaffected."""
 import time
 
 import pytest
-
 from icml_tipex.clock import run
 from icml_tipex.faults import FaultyModel, on_role
 from icml_tipex.runner import ExecutionConfig, TipexRunner
 
-CYCLIC = '{"subtasks": [{"id": "a", "goal": "x", "deps": ["b"]}, {"id": "b", "goal": "y", "deps": ["a"]}]}'
+CYCLIC = ('{"subtasks": [{"id": "a", "goal": "x", "deps": ["b"]}, '
+          '{"id": "b", "goal": "y", "deps": ["a"]}]}')
 UNKNOWN_DEP = '{"subtasks": [{"id": "a", "goal": "x", "deps": ["ghost"]}]}'
 UNKNOWN_TOOL = '{"subtasks": [{"id": "a", "goal": "x", "tool": "browser"}]}'
 

@@ -3,7 +3,6 @@ margins well above the binomial noise of 100 tasks, about 0.05). Settings where 
 asserted too: on the easiest level the planner makes it slower than the bare agent."""
 
 import pytest
-
 from icml_tipex.runner import ExecutionConfig
 from icml_tipex.sweep import complementarity, sweep
 

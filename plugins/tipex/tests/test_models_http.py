@@ -6,7 +6,6 @@ import asyncio
 import os
 
 import pytest
-
 from icml_tipex.clock import run
 from icml_tipex.runner import ExecutionConfig, TipexRunner
 
@@ -27,9 +26,9 @@ MSGS = [{"role": "system", "content": "ROLE: worker"}, {"role": "user", "content
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_transformers_adapter_counts_tokens_and_is_seeded(arch: str, dtype: str) -> None:
     import torch
+    from icml_tipex.hf import TransformersChatModel
 
     from icml.models import byte_tokenizer, tiny_causal_lm
-    from icml_tipex.hf import TransformersChatModel
 
     m = TransformersChatModel(tiny_causal_lm(arch, hidden_size=64,
                                              dtype=getattr(torch, dtype)).eval(),
@@ -109,7 +108,8 @@ def test_cancellation_really_stops_the_http_requests(served) -> None:
     run(main(), "wall")
     assert st.wait_idle(10.0)
     assert srv.cancelled == 4 and srv.completed == 0
-    assert model.tokens_generated < 3000  # the one running generation stopped early, the rest never ran
+    # the one running generation stopped early; the queued ones never started
+    assert model.tokens_generated < 3000
 
 
 def test_quorum_over_http_cancels_the_other_replicas(served, suite) -> None:
@@ -142,10 +142,11 @@ def test_64_concurrent_http_requests_respect_k_without_deadlock(served, suite) -
 
 @pytest.mark.pretrained
 def test_pretrained_model_runs_a_task_end_to_end(suite) -> None:
-    from icml.pretrained import PretrainedModelError
     from icml_tipex.hf import load_chat_model
     from icml_tipex.plan import Subtask
     from icml_tipex.roles import worker_messages
+
+    from icml.pretrained import PretrainedModelError
 
     try:
         m = load_chat_model("pretrained")
