@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from icml import option
 
-MODELS = ("scripted", "tiny", "pretrained", "http")
+MODELS = ("scripted", "transformers", "tiny", "pretrained", "http")
 
 
 @dataclass
@@ -34,7 +34,8 @@ class Execution:
     max_worker_steps: int = option(24, help="most model calls a worker makes on one subtask",
                                    ge=1)
     # the model and the clock
-    model: str = option("scripted", help="scripted: the simulator on SynthGAIA; tiny: a random "
+    model: str = option("scripted", help="scripted: the simulator on SynthGAIA; transformers: "
+                        "SmolLM2-135M-Instruct if installed, else tiny; tiny: a random "
                         "transformers Llama; pretrained: SmolLM2-135M-Instruct; http: an "
                         "OpenAI-compatible endpoint at base_url", choices=MODELS)
     base_url: str = option("", help="endpoint for model=http, e.g. http://127.0.0.1:8000/v1")

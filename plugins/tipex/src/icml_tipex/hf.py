@@ -95,7 +95,16 @@ class TransformersChatModel:
 def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = None,
                     seed: int = 0, ignore_eos: bool = False) -> TransformersChatModel:
     """``"tiny"``: a random 2-layer Llama (hidden 64) with the byte tokenizer (plumbing only);
-    ``"pretrained"``: SmolLM2-135M-Instruct from ``icml.models.load_pretrained``."""
+    ``"pretrained"``: SmolLM2-135M-Instruct from ``icml.models.load_pretrained``;
+    ``"transformers"``: the pretrained model when it is installed, else the tiny one."""
+    if kind == "transformers":
+        from icml.pretrained import PretrainedModelError
+
+        try:
+            return load_chat_model("pretrained", device=device, dtype=dtype, seed=seed,
+                                   ignore_eos=ignore_eos)
+        except PretrainedModelError:
+            kind = "tiny"
     if kind == "tiny":
         from icml.models import byte_tokenizer, tiny_causal_lm
 
@@ -109,4 +118,4 @@ def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = Non
         model, tok = load_pretrained("smollm2-135m-instruct", device=device, dtype=dtype)
         return TransformersChatModel(model.eval(), tok, name="smollm2-135m-instruct",
                                      ignore_eos=ignore_eos)
-    raise ValueError(f"model kind {kind!r} is not 'tiny' or 'pretrained'")
+    raise ValueError(f"model kind {kind!r} is not 'tiny', 'pretrained' or 'transformers'")
