@@ -109,7 +109,7 @@ def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = Non
         from icml.models import byte_tokenizer, tiny_causal_lm
 
         model = tiny_causal_lm("llama", seed=seed, device=device, dtype=dtype, hidden_size=64,
-                               max_position_embeddings=4096)
+                               max_positions=4096)
         return TransformersChatModel(model.eval(), byte_tokenizer(), name="tiny-llama",
                                      ignore_eos=ignore_eos)
     if kind == "pretrained":
