@@ -90,9 +90,9 @@ class EvaluateConfig(Execution):
     widths: list[int] = option([1, 2, 4, 8], help="w values of the sweep (planner=dag)", ge=1)
     include_chain: bool = option(True, help="also sweep N for the bare ReAct agent "
                                  "(structural parallelism off)")
-    granularities: list[int] = option([1, 2, 4, 8], help="g values of the granularity sweep "
+    granularities: list[int] = option([2, 8], help="g values of the granularity sweep "
                                       "(at the largest N and w)", ge=1)
-    inflight_limits: list[int] = option([2, 4, 8, 0], help="K values of the in-flight sweep "
+    inflight_limits: list[int] = option([4, 0], help="K values of the in-flight sweep "
                                         "at the largest N and w (0: no limit)", ge=0)
     num_tasks: int = option(40, help="tasks per level", ge=1)
 
