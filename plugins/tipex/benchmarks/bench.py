@@ -88,7 +88,7 @@ def part_sweep(n_tasks: int, seed: int) -> tuple[str, dict]:
                     ["level", "planner", "N", "w", "g", "K", "accuracy", "latency s", "tokens"],
                     best))
     print(f"sweep: {len(cfgs)} configs x 3 levels x {n_tasks} tasks in {cpu:.1f} CPU s")
-    return "\n".join(md), {"rows": rows, "cpu_s": cpu}
+    return "\n".join(md), {"rows": rows, "cpu_s": cpu, "main": main}
 
 
 def part_overhead(n_tasks: int, seed: int, repeats: int = 3) -> tuple[str, dict]:
@@ -223,6 +223,11 @@ def main() -> None:
         res[part] = r
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
+        if "sweep" in res:
+            from icml_tipex.sweep import interaction_plot
+
+            interaction_plot(res["sweep"].pop("main"), Path(a.out, "interaction.png"),
+                             "TIPEX on SynthGAIA (g=4, K=none, 100 tasks per level)")
         Path(a.out, "bench.md").write_text("\n".join(md) + "\n")
         Path(a.out, "bench.json").write_text(json.dumps(res, indent=1, default=str))
 
