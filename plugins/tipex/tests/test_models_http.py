@@ -51,11 +51,17 @@ def test_cancelling_a_transformers_call_stops_generation(tiny) -> None:
 
     async def main():
         t = asyncio.ensure_future(m.generate(MSGS, max_tokens=4000))
-        await asyncio.sleep(0.2)
+        for _ in range(1000):  # until decoding has started
+            if m.steps > 0:
+                break
+            await asyncio.sleep(0.01)
         t.cancel()
         with pytest.raises(asyncio.CancelledError):
             await t
-        await asyncio.sleep(0.3)  # the worker thread sees the flag at its next token
+        for _ in range(1000):  # the worker thread sees the flag at its next token
+            if not m._lock.locked():
+                break
+            await asyncio.sleep(0.01)
 
     run(main(), "wall")
     assert m.cancelled == 1 and 0 < m.tokens_generated < 4000
@@ -100,7 +106,10 @@ def test_cancellation_really_stops_the_http_requests(served) -> None:
 
     async def main():
         tasks = [asyncio.ensure_future(client.generate(MSGS, max_tokens=3000)) for _ in range(4)]
-        await asyncio.sleep(0.3)
+        for _ in range(1000):  # until all four reached the server and one is decoding
+            if srv.active == 4 and model.steps > 0:
+                break
+            await asyncio.sleep(0.01)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -22,7 +22,8 @@ class TransformersChatModel:
                  ignore_eos: bool = False) -> None:
         self.model, self.tok, self.name, self.ignore_eos = model, tokenizer, name, ignore_eos
         self._lock = threading.Lock()
-        self.tokens_generated = 0
+        self.tokens_generated = 0  # over finished generate calls
+        self.steps = 0  # decoding steps so far (live; a cancelled call stops at its next one)
         self.cancelled = 0
 
     @property
@@ -46,8 +47,11 @@ class TransformersChatModel:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
+        owner = self
+
         class _Flag(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
+                owner.steps += 1
                 return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool,
                                   device=input_ids.device)
 
