@@ -108,6 +108,15 @@ def bench_modality_pairing(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_tipex(session: nox.Session) -> None:
+    """TIPEX sweep, overhead, throughput and HTTP benchmark, then the LangGraph peer (a peer
+    only: langgraph comes from the plugin's `peers` extra, never a dependency)."""
+    session.install(TORCH, "./core", "./plugins/tipex[test,peers]")
+    session.run("python", "plugins/tipex/benchmarks/bench.py", *session.posargs, env=ENV)
+    session.run("python", "plugins/tipex/benchmarks/peer_langgraph.py", env=ENV)
+
+
+@nox.session
 def build(session: nox.Session) -> None:
     """Build an sdist and a wheel of every distribution into dist/."""
     session.install("build")

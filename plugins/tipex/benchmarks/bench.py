@@ -1,14 +1,236 @@
-"""Benchmark: the method against its baselines in one run, reported as ratios."""
+"""TIPEX benchmark: the two-tier sweep per level (accuracy, latency, tokens on the virtual
+clock), framework overhead per model call against bare ``asyncio.gather`` on the same scripted
+model, virtual-clock throughput, and 64 concurrent HTTP requests to a local server.
 
+    OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
 import time
+from dataclasses import replace
+from pathlib import Path
 
-from icml_tipex import running_mean
+from icml_tipex.bare import bare_agent
+from icml_tipex.clock import run
+from icml_tipex.runner import ExecutionConfig, TipexRunner
+from icml_tipex.scripted import ScriptedModel
+from icml_tipex.sweep import complementarity, configs_of, sweep
+from icml_tipex.synthgaia import SynthGAIA
 
-values = [float(i) for i in range(100_000)]
-t0 = time.perf_counter()
-running_mean(values)
-t1 = time.perf_counter()
-_ = sum(values) / len(values)
-t2 = time.perf_counter()
-ratio = (t1 - t0) / (t2 - t1)
-print(f"| method | time ratio vs sum/len |\n|---|---|\n| running_mean | {ratio:.1f} |")
+
+def table(title: str, cols: list[str], rows: list[list]) -> str:
+    def f(v: object) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+    out = [f"\n{title}\n", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(f(v) for v in r) + " |" for r in rows]
+    text = "\n".join(out)
+    print(text, flush=True)
+    return text
+
+
+def part_sweep(n_tasks: int, seed: int) -> tuple[str, dict]:
+    suite = SynthGAIA(seed=seed)
+    runner = TipexRunner(ScriptedModel(suite, seed=seed), suite.tools())
+    tasks = {lvl: suite.tasks(lvl, n_tasks) for lvl in (1, 2, 3)}
+    base = ExecutionConfig(seed=seed, granularity=4, max_inflight=None)
+    cfgs = configs_of(base, {"planner": ["chain"], "n_replicas": [1, 3, 5, 9]})
+    cfgs += configs_of(base, {"planner": ["dag"], "n_replicas": [1, 3, 5, 9],
+                              "width": [1, 2, 4, 8]})
+    cfgs += [replace(base, n_replicas=5, width=8, granularity=g) for g in (1, 2, 8, 16)]
+    cfgs += [replace(base, n_replicas=n, width=8, granularity=8, max_inflight=k)
+             for n in (5, 9) for k in (4, 8, 16, None) if (n, k) != (5, None)]
+    t = time.process_time()
+    rows = sweep(runner, tasks, base, configs=cfgs)
+    cpu = time.process_time() - t
+    md = []
+    main = [r for r in rows if r["max_inflight"] is None and (r["planner"] == "chain"
+                                                               or r["granularity"] == 4)]
+    md.append(table(f"Sweep over N and w (g=4, K=none, plurality), {n_tasks} tasks per level",
+                    ["level", "structure", "N", "accuracy", "latency s", "tokens"],
+                    [[r["level"], "bare agent" if r["planner"] == "chain" else
+                      f"DAG w={r['width']}", r["n_replicas"], r["accuracy"], r["latency_s"],
+                      r["tokens"]] for r in main]))
+    comp = []
+    for lvl in (1, 2, 3):
+        for n, w in ((3, 4), (9, 8)):
+            c = complementarity(rows, lvl, n, w)
+            comp.append([lvl, n, w, c["base_acc"], c["gain_rp"], c["gain_sp"], c["gain_both"],
+                         c["interaction"], c["speedup"], c["token_ratio"]])
+    md.append(table("Complementarity (gains over the bare agent, N=1 chain)",
+                    ["level", "N", "w", "bare acc", "gain RP", "gain SP", "gain both",
+                     "interaction", "speed-up", "token ratio"], comp))
+    gr = [r for r in rows if r["n_replicas"] == 5 and r["width"] == 8
+          and r["max_inflight"] is None]
+    md.append(table("Granularity g at N=5, w=8, K=none",
+                    ["level", "g", "accuracy", "latency s", "tokens"],
+                    [[r["level"], r["granularity"], r["accuracy"], r["latency_s"], r["tokens"]]
+                     for r in sorted(gr, key=lambda r: (r["level"], r["granularity"]))]))
+    kr = [r for r in rows if r["width"] == 8 and r["granularity"] == 8 and r["planner"] == "dag"
+          and r["n_replicas"] in (5, 9)]
+    md.append(table("In-flight limit K at w=8, g=8 (over-aggressive N meets a finite K)",
+                    ["level", "N", "K", "accuracy", "latency s", "tokens"],
+                    [[r["level"], r["n_replicas"], r["max_inflight"] or "none", r["accuracy"],
+                      r["latency_s"], r["tokens"]] for r in sorted(
+                          kr, key=lambda r: (r["level"], r["n_replicas"],
+                                             r["max_inflight"] or 10**9))]))
+    best = []
+    for lvl in (1, 2, 3):
+        lv = [r for r in rows if r["level"] == lvl]
+        top = max(lv, key=lambda r: (r["accuracy"], -r["tokens"]))
+        best.append([lvl, top["planner"], top["n_replicas"], top["width"], top["granularity"],
+                     top["max_inflight"] or "none", top["accuracy"], top["latency_s"],
+                     top["tokens"]])
+    md.append(table("Most accurate config per level (ties: fewer tokens)",
+                    ["level", "planner", "N", "w", "g", "K", "accuracy", "latency s", "tokens"],
+                    best))
+    print(f"sweep: {len(cfgs)} configs x 3 levels x {n_tasks} tasks in {cpu:.1f} CPU s")
+    return "\n".join(md), {"rows": rows, "cpu_s": cpu, "main": main}
+
+
+def part_overhead(n_tasks: int, seed: int, repeats: int = 3) -> tuple[str, dict]:
+    suite = SynthGAIA(seed=seed, tool_latency={"lookup": 0, "search": 0, "calc": 0})
+    model = ScriptedModel(suite, seed=seed, latency_scale=0.0)
+    tools = suite.tools()
+    runner = TipexRunner(model, tools, clock="wall")
+    res = {}
+    rows = []
+    for level in (1, 3):
+        tasks = suite.tasks(level, n_tasks)
+        cfg = ExecutionConfig(n_replicas=4, planner="chain", seed=seed, call_timeout_s=None)
+
+        async def bare(tasks: list = tasks, cfg: ExecutionConfig = cfg) -> int:
+            out = await asyncio.gather(*(bare_agent(model, tools, t, temperature=cfg.temperature,
+                                                    seed=cfg.replica_seed(i),
+                                                    max_tokens=cfg.max_tokens)
+                                         for t in tasks for i in range(cfg.n_replicas)))
+            return sum(b.calls for b in out)
+
+        arms = {"bare asyncio.gather": None,
+                "TIPEX (no K, no budget, no trace)": (cfg, False),
+                "TIPEX (K=8, budget, call timeout, trace)":
+                    (replace(cfg, max_inflight=8, token_budget=10**9, call_timeout_s=60.0), True)}
+        best = {k: float("inf") for k in arms}
+        calls = {}
+        for _ in range(repeats):  # arms interleaved, best of `repeats`
+            for name, spec in arms.items():
+                t = time.perf_counter()
+                if spec is None:
+                    calls[name] = run(bare(), "wall")
+                else:
+                    out = runner.run(tasks, spec[0], trace=spec[1])
+                    calls[name] = sum(r.calls for r in out)
+                best[name] = min(best[name], time.perf_counter() - t)
+        base = best["bare asyncio.gather"] / calls["bare asyncio.gather"]
+        for name in arms:
+            per = best[name] / calls[name]
+            rows.append([level, name, calls[name], per * 1e6, (per - base) * 1e6, per / base])
+            res[f"L{level}:{name}"] = {"calls": calls[name], "us_per_call": per * 1e6}
+    md = table(f"Framework overhead per model call (scripted model, zero latency, wall clock, "
+               f"{n_tasks} tasks x 4 replicas, best of {repeats})",
+               ["level", "arm", "model calls", "us per call", "overhead us per call",
+                "ratio to bare"], rows)
+    return md, res
+
+
+def part_throughput(n_tasks: int, seed: int) -> tuple[str, dict]:
+    suite = SynthGAIA(seed=seed)
+    runner = TipexRunner(ScriptedModel(suite, seed=seed), suite.tools())
+    rows, res = [], {}
+    for level in (1, 2, 3):
+        tasks = suite.tasks(level, n_tasks)
+        for name, cfg in (("bare agent (chain, N=1)", ExecutionConfig(planner="chain")),
+                          ("DAG w=4, N=1", ExecutionConfig(width=4)),
+                          ("DAG w=4, N=5, K=8", ExecutionConfig(width=4, n_replicas=5,
+                                                                max_inflight=8))):
+            t, c = time.perf_counter(), time.process_time()
+            out = runner.run(tasks, cfg)
+            wall, cpu = time.perf_counter() - t, time.process_time() - c
+            calls = sum(r.calls for r in out)
+            rows.append([level, name, n_tasks / cpu, n_tasks / wall, calls / cpu])
+            res[f"L{level}:{name}"] = {"tasks_per_cpu_s": n_tasks / cpu,
+                                       "tasks_per_wall_s": n_tasks / wall}
+    md = table(f"Virtual-clock throughput, {n_tasks} tasks per row, one process",
+               ["level", "config", "tasks per CPU s", "tasks per wall s",
+                "model calls per CPU s"], rows)
+    return md, res
+
+
+def part_http(seed: int) -> tuple[str, dict]:
+    from icml_tipex.hf import TransformersChatModel, load_chat_model
+    from icml_tipex.openai_http import OpenAIChatModel
+    from icml_tipex.server import ServerThread
+
+    tiny = load_chat_model("tiny", seed=seed)
+    suite = SynthGAIA(seed=seed)
+    rows, res = [], {}
+    for label, cfg in (
+            ("64 replicas, K=8", ExecutionConfig(n_replicas=64, planner="chain", max_inflight=8,
+                                                 max_tokens=4, max_worker_steps=1,
+                                                 timeout_s=300.0)),
+            ("64 replicas, K=64", ExecutionConfig(n_replicas=64, planner="chain",
+                                                  max_inflight=64, max_tokens=4,
+                                                  max_worker_steps=1, timeout_s=300.0)),
+            ("16 replicas, quorum=1 (cancel 15)",
+             ExecutionConfig(n_replicas=16, planner="chain", quorum=1, max_tokens=64,
+                             max_worker_steps=1, timeout_s=300.0))):
+        model = TransformersChatModel(tiny.model, tiny.tok, ignore_eos=True)
+        st = ServerThread(model)
+        with st as srv:
+            runner = TipexRunner(OpenAIChatModel(srv.url), suite.tools(), clock="wall")
+            t = time.perf_counter()
+            out = runner.run(suite.tasks(1, 1), cfg, trace=True)[0]
+            wall = time.perf_counter() - t
+            st.wait_idle(30.0)
+            rows.append([label, srv.requests, srv.completed, srv.cancelled, srv.max_active,
+                         cfg.max_inflight or "none", model.tokens_generated,
+                         cfg.n_replicas * cfg.max_tokens, f"{wall:.2f}", out.decided_by])
+            res[label] = rows[-1]
+    md = table("HTTP: TIPEX -> OpenAI-compatible local server (tiny transformers Llama, "
+               "ignore_eos)",
+               ["run", "requests", "completed", "cancelled by disconnect", "max in flight",
+                "K", "tokens generated", "tokens if none cancelled", "wall s", "decided by"],
+               rows)
+    return md, res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=100, help="tasks per level for the sweep")
+    ap.add_argument("--parts", default="sweep,overhead,throughput,http")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    md, res = [], {}
+    for part in a.parts.split(","):
+        if part == "sweep":
+            m, r = part_sweep(a.tasks, a.seed)
+        elif part == "overhead":
+            m, r = part_overhead(200, a.seed)
+        elif part == "throughput":
+            m, r = part_throughput(1000, a.seed)
+        elif part == "http":
+            m, r = part_http(a.seed)
+        else:
+            raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, http")
+        md.append(m)
+        res[part] = r
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        if "sweep" in res:
+            from icml_tipex.sweep import interaction_plot
+
+            interaction_plot(res["sweep"].pop("main"), Path(a.out, "interaction.png"),
+                             "TIPEX on SynthGAIA (g=4, K=none, 100 tasks per level)")
+        Path(a.out, "bench.md").write_text("\n".join(md) + "\n")
+        Path(a.out, "bench.json").write_text(json.dumps(res, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

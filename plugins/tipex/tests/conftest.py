@@ -1,5 +1,4 @@
 import pytest
-
 from icml_tipex.runner import TipexRunner
 from icml_tipex.scripted import ScriptedModel
 from icml_tipex.synthgaia import SynthGAIA

@@ -5,9 +5,13 @@ import itertools
 import random
 
 import pytest
-
-from icml_tipex.aggregate import (Candidate, first_finish, majority_vote_accuracy,
-                                  normalize_answer, plurality)
+from icml_tipex.aggregate import (
+    Candidate,
+    first_finish,
+    majority_vote_accuracy,
+    normalize_answer,
+    plurality,
+)
 from icml_tipex.clock import run
 from icml_tipex.runner import ExecutionConfig
 
@@ -111,3 +115,25 @@ def test_budget_is_never_exceeded_by_more_than_one_call(runner, suite, budget, k
             refused = [e for e in calls if e["status"] == "budget"]
             assert refused and all("token budget" in e["detail"] for e in refused)
             assert all(p.status == "error" for p in r.replicas if p.answer is None)
+
+
+def test_judge_and_first_finish_aggregators(suite) -> None:
+    from icml_tipex.runner import TipexRunner
+    from icml_tipex.scripted import ScriptedModel, SimParams
+
+    tasks = suite.tasks(3, 60, offset=500)
+    skilled = TipexRunner(ScriptedModel(suite, SimParams(judge_skill=1.0)), suite.tools())
+    cfg = ExecutionConfig(width=4, n_replicas=5)
+    plural = skilled.run(tasks, cfg)
+    judged = skilled.run(tasks, ExecutionConfig(width=4, n_replicas=5, aggregator="judge"))
+    first = skilled.run(tasks, ExecutionConfig(width=4, n_replicas=5, aggregator="first"))
+    # a judge that verifies is right whenever any replica is
+    for j, p in zip(judged, plural):
+        any_right = any(x.answer is not None and x.answer == t.answer
+                        for x, t in [(q, task) for q in p.replicas for task in tasks
+                                     if task.task_id == p.task_id])
+        assert j.correct == any_right
+    assert sum(j.correct for j in judged) >= sum(p.correct for p in plural)
+    assert all(f.decided_by == "first" for f in first if f.answer is not None)
+    assert all(f.latency_s <= p.latency_s + 1e-9 for f, p in zip(first, plural))
+    assert sum(f.tokens for f in first) < sum(p.tokens for p in plural)

@@ -4,12 +4,12 @@ replicas are unaffected."""
 import time
 
 import pytest
-
 from icml_tipex.clock import run
 from icml_tipex.faults import FaultyModel, on_role
 from icml_tipex.runner import ExecutionConfig, TipexRunner
 
-CYCLIC = '{"subtasks": [{"id": "a", "goal": "x", "deps": ["b"]}, {"id": "b", "goal": "y", "deps": ["a"]}]}'
+CYCLIC = ('{"subtasks": [{"id": "a", "goal": "x", "deps": ["b"]}, '
+          '{"id": "b", "goal": "y", "deps": ["a"]}]}')
 UNKNOWN_DEP = '{"subtasks": [{"id": "a", "goal": "x", "deps": ["ghost"]}]}'
 UNKNOWN_TOOL = '{"subtasks": [{"id": "a", "goal": "x", "tool": "browser"}]}'
 
@@ -124,3 +124,13 @@ def test_plugin_config_rejects_inconsistent_settings() -> None:
         InferConfig(model="tiny")
     with pytest.raises(ValueError, match="quorum=5 exceeds"):
         EvaluateConfig(quorum=5, replicas=[1, 9])
+
+
+def test_a_judge_without_a_valid_choice_falls_back_to_plurality(runner, suite) -> None:
+    model = FaultyModel(runner.model, on_role("judge", "I cannot decide."))
+    r = TipexRunner(model, suite.tools())
+    tasks = suite.tasks(3, 12)
+    judged = r.run(tasks, ExecutionConfig(width=4, n_replicas=5, aggregator="judge"), trace=True)
+    plural = r.run(tasks, ExecutionConfig(width=4, n_replicas=5))
+    assert [a.answer for a in judged] == [b.answer for b in plural]
+    assert any(e["kind"] == "judge_fallback" for a in judged for e in a.trace.events)

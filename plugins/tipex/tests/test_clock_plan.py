@@ -6,7 +6,6 @@ import random
 import time
 
 import pytest
-
 from icml_tipex.clock import VirtualEventLoop, now, run
 from icml_tipex.plan import Plan, PlanError, Subtask, parse_plan, plan_json
 

@@ -6,7 +6,6 @@ import asyncio
 import os
 
 import pytest
-
 from icml_tipex.clock import run
 from icml_tipex.runner import ExecutionConfig, TipexRunner
 
@@ -27,9 +26,9 @@ MSGS = [{"role": "system", "content": "ROLE: worker"}, {"role": "user", "content
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_transformers_adapter_counts_tokens_and_is_seeded(arch: str, dtype: str) -> None:
     import torch
+    from icml_tipex.hf import TransformersChatModel
 
     from icml.models import byte_tokenizer, tiny_causal_lm
-    from icml_tipex.hf import TransformersChatModel
 
     m = TransformersChatModel(tiny_causal_lm(arch, hidden_size=64,
                                              dtype=getattr(torch, dtype)).eval(),
@@ -52,11 +51,17 @@ def test_cancelling_a_transformers_call_stops_generation(tiny) -> None:
 
     async def main():
         t = asyncio.ensure_future(m.generate(MSGS, max_tokens=4000))
-        await asyncio.sleep(0.2)
+        for _ in range(1000):  # until decoding has started
+            if m.steps > 0:
+                break
+            await asyncio.sleep(0.01)
         t.cancel()
         with pytest.raises(asyncio.CancelledError):
             await t
-        await asyncio.sleep(0.3)  # the worker thread sees the flag at its next token
+        for _ in range(1000):  # the worker thread sees the flag at its next token
+            if not m._lock.locked():
+                break
+            await asyncio.sleep(0.01)
 
     run(main(), "wall")
     assert m.cancelled == 1 and 0 < m.tokens_generated < 4000
@@ -101,7 +106,10 @@ def test_cancellation_really_stops_the_http_requests(served) -> None:
 
     async def main():
         tasks = [asyncio.ensure_future(client.generate(MSGS, max_tokens=3000)) for _ in range(4)]
-        await asyncio.sleep(0.3)
+        for _ in range(1000):  # until all four reached the server and one is decoding
+            if srv.active == 4 and model.steps > 0:
+                break
+            await asyncio.sleep(0.01)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -109,7 +117,8 @@ def test_cancellation_really_stops_the_http_requests(served) -> None:
     run(main(), "wall")
     assert st.wait_idle(10.0)
     assert srv.cancelled == 4 and srv.completed == 0
-    assert model.tokens_generated < 3000  # the one running generation stopped early, the rest never ran
+    # the one running generation stopped early; the queued ones never started
+    assert model.tokens_generated < 3000
 
 
 def test_quorum_over_http_cancels_the_other_replicas(served, suite) -> None:
@@ -142,10 +151,11 @@ def test_64_concurrent_http_requests_respect_k_without_deadlock(served, suite) -
 
 @pytest.mark.pretrained
 def test_pretrained_model_runs_a_task_end_to_end(suite) -> None:
-    from icml.pretrained import PretrainedModelError
     from icml_tipex.hf import load_chat_model
     from icml_tipex.plan import Subtask
     from icml_tipex.roles import worker_messages
+
+    from icml.pretrained import PretrainedModelError
 
     try:
         m = load_chat_model("pretrained")

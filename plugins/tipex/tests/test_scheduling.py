@@ -6,7 +6,6 @@ import random
 from collections.abc import Mapping
 
 import pytest
-
 from icml_tipex.bare import bare_agent
 from icml_tipex.clock import run
 from icml_tipex.plan import Plan, Subtask

@@ -51,7 +51,8 @@ class _VirtualSelector(selectors.BaseSelector):
 class VirtualEventLoop(asyncio.SelectorEventLoop):
     """An event loop whose ``time()`` is virtual: ``asyncio.sleep``, ``asyncio.timeout`` and
     ``wait_for`` all run on it, and idle waits cost no real time. Real work (threads, sockets)
-    takes zero virtual time, so use it with models whose latency is simulated (``ScriptedModel``)."""
+    takes zero virtual time, so use it with models whose latency is simulated
+    (``ScriptedModel``)."""
 
     def __init__(self, start: float = 0.0) -> None:
         sel = _VirtualSelector()

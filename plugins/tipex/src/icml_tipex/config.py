@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from icml import option
 
-MODELS = ("scripted", "tiny", "pretrained", "http")
+MODELS = ("scripted", "transformers", "tiny", "pretrained", "http")
 
 
 @dataclass
@@ -34,7 +34,8 @@ class Execution:
     max_worker_steps: int = option(24, help="most model calls a worker makes on one subtask",
                                    ge=1)
     # the model and the clock
-    model: str = option("scripted", help="scripted: the simulator on SynthGAIA; tiny: a random "
+    model: str = option("scripted", help="scripted: the simulator on SynthGAIA; transformers: "
+                        "SmolLM2-135M-Instruct if installed, else tiny; tiny: a random "
                         "transformers Llama; pretrained: SmolLM2-135M-Instruct; http: an "
                         "OpenAI-compatible endpoint at base_url", choices=MODELS)
     base_url: str = option("", help="endpoint for model=http, e.g. http://127.0.0.1:8000/v1")
@@ -89,9 +90,9 @@ class EvaluateConfig(Execution):
     widths: list[int] = option([1, 2, 4, 8], help="w values of the sweep (planner=dag)", ge=1)
     include_chain: bool = option(True, help="also sweep N for the bare ReAct agent "
                                  "(structural parallelism off)")
-    granularities: list[int] = option([1, 2, 4, 8], help="g values of the granularity sweep "
+    granularities: list[int] = option([2, 8], help="g values of the granularity sweep "
                                       "(at the largest N and w)", ge=1)
-    inflight_limits: list[int] = option([2, 4, 8, 0], help="K values of the in-flight sweep "
+    inflight_limits: list[int] = option([4, 0], help="K values of the in-flight sweep "
                                         "at the largest N and w (0: no limit)", ge=0)
     num_tasks: int = option(40, help="tasks per level", ge=1)
 

@@ -22,7 +22,8 @@ class TransformersChatModel:
                  ignore_eos: bool = False) -> None:
         self.model, self.tok, self.name, self.ignore_eos = model, tokenizer, name, ignore_eos
         self._lock = threading.Lock()
-        self.tokens_generated = 0
+        self.tokens_generated = 0  # over finished generate calls
+        self.steps = 0  # decoding steps so far (live; a cancelled call stops at its next one)
         self.cancelled = 0
 
     @property
@@ -46,8 +47,11 @@ class TransformersChatModel:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
+        owner = self
+
         class _Flag(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
+                owner.steps += 1
                 return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool,
                                   device=input_ids.device)
 
@@ -95,11 +99,21 @@ class TransformersChatModel:
 def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = None,
                     seed: int = 0, ignore_eos: bool = False) -> TransformersChatModel:
     """``"tiny"``: a random 2-layer Llama (hidden 64) with the byte tokenizer (plumbing only);
-    ``"pretrained"``: SmolLM2-135M-Instruct from ``icml.models.load_pretrained``."""
+    ``"pretrained"``: SmolLM2-135M-Instruct from ``icml.models.load_pretrained``;
+    ``"transformers"``: the pretrained model when it is installed, else the tiny one."""
+    if kind == "transformers":
+        from icml.pretrained import PretrainedModelError
+
+        try:
+            return load_chat_model("pretrained", device=device, dtype=dtype, seed=seed,
+                                   ignore_eos=ignore_eos)
+        except PretrainedModelError:
+            kind = "tiny"
     if kind == "tiny":
         from icml.models import byte_tokenizer, tiny_causal_lm
 
-        model = tiny_causal_lm("llama", seed=seed, device=device, dtype=dtype, hidden_size=64)
+        model = tiny_causal_lm("llama", seed=seed, device=device, dtype=dtype, hidden_size=64,
+                               max_positions=4096)
         return TransformersChatModel(model.eval(), byte_tokenizer(), name="tiny-llama",
                                      ignore_eos=ignore_eos)
     if kind == "pretrained":
@@ -108,4 +122,4 @@ def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = Non
         model, tok = load_pretrained("smollm2-135m-instruct", device=device, dtype=dtype)
         return TransformersChatModel(model.eval(), tok, name="smollm2-135m-instruct",
                                      ignore_eos=ignore_eos)
-    raise ValueError(f"model kind {kind!r} is not 'tiny' or 'pretrained'")
+    raise ValueError(f"model kind {kind!r} is not 'tiny', 'pretrained' or 'transformers'")

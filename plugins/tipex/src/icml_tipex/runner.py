@@ -11,8 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icml_tipex import roles
-from icml_tipex.aggregate import (AGGREGATORS, Candidate, answers_match, first_finish,
-                                  max_agreement, normalize_answer, plurality, ranked)
+from icml_tipex.aggregate import (
+    AGGREGATORS,
+    Candidate,
+    answers_match,
+    first_finish,
+    max_agreement,
+    normalize_answer,
+    plurality,
+    ranked,
+)
 from icml_tipex.budget import BudgetExhausted, TokenBudget
 from icml_tipex.chat import AsyncChatModel, Completion, Message, ModelCallError, messages_tokens
 from icml_tipex.clock import CLOCKS, ClockName, is_virtual
