@@ -1,35 +1,50 @@
-"""Hook implementations: thin adapters from the run config to the API. Keep this module light:
-import heavy libraries (torch, ...) inside the hook bodies."""
+"""Hook implementations: thin adapters from the run config to the API. Light at import time."""
 
 from __future__ import annotations
 
-import random
-
 import icml
-from icml_het_cpflora.config import EvaluateConfig
+from icml_het_cpflora.config import EvaluateConfig, InferConfig, TrainConfig
+
+BIBTEX = """@inproceedings{hetcpflora2026,
+  title     = {Het-CPFLoRA: Heterogeneous Customizable Personalized Federated LoRA Fine Tuning},
+  booktitle = {Proceedings of the 43rd International Conference on Machine Learning (ICML)},
+  year      = {2026},
+  note      = {code: https://github.com/tongxin-tx/Het-CPFLoRA}
+}"""
 
 
 @icml.hookimpl
 def icml_plugin_info() -> icml.PluginInfo:
     return icml.PluginInfo(
         name="het-cpflora",
-        title="Het Cpflora",
-        summary="One line on what the method does.",
-        paper=icml.Paper(title="Het Cpflora", url="https://icml.cc/"),
-        capabilities=("evaluate",),
-        configs={"evaluate": EvaluateConfig},
+        title="Het-CPFLoRA",
+        summary="Personalized federated LoRA: per-client shared/personal rank split, SVD "
+                "aggregation, OOD-weighted inference.",
+        paper=icml.Paper(title="Het-CPFLoRA: Heterogeneous Customizable Personalized "
+                               "Federated LoRA Fine Tuning",
+                         url="https://github.com/tongxin-tx/Het-CPFLoRA", bibtex=BIBTEX),
+        capabilities=("train", "infer", "evaluate"),
+        configs={"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig},
+        default_threads=1,
     )
 
 
 @icml.hookimpl
-def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
-    from icml_het_cpflora.method import running_mean
+def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
+    from icml_het_cpflora.job import train_job
 
-    rng = random.Random(ctx.seed)
-    draw = rng.random if config.distribution == "uniform" else lambda: rng.gauss(0.5, 1.0)
-    samples = [draw() for _ in ctx.progress(range(config.n), desc="sampling")]
-    estimate = running_mean(samples)
-    return icml.RunResult(
-        metrics={"estimate": estimate, "abs_error": abs(estimate - 0.5)},
-        tables=[icml.Table("Estimate", ["n", "estimate", "target"], [[config.n, estimate, 0.5]])],
-    )
+    return train_job(ctx, config)
+
+
+@icml.hookimpl
+def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
+    from icml_het_cpflora.job import train_job
+
+    return train_job(ctx, config)
+
+
+@icml.hookimpl
+def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
+    from icml_het_cpflora.job import infer_job
+
+    return infer_job(ctx, config)
