@@ -1,0 +1,100 @@
+"""Inference-time OOD mixer: weigh the personal against the shared subspace per prompt from the
+perplexity similarity between the prompt and the client's local training prompts."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from icml_het_cpflora.adapters import lora_layers
+from icml_het_cpflora.ranks import ClientRankSpec
+
+
+def prompt_ppl(model: Any, input_ids: Any, attention_mask: Any = None, *,
+               per_token: bool = True, batch_size: int = 64) -> Any:
+    """Per-prompt score of the official code: exp(mean token NLL) / n_tokens
+    (``per_token=False`` gives the plain perplexity)."""
+    import torch
+
+    outs = []
+    with torch.no_grad():
+        for s in range(0, input_ids.shape[0], batch_size):
+            ids = input_ids[s:s + batch_size]
+            mask = (attention_mask[s:s + batch_size] if attention_mask is not None
+                    else torch.ones_like(ids))
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:],
+                                                    reduction="none")
+            m = mask[:, 1:].float()
+            ntok = m.sum(1).clamp_min(1)
+            ppl = torch.exp((nll * m).sum(1) / ntok)
+            outs.append(ppl / ntok if per_token else ppl)
+    return torch.cat(outs)
+
+
+def similarity(ppl_x: float, reference: Sequence[float]) -> float:
+    """s(x) = mean_j [1 - |ppl(x) - ppl_j| / max(ppl(x), ppl_j)] in [0, 1]."""
+    if len(reference) == 0:
+        raise ValueError("the OOD mixer has no reference prompts: fit it on the client's local "
+                         "training prompts first")
+    terms = [1.0 - abs(ppl_x - r) / max(ppl_x, r) if max(ppl_x, r) > 0 else 1.0
+             for r in reference]
+    return sum(terms) / len(terms)
+
+
+def mixer_weights(s: float, spec: ClientRankSpec) -> tuple[float, float]:
+    """(w_s, w_p) with w_p = s · max(r_s, r_p) / (r_s + r_p) and w_s = 1 - w_p."""
+    if not 0.0 <= s <= 1.0:
+        raise ValueError(f"similarity {s} must lie in [0, 1]")
+    w_p = s * max(spec.r_shared, spec.r_personal) / spec.rank
+    return 1.0 - w_p, w_p
+
+
+@dataclass
+class OODMixer:
+    """Reference scores of one client's local prompts; gives (w_s, w_p) for a new prompt."""
+
+    reference: list[float]
+    spec: ClientRankSpec
+    per_token: bool = True
+
+    @classmethod
+    def fit(cls, model: Any, input_ids: Any, spec: ClientRankSpec, attention_mask: Any = None,
+            *, per_token: bool = True) -> OODMixer:
+        ref = prompt_ppl(model, input_ids, attention_mask, per_token=per_token).tolist()
+        return cls(ref, spec, per_token)
+
+    def weights_for_ppl(self, ppl_x: float) -> tuple[float, float]:
+        return mixer_weights(similarity(ppl_x, self.reference), self.spec)
+
+    def weights(self, model: Any, input_ids: Any, attention_mask: Any = None) -> list[tuple[float, float]]:
+        """(w_s, w_p) per prompt (one extra forward pass each, with the unweighted adapter)."""
+        ppl = prompt_ppl(model, input_ids, attention_mask, per_token=self.per_token)
+        return [self.weights_for_ppl(float(p)) for p in ppl]
+
+
+@contextlib.contextmanager
+def subspace_weights(model: Any, name: str, spec: ClientRankSpec, w_s: float,
+                     w_p: float) -> Iterator[None]:
+    """Scale A_s by w_s and A_p by w_p of adapter ``name`` in place, so that
+    ΔW = (α/r)(w_s B_s A_s + w_p B_p A_p); restores the exact original factors on exit."""
+    import torch
+
+    layers = lora_layers(model, name)
+    saved = {p: m.lora_A[name].weight.detach().clone() for p, m in layers.items()}
+    try:
+        with torch.no_grad():
+            for m in layers.values():
+                W = m.lora_A[name].weight
+                if W.shape[0] != spec.rank:
+                    raise ValueError(f"adapter {name!r} has rank {W.shape[0]}, spec says "
+                                     f"{spec.rank}")
+                W[:spec.r_shared] *= w_s
+                W[spec.r_shared:] *= w_p
+        yield
+    finally:
+        with torch.no_grad():
+            for p, m in layers.items():
+                m.lora_A[name].weight.copy_(saved[p])

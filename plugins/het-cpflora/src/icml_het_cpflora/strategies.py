@@ -1,0 +1,249 @@
+"""Federated LoRA strategies behind one interface. A strategy says which rank each client
+trains, what it uploads, how the server aggregates, and how a client applies what it gets.
+
+Payloads are flat ``{"<module>|<part>": tensor}`` dicts, so any transport (in-process, Flower
+``ArrayRecord``) can carry them and the communication can be counted byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from icml_het_cpflora.ranks import ClientRankSpec
+from icml_het_cpflora.server import aggregate_shared, aggregation_weights, shared_product, svd_refactor
+from icml_het_cpflora.subspace import Adapter, LoRAFactors, merge_lora, split_lora
+
+Payload = dict[str, Any]
+
+
+def payload_bytes(payload: Payload) -> int:
+    """Bytes of the tensors in a payload."""
+    return int(sum(t.numel() * t.element_size() for t in payload.values()))
+
+
+def _pack(**named: dict[str, Any]) -> Payload:
+    out: Payload = {}
+    for part, mats in named.items():
+        for module, t in mats.items():
+            out[f"{module}|{part}"] = t
+    return out
+
+
+def _unpack(payload: Payload, part: str) -> dict[str, Any]:
+    return {k.rsplit("|", 1)[0]: v for k, v in payload.items() if k.rsplit("|", 1)[1] == part}
+
+
+class Strategy:
+    """Base class. Subclasses override :meth:`upload`, :meth:`aggregate`, :meth:`download`."""
+
+    name = "base"
+    train_A = True          # FFA-LoRA freezes A
+    common_init = False     # start every client from client 0's init (homogeneous peers)
+
+    def ranks(self, specs: Sequence[ClientRankSpec]) -> list[ClientRankSpec]:
+        """The rank split each client trains under this strategy."""
+        return list(specs)
+
+    def upload(self, adapter: Adapter, spec: ClientRankSpec) -> Payload:
+        return {}
+
+    def aggregate(self, uploads: dict[int, Payload], specs: dict[int, ClientRankSpec],
+                  num_samples: dict[int, int]) -> dict[int, Payload]:
+        return {i: {} for i in uploads}
+
+    def download(self, adapter: Adapter, payload: Payload, spec: ClientRankSpec) -> Adapter:
+        return adapter
+
+
+class LocalOnly(Strategy):
+    """No communication: every client trains its own adapter."""
+
+    name = "local"
+
+
+class HetCPFLoRA(Strategy):
+    """Het-CPFLoRA: upload the shared factors (A_s, B_s); the server aggregates the products
+    B_s A_s weighted by r_s (official) and re-factorises to each client's r_s by truncated SVD;
+    the personal factors (A_p, B_p) never leave the client."""
+
+    name = "het-cpflora"
+
+    def __init__(self, weighting: str = "r_shared", scaling: str = "raw",
+                 alpha: float = 16.0) -> None:
+        aggregation_weights([1], [1], weighting)  # validates
+        shared_product({}, scaling=scaling, rank=1)
+        self.weighting, self.scaling, self.alpha = weighting, scaling, alpha
+
+    def upload(self, adapter: Adapter, spec: ClientRankSpec) -> Payload:
+        if spec.r_shared == 0:
+            return {}
+        sh = split_lora(adapter, spec).shared
+        return _pack(A_s={m: f.A for m, f in sh.items()}, B_s={m: f.B for m, f in sh.items()})
+
+    def aggregate(self, uploads, specs, num_samples):
+        ids = [i for i in sorted(uploads) if uploads[i]]
+        if not ids:
+            return {i: {} for i in uploads}
+        products = []
+        for i in ids:
+            A, B = _unpack(uploads[i], "A_s"), _unpack(uploads[i], "B_s")
+            sh = {m: LoRAFactors(A[m], B[m]) for m in A}
+            products.append(shared_product(sh, scaling=self.scaling, alpha=self.alpha,
+                                           rank=specs[i].rank))
+        w = aggregation_weights([specs[i].r_shared for i in ids],
+                                [num_samples[i] for i in ids], self.weighting)
+        delta = aggregate_shared(products, w)
+        out: dict[int, Payload] = {i: {} for i in uploads}
+        for i in ids:
+            unscale = self.alpha / specs[i].rank if self.scaling == "alpha_over_r" else 1.0
+            A, B = {}, {}
+            for m, d in delta.items():
+                f = svd_refactor(d, specs[i].r_shared).factors
+                A[m], B[m] = f.A, f.B / unscale
+            out[i] = _pack(A_s=A, B_s=B)
+        return out
+
+    def download(self, adapter, payload, spec):
+        if not payload:
+            return adapter
+        A, B = _unpack(payload, "A_s"), _unpack(payload, "B_s")
+        shared = {m: LoRAFactors(A[m], B[m]) for m in A}
+        return merge_lora(shared, split_lora(adapter, spec).personal)
+
+
+class FlexLoRA(Strategy):
+    """FlexLoRA (Bai et al. 2024): average the full products B A (weighted by sample count in
+    the paper), then truncated SVD back to each client's own rank."""
+
+    name = "flexlora"
+
+    def __init__(self, weighting: str = "num_samples") -> None:
+        aggregation_weights([1], [1], weighting)
+        self.weighting = weighting
+
+    def ranks(self, specs):
+        return [ClientRankSpec(s.rank, 0) for s in specs]
+
+    def upload(self, adapter, spec):
+        return _pack(A={m: f.A for m, f in adapter.items()}, B={m: f.B for m, f in adapter.items()})
+
+    def aggregate(self, uploads, specs, num_samples):
+        ids = sorted(uploads)
+        prods = [{m: _unpack(uploads[i], "B")[m] @ a for m, a in _unpack(uploads[i], "A").items()}
+                 for i in ids]
+        w = aggregation_weights([specs[i].rank for i in ids], [num_samples[i] for i in ids],
+                                self.weighting)
+        delta = aggregate_shared(prods, w)
+        out = {}
+        for i in ids:
+            fs = {m: svd_refactor(d, specs[i].rank).factors for m, d in delta.items()}
+            out[i] = _pack(A={m: f.A for m, f in fs.items()}, B={m: f.B for m, f in fs.items()})
+        return out
+
+    def download(self, adapter, payload, spec):
+        A, B = _unpack(payload, "A"), _unpack(payload, "B")
+        return {m: LoRAFactors(A[m], B[m]) for m in A}
+
+
+class _Homogeneous(Strategy):
+    """Peers that need one rank for all clients (FedIT, FFA-LoRA, FedSA-LoRA)."""
+
+    common_init = True
+    parts: tuple[str, ...] = ("A", "B")
+
+    def __init__(self, rank: int | None = None) -> None:
+        self.rank = rank
+
+    def ranks(self, specs):
+        r = self.rank or max(1, round(sum(s.rank for s in specs) / len(specs)))
+        return [ClientRankSpec(r, 0) for _ in specs]
+
+    def upload(self, adapter, spec):
+        named = {}
+        if "A" in self.parts:
+            named["A"] = {m: f.A for m, f in adapter.items()}
+        if "B" in self.parts:
+            named["B"] = {m: f.B for m, f in adapter.items()}
+        return _pack(**named)
+
+    def aggregate(self, uploads, specs, num_samples):
+        ids = sorted(uploads)
+        w = aggregation_weights([1] * len(ids), [num_samples[i] for i in ids], "num_samples")
+        avg = aggregate_shared([uploads[i] for i in ids], w)
+        return {i: dict(avg) for i in ids}
+
+    def download(self, adapter, payload, spec):
+        A, B = _unpack(payload, "A"), _unpack(payload, "B")
+        return {m: LoRAFactors(A.get(m, f.A), B.get(m, f.B)) for m, f in adapter.items()}
+
+
+class FedIT(_Homogeneous):
+    """FedIT (Zhang et al. 2024): FedAvg of A and B."""
+
+    name = "fedit"
+
+
+class FFALoRA(_Homogeneous):
+    """FFA-LoRA (Sun et al. 2024): A frozen at a common init, FedAvg of B."""
+
+    name = "ffa-lora"
+    train_A = False
+    parts = ("B",)
+
+
+class FedSALoRA(_Homogeneous):
+    """FedSA-LoRA (Guo et al. 2025): A shared (FedAvg), B kept local."""
+
+    name = "fedsa-lora"
+    parts = ("A",)
+
+
+class HetLoRA(Strategy):
+    """HetLoRA (Cho et al. 2024): zero-pad every client's factors to the largest rank, average
+    (by sample count; the paper's sparsity weighting is not reproduced), truncate back to r_i."""
+
+    name = "hetlora"
+
+    def ranks(self, specs):
+        return [ClientRankSpec(s.rank, 0) for s in specs]
+
+    def upload(self, adapter, spec):
+        return _pack(A={m: f.A for m, f in adapter.items()}, B={m: f.B for m, f in adapter.items()})
+
+    def aggregate(self, uploads, specs, num_samples):
+        import torch
+
+        ids = sorted(uploads)
+        rmax = max(specs[i].rank for i in ids)
+        padded = []
+        for i in ids:
+            A, B = _unpack(uploads[i], "A"), _unpack(uploads[i], "B")
+            p = {}
+            for m in A:
+                r = A[m].shape[0]
+                p[f"{m}|A"] = torch.cat([A[m], A[m].new_zeros(rmax - r, A[m].shape[1])], 0)
+                p[f"{m}|B"] = torch.cat([B[m], B[m].new_zeros(B[m].shape[0], rmax - r)], 1)
+            padded.append(p)
+        w = aggregation_weights([1] * len(ids), [num_samples[i] for i in ids], "num_samples")
+        avg = aggregate_shared(padded, w)
+        out = {}
+        for i in ids:
+            r = specs[i].rank
+            out[i] = {k: (v[:r] if k.endswith("|A") else v[:, :r]).clone() for k, v in avg.items()}
+        return out
+
+    def download(self, adapter, payload, spec):
+        A, B = _unpack(payload, "A"), _unpack(payload, "B")
+        return {m: LoRAFactors(A[m], B[m]) for m in A}
+
+
+STRATEGIES = {c.name: c for c in (HetCPFLoRA, FlexLoRA, FedIT, FFALoRA, FedSALoRA, HetLoRA,
+                                   LocalOnly)}
+
+
+def make_strategy(name: str, **kwargs: Any) -> Strategy:
+    """Build a strategy by name (see ``STRATEGIES``)."""
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}: use one of {sorted(STRATEGIES)}")
+    return STRATEGIES[name](**kwargs)
