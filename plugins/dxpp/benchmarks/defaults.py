@@ -86,7 +86,8 @@ def auto_solver(simplex_n: int, chain_d: int) -> list[tuple[str, int, str, float
                 t = time.perf_counter()
                 out = differentiate(prob, g, solution=sol, **kw)
                 best = min(best, time.perf_counter() - t)
-            rows.append((name, prob.n, f"{label} -> {out[2]['linear_solver']}", best * 1e3,
+            it = out[2].get("cg_iters", "")
+            rows.append((name, prob.n, f"{label} -> {out[2]['linear_solver']} {it}", best * 1e3,
                          rel_error(out[1], ref)))
     return rows
 

@@ -179,7 +179,7 @@ def solve_system(S: PenaltySystem, g: np.ndarray, method: str = "auto", cg_tol: 
     sparse systems → ``sparse``."""
     if method in ("auto", "batched"):  # 'batched' is the layer's torch path; here: auto
         if S.sparse and cg_min_n is not None and S.n >= cg_min_n:
-            v, info = _solve_cg(S, g, cg_tol, cg_maxiter or 200)
+            v, info = _solve_cg(S, g, cg_tol, cg_maxiter or 50)
             if info["cg_residual"] <= 10 * cg_tol:
                 return v, {"linear_solver": "auto:cg", **info}
             wood: dict[str, Any] = {}
