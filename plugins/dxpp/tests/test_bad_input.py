@@ -126,3 +126,26 @@ def test_numpy_differentiate_checks_upstream_gradient_shapes():
         differentiate(prob, np.ones(6), grad_ineq_dual=np.ones(2))
     with pytest.raises(QPInputError, match=r"grad_eq_dual has shape \(3,\)"):
         differentiate(prob, np.ones(6), grad_eq_dual=np.ones(3))
+
+
+def test_missing_duals_error_names_the_right_keyword(monkeypatch):
+    """A backend that returns no duals: solve_qp's error names its own keyword (recover=) and
+    the layer's (recover_duals=); 'auto' then rebuilds them."""
+    import dataclasses
+
+    import qpsolvers
+
+    real = qpsolvers.solve_problem
+
+    def no_duals(problem, solver, **kw):
+        sol = real(problem, solver=solver, **kw)
+        sol.z = sol.y = None
+        return sol
+
+    monkeypatch.setattr(qpsolvers, "solve_problem", no_duals)
+    prob = random_qp(8, seed=0).problem
+    with pytest.raises(QPSolveError, match=r"recover='auto' to solve_qp.*recover_duals='auto'"):
+        solve_qp(prob, "clarabel", recover="never")
+    sol = solve_qp(prob, "clarabel", recover="auto")
+    assert sol.duals_recovered and sol.ineq_dual.shape == (prob.m,)
+    assert [f.name for f in dataclasses.fields(sol)][:3] == ["x", "eq_dual", "ineq_dual"]

@@ -286,9 +286,12 @@ def test_rho_floor_keeps_equalities_when_duals_vanish():
     q = -np.array([0.5, 0.5, 1.0, -1.0])
     prob = make_problem(Q, q, A=A, b=np.array([1.0]))
     g = np.array([1.0, 0.0, 0.0, 0.0])
-    sol, grads, _ = differentiate(prob, g)
+    sol, grads, _ = differentiate(prob, g, rho_min=1.0)
     assert abs(sol.eq_dual[0]) < 1e-8
     np.testing.assert_allclose(grads["q"], [-0.5, 0.5, 0.0, 0.0], atol=1e-6)
+    # the paper's rule (the default, rho_min=0): ρ_E = 0 and x is free to leave Ax = b
+    paper = differentiate(prob, g, solution=sol)[1]
+    np.testing.assert_allclose(paper["q"], [-1.0, 0.0, 0.0, 0.0], atol=1e-6)
 
 
 def test_sparse_gradient_on_pattern_of_input():

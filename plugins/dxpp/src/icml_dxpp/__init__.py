@@ -4,6 +4,7 @@ Public API (torch is imported on first use, not at import time)::
 
     from icml_dxpp import DXPPQPLayer, dxpp_solve, differentiate
     x, mu, nu = dxpp_solve(Q, q, G, h, A, b)           # differentiable w.r.t. every input
+    from icml_dxpp import CvxpyQPLayer                 # a cvxpy QP in (pip install cvxpy)
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "DXPPQPLayer": "icml_dxpp.layer",
+    "CvxpyQPLayer": "icml_dxpp.cvxpy_layer",
     "dxpp_solve": "icml_dxpp.layer",
     "differentiate": "icml_dxpp.layer",
     "QPSolution": "icml_dxpp.layer",

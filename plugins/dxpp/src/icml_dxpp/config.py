@@ -44,7 +44,8 @@ class DifferentiateConfig:
     beta: float = option(1e-6, help="softplus smoothing width of the penalty", gt=0)
     penalty_coeff: float = option(10.0, help="c in rho = c * ||dual||_1", gt=0)
     active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
-    rho_min: float = option(1.0, help="floor on ||dual||_1 inside rho (ours; 0 = paper)", ge=0)
+    rho_min: float = option(0.0, help="floor on ||dual||_1 inside rho (0 = the paper; 1 keeps "
+                            "zero-dual constraints in the backward)", ge=0)
     solver: str = option("clarabel", help="qpsolvers backend for the forward pass")
     tol: float | None = option(None, help="forward solver tolerance (none: a tight "
                               "per-solver default, 1e-12 for clarabel)", gt=0)

@@ -31,11 +31,15 @@ _PIP = {
 
 @dataclass
 class QPResult:
-    """x* and both duals of one QP, plus how they were obtained."""
+    """x* and both duals of one QP, plus how they were obtained.
+
+    Fields are in the order of the layer's :class:`~icml_dxpp.layer.QPSolution`
+    ``(x, eq_dual, ineq_dual)``, i.e. the official code's ``(x, μ, ν)``.
+    """
 
     x: np.ndarray
-    ineq_dual: np.ndarray  # ν*, length m, >= 0
     eq_dual: np.ndarray  # μ*, length p
+    ineq_dual: np.ndarray  # ν*, length m, >= 0
     solver: str = ""
     duals_recovered: bool = False
     extras: dict[str, Any] = field(default_factory=dict)
@@ -167,7 +171,8 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None
     import qpsolvers
 
     if prob.m == 0 and prob.p == 0:
-        return QPResult(_unconstrained(prob, index), np.zeros(0), np.zeros(0), "lstsq")
+        return QPResult(_unconstrained(prob, index), eq_dual=np.zeros(0), ineq_dual=np.zeros(0),
+                        solver="lstsq")
     check_solver(solver)
     qp = qpsolvers.Problem(prob.Q if not sp.issparse(prob.Q) else sp.csc_matrix(prob.Q),
                            prob.q, _block(prob.G) if prob.m else None, prob.h if prob.m else None,
@@ -200,8 +205,10 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None
     if recovered:
         nu, mu = recover_duals(prob, x, active_tol)
     elif missing:
-        raise QPSolveError(f"{_where(index)}solver {solver!r} returned no duals: use "
-                           "recover_duals='auto' to rebuild them from stationarity")
+        raise QPSolveError(f"{_where(index)}solver {solver!r} returned no duals: pass "
+                           "recover='auto' to solve_qp (recover_duals='auto' to the layer, "
+                           "dxpp_solve or differentiate) to rebuild them from stationarity, "
+                           "or pick a solver that returns duals")
     else:
         nu = np.maximum(np.asarray(sol.z, dtype=np.float64), 0.0) if prob.m else np.zeros(0)
         mu = np.asarray(sol.y, dtype=np.float64) if prob.p else np.zeros(0)
@@ -218,7 +225,8 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None
         raise QPSolveError(f"{_where(index)}solver {solver!r} returned a point violating the "
                            f"constraints by {viol:.3g}: the QP is probably infeasible; if "
                            "it is not, tighten tol or try solver='clarabel'")
-    return QPResult(x, nu, mu, solver, recovered, extras)
+    return QPResult(x, eq_dual=mu, ineq_dual=nu, solver=solver, duals_recovered=recovered,
+                    extras=extras)
 
 
 def _block(M: Any) -> Any:

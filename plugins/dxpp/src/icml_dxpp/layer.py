@@ -226,7 +226,8 @@ def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
     :class:`QPSolution` ``(x, eq_dual, ineq_dual)``.
 
     Options (all keyword): ``beta`` (1e-6), ``penalty_coeff`` (10), ``active_tol`` (1e-5),
-    ``rho_min`` (1), ``ridge`` (1e-9), ``linear_solver`` ('auto' | 'dense' | 'sparse' | 'cg'),
+    ``rho_min`` (0, the paper), ``cg_min_n`` (50 000: sparse systems this large use CG under
+    'auto'), ``ridge`` (1e-9), ``linear_solver`` ('auto' | 'dense' | 'sparse' | 'cg'),
     ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel' or any installed qpsolvers backend),
     ``tol`` (the forward solver's tolerance; None = a tight per-solver default),
     ``backward`` ('dxpp' | 'kkt'), ``kkt_mode`` ('reduced' | 'full'),
@@ -325,8 +326,8 @@ class DXPPQPLayer(torch.nn.Module):
             'cg' (matrix-free, residual-checked, direct fallback).
         backward: 'dxpp' (the paper) or 'kkt' (reference; ``kkt_mode`` 'reduced' or 'full').
         tol: the forward solver's tolerance.
-        rho_min: floor on ‖ν*‖₁ and ‖μ*‖₁ in ρ, so that a constraint with zero duals still
-            enters the backward (our addition; the paper has none).
+        rho_min: floor on ‖ν*‖₁ and ‖μ*‖₁ in ρ (default 0: the paper's ρ = c‖dual‖₁); 1 keeps
+            a constraint whose duals are all zero in the backward (our option, see README).
         **options: ``ridge``, ``cg_tol``, ``cg_maxiter``, ``recover_duals``, ``polish``,
             ``check_inputs``,
             ``solver_options`` (see :func:`dxpp_solve`).
@@ -335,7 +336,7 @@ class DXPPQPLayer(torch.nn.Module):
     def __init__(self, beta: float = 1e-6, penalty_coeff: float = 10.0,
                  solver: str = "clarabel", active_tol: float = 1e-5,
                  linear_solver: str = "auto", backward: str = "dxpp", kkt_mode: str = "reduced",
-                 tol: float | None = None, rho_min: float = 1.0, **options: Any) -> None:
+                 tol: float | None = None, rho_min: float = 0.0, **options: Any) -> None:
         super().__init__()
         self.options = _options(beta=beta, penalty_coeff=penalty_coeff, solver=solver,
                                 active_tol=active_tol, linear_solver=linear_solver,

@@ -168,10 +168,23 @@ def _solve_cg(S: PenaltySystem, g: np.ndarray, tol: float, maxiter: int | None
 
 
 def solve_system(S: PenaltySystem, g: np.ndarray, method: str = "auto", cg_tol: float = 1e-8,
-                 cg_maxiter: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+                 cg_maxiter: int | None = None, cg_min_n: int | None = 50_000
+                 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Solve H v = g. Returns v and a dict saying which solver ran (and CG's residual; the
-    Woodbury path adds ``"Av"``, A v computed without cancellation)."""
+    Woodbury path adds ``"Av"``, A v computed without cancellation).
+
+    ``auto``: dense systems → ``dense``; sparse systems with n ≥ ``cg_min_n`` → CG (the
+    official code's size rule), whose true residual is checked and which falls back to the
+    direct sparse solve silently (``info["linear_solver"] == "auto:cg->direct"``); smaller
+    sparse systems → ``sparse``."""
     if method in ("auto", "batched"):  # 'batched' is the layer's torch path; here: auto
+        if S.sparse and cg_min_n is not None and S.n >= cg_min_n:
+            v, info = _solve_cg(S, g, cg_tol, cg_maxiter or 50)
+            if info["cg_residual"] <= 10 * cg_tol:
+                return v, {"linear_solver": "auto:cg", **info}
+            wood: dict[str, Any] = {}
+            v = _solve_sparse(S, g, wood)
+            return v, {"linear_solver": "auto:cg->direct", **info, **wood}
         method = "sparse" if S.sparse else "dense"
     if method == "dense":
         return _solve_dense(S, g), {"linear_solver": "dense"}

@@ -37,16 +37,25 @@ __all__ = ["PenaltyOptions", "penalty_weights", "dxpp_backward"]
 
 @dataclass(frozen=True)
 class PenaltyOptions:
-    """dXPP backward settings (paper defaults; ``rho_min`` is ours, see the README)."""
+    """dXPP backward settings (the paper's defaults).
+
+    ``rho_min`` floors ‖dual‖₁ inside ρ (ours, off by default as in the paper: a block whose
+    duals are all zero then gets ρ = 0 and drops out of the backward; ``rho_min=1`` keeps it,
+    at some accuracy cost on small-dual problems, see the README). ``cg_min_n``: under
+    ``linear_solver='auto'`` a sparse system with at least this many variables is solved by
+    the residual-checked CG (direct fallback), as the official code switches to its iterative
+    solver above 50 000; ``None`` never does.
+    """
 
     beta: float = 1e-6
     penalty_coeff: float = 10.0
     active_tol: float = 1e-5
-    rho_min: float = 1.0
+    rho_min: float = 0.0
     ridge: float = 1e-9
     linear_solver: str = "auto"
     cg_tol: float = 1e-8
     cg_maxiter: int | None = None
+    cg_min_n: int | None = 50_000
 
 
 def _dsigmoid(z: np.ndarray) -> np.ndarray:
@@ -96,7 +105,8 @@ def dxpp_backward(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
         g = g - np.asarray(GA.T @ (w_i * d_i)).reshape(-1)
     if prob.p:
         g = g - np.asarray(prob.A.T @ (w_e * d_e)).reshape(-1)
-    u, info = solve_system(system, g, opts.linear_solver, opts.cg_tol, opts.cg_maxiter)
+    u, info = solve_system(system, g, opts.linear_solver, opts.cg_tol, opts.cg_maxiter,
+                           opts.cg_min_n)
     v = u + y
     r = np.zeros(prob.m)
     if active.size:

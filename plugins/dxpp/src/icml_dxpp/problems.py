@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from icml_dxpp.config import FAMILIES
 from icml_dxpp.qp import QPProblem, make_problem
 
 __all__ = ["KnownQP", "random_qp", "dqp_random_qp", "simplex_projection", "simplex_solution",
@@ -141,7 +142,6 @@ def portfolio_qp(Sigma: np.ndarray, mu_hat: np.ndarray, w0: np.ndarray, gamma: f
     return make_problem(Q, q, -np.eye(n), np.zeros(n), A, np.ones(T))
 
 
-FAMILIES = ("random", "dqp", "simplex", "chain")
 
 
 def make_family(family: str, size: int, seed: int = 0) -> QPProblem:

@@ -1,0 +1,65 @@
+"""The paper's defaults: ρ = c‖dual‖₁ (no floor) and ``auto`` reaching CG by size."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from icml_dxpp import differentiate, solve_qp
+from icml_dxpp.benchmark import rel_error
+from icml_dxpp.forward import QPResult
+from icml_dxpp.problems import chain_projection, simplex_projection
+from icml_dxpp.qp import make_problem
+
+
+def _zero_equality_duals(seed=0, n=20, m=20, p=4, k=8):
+    """A QP whose equality rows hold at the optimum with μ* = 0 exactly (x* constructed)."""
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal((n, 2 * n))
+    Q = M @ M.T / (2 * n) + 1e-3 * np.eye(n)
+    G, A = rng.standard_normal((m, n)), rng.standard_normal((p, n))
+    x = rng.standard_normal(n)
+    nu = np.zeros(m)
+    nu[:k] = 0.5 + rng.random(k)
+    slack = np.r_[np.zeros(k), 0.5 + rng.random(m - k)]
+    prob = make_problem(Q, -(Q @ x + G.T @ nu), G, G @ x + slack, A, A @ x)
+    return prob, QPResult(x, eq_dual=np.zeros(p), ineq_dual=nu, solver="constructed")
+
+
+def test_paper_rho_rule_drops_a_zero_dual_block_and_the_floor_keeps_it():
+    """The trade-off behind ``rho_min``: with ρ_E = c‖μ*‖₁ = 0 (the paper) the equality block
+    leaves the backward, x may move off Ax = b and ∂b is 0; ``rho_min=1`` matches the KKT."""
+    prob, sol = _zero_equality_duals()
+    g = np.random.default_rng(1).standard_normal(prob.n)
+    ref = differentiate(prob, g, solution=sol, method="kkt")[1]
+    paper = differentiate(prob, g, solution=sol)[1]
+    floored = differentiate(prob, g, solution=sol, rho_min=1.0)[1]
+    assert rel_error(floored, ref) < 1e-5
+    assert rel_error(paper, ref) > 1e-2
+    assert np.all(paper["b"] == 0) and np.abs(ref["b"]).max() > 1e-2
+
+
+def test_auto_uses_cg_by_size_on_the_simplex():
+    prob = simplex_projection(3000, seed=0)
+    sol = solve_qp(prob, "clarabel")
+    g = np.random.default_rng(2).standard_normal(prob.n)
+    direct, i_direct = differentiate(prob, g, solution=sol, cg_min_n=None)[1:]
+    small, i_small = differentiate(prob, g, solution=sol, cg_min_n=10_000)[1:]
+    big, i_big = differentiate(prob, g, solution=sol, cg_min_n=1000)[1:]
+    assert i_direct["linear_solver"] == i_small["linear_solver"] == "sparse"
+    assert i_big["linear_solver"] == "auto:cg"
+    assert rel_error(big, direct) < 1e-6
+
+
+def test_auto_cg_falls_back_silently_to_the_direct_solve_when_it_stalls():
+    """On the stiff chain system CG does not reach its tolerance: under ``auto`` the direct
+    solve takes over without a warning and the gradient is the direct one."""
+    prob = chain_projection(2, N=100, seed=0)
+    sol = solve_qp(prob, "clarabel")
+    g = np.random.default_rng(3).standard_normal(prob.n)
+    direct = differentiate(prob, g, solution=sol, cg_min_n=None)[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, info = differentiate(prob, g, solution=sol, cg_min_n=10, cg_maxiter=5)[1:]
+    assert info["linear_solver"] == "auto:cg->direct" and info["cg_residual"] > 1e-7
+    assert rel_error(got, direct) < 1e-10
