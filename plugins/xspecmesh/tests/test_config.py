@@ -1,8 +1,8 @@
 import pytest
+from icml_xspecmesh.config import EvaluateConfig, InferConfig, TrainConfig
 
 from icml import ConfigError
 from icml.config import build_config
-from icml_xspecmesh.config import EvaluateConfig, InferConfig, TrainConfig
 
 
 def test_defaults_build():
