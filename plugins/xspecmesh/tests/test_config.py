@@ -1,0 +1,28 @@
+import pytest
+from icml_xspecmesh.config import EvaluateConfig, InferConfig, TrainConfig
+
+from icml import ConfigError
+from icml.config import build_config
+
+
+def test_defaults_build():
+    for schema in (InferConfig, TrainConfig, EvaluateConfig):
+        build_config(schema, {}, [])
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["acceptance=fast"], "acceptance"),
+    (["tree_width=2"], "tree_width"),
+    (["num_heads=10", "max_new_tokens=10"], "num_heads"),
+    (["hidden_size=30"], "hidden_size"),
+    (["loss=mse"], "loss"),
+    (["accept_top_k=-1"], "accept_top_k"),
+])
+def test_bad_values_name_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=key):
+        build_config(InferConfig, {}, overrides)
+
+
+def test_bad_losses_list():
+    with pytest.raises(ConfigError, match="losses"):
+        build_config(EvaluateConfig, {}, ["losses=kl,mse"])
