@@ -119,3 +119,24 @@ def test_bad_input_gets_clear_errors(tiny_model, tiny_data):
         SMARTConfig(depth=3, decoder_depth=2)
     with pytest.raises(ValueError, match="divisible"):
         SMARTConfig(dim=30, heads=4)
+
+
+def test_radius_pooling_limits_the_neighbourhood():
+    """With a radius smaller than any point spacing each supernode pools only itself; with a
+    radius larger than the cloud it pools all k nearest (= plain kNN pooling)."""
+    from icml_smart.fourier import FourierFeatures
+    from icml_smart.supernodes import SupernodePooling
+
+    torch.manual_seed(0)
+    g = torch.rand(2, 30, 2, dtype=torch.float64)
+    ff = FourierFeatures(2, 3)
+    tiny = SupernodePooling(2, 16, 8, 5, 1e-9, ff).double()
+    big = SupernodePooling(2, 16, 8, 5, 100.0, ff).double()
+    knn = SupernodePooling(2, 16, 8, 5, None, ff).double()
+    big.load_state_dict(tiny.state_dict())
+    knn.load_state_dict(tiny.state_dict())
+    t_tiny, centers = tiny(g)
+    own = tiny.message(torch.cat([torch.zeros_like(centers), ff(centers)], -1))
+    assert torch.allclose(t_tiny, own, atol=1e-12)
+    assert torch.allclose(big(g)[0], knn(g)[0], atol=1e-12)
+    assert not torch.allclose(t_tiny, knn(g)[0], atol=1e-6)
