@@ -45,17 +45,20 @@ def test_forward_matches_cvxpy_and_backward_matches_finite_differences():
     w = np.random.default_rng(1).standard_normal(len(ref_x))
     (xs * torch.as_tensor(w)).sum().backward()
     eps = 1e-6
-    for k in (0, 1):  # F and g: central differences of cvxpy's own solutions
-        fd = np.zeros_like(vals[k])
-        for idx in np.ndindex(vals[k].shape):
+    rng = np.random.default_rng(2)
+    for k in (0, 1):  # F and g: central differences of cvxpy's own solutions (8 entries each)
+        entries = list(np.ndindex(vals[k].shape))
+        picked = [entries[i] for i in rng.choice(len(entries), 8, replace=False)]
+        fd, got = np.zeros(8), ts[k].grad.numpy()
+        for j, idx in enumerate(picked):
             up = [v.copy() for v in vals]
             dn = [v.copy() for v in vals]
             up[k][idx] += eps
             dn[k][idx] -= eps
-            fd[idx] = w @ (_cvxpy_solution(prob, params, x, up)
-                           - _cvxpy_solution(prob, params, x, dn)) / (2 * eps)
-        got = ts[k].grad.numpy()
-        assert np.linalg.norm(got - fd) <= 1e-4 * np.linalg.norm(fd)
+            fd[j] = w @ (_cvxpy_solution(prob, params, x, up)
+                         - _cvxpy_solution(prob, params, x, dn)) / (2 * eps)
+        mine = np.array([got[idx] for idx in picked])
+        assert np.linalg.norm(mine - fd) <= 1e-4 * np.linalg.norm(fd)
 
 
 def test_dxpp_matches_kkt_reference_through_the_layer_batched():

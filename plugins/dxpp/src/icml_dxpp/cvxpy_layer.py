@@ -36,13 +36,18 @@ def _f_flat(value: Any) -> np.ndarray:
 class _AffineMap:
     """vec(data) = J θ + c for one block of the problem data (sparse J)."""
 
-    def __init__(self, shape: tuple[int, ...], base: np.ndarray, cols: list[np.ndarray]):
+    def __init__(self, shape: tuple[int, ...], base: Any, cols: list[Any]):
         self.shape = shape
-        self.base = base.reshape(-1)
-        if cols:
-            J = sp.csr_matrix(np.stack([c.reshape(-1) for c in cols], axis=1))
+        size = int(np.prod(shape, dtype=int))
+        self.base = np.asarray(base.toarray() if sp.issparse(base) else base,
+                               dtype=np.float64).reshape(-1)
+        if cols:  # columns as sparse (size, 1) vectors, C-order like self.base
+            J = sp.hstack([sp.csr_matrix(c).reshape(size, 1) if sp.issparse(c)
+                           else sp.csr_matrix(np.asarray(c).reshape(size, 1)) for c in cols])
+            J = sp.csr_matrix(J)
+            J.eliminate_zeros()
         else:
-            J = sp.csr_matrix((self.base.size, 0))
+            J = sp.csr_matrix((size, 0))
         self.J = J
         self._cache: dict[tuple[Any, Any], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
@@ -109,11 +114,10 @@ def extract_qp(problem: Any, parameters: list[Any]) -> tuple[dict[str, _AffineMa
         raise QPInputError(f"parameters must be exactly the problem's parameters: missing "
                            f"{names}, not in the problem {extra}")
 
-    def evaluate(values: dict[int, np.ndarray]) -> list[np.ndarray]:
+    def evaluate(values: dict[int, np.ndarray]) -> list[Any]:
         P, q, _d, AF, bg = _apply(prog, values)
-        P = P.toarray() if sp.issparse(P) else np.asarray(P)
-        AF = AF.toarray() if sp.issparse(AF) else np.asarray(AF)
-        return [P, np.asarray(q).reshape(-1), AF, np.asarray(bg).reshape(-1)]
+        return [sp.csr_matrix(P), np.asarray(q, dtype=np.float64).reshape(-1),
+                sp.csr_matrix(AF), np.asarray(bg, dtype=np.float64).reshape(-1)]
 
     zeros = {p.id: np.zeros(p.shape) for p in parameters}
     base = evaluate(zeros)
@@ -128,14 +132,18 @@ def extract_qp(problem: Any, parameters: list[Any]) -> tuple[dict[str, _AffineMa
                 cols[j].append(block - base[j])
     P0, q0, AF0, bg0 = base
     n = q0.size
+
+    def asym(M: Any) -> float:
+        return float(abs(M - M.T).max()) if M.nnz else 0.0
+
     # ½zᵀPz with P symmetric; cvxpy may hand over one triangle only
-    tri = not np.allclose(P0, P0.T) or any(not np.allclose(c, c.T) for c in cols[0])
+    tri = asym(P0) > 1e-12 or any(asym(c) > 1e-12 for c in cols[0])
     if tri:
-        def sym(M: np.ndarray) -> np.ndarray:
-            return M + M.T - np.diag(np.diag(M))
+        def sym(M: Any) -> Any:
+            return sp.csr_matrix(M + M.T - sp.diags(M.diagonal()))
     else:
-        def sym(M: np.ndarray) -> np.ndarray:
-            return 0.5 * (M + M.T)
+        def sym(M: Any) -> Any:
+            return sp.csr_matrix(0.5 * (M + M.T))
     maps = {
         "Q": _AffineMap((n, n), sym(P0), [sym(c) for c in cols[0]]),
         "q": _AffineMap((n,), q0, cols[1]),
