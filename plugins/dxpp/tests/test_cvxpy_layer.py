@@ -102,3 +102,22 @@ def test_not_a_qp_or_not_dpp_is_a_clear_error():
         CvxpyQPLayer(cp.Problem(cp.Minimize(cp.sum_squares(x) + a * a * cp.sum(x))), [a], [x])
     with pytest.raises(QPInputError, match="missing"):
         CvxpyQPLayer(cp.Problem(cp.Minimize(cp.sum_squares(x - c))), [], [x])
+
+
+def test_tensor_reading_equals_probing_cvxpy():
+    """The fast path (cvxpy's parameter tensors, one gather) gives exactly the map that
+    probing cvxpy's apply_parameters column by column gives, parameters in any order."""
+    from icml_dxpp.cvxpy_layer import _tensor_blocks, extract_qp
+
+    P, c = cp.Parameter((3, 4)), cp.Parameter(4)
+    d = cp.Parameter(2)
+    X = cp.Variable((4, 2))
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(P @ X) + c @ X[:, 0] + cp.sum(X @ d)),
+                      [X >= -1, cp.sum(X, axis=0) == d, X[0, :] <= c[:2]])
+    for order in ([P, c, d], [d, P, c]):
+        fast, _ = extract_qp(prob, order, method="tensor")
+        slow, prog = extract_qp(prob, order, method="probe")
+        assert _tensor_blocks(prog, order) is not None  # the fast path ran, no fallback
+        for key in fast:
+            np.testing.assert_allclose(fast[key].base, slow[key].base, atol=1e-12)
+            np.testing.assert_allclose(fast[key].J.toarray(), slow[key].J.toarray(), atol=1e-12)
