@@ -7,11 +7,16 @@ qpth and cvxpylayers are never dependencies of the plugin: installing them into 
 environment downgrades numpy/cvxpy. Install them beside it, without dependencies, and pass the
 folder with --peers (see the README for the exact command).
 
-Every arm gets the same problem and the same upstream gradient ḡ ~ N(0, I) on x*. Times are the
-fastest of --repeats runs (one run for a peer call over 2 s), with BLAS limited to
---blas-threads threads. The error column is
-‖(∂q, ∂h, ∂b) − ref‖ / ‖ref‖ where ref is the reduced-KKT backward at a clarabel solution
-(default tolerance 1e-12), so a peer's error also contains its own forward accuracy.
+Every arm gets the same problem and the same upstream gradient ḡ ~ N(0, I) on x*, and every arm
+goes through torch the same way: tensors in (all inputs requiring grad; torch.sparse for the
+sparse families), its own forward, ``(x * ḡ).sum().backward()``, gradients out. Times are the
+fastest of --repeats runs (one run for a peer call over 2 s, or n > 20 000), with BLAS limited
+to --blas-threads threads. The error column is ‖grads − ref‖ / ‖ref‖ over every gradient the arm
+returns — all six (Q, q, G, h, A, b) for our arms and qpth, (q, h, b) for cvxpylayers (Q, G, A
+are constants in its DPP problem) — where ref is our reduced-KKT arm (clarabel forward at its
+default tolerance 1e-12); sparse references are compared on their pattern. A peer's error
+also contains its own forward accuracy. ``--numpy-backward`` restores 0.1.0's protocol (our
+backwards as bare NumPy on one shared forward).
 """
 
 from __future__ import annotations
@@ -215,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--portfolio-steps", type=int, default=30)
     ap.add_argument("--peers", default="", help="folder holding qpth and cvxpylayers")
     ap.add_argument("--peer-max-n", type=int, default=1000,
-                    help="largest n given to qpth/cvxpylayers (they densify or canonicalize)")
+                    help="largest n given to qpth (it densifies: n = 10 000 needs GBs)")
+    ap.add_argument("--cvxpylayers-max-n", type=int, default=100000,
+                    help="largest n given to cvxpylayers (it keeps sparse data)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--beta", type=float, default=1e-6)
     ap.add_argument("--blas-threads", type=int, default=1)
@@ -261,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
                    else ours_torch(prob, g, args.repeats, args.beta))
             ref = res["KKT-reduced"]["grads"]
             for name, fn in peers.items():
-                if prob.n > args.peer_max_n:
-                    res[name] = {"skip": f"n > --peer-max-n {args.peer_max_n}"}
+                cap = args.cvxpylayers_max_n if name == "cvxpylayers" else args.peer_max_n
+                if prob.n > cap:
+                    flag = "--cvxpylayers-max-n" if name == "cvxpylayers" else "--peer-max-n"
+                    res[name] = {"skip": f"n > {flag} {cap}"}
                     continue
                 try:
                     res[name] = fn(prob, g, args.repeats)
