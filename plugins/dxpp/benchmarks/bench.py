@@ -113,7 +113,7 @@ def _to_np(t: Any) -> Any:
     return t.detach().numpy()
 
 
-def ours_torch(prob: Any, g: np.ndarray, repeats: int, beta: float
+def ours_torch(prob: Any, g: np.ndarray, repeats: int, beta: float, solver: str = "clarabel"
                ) -> dict[str, dict[str, Any]]:
     """Our three arms through torch, like the peers: tensors in (all six requiring grad),
     ``dxpp_solve`` forward, ``(x * g).sum().backward()``, gradients out."""
@@ -122,8 +122,9 @@ def ours_torch(prob: Any, g: np.ndarray, repeats: int, beta: float
 
     gt = torch.tensor(g)
     reps = 1 if prob.n > 20000 else repeats
-    arms = {"dXPP": {"beta": beta}, "KKT-reduced": {"backward": "kkt"},
-            "KKT-full": {"backward": "kkt", "kkt_mode": "full"}}
+    arms = {"dXPP": {"beta": beta, "solver": solver},
+            "KKT-reduced": {"backward": "kkt", "solver": solver},
+            "KKT-full": {"backward": "kkt", "kkt_mode": "full", "solver": solver}}
     out = {}
     if prob.n <= 20000:  # one untimed call: first-call costs (imports, caches) are not the arm's
         warm = _torch_inputs(prob)
@@ -227,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--beta", type=float, default=1e-6)
     ap.add_argument("--blas-threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--solver", default="clarabel",
+                    help="forward of our arms (through torch): clarabel, auto (piqp for dense "
+                         "problems), or any installed qpsolvers backend")
     ap.add_argument("--numpy-backward", action="store_true",
                     help="0.1.0's protocol: our backwards as bare NumPy on one shared forward "
                          "(default: every arm through torch with its own forward)")
@@ -265,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             prob = make()
             g = np.random.default_rng(args.seed).standard_normal(prob.n)
             res = (ours(prob, g, args.repeats, args.beta) if args.numpy_backward
-                   else ours_torch(prob, g, args.repeats, args.beta))
+                   else ours_torch(prob, g, args.repeats, args.beta, args.solver))
             ref = res["KKT-reduced"]["grads"]
             for name, fn in peers.items():
                 cap = args.cvxpylayers_max_n if name == "cvxpylayers" else args.peer_max_n

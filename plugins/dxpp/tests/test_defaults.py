@@ -63,3 +63,22 @@ def test_auto_cg_falls_back_silently_to_the_direct_solve_when_it_stalls():
         got, info = differentiate(prob, g, solution=sol, cg_min_n=10, cg_maxiter=5)[1:]
     assert info["linear_solver"] == "auto:cg->direct" and info["cg_residual"] > 1e-7
     assert rel_error(got, direct) < 1e-10
+
+
+def test_solver_auto_picks_piqp_for_dense_and_clarabel_for_sparse():
+    import pytest
+    import qpsolvers
+    from icml_dxpp.forward import resolve_solver
+    from icml_dxpp.problems import random_qp
+
+    if "piqp" not in qpsolvers.available_solvers:
+        pytest.skip("needs piqp: pip install -e 'plugins/dxpp[test]'")
+    dense = random_qp(40, seed=5).problem
+    assert resolve_solver("auto", sparse=False) == "piqp"
+    assert resolve_solver("auto", sparse=True) == "clarabel"
+    assert solve_qp(simplex_projection(50, seed=0), "auto").solver == "clarabel"
+    g = np.random.default_rng(4).standard_normal(dense.n)
+    fast_sol, fast, _ = differentiate(dense, g, solver="auto")
+    ref_sol, ref, _ = differentiate(dense, g)
+    assert fast_sol.solver == "piqp" and ref_sol.solver == "clarabel"
+    assert rel_error(fast, ref) < 1e-5

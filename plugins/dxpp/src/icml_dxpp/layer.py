@@ -228,7 +228,8 @@ def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
     Options (all keyword): ``beta`` (1e-6), ``penalty_coeff`` (10), ``active_tol`` (1e-5),
     ``rho_min`` (0, the paper), ``cg_min_n`` (50 000: sparse systems this large use CG under
     'auto'), ``ridge`` (1e-9), ``linear_solver`` ('auto' | 'dense' | 'sparse' | 'cg'),
-    ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel' or any installed qpsolvers backend),
+    ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel'; 'auto': piqp for dense problems,
+    clarabel for sparse ones; or any installed qpsolvers backend),
     ``tol`` (the forward solver's tolerance; None = a tight per-solver default),
     ``backward`` ('dxpp' | 'kkt'), ``kkt_mode`` ('reduced' | 'full'),
     ``recover_duals`` ('auto' | 'always' | 'never'), ``polish`` (False; active-set refinement
@@ -318,7 +319,9 @@ class DXPPQPLayer(torch.nn.Module):
     Args:
         beta: softplus smoothing width β of the penalty (paper default 1e-6 in every example).
         penalty_coeff: c in ρ_I = c‖ν*‖₁, ρ_E = c‖μ*‖₁ (paper: 10).
-        solver: any installed ``qpsolvers`` backend for the forward pass (default clarabel).
+        solver: any installed ``qpsolvers`` backend for the forward pass (default clarabel);
+            'auto' picks piqp for dense problems (much faster, slightly less exact; see
+            :func:`icml_dxpp.forward.resolve_solver`), clarabel for sparse ones.
         active_tol: a row is active when h_i − G_i x* < active_tol (paper: 1e-5).
         linear_solver: 'auto' (dense tensors on an accelerator: 'batched'; on the CPU: SciPy
             Cholesky per problem; sparse tensors: sparse LU), 'batched' (one batched torch
