@@ -7,11 +7,16 @@ qpth and cvxpylayers are never dependencies of the plugin: installing them into 
 environment downgrades numpy/cvxpy. Install them beside it, without dependencies, and pass the
 folder with --peers (see the README for the exact command).
 
-Every arm gets the same problem and the same upstream gradient ḡ ~ N(0, I) on x*. Times are the
-fastest of --repeats runs (one run for a peer call over 2 s), with BLAS limited to
---blas-threads threads. The error column is
-‖(∂q, ∂h, ∂b) − ref‖ / ‖ref‖ where ref is the reduced-KKT backward at a clarabel solution
-(default tolerance 1e-12), so a peer's error also contains its own forward accuracy.
+Every arm gets the same problem and the same upstream gradient ḡ ~ N(0, I) on x*, and every arm
+goes through torch the same way: tensors in (all inputs requiring grad; torch.sparse for the
+sparse families), its own forward, ``(x * ḡ).sum().backward()``, gradients out. Times are the
+fastest of --repeats runs (one run for a peer call over 2 s, or n > 20 000), with BLAS limited
+to --blas-threads threads. The error column is ‖grads − ref‖ / ‖ref‖ over every gradient the arm
+returns — all six (Q, q, G, h, A, b) for our arms and qpth, (q, h, b) for cvxpylayers (Q, G, A
+are constants in its DPP problem) — where ref is our reduced-KKT arm (clarabel forward at its
+default tolerance 1e-12); sparse references are compared on their pattern. A peer's error
+also contains its own forward accuracy. ``--numpy-backward`` restores 0.1.0's protocol (our
+backwards as bare NumPy on one shared forward).
 """
 
 from __future__ import annotations
@@ -30,10 +35,26 @@ def _ints(s: str) -> list[int]:
     return [int(v) for v in s.split(",") if v.strip()]
 
 
-def _err(grads: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> float:
-    keys = [k for k in ("q", "h", "b") if ref[k].size]
-    d = np.sqrt(sum(np.sum((grads[k] - ref[k]) ** 2) for k in keys))
-    return float(d / max(np.sqrt(sum(np.sum(ref[k] ** 2) for k in keys)), 1e-300))
+def _err(grads: dict[str, Any], ref: dict[str, Any]) -> float:
+    """‖grads − ref‖/‖ref‖ over every gradient both have (all six for our arms and qpth);
+    a sparse reference is compared on its pattern (a dense peer's gradient also has entries
+    for the structural zeros of G, A, Q, which a sparse input has no gradient for)."""
+    num = den = 0.0
+    for k in ("Q", "q", "G", "h", "A", "b"):
+        if k not in grads or k not in ref or grads[k] is None or ref[k] is None:
+            continue
+        r, gk = ref[k], grads[k]
+        if sp.issparse(r):
+            rc = sp.coo_matrix(r)
+            rv = rc.data
+            gv = (np.asarray(sp.csr_matrix(gk)[rc.row, rc.col]).reshape(-1) if sp.issparse(gk)
+                  else np.asarray(gk)[rc.row, rc.col])
+        else:
+            rv = np.asarray(r).reshape(-1)
+            gv = np.asarray(gk.toarray() if sp.issparse(gk) else gk).reshape(-1)
+        num += float(np.sum((gv - rv) ** 2))
+        den += float(np.sum(rv ** 2))
+    return float(np.sqrt(num) / max(np.sqrt(den), 1e-300))
 
 
 def _best(fn: Any, repeats: int) -> tuple[float, Any]:
@@ -62,6 +83,73 @@ def ours(prob: Any, g: np.ndarray, repeats: int, beta: float) -> dict[str, dict[
     return out
 
 
+_SIX = ("Q", "q", "G", "h", "A", "b")
+
+
+def _torch_inputs(prob: Any) -> list[Any]:
+    """Leaf tensors for Q, q, G, h, A, b (torch.sparse COO for sparse blocks), requiring grad."""
+    import torch
+
+    out = []
+    for name in _SIX:
+        M = getattr(prob, name)
+        if sp.issparse(M):
+            c = sp.coo_matrix(M)
+            t = torch.sparse_coo_tensor(np.vstack([c.row, c.col]), c.data, c.shape,
+                                        dtype=torch.float64, check_invariants=False).coalesce()
+        else:
+            t = torch.tensor(np.asarray(M), dtype=torch.float64)
+        out.append(t.requires_grad_())
+    return out
+
+
+def _to_np(t: Any) -> Any:
+    if t is None:
+        return None
+    if t.layout != __import__("torch").strided:
+        t = t.coalesce()
+        idx = t.indices().numpy()
+        return sp.csr_matrix((t.values().numpy(), (idx[0], idx[1])), shape=tuple(t.shape))
+    return t.detach().numpy()
+
+
+def ours_torch(prob: Any, g: np.ndarray, repeats: int, beta: float, solver: str = "clarabel"
+               ) -> dict[str, dict[str, Any]]:
+    """Our three arms through torch, like the peers: tensors in (all six requiring grad),
+    ``dxpp_solve`` forward, ``(x * g).sum().backward()``, gradients out."""
+    import torch
+    from icml_dxpp import dxpp_solve
+
+    gt = torch.tensor(g)
+    reps = 1 if prob.n > 20000 else repeats
+    arms = {"dXPP": {"beta": beta, "solver": solver},
+            "KKT-reduced": {"backward": "kkt", "solver": solver},
+            "KKT-full": {"backward": "kkt", "kkt_mode": "full", "solver": solver}}
+    out = {}
+    if prob.n <= 20000:  # one untimed call: first-call costs (imports, caches) are not the arm's
+        warm = _torch_inputs(prob)
+        dxpp_solve(*[None if (prob.m == 0 and k in "Gh") or (prob.p == 0 and k in "Ab") else t
+                     for k, t in zip(_SIX, warm, strict=True)]).x.sum().backward()
+    for name, kw in arms.items():
+        best_f = best_b = float("inf")
+        grads = None
+        for _ in range(reps):
+            ts = _torch_inputs(prob)
+            args = [None if prob.m == 0 and k in "Gh" else
+                    None if prob.p == 0 and k in "Ab" else t
+                    for k, t in zip(_SIX, ts, strict=True)]
+            t0 = time.perf_counter()
+            x = dxpp_solve(*args, **kw).x
+            t1 = time.perf_counter()
+            (x * gt).sum().backward()
+            t2 = time.perf_counter()
+            best_f, best_b = min(best_f, t1 - t0), min(best_b, t2 - t1)
+            grads = {k: _to_np(t.grad) for k, t in zip(_SIX, ts, strict=True)
+                     if t.grad is not None}
+        out[name] = {"fwd": best_f, "bwd": best_b, "grads": grads}
+    return out
+
+
 def _dense(M: Any) -> np.ndarray:
     return M.toarray() if sp.issparse(M) else np.asarray(M)
 
@@ -71,14 +159,13 @@ def qpth_arm(prob: Any, g: np.ndarray, repeats: int) -> dict[str, Any]:
     from qpth.qp import QPFunction
 
     T = lambda a: torch.tensor(_dense(a), dtype=torch.float64).unsqueeze(0)  # noqa: E731
-    Q, G, A = T(prob.Q), T(prob.G), T(prob.A)
     e = torch.empty(0, dtype=torch.float64)
     gt = torch.tensor(g).unsqueeze(0)
     best_f, best_b, grads = float("inf"), float("inf"), None
     for _ in range(repeats):
         if grads is not None and best_f + best_b > 2.0:  # slow arm: one run is enough
             break
-        q, h, b = (T(v).requires_grad_() for v in (prob.q, prob.h, prob.b))
+        Q, q, G, h, A, b = (T(getattr(prob, k)).requires_grad_() for k in _SIX)
         t = time.perf_counter()
         x = QPFunction(verbose=-1, eps=1e-12, maxIter=50)(
             Q, q, G if prob.m else e, h if prob.m else e, A if prob.p else e,
@@ -87,8 +174,8 @@ def qpth_arm(prob: Any, g: np.ndarray, repeats: int) -> dict[str, Any]:
         (x * gt).sum().backward()
         t2 = time.perf_counter()
         best_f, best_b = min(best_f, t1 - t), min(best_b, t2 - t1)
-        grads = {k: (v.grad[0].numpy() if v.grad is not None else np.zeros(v.shape[1]))
-                 for k, v in (("q", q), ("h", h), ("b", b))}
+        grads = {k: v.grad[0].numpy() for k, v in zip(_SIX, (Q, q, G, h, A, b), strict=True)
+                 if v.grad is not None}
     return {"fwd": best_f, "bwd": best_b, "grads": grads}
 
 
@@ -134,11 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--portfolio-steps", type=int, default=30)
     ap.add_argument("--peers", default="", help="folder holding qpth and cvxpylayers")
     ap.add_argument("--peer-max-n", type=int, default=1000,
-                    help="largest n given to qpth/cvxpylayers (they densify or canonicalize)")
+                    help="largest n given to qpth (it densifies: n = 10 000 needs GBs)")
+    ap.add_argument("--cvxpylayers-max-n", type=int, default=100000,
+                    help="largest n given to cvxpylayers (it keeps sparse data)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--beta", type=float, default=1e-6)
     ap.add_argument("--blas-threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--solver", default="clarabel",
+                    help="forward of our arms (through torch): clarabel, auto (piqp for dense "
+                         "problems), or any installed qpsolvers backend")
+    ap.add_argument("--numpy-backward", action="store_true",
+                    help="0.1.0's protocol: our backwards as bare NumPy on one shared forward "
+                         "(default: every arm through torch with its own forward)")
     args = ap.parse_args(argv)
     if args.peers:
         sys.path.insert(0, args.peers)
@@ -173,11 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         for family, size, make in jobs:
             prob = make()
             g = np.random.default_rng(args.seed).standard_normal(prob.n)
-            res = ours(prob, g, args.repeats, args.beta)
+            res = (ours(prob, g, args.repeats, args.beta) if args.numpy_backward
+                   else ours_torch(prob, g, args.repeats, args.beta, args.solver))
             ref = res["KKT-reduced"]["grads"]
             for name, fn in peers.items():
-                if prob.n > args.peer_max_n:
-                    res[name] = {"skip": f"n > --peer-max-n {args.peer_max_n}"}
+                cap = args.cvxpylayers_max_n if name == "cvxpylayers" else args.peer_max_n
+                if prob.n > cap:
+                    flag = "--cvxpylayers-max-n" if name == "cvxpylayers" else "--peer-max-n"
+                    res[name] = {"skip": f"n > {flag} {cap}"}
                     continue
                 try:
                     res[name] = fn(prob, g, args.repeats)

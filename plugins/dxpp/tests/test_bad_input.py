@@ -149,3 +149,11 @@ def test_missing_duals_error_names_the_right_keyword(monkeypatch):
     sol = solve_qp(prob, "clarabel", recover="auto")
     assert sol.duals_recovered and sol.ineq_dual.shape == (prob.m,)
     assert [f.name for f in dataclasses.fields(sol)][:3] == ["x", "eq_dual", "ineq_dual"]
+
+
+def test_batched_sparse_needs_every_input_batched():
+    Q = torch.stack([torch.eye(3, dtype=torch.float64).to_sparse()] * 2).coalesce()
+    q = torch.ones(2, 3, dtype=torch.float64)
+    G = torch.eye(3, dtype=torch.float64)  # shared, not expanded
+    with pytest.raises(QPInputError, match="G has shape .* same size .* expanded"):
+        dxpp_solve(Q, q, G, torch.ones(3, dtype=torch.float64))

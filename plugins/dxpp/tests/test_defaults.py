@@ -63,3 +63,54 @@ def test_auto_cg_falls_back_silently_to_the_direct_solve_when_it_stalls():
         got, info = differentiate(prob, g, solution=sol, cg_min_n=10, cg_maxiter=5)[1:]
     assert info["linear_solver"] == "auto:cg->direct" and info["cg_residual"] > 1e-7
     assert rel_error(got, direct) < 1e-10
+
+
+def test_solver_auto_picks_piqp_for_dense_and_clarabel_for_sparse():
+    import pytest
+    import qpsolvers
+    from icml_dxpp.forward import resolve_solver
+    from icml_dxpp.problems import random_qp
+
+    if "piqp" not in qpsolvers.available_solvers:
+        pytest.skip("needs piqp: pip install -e 'plugins/dxpp[test]'")
+    dense = random_qp(40, seed=5).problem
+    assert resolve_solver("auto", sparse=False) == "piqp"
+    assert resolve_solver("auto", sparse=True) == "clarabel"
+    assert solve_qp(simplex_projection(50, seed=0), "auto").solver == "clarabel"
+    g = np.random.default_rng(4).standard_normal(dense.n)
+    fast_sol, fast, _ = differentiate(dense, g, solver="auto")
+    ref_sol, ref, _ = differentiate(dense, g)
+    assert fast_sol.solver == "piqp" and ref_sol.solver == "clarabel"
+    assert rel_error(fast, ref) < 1e-5
+
+
+def test_batched_torch_sparse_inputs_match_one_by_one():
+    import torch
+    from icml_dxpp import dxpp_solve
+
+    probs = [simplex_projection(60, seed=s) for s in (0, 1)]
+
+    def coo(M):
+        c = M.tocoo()
+        return torch.sparse_coo_tensor(np.vstack([c.row, c.col]), c.data, c.shape,
+                                       dtype=torch.float64, check_invariants=False)
+
+    def dense(v):
+        return torch.tensor(np.asarray(v), dtype=torch.float64)
+
+    Qb = torch.stack([coo(p.Q) for p in probs]).coalesce().requires_grad_()
+    Gb = torch.stack([coo(p.G) for p in probs]).coalesce().requires_grad_()
+    Ab = torch.stack([coo(p.A) for p in probs]).coalesce().requires_grad_()
+    qb, hb, bb = (torch.stack([dense(getattr(p, k)) for p in probs]).requires_grad_()
+                  for k in "qhb")
+    w = torch.tensor(np.random.default_rng(0).standard_normal((2, 60)))
+    (dxpp_solve(Qb, qb, Gb, hb, Ab, bb).x * w).sum().backward()
+    assert Gb.grad.is_sparse and Gb.grad.shape == Gb.shape
+    for i, p in enumerate(probs):
+        Q1, G1, A1 = (coo(M).requires_grad_() for M in (p.Q, p.G, p.A))
+        q1, h1, b1 = (dense(v).requires_grad_() for v in (p.q, p.h, p.b))
+        (dxpp_solve(Q1, q1, G1, h1, A1, b1).x * w[i]).sum().backward()
+        torch.testing.assert_close(qb.grad[i], q1.grad)
+        torch.testing.assert_close(hb.grad[i], h1.grad)
+        torch.testing.assert_close(Gb.grad[i].to_dense(), G1.grad.to_dense())
+        torch.testing.assert_close(Ab.grad[i].to_dense(), A1.grad.to_dense())

@@ -46,7 +46,8 @@ class DifferentiateConfig:
     active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
     rho_min: float = option(0.0, help="floor on ||dual||_1 inside rho (0 = the paper; 1 keeps "
                             "zero-dual constraints in the backward)", ge=0)
-    solver: str = option("clarabel", help="qpsolvers backend for the forward pass")
+    solver: str = option("clarabel", help="qpsolvers backend for the forward pass (auto: "
+                         "piqp for dense problems, clarabel for sparse ones)")
     tol: float | None = option(None, help="forward solver tolerance (none: a tight "
                               "per-solver default, 1e-12 for clarabel)", gt=0)
     linear_solver: str = option("auto", help="dXPP's linear solver",
@@ -77,7 +78,8 @@ class EvaluateConfig:
     beta: float = option(1e-6, help="softplus smoothing width of the penalty", gt=0)
     penalty_coeff: float = option(10.0, help="c in rho = c * ||dual||_1", gt=0)
     active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
-    solver: str = option("clarabel", help="qpsolvers backend for the forward pass")
+    solver: str = option("clarabel", help="qpsolvers backend for the forward pass (auto: "
+                         "piqp for dense problems, clarabel for sparse ones)")
     tol: float | None = option(None, help="forward solver tolerance (none: a tight "
                               "per-solver default, 1e-12 for clarabel)", gt=0)
     linear_solver: str = option("auto", help="dXPP's linear solver",

@@ -36,14 +36,11 @@ def _f_flat(value: Any) -> np.ndarray:
 class _AffineMap:
     """vec(data) = J θ + c for one block of the problem data (sparse J)."""
 
-    def __init__(self, shape: tuple[int, ...], base: np.ndarray, cols: list[np.ndarray]):
+    def __init__(self, shape: tuple[int, ...], base: np.ndarray, J: Any):
         self.shape = shape
-        self.base = base.reshape(-1)
-        if cols:
-            J = sp.csr_matrix(np.stack([c.reshape(-1) for c in cols], axis=1))
-        else:
-            J = sp.csr_matrix((self.base.size, 0))
-        self.J = J
+        self.base = np.asarray(base, dtype=np.float64).reshape(-1)
+        self.J = sp.csr_matrix(J)
+        self.J.eliminate_zeros()
         self._cache: dict[tuple[Any, Any], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     def _tensors(self, dtype: Any, device: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -93,9 +90,13 @@ def _problem_data(problem: Any) -> Any:
     return data
 
 
-def extract_qp(problem: Any, parameters: list[Any]) -> tuple[dict[str, _AffineMap], Any]:
+def extract_qp(problem: Any, parameters: list[Any], method: str = "tensor"
+               ) -> tuple[dict[str, _AffineMap], Any]:
     """The affine maps θ -> (P, q, G, h, A, b) of a DPP cvxpy QP, from cvxpy's own
-    canonicalisation, and cvxpy's parametric program (which holds the variable offsets)."""
+    canonicalisation, and cvxpy's parametric program (which holds the variable offsets).
+
+    ``method``: ``"tensor"`` reads cvxpy's parameter tensors (falls back to probing when this
+    cvxpy lays them out differently), ``"probe"`` calls ``apply_parameters`` per scalar."""
     import cvxpy as cp
 
     data = _problem_data(problem)
@@ -109,43 +110,95 @@ def extract_qp(problem: Any, parameters: list[Any]) -> tuple[dict[str, _AffineMa
         raise QPInputError(f"parameters must be exactly the problem's parameters: missing "
                            f"{names}, not in the problem {extra}")
 
+    try:
+        blocks = _tensor_blocks(prog, parameters) if method == "tensor" else None
+    except (AttributeError, TypeError, ValueError, IndexError):  # another cvxpy layout
+        blocks = None
+    if blocks is None:
+        blocks = _probe_blocks(prog, parameters)
+    (P0, JP), (q0, Jq), (AF0, JAF), (bg0, Jbg) = blocks
+    n, m_all = q0.size, bg0.size
+    # ½zᵀPz with P symmetric; cvxpy may hand over one triangle only
+    tr = np.arange(n * n).reshape(n, n).T.reshape(-1)  # C-order index of the transpose
+    asym = max(float(np.abs(P0 - P0[tr]).max(initial=0.0)),
+               float(abs(JP - JP[tr]).max()) if JP.nnz else 0.0)
+    if asym > 1e-12:
+        diag = np.zeros(n * n)
+        diag[np.arange(n) * (n + 1)] = 1.0
+        P0 = P0 + P0[tr] - diag * P0
+        JP = JP + JP[tr] - sp.diags(diag) @ JP
+    else:
+        P0, JP = 0.5 * (P0 + P0[tr]), 0.5 * (JP + JP[tr])
+    eq_rows = np.arange(n_eq * n)  # C order: row-major, the first n_eq rows of AF
+    in_rows = np.arange(n_eq * n, m_all * n)
+    maps = {
+        "Q": _AffineMap((n, n), P0, JP),
+        "q": _AffineMap((n,), q0, Jq),
+        # cvxpy's QP data: AF z + bg = 0 (first n_eq rows) and AF z + bg >= 0 (the rest)
+        "A": _AffineMap((n_eq, n), AF0[eq_rows], JAF[eq_rows]),
+        "b": _AffineMap((n_eq,), -bg0[:n_eq], -Jbg[:n_eq]),
+        "G": _AffineMap((m_all - n_eq, n), -AF0[in_rows], -JAF[in_rows]),
+        "h": _AffineMap((m_all - n_eq,), bg0[n_eq:], Jbg[n_eq:]),
+    }
+    return maps, prog
+
+
+Block = tuple[np.ndarray, Any]  # (C-order flat base, sparse Jacobian: flat size × K)
+
+
+def _probe_blocks(prog: Any, parameters: list[Any]) -> list[Block]:
+    """The affine map by probing: cvxpy's ``apply_parameters`` at θ = 0 and at every unit
+    vector (K + 1 calls; exact, since the map is affine)."""
     def evaluate(values: dict[int, np.ndarray]) -> list[np.ndarray]:
         P, q, _d, AF, bg = _apply(prog, values)
-        P = P.toarray() if sp.issparse(P) else np.asarray(P)
-        AF = AF.toarray() if sp.issparse(AF) else np.asarray(AF)
-        return [P, np.asarray(q).reshape(-1), AF, np.asarray(bg).reshape(-1)]
+        return [np.asarray(sp.csr_matrix(P).toarray()).reshape(-1),
+                np.asarray(q, dtype=np.float64).reshape(-1),
+                np.asarray(sp.csr_matrix(AF).toarray()).reshape(-1),
+                np.asarray(bg, dtype=np.float64).reshape(-1)]
 
     zeros = {p.id: np.zeros(p.shape) for p in parameters}
     base = evaluate(zeros)
-    cols: list[list[np.ndarray]] = [[] for _ in base]
+    cols: list[list[Any]] = [[] for _ in base]
     for p in parameters:
-        for k in range(int(np.prod(p.shape, dtype=int))):
-            e = np.zeros(int(np.prod(p.shape, dtype=int)))
+        size = int(np.prod(p.shape, dtype=int))
+        for k in range(size):
+            e = np.zeros(size)
             e[k] = 1.0
             vals = dict(zeros)
             vals[p.id] = e.reshape(p.shape, order="F")
             for j, block in enumerate(evaluate(vals)):
-                cols[j].append(block - base[j])
-    P0, q0, AF0, bg0 = base
-    n = q0.size
-    # ½zᵀPz with P symmetric; cvxpy may hand over one triangle only
-    tri = not np.allclose(P0, P0.T) or any(not np.allclose(c, c.T) for c in cols[0])
-    if tri:
-        def sym(M: np.ndarray) -> np.ndarray:
-            return M + M.T - np.diag(np.diag(M))
-    else:
-        def sym(M: np.ndarray) -> np.ndarray:
-            return 0.5 * (M + M.T)
-    maps = {
-        "Q": _AffineMap((n, n), sym(P0), [sym(c) for c in cols[0]]),
-        "q": _AffineMap((n,), q0, cols[1]),
-        # cvxpy's QP data: AF z + bg = 0 (first n_eq rows) and AF z + bg >= 0 (the rest)
-        "A": _AffineMap((n_eq, n), AF0[:n_eq], [c[:n_eq] for c in cols[2]]),
-        "b": _AffineMap((n_eq,), -bg0[:n_eq], [-c[:n_eq] for c in cols[3]]),
-        "G": _AffineMap((AF0.shape[0] - n_eq, n), -AF0[n_eq:], [-c[n_eq:] for c in cols[2]]),
-        "h": _AffineMap((AF0.shape[0] - n_eq,), bg0[n_eq:], [c[n_eq:] for c in cols[3]]),
-    }
-    return maps, prog
+                cols[j].append(sp.csc_matrix((block - base[j]).reshape(-1, 1)))
+    return [(b, sp.csr_matrix(sp.hstack(c)) if c else sp.csr_matrix((b.size, 0)))
+            for b, c in zip(base, cols, strict=True)]
+
+
+def _tensor_blocks(prog: Any, parameters: list[Any]) -> list[Block] | None:
+    """The affine map read from cvxpy's parameter tensors (``matrix_data``: one row per entry
+    of the column-major data matrix, one column per scalar parameter, the last column the
+    constant); one sparse gather instead of K + 1 calls. Checked against probing in the tests."""
+    K = int(prog.total_param_size)
+    order = np.concatenate([int(prog.param_id_to_col[p.id]) + np.arange(int(np.prod(
+        p.shape, dtype=int))) for p in parameters]) if parameters else np.zeros(0, int)
+    if order.size != K:
+        return None
+    n = int(prog.x.size)
+
+    def split(T: Any, R: int, C: int) -> Block:
+        T = sp.csc_matrix(T)
+        if T.shape != (R * C, K + 1):
+            raise ValueError("unexpected tensor shape")
+        rows = (np.arange(R)[:, None] + R * np.arange(C)[None, :]).reshape(-1)  # F -> C
+        T = sp.csr_matrix(T)[rows]
+        return (np.asarray(T[:, K].toarray()).reshape(-1), sp.csr_matrix(T[:, order]))
+
+    P = split(prog.reduced_P.matrix_data, n, n)
+    qd = split(prog.q, n + 1, 1)
+    m_all = prog.reduced_A.matrix_data.shape[0] // (n + 1)
+    Ab = split(prog.reduced_A.matrix_data, m_all, n + 1)
+    idx = np.arange(m_all * (n + 1)).reshape(m_all, n + 1)
+    AF = (Ab[0][idx[:, :n].reshape(-1)], Ab[1][idx[:, :n].reshape(-1)])
+    bg = (Ab[0][idx[:, n]], Ab[1][idx[:, n]])
+    return [P, (qd[0][:n], qd[1][:n]), AF, bg]
 
 
 def _apply(prog: Any, values: dict[int, np.ndarray]) -> tuple[Any, ...]:

@@ -7,8 +7,9 @@ dimensions broadcast like qpth/NumPy (a Q of shape (n, n) is shared by a batch o
 gradient is summed over the batch). Inputs on CUDA are accepted: the solve runs on the CPU and
 outputs and gradients come back on the input's device and dtype.
 
-``torch.sparse`` (COO or CSR) Q, G, A are accepted for a single (unbatched) problem; their
-gradients are sparse on the same pattern.
+``torch.sparse`` (COO or CSR) Q, G, A are accepted for a single problem, and as (B, rows, n)
+COO tensors for a batch (every input then batched to the same B); their gradients are sparse
+on the same pattern.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class _QPFunction(torch.autograd.Function):
             if t is None:
                 return None
             if _is_sparse(t):
-                return _to_scipy(t)
+                return _to_scipy(t.select(0, i) if t.dim() == 3 else t)
             return t[i].detach().cpu().to(torch.float64).numpy()
 
         probs, sols = [], []
@@ -183,6 +184,8 @@ class _QPFunction(torch.autograd.Function):
             like = ctx.likes[k]
             if like is None or not needs[k]:
                 out.append(None)
+            elif _is_sparse(like) and like.dim() == 3:  # batched torch.sparse (COO)
+                out.append(torch.stack([_grad_to_torch(g[name], like) for g in per]).coalesce())
             elif _is_sparse(like):
                 out.append(_grad_to_torch(per[0][name], like))
             else:
@@ -228,7 +231,8 @@ def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
     Options (all keyword): ``beta`` (1e-6), ``penalty_coeff`` (10), ``active_tol`` (1e-5),
     ``rho_min`` (0, the paper), ``cg_min_n`` (50 000: sparse systems this large use CG under
     'auto'), ``ridge`` (1e-9), ``linear_solver`` ('auto' | 'dense' | 'sparse' | 'cg'),
-    ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel' or any installed qpsolvers backend),
+    ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel'; 'auto': piqp for dense problems,
+    clarabel for sparse ones; or any installed qpsolvers backend),
     ``tol`` (the forward solver's tolerance; None = a tight per-solver default),
     ``backward`` ('dxpp' | 'kkt'), ``kkt_mode`` ('reduced' | 'full'),
     ``recover_duals`` ('auto' | 'always' | 'never'), ``polish`` (False; active-set refinement
@@ -258,6 +262,8 @@ def _solve(opts: LayerOptions, Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor
         raise QPInputError("q is a scalar (0-D tensor): it must be a vector of length n, or "
                            "(..., n) for a batch; use q.reshape(1) for a one-variable QP")
     n = q.shape[-1]
+    if any(_is_sparse(t) and t.dim() == 3 for t in tensors.values()):
+        return _solve_sparse_batched(opts, tensors, n, Q, q, G, h, A, b)
     if any(_is_sparse(t) for t in tensors.values()):
         for name, t in tensors.items():
             if t.dim() != (2 if name in "QGA" else 1):
@@ -294,6 +300,27 @@ def _solve(opts: LayerOptions, Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor
     return QPSolution(x.reshape(*bshape, -1), mu.reshape(*bshape, -1), nu.reshape(*bshape, -1))
 
 
+def _solve_sparse_batched(opts: LayerOptions, tensors: dict[str, torch.Tensor], n: int,
+                          Q: torch.Tensor, q: torch.Tensor, G: Any, h: Any, A: Any, b: Any
+                          ) -> QPSolution:
+    """A batch of sparse problems: Q, G, A as (B, ·, n) torch.sparse COO tensors (or dense
+    (B, ·, n)), q, h, b as (B, ·); every input carries the same batch size B (no broadcasting)."""
+    B = q.shape[0] if q.dim() == 2 else None
+    for name, t in tensors.items():
+        want = 3 if name in "QGA" else 2
+        if t.dim() != want or t.shape[0] != B:
+            raise QPInputError(f"{name} has shape {tuple(t.shape)}: a batch of torch.sparse "
+                               f"problems needs every input batched with the same size (B, "
+                               f"...), {name} as {'(B, rows, n)' if want == 3 else '(B, rows)'}"
+                               "; shared inputs must be expanded")
+        if _is_sparse(t) and t.layout != torch.sparse_coo:
+            raise QPInputError(f"{name} is a batched {t.layout} tensor: batched sparse inputs "
+                               "must be COO (t.to_sparse_coo())")
+    _check_tails(n, Q, G, h, A, b)
+    x, mu, nu = _QPFunction.apply(opts, Q, q, G, h, A, b)
+    return QPSolution(x, mu, nu)
+
+
 def _check_tails(n: int, Q: torch.Tensor, G: Any, h: Any, A: Any, b: Any) -> None:
     if Q.dim() < 2 or tuple(Q.shape[-2:]) != (n, n):
         raise QPInputError(f"Q has shape {tuple(Q.shape)} but q has length {n}: Q must be "
@@ -318,7 +345,9 @@ class DXPPQPLayer(torch.nn.Module):
     Args:
         beta: softplus smoothing width β of the penalty (paper default 1e-6 in every example).
         penalty_coeff: c in ρ_I = c‖ν*‖₁, ρ_E = c‖μ*‖₁ (paper: 10).
-        solver: any installed ``qpsolvers`` backend for the forward pass (default clarabel).
+        solver: any installed ``qpsolvers`` backend for the forward pass (default clarabel);
+            'auto' picks piqp for dense problems (much faster, slightly less exact; see
+            :func:`icml_dxpp.forward.resolve_solver`), clarabel for sparse ones.
         active_tol: a row is active when h_i − G_i x* < active_tol (paper: 1e-5).
         linear_solver: 'auto' (dense tensors on an accelerator: 'batched'; on the CPU: SciPy
             Cholesky per problem; sparse tensors: sparse LU), 'batched' (one batched torch

@@ -1,0 +1,118 @@
+"""The cvxpy QP layer against the tensor API on the same QP (and cvxpylayers, with --peers).
+
+    python plugins/dxpp/benchmarks/cvxpy_layer.py [--peers /tmp/dxpp-peers]
+
+The QP is ``random_qp(n)`` written in cvxpy with parameters q, h, b (as the main benchmark's
+cvxpylayers arm): min ½xᵀQx + qᵀx s.t. Gx ≤ h, Ax = b. Both dXPP arms go through torch,
+tensors in to gradients out; forward = the layer call, backward = ``(x * g).sum().backward()``,
+fastest of --repeats. ``build s`` is the one-off cost of the layer's construction (cvxpy's
+canonicalisation and the probing of its affine parameter map). ``grad err`` is the relative
+error of (∂q, ∂h, ∂b) against the tensor API's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def _time(fn, repeats):
+    best_f = best_b = float("inf")
+    out = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        xs, loss_fn, leaves = fn()
+        t1 = time.perf_counter()
+        loss_fn(xs).backward()
+        t2 = time.perf_counter()
+        best_f, best_b = min(best_f, t1 - t0), min(best_b, t2 - t1)
+        out = [t.grad.detach().numpy().copy() for t in leaves]
+    return best_f, best_b, out
+
+
+def run_size(n: int, repeats: int, CvxpyLayer) -> None:
+    """One table block: the tensor API, the cvxpy layer (and cvxpylayers) on random_qp(n)."""
+    import cvxpy as cp
+    import torch
+    from icml_dxpp import CvxpyQPLayer, dxpp_solve
+    from icml_dxpp.problems import random_qp
+
+    prob = random_qp(n, seed=0).problem
+    g = torch.tensor(np.random.default_rng(1).standard_normal(n))
+    T = lambda a: torch.tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+    Q, G, A = T(prob.Q), T(prob.G), T(prob.A)
+
+    def loss(x):
+        return (x * g).sum()
+
+    def tensor_api():
+        q, h, b = (T(v).requires_grad_() for v in (prob.q, prob.h, prob.b))
+        return dxpp_solve(Q, q, G, h, A, b).x, loss, (q, h, b)
+
+    x = cp.Variable(n)
+    qp, hp, bp = cp.Parameter(n), cp.Parameter(prob.m), cp.Parameter(prob.p)
+    problem = cp.Problem(cp.Minimize(0.5 * cp.quad_form(x, cp.psd_wrap(prob.Q))
+                                     + qp @ x), [prob.G @ x <= hp, prob.A @ x == bp])
+    t = time.perf_counter()
+    layer = CvxpyQPLayer(problem, [qp, hp, bp], [x])
+    build = time.perf_counter() - t
+
+    def through_cvxpy(layer=layer):
+        q, h, b = (T(v).requires_grad_() for v in (prob.q, prob.h, prob.b))
+        return layer(q, h, b)[0], loss, (q, h, b)
+
+    f0, b0, ref = _time(tensor_api, repeats)
+    rows = [("tensor API (dxpp_solve)", "", f0, b0, ref)]
+    f1, b1, got = _time(through_cvxpy, repeats)
+    rows.append(("CvxpyQPLayer", f"{build:.2f}", f1, b1, got))
+    if CvxpyLayer is not None and n <= 300:
+        t = time.perf_counter()
+        peer = CvxpyLayer(problem, parameters=[qp, hp, bp], variables=[x])
+        pbuild = time.perf_counter() - t
+
+        def cvxpylayers(peer=peer):
+            q, h, b = (T(v).requires_grad_() for v in (prob.q, prob.h, prob.b))
+            (xs,) = peer(q, h, b, solver_args={"solve_method": "Clarabel"})
+            return xs, loss, (q, h, b)
+
+        f2, b2, pg = _time(cvxpylayers, 1 if n > 100 else repeats)
+        rows.append(("cvxpylayers 1.2.0", f"{pbuild:.2f}", f2, b2, pg))
+    base = f0 + b0
+    nref = np.sqrt(sum(np.sum(r ** 2) for r in ref))
+    for name, build_s, f, b, gr in rows:
+        err = np.sqrt(sum(np.sum((a - r) ** 2) for a, r in zip(gr, ref, strict=True)))
+        print(f"| {n} | {name} | {build_s} | {f * 1e3:.2f} | {b * 1e3:.2f} | "
+              f"{(f + b) * 1e3:.2f} | {(f + b) / base:.2f} | {err / nref:.2e} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="20,100,300")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--peers", default="")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.peers:
+        sys.path.insert(0, args.peers)
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    try:
+        from cvxpylayers.torch import CvxpyLayer
+    except ImportError:
+        CvxpyLayer = None
+    print("| n | arm | build s | fwd ms | bwd ms | total ms | total / tensor API | grad err |")
+    print("|---|---|---|---|---|---|---|---|")
+    with threadpool_limits(1):
+        for n in (int(s) for s in args.sizes.split(",")):
+            run_size(n, args.repeats, CvxpyLayer)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
