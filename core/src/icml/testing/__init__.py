@@ -14,6 +14,7 @@ Each inherited test's docstring has a *Troubleshooting* section saying what to f
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,26 @@ from icml.config import ConfigError, build_config, schema_rows, to_dict
 from icml.hookspecs import CAPABILITY_HOOKS
 from icml.loader import GROUP, HEAVY_MODULES, PluginHost, PluginRecord, discover, load_plugins
 
-__all__ = ["PluginConformance", "assert_light_import"]
+__all__ = ["PluginConformance", "assert_light_import", "icml_cli", "one_line_error"]
+
+
+def icml_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the installed ``icml`` console script in a fresh interpreter, as a user does (one
+    torch thread, so tests of several plugins can run side by side); output captured as text."""
+    script = Path(sys.executable).parent / "icml"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "icml.cli"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The single ``error:`` line a bad input must produce on stderr, with no traceback.
+
+    Troubleshooting: a traceback means an exception escaped the plugin's checks; raise
+    ``icml.ConfigError`` (config values) or ``ValueError`` with a message naming the fix."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    return line
 
 
 def assert_light_import(module: str, heavy: tuple[str, ...] = HEAVY_MODULES,
