@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 import icml
+from icml.seeding import seed_everything
 from icml_het_cpflora.config import TrainConfig
 from icml_het_cpflora.job import _setup, run_strategy
 
@@ -34,8 +35,8 @@ def main() -> None:
     acc: dict[str, list[tuple[float, float]]] = {}
     bytes_, secs = {}, {}
     for seed in args.seeds:
-        icml.seeding.seed_everything(seed)
-        ctx = icml.RunContext(out_dir=Path(tempfile.mkdtemp()), seed=seed,
+        seed_everything(seed)
+        ctx = icml.RunContext(out_dir=Path(tempfile.mkdtemp()), seed=seed, show_progress=False,
                               logger=logging.getLogger("bench"))
         env = _setup(ctx, cfg)
         for name in cfg.strategies:
