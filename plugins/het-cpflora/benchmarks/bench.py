@@ -14,11 +14,15 @@ import tempfile
 from pathlib import Path
 
 import torch
+from icml_het_cpflora.config import TrainConfig
+from icml_het_cpflora.job import _setup, run_strategy
 
 import icml
 from icml.seeding import seed_everything
-from icml_het_cpflora.config import TrainConfig
-from icml_het_cpflora.job import _setup, run_strategy
+
+
+def sd(x: list[float]) -> float:
+    return statistics.stdev(x) if len(x) > 1 else 0.0
 
 
 def main() -> None:
@@ -54,7 +58,6 @@ def main() -> None:
     for arm, vals in acc.items():
         loc = [v[0] for v in vals]
         gen = [v[1] for v in vals]
-        sd = (lambda x: statistics.stdev(x) if len(x) > 1 else 0.0)
         ratio = f"{bytes_[arm] / fed:.2f}" if fed else "n/a"
         print(f"| {arm} | {statistics.mean(loc):.3f} ± {sd(loc):.3f} | "
               f"{statistics.mean(gen):.3f} ± {sd(gen):.3f} | {bytes_[arm]:.0f} | {ratio} | "

@@ -1,7 +1,6 @@
 """Config validation and the job's arms (small, seconds)."""
 
 import pytest
-
 from icml_het_cpflora.config import TrainConfig
 
 

@@ -5,8 +5,6 @@ import random
 
 import pytest
 import torch
-from icml.models import byte_tokenizer, tiny_causal_lm
-
 from icml_het_cpflora import (
     ClientDataset,
     ClientRankSpec,
@@ -22,6 +20,9 @@ from icml_het_cpflora import (
     subspace_weights,
 )
 from icml_het_cpflora.task import encode, make_examples
+
+from icml.models import byte_tokenizer, tiny_causal_lm
+
 
 def tiny_model(seed=0):
     return tiny_causal_lm("llama", seed=seed, hidden_size=32, num_layers=2, num_heads=4,

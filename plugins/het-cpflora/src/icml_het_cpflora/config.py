@@ -17,7 +17,8 @@ class TrainConfig:
                                  ge=0)
     r_personal: list[int] = option([2, 2, 1, 2], help="personal rank r_p per client", ge=0)
     strategies: list[str] = option(list(STRATEGY_NAMES), help="strategies to run (het-cpflora "
-                                   "is evaluated with fixed and with OOD weights); any of " + ", ".join(STRATEGY_NAMES))
+                                   "is evaluated with fixed and with OOD weights); any of "
+                                   + ", ".join(STRATEGY_NAMES))
     # federated training
     rounds: int = option(5, help="communication rounds", ge=0)
     local_steps: int = option(30, help="local AdamW steps per round", ge=0)

@@ -97,7 +97,7 @@ def train_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
         outs[name] = out
         if name == "fedit":
             fedit_bytes = out["bytes_per_round"]
-    for name, out in outs.items():
+    for out in outs.values():
         for arm, accs in out["arms"].items():
             local = statistics.mean(a for a, _ in accs)
             gen = statistics.mean(g for _, g in accs)
@@ -112,7 +112,7 @@ def train_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
     table = icml.Table("Personalization vs generalization (teacher-forced exact match, mean "
                        "over clients)", cols, rows)
     per_client = []
-    for name, out in outs.items():
+    for out in outs.values():
         for arm, accs in out["arms"].items():
             for i, (a, g) in enumerate(accs):
                 s = env["specs"][i]
