@@ -5,9 +5,10 @@ import logging
 import tempfile
 from pathlib import Path
 
-import icml
 from icml_het_cpflora.config import TrainConfig
 from icml_het_cpflora.job import _setup, run_strategy
+
+import icml
 
 
 def test_personalization_beats_fedit_and_generalization_beats_local():

@@ -25,11 +25,12 @@ def _setup(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     tok = byte_tokenizer()
     base = tiny_causal_lm("llama", seed=ctx.seed, device=device, hidden_size=cfg.hidden_size,
                           num_layers=cfg.num_layers, num_heads=4, num_kv_heads=2)
+    specs = [ClientRankSpec(s, p) for s, p in zip(cfg.r_shared, cfg.r_personal)]
+    _check(cfg, base, specs)
     t0 = time.perf_counter()
     loss = pretrain(base, tok, steps=cfg.pretrain_steps, length=cfg.digits, seed=ctx.seed,
                     progress=ctx.progress) if cfg.pretrain_steps else float("nan")
     base = base.to(dtype=dtype)
-    specs = [ClientRankSpec(s, p) for s, p in zip(cfg.r_shared, cfg.r_personal)]
     rng = random.Random(ctx.seed + 1)
     train, tests = [], []
     for i in range(len(specs)):
@@ -42,6 +43,18 @@ def _setup(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     torch.manual_seed(ctx.seed)
     return {"tok": tok, "base": base, "specs": specs, "train": train, "tests": tests,
             "pretrain_loss": loss, "pretrain_s": time.perf_counter() - t0}
+
+
+def _check(cfg: Any, base: Any, specs: list[Any]) -> None:
+    """Model-dependent checks before any training: one-line config errors naming the key."""
+    from icml_het_cpflora.adapters import check_targets
+
+    for name in cfg.strategies:
+        try:
+            check_targets(base, cfg.target_modules, _strategy(name, cfg).ranks(specs))
+        except ValueError as exc:
+            key = "target_modules" if "no module named" in str(exc) else "r_shared/r_personal"
+            raise icml.ConfigError(f"config key '{key}': {exc}") from None
 
 
 def _strategy(name: str, cfg: Any) -> Any:
