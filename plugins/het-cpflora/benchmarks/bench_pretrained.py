@@ -16,15 +16,15 @@ import time
 from pathlib import Path
 
 import torch
-
-import icml
-from icml.models import load_pretrained
-from icml.seeding import seed_everything
 from icml_het_cpflora.config import TrainConfig
 from icml_het_cpflora.job import _check, run_strategy
 from icml_het_cpflora.ranks import ClientRankSpec
 from icml_het_cpflora.simulator import ClientDataset
 from icml_het_cpflora.task import STYLES, encode, make_examples
+
+import icml
+from icml.models import load_pretrained
+from icml.seeding import seed_everything
 
 
 def main() -> None:
@@ -47,8 +47,8 @@ def main() -> None:
         kw = {"own_task": i, "own_share": cfg.own_share, "style": STYLES[i],
               "length": cfg.digits, "rng": rng}
         enc = encode(tok, make_examples(cfg.train_size, **kw))
-        train.append(ClientDataset(enc["input_ids"], enc["labels"]))
-        train[-1].prompt_ids = enc["prompt_ids"]
+        train.append(ClientDataset(enc["input_ids"], enc["labels"],
+                                   prompt_ids=enc["prompt_ids"]))
         tests.append(encode(tok, make_examples(cfg.test_size, **kw)))
     env = {"tok": tok, "base": base, "specs": specs, "train": train, "tests": tests}
     ctx = icml.RunContext(out_dir=Path(tempfile.mkdtemp()), seed=args.seed,

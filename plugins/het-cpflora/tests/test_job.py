@@ -12,11 +12,11 @@ def test_config_rejects_mismatched_rank_lists():
 
 
 def test_model_dependent_errors_are_config_errors(tmp_path):
-    import icml
-    from icml.models import tiny_causal_lm
-
     from icml_het_cpflora.job import _check
     from icml_het_cpflora.ranks import ClientRankSpec
+
+    import icml
+    from icml.models import tiny_causal_lm
 
     base = tiny_causal_lm("llama", hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2)
     cfg = TrainConfig(target_modules=["w_qkv"])

@@ -37,8 +37,8 @@ def _setup(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
         kw = {"own_task": i, "own_share": cfg.own_share, "style": STYLES[i], "length":
               cfg.digits, "rng": rng}
         enc = encode(tok, make_examples(cfg.train_size, **kw), device)
-        train.append(ClientDataset(enc["input_ids"], enc["labels"]))
-        train[-1].prompt_ids = enc["prompt_ids"]
+        train.append(ClientDataset(enc["input_ids"], enc["labels"],
+                                   prompt_ids=enc["prompt_ids"]))
         tests.append(encode(tok, make_examples(cfg.test_size, **kw), device))
     torch.manual_seed(ctx.seed)
     return {"tok": tok, "base": base, "specs": specs, "train": train, "tests": tests,
