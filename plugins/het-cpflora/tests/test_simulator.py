@@ -5,8 +5,6 @@ import random
 
 import pytest
 import torch
-from icml.models import byte_tokenizer, tiny_causal_lm
-
 from icml_het_cpflora import (
     ClientDataset,
     ClientRankSpec,
@@ -22,6 +20,9 @@ from icml_het_cpflora import (
     subspace_weights,
 )
 from icml_het_cpflora.task import encode, make_examples
+
+from icml.models import byte_tokenizer, tiny_causal_lm
+
 
 def tiny_model(seed=0):
     return tiny_causal_lm("llama", seed=seed, hidden_size=32, num_layers=2, num_heads=4,
@@ -171,3 +172,34 @@ def test_mixer_weights_bounds_and_function_preservation():
     mixer = OODMixer.fit(model, ids, SPECS[0])
     ws = mixer.weights(model, ids)
     assert all(0 <= p <= 0.5 + 1e-9 and s + p == pytest.approx(1.0) for s, p in ws)
+
+
+def test_bfloat16_round_and_qwen2_targets():
+    model = tiny_causal_lm("qwen2", hidden_size=32, num_layers=1, num_heads=4,
+                           num_kv_heads=2).to(torch.bfloat16)
+    res = simulate(model, _data(2), SPECS[:2], HetCPFLoRA(), rounds=1, local_steps=1,
+                   lr=1e-2, batch_size=4)
+    ad = read_adapter(res.model, res.adapter(0))
+    # peft keeps adapter weights in float32 on a bfloat16 base (autocast_adapter_dtype)
+    assert all(torch.isfinite(f.B.float()).all() and f.B.abs().max() > 0 for f in ad.values())
+    assert next(res.model.base_model.model.parameters()).dtype == torch.bfloat16
+
+
+def test_hetcp_round_leaves_shared_part_at_the_refactored_aggregate():
+    """After a round, every client's B_s A_s is the best rank-r_s approximation of the
+    r_s-weighted average of the uploaded products (checked independently of the strategy)."""
+    strat = HetCPFLoRA()
+    res = _run(strat, rounds=1, local_steps=2)
+    ads = _adapters(res)
+    uploads = {i: strat.upload(a, s) for i, (a, s) in enumerate(zip(ads, SPECS))}
+    down = strat.aggregate(uploads, dict(enumerate(SPECS)), {i: 24 for i in range(3)})
+    total = sum(s.r_shared for s in SPECS)
+    for m in ads[0]:
+        avg = sum(split_lora(a, s).shared[m].product() * (s.r_shared / total)
+                  for a, s in zip(ads, SPECS))
+        S = torch.linalg.svdvals(avg)
+        for i, s in enumerate(SPECS):
+            new = strat.download(ads[i], down[i], s)
+            err = torch.linalg.norm(avg - split_lora(new, s).shared[m].product())
+            assert float(err) == pytest.approx(float(torch.sqrt((S[s.r_shared:] ** 2).sum())),
+                                               rel=1e-4, abs=1e-6)

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from icml_het_cpflora import (
     ClientRankSpec,
     LoRAFactors,

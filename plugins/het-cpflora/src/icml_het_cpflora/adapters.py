@@ -48,7 +48,7 @@ def check_targets(model: Any, target_modules: Sequence[str],
         raise ValueError(f"the base model ({type(model).__name__}) has no module named "
                          f"{missing}: pick target_modules among its linear layers (e.g. "
                          "q_proj, v_proj for Llama/Qwen2)")
-    for t, hits in found.items():
+    for hits in found.values():
         for name, mod in hits:
             if not isinstance(mod, torch.nn.Linear):
                 raise ValueError(f"target module {name!r} is a {type(mod).__name__}, not a "

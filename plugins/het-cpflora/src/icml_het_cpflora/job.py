@@ -25,23 +25,36 @@ def _setup(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     tok = byte_tokenizer()
     base = tiny_causal_lm("llama", seed=ctx.seed, device=device, hidden_size=cfg.hidden_size,
                           num_layers=cfg.num_layers, num_heads=4, num_kv_heads=2)
+    specs = [ClientRankSpec(s, p) for s, p in zip(cfg.r_shared, cfg.r_personal)]
+    _check(cfg, base, specs)
     t0 = time.perf_counter()
     loss = pretrain(base, tok, steps=cfg.pretrain_steps, length=cfg.digits, seed=ctx.seed,
                     progress=ctx.progress) if cfg.pretrain_steps else float("nan")
     base = base.to(dtype=dtype)
-    specs = [ClientRankSpec(s, p) for s, p in zip(cfg.r_shared, cfg.r_personal)]
     rng = random.Random(ctx.seed + 1)
     train, tests = [], []
     for i in range(len(specs)):
         kw = {"own_task": i, "own_share": cfg.own_share, "style": STYLES[i], "length":
               cfg.digits, "rng": rng}
         enc = encode(tok, make_examples(cfg.train_size, **kw), device)
-        train.append(ClientDataset(enc["input_ids"], enc["labels"]))
-        train[-1].prompt_ids = enc["prompt_ids"]
+        train.append(ClientDataset(enc["input_ids"], enc["labels"],
+                                   prompt_ids=enc["prompt_ids"]))
         tests.append(encode(tok, make_examples(cfg.test_size, **kw), device))
     torch.manual_seed(ctx.seed)
     return {"tok": tok, "base": base, "specs": specs, "train": train, "tests": tests,
             "pretrain_loss": loss, "pretrain_s": time.perf_counter() - t0}
+
+
+def _check(cfg: Any, base: Any, specs: list[Any]) -> None:
+    """Model-dependent checks before any training: one-line config errors naming the key."""
+    from icml_het_cpflora.adapters import check_targets
+
+    for name in cfg.strategies:
+        try:
+            check_targets(base, cfg.target_modules, _strategy(name, cfg).ranks(specs))
+        except ValueError as exc:
+            key = "target_modules" if "no module named" in str(exc) else "r_shared/r_personal"
+            raise icml.ConfigError(f"config key '{key}': {exc}") from None
 
 
 def _strategy(name: str, cfg: Any) -> Any:
@@ -97,7 +110,7 @@ def train_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
         outs[name] = out
         if name == "fedit":
             fedit_bytes = out["bytes_per_round"]
-    for name, out in outs.items():
+    for out in outs.values():
         for arm, accs in out["arms"].items():
             local = statistics.mean(a for a, _ in accs)
             gen = statistics.mean(g for _, g in accs)
@@ -112,7 +125,7 @@ def train_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
     table = icml.Table("Personalization vs generalization (teacher-forced exact match, mean "
                        "over clients)", cols, rows)
     per_client = []
-    for name, out in outs.items():
+    for out in outs.values():
         for arm, accs in out["arms"].items():
             for i, (a, g) in enumerate(accs):
                 s = env["specs"][i]

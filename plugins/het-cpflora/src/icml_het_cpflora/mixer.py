@@ -69,7 +69,8 @@ class OODMixer:
     def weights_for_ppl(self, ppl_x: float) -> tuple[float, float]:
         return mixer_weights(similarity(ppl_x, self.reference), self.spec)
 
-    def weights(self, model: Any, input_ids: Any, attention_mask: Any = None) -> list[tuple[float, float]]:
+    def weights(self, model: Any, input_ids: Any,
+                attention_mask: Any = None) -> list[tuple[float, float]]:
         """(w_s, w_p) per prompt (one extra forward pass each, with the unweighted adapter)."""
         ppl = prompt_ppl(model, input_ids, attention_mask, per_token=self.per_token)
         return [self.weights_for_ppl(float(p)) for p in ppl]

@@ -49,7 +49,8 @@ def aggregation_weights(r_shared: Sequence[int], num_samples: Sequence[int] | No
     return [w / total for w in raw]
 
 
-def aggregate_shared(products: Sequence[dict[str, Any]], weights: Sequence[float]) -> dict[str, Any]:
+def aggregate_shared(products: Sequence[dict[str, Any]],
+                     weights: Sequence[float]) -> dict[str, Any]:
     """ΔG = Σ_i w_i G_i per module (every client must cover the same modules)."""
     if len(products) != len(weights) or not products:
         raise ValueError("aggregate_shared needs one weight per product and >= 1 product")

@@ -23,11 +23,13 @@ from icml_het_cpflora.strategies import Strategy, payload_bytes
 @dataclass
 class ClientDataset:
     """A client's training data as HF-style tensors: ``input_ids`` and ``labels`` (N, T) with
-    -100 on positions without loss, optional ``attention_mask``."""
+    -100 on positions without loss, optional ``attention_mask``, and optional ``prompt_ids``
+    (the prompts alone, the OOD mixer's reference set)."""
 
     input_ids: Any
     labels: Any
     attention_mask: Any = None
+    prompt_ids: Any = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

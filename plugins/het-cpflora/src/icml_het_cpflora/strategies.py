@@ -11,7 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from icml_het_cpflora.ranks import ClientRankSpec
-from icml_het_cpflora.server import aggregate_shared, aggregation_weights, shared_product, svd_refactor
+from icml_het_cpflora.server import (
+    aggregate_shared,
+    aggregation_weights,
+    shared_product,
+    svd_refactor,
+)
 from icml_het_cpflora.subspace import Adapter, LoRAFactors, merge_lora, split_lora
 
 Payload = dict[str, Any]

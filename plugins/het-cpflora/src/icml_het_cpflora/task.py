@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 TASKS = ("c", "r", "s", "a")            # copy, reverse, sort, add 3 mod 10
-STYLES = ("!", "?", "#", "$", "%", "&", "*", "+")
+STYLES = ("x", "y", "z", "w", "u", "v", "k", "j")
 NEUTRAL = "."
 
 
