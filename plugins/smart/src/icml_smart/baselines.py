@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from icml_smart.fourier import FourierFeatures
+from icml_smart.units import FieldUnits
 
 
 @dataclass
@@ -37,24 +38,9 @@ class BaselineConfig:
     target_std: list[float] | None = None
 
 
-class _Units:
+class _Units(FieldUnits):
     config: BaselineConfig
     query_independent = True
-
-    def _stats(self, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self.config
-        mean = torch.tensor(c.target_mean or [0.0] * c.out_dim, device=ref.device,
-                            dtype=ref.dtype)
-        std = torch.tensor(c.target_std or [1.0] * c.out_dim, device=ref.device, dtype=ref.dtype)
-        return mean, std
-
-    def normalize(self, y: torch.Tensor) -> torch.Tensor:
-        mean, std = self._stats(y)
-        return (y - mean) / std
-
-    def denormalize(self, y: torch.Tensor) -> torch.Tensor:
-        mean, std = self._stats(y)
-        return y * std + mean
 
     def predict(self, geometry: torch.Tensor, params: torch.Tensor, queries: torch.Tensor,
                 chunk_size: int = 65536) -> torch.Tensor:

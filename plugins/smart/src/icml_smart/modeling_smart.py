@@ -17,6 +17,7 @@ from transformers import PreTrainedModel
 from icml_smart.configuration_smart import SMARTConfig
 from icml_smart.fourier import FourierFeatures
 from icml_smart.supernodes import SupernodePooling
+from icml_smart.units import FieldUnits
 
 
 class Modulation(nn.Linear):
@@ -101,7 +102,7 @@ class SMARTPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
 
 
-class SMARTModel(SMARTPreTrainedModel):
+class SMARTModel(FieldUnits, SMARTPreTrainedModel):
     """The SMART surrogate. ``forward(geometry [B, M, D], params [B, P], queries [B, Q, D])``
     returns normalised fields ``[B, Q, C]``; :meth:`predict` answers any number of queries in
     chunks and returns physical units."""
@@ -198,22 +199,7 @@ class SMARTModel(SMARTPreTrainedModel):
         self._check(geometry, params, queries)
         return self.decode(self.encode(geometry, params, sampling, generator), queries)
 
-    # units -------------------------------------------------------------------------------
-    def _stats(self, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self.config
-        mean = torch.tensor(c.target_mean or [0.0] * c.out_dim, device=ref.device,
-                            dtype=ref.dtype)
-        std = torch.tensor(c.target_std or [1.0] * c.out_dim, device=ref.device, dtype=ref.dtype)
-        return mean, std
-
-    def normalize(self, y: torch.Tensor) -> torch.Tensor:
-        mean, std = self._stats(y)
-        return (y - mean) / std
-
-    def denormalize(self, y: torch.Tensor) -> torch.Tensor:
-        mean, std = self._stats(y)
-        return y * std + mean
-
+    # units (normalize, denormalize from FieldUnits) -------------------------------------
     def predict(self, geometry: torch.Tensor, params: torch.Tensor, queries: torch.Tensor,
                 chunk_size: int = 65536, out: torch.Tensor | None = None) -> torch.Tensor:
         """Physical fields at any number of ``queries [B, Q, D]``, decoded ``chunk_size`` at a
