@@ -144,9 +144,13 @@ def test_sys_exit_inside_a_hook_is_a_failure_that_keeps_arms(flaky, cli, tmp_pat
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_writes_partial_results(flaky, tmp_path: Path) -> None:
     out = tmp_path / "o"
+    # A shell's background job (`cmd &` without job control, as in many CI runners) starts with
+    # SIGINT ignored, and Python then installs no KeyboardInterrupt handler: restore the
+    # terminal's default in the child, as a user pressing Ctrl-C has it.
     proc = subprocess.Popen([*ICML, "run", "flaky", "--set", "mode=wait", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=flaky.env())
+                            env=flaky.env(),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not list(out.glob("*/waiting")) and time.monotonic() < deadline:
         time.sleep(0.1)
