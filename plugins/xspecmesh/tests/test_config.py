@@ -7,7 +7,10 @@ from icml.config import build_config
 
 def test_defaults_build():
     for schema in (InferConfig, TrainConfig, EvaluateConfig):
-        build_config(schema, {}, [])
+        cfg = build_config(schema, {}, [])
+        assert isinstance(cfg, schema) and cfg == schema()  # the dataclass defaults, unchanged
+    cfg = build_config(InferConfig, {}, ["acceptance=greedy", "num_heads=2"])
+    assert (cfg.acceptance, cfg.num_heads) == (["greedy"], 2)  # acceptance is a list of rules
 
 
 @pytest.mark.parametrize("overrides, key", [
