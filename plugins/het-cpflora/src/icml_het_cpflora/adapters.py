@@ -60,20 +60,34 @@ def check_targets(model: Any, target_modules: Sequence[str],
                     raise ValueError(f"client {i}: {exc}") from None
 
 
+def init_seed(seed: int, client: int) -> int:
+    """The torch seed set before client ``client``'s adapter is initialised."""
+    return seed * 1000 + client
+
+
 def attach_client_adapters(model: Any, specs: Sequence[ClientRankSpec],
                            target_modules: Sequence[str], *, alpha: float = 16.0,
-                           dropout: float = 0.05, seed: int = 0) -> Any:
+                           dropout: float = 0.05, seed: int = 0,
+                           client_ids: Sequence[int] | None = None,
+                           init_from: Sequence[int] | None = None) -> Any:
     """Wrap ``model`` in a peft model holding one LoRA adapter of rank r_i per client
-    (``client0``, ``client1``, ...), each with peft's default init (A Kaiming, B = 0)."""
+    (``client0``, ``client1``, ...), each with peft's default init (A Kaiming, B = 0).
+
+    ``client_ids`` names the clients (default 0..n-1; a Flower node attaches only its own);
+    ``init_from[k]`` is the client whose init seed adapter k uses (default its own id)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     check_targets(model, target_modules, specs)
+    ids = list(range(len(specs))) if client_ids is None else list(client_ids)
+    inits = ids if init_from is None else list(init_from)
+    if len(ids) != len(specs) or len(inits) != len(specs):
+        raise ValueError("client_ids and init_from need one entry per spec")
     peft_model = None
-    for i, spec in enumerate(specs):
+    for i, init, spec in zip(ids, inits, specs):
         cfg = LoraConfig(r=spec.rank, lora_alpha=alpha, lora_dropout=dropout,
                          target_modules=list(target_modules), bias="none")
-        torch.manual_seed(seed * 1000 + i)
+        torch.manual_seed(init_seed(seed, init))
         if peft_model is None:
             peft_model = get_peft_model(model, cfg, adapter_name=adapter_name(i))
         else:

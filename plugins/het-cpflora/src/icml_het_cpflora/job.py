@@ -5,7 +5,6 @@ strategy's federated rounds in the in-process simulator, and tabulate personaliz
 from __future__ import annotations
 
 import copy
-import random
 import statistics
 import time
 from typing import Any
@@ -18,8 +17,7 @@ def _setup(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
 
     from icml.models import byte_tokenizer, tiny_causal_lm
     from icml_het_cpflora.ranks import ClientRankSpec
-    from icml_het_cpflora.simulator import ClientDataset
-    from icml_het_cpflora.task import STYLES, encode, make_examples, pretrain
+    from icml_het_cpflora.task import pretrain, synthetic_clients
 
     device, dtype = ctx.torch_device(), ctx.torch_dtype()
     tok = byte_tokenizer()
@@ -31,15 +29,9 @@ def _setup(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     loss = pretrain(base, tok, steps=cfg.pretrain_steps, length=cfg.digits, seed=ctx.seed,
                     progress=ctx.progress) if cfg.pretrain_steps else float("nan")
     base = base.to(dtype=dtype)
-    rng = random.Random(ctx.seed + 1)
-    train, tests = [], []
-    for i in range(len(specs)):
-        kw = {"own_task": i, "own_share": cfg.own_share, "style": STYLES[i], "length":
-              cfg.digits, "rng": rng}
-        enc = encode(tok, make_examples(cfg.train_size, **kw), device)
-        train.append(ClientDataset(enc["input_ids"], enc["labels"],
-                                   prompt_ids=enc["prompt_ids"]))
-        tests.append(encode(tok, make_examples(cfg.test_size, **kw), device))
+    train, tests = synthetic_clients(tok, len(specs), seed=ctx.seed, digits=cfg.digits,
+                                     train_size=cfg.train_size, test_size=cfg.test_size,
+                                     own_share=cfg.own_share, device=device)
     torch.manual_seed(ctx.seed)
     return {"tok": tok, "base": base, "specs": specs, "train": train, "tests": tests,
             "pretrain_loss": loss, "pretrain_s": time.perf_counter() - t0}

@@ -12,6 +12,7 @@ from icml_het_cpflora.adapters import (
     adapter_name,
     adapter_parameters,
     attach_client_adapters,
+    init_seed,
     read_adapter,
     resolve_target_modules,
     write_adapter,
@@ -50,6 +51,17 @@ class SimulationResult:
 
     def adapter(self, client: int) -> str:
         return adapter_name(client)
+
+
+def client_seeds(seed: int, client: int) -> tuple[int, int]:
+    """(adapter-init seed, batch-sampling seed) of one client. Both backends use these, so a
+    client's randomness never depends on which other clients exist or share its process."""
+    return init_seed(seed, client), seed * 7919 + client
+
+
+def round_seed(seed: int, round_: int, client: int) -> int:
+    """The torch seed set before a client's local training in a round (LoRA dropout)."""
+    return seed * 104_729 + round_ * 1_009 + client
 
 
 def local_train(model: Any, name: str, data: ClientDataset, *, steps: int, lr: float,
@@ -104,16 +116,14 @@ def simulate(model: Any, datasets: Sequence[ClientDataset], specs: Sequence[Clie
         raise ValueError("rounds and local_steps must be >= 0")
     targets = resolve_target_modules(target_modules, len(specs))
     run_specs = strategy.ranks(specs)
-    model = attach_client_adapters(model, run_specs, targets, alpha=alpha, dropout=dropout,
-                                   seed=seed)
     n = len(specs)
-    if strategy.common_init:
-        init = read_adapter(model, adapter_name(0))
-        for i in range(1, n):
-            write_adapter(model, adapter_name(i), init)
+    # homogeneous peers start every client from client 0's init (same rank, same seed)
+    model = attach_client_adapters(model, run_specs, targets, alpha=alpha, dropout=dropout,
+                                   seed=seed, init_from=[0] * n if strategy.common_init
+                                   else None)
     result = SimulationResult(model=model, specs=run_specs)
     num_samples = {i: len(d) for i, d in enumerate(datasets)}
-    gens = [torch.Generator().manual_seed(seed * 7919 + i) for i in range(n)]
+    gens = [torch.Generator().manual_seed(client_seeds(seed, i)[1]) for i in range(n)]
     it = range(rounds)
     if progress is not None:
         it = progress(it, desc=f"{strategy.name} rounds")
@@ -123,9 +133,9 @@ def simulate(model: Any, datasets: Sequence[ClientDataset], specs: Sequence[Clie
         bad = [i for i in active if not 0 <= i < n]
         if bad:
             raise ValueError(f"participation({t}) names unknown clients {bad}")
-        torch.manual_seed(seed * 104_729 + t)  # lora dropout
         losses, uploads = [float("nan")] * n, {}
         for i in active:
+            torch.manual_seed(round_seed(seed, t, i))  # lora dropout
             losses[i] = local_train(model, adapter_name(i), datasets[i], steps=local_steps,
                                     lr=lr, batch_size=batch_size, train_A=strategy.train_A,
                                     generator=gens[i])

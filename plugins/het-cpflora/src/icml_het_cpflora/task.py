@@ -104,3 +104,26 @@ def pretrain(model: Any, tok: Any, *, steps: int, length: int, lr: float = 3e-3,
         opt.step()
     model.eval()
     return float(loss.detach())
+
+
+def synthetic_clients(tok: Any, num_clients: int, *, seed: int, digits: int = 4,
+                      train_size: int = 96, test_size: int = 64, own_share: float = 0.8,
+                      device: Any = "cpu") -> tuple[list[Any], list[dict[str, Any]]]:
+    """The clients' training sets (``ClientDataset`` with ``prompt_ids``) and encoded test
+    sets of the default study: client i mostly on task i with answer mark ``STYLES[i]``.
+    Deterministic in ``seed``, so every Flower node rebuilds the same partition."""
+    from icml_het_cpflora.simulator import ClientDataset
+
+    if not 1 <= num_clients <= len(STYLES):
+        raise ValueError(f"the synthetic task has styles for 1..{len(STYLES)} clients, not "
+                         f"{num_clients}")
+    rng = random.Random(seed + 1)
+    train, tests = [], []
+    for i in range(num_clients):
+        kw = {"own_task": i, "own_share": own_share, "style": STYLES[i], "length": digits,
+              "rng": rng}
+        enc = encode(tok, make_examples(train_size, **kw), device)
+        train.append(ClientDataset(enc["input_ids"], enc["labels"],
+                                   prompt_ids=enc["prompt_ids"]))
+        tests.append(encode(tok, make_examples(test_size, **kw), device))
+    return train, tests
