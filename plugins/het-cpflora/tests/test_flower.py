@@ -186,3 +186,53 @@ def test_deployment_on_loopback_matches_inprocess_and_wire_has_no_personal(tmp_p
     # the last downloads (the final shared factors) crossed the wire; the personal never did
     assert _found(shared, wire_down) > 0.9
     assert _found(personal, wire_up + wire_down) == 0.0
+
+
+def _dropping_client_app(run, drop_round, drop_client):
+    """The plugin's client step, except that one node fails in one round."""
+    app = ClientApp()
+
+    def step(message, context):
+        rnd = int(message.content["config"]["server-round"])
+        if (message.metadata.message_type == MessageType.TRAIN and rnd == drop_round
+                and int(context.node_config["partition-id"]) == drop_client):
+            raise RuntimeError("simulated drop-out")
+        return client_step(message, context, run)
+
+    app.train()(step)
+    app.evaluate()(step)
+    return app
+
+
+def test_simulation_runtime_drop_out_completes_the_round_like_the_simulator(tmp_path):
+    pytest.importorskip("ray", reason="Flower's simulation runtime needs flwr[simulation]")
+    import ray.cloudpickle
+    from flwr.simulation import run_simulation
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    run = _run(tmp_path, rounds=3)
+    holder = {}
+    run_simulation(make_server_app(run, holder=holder), _dropping_client_app(run, 2, 1),
+                   num_supernodes=2,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"num_cpus": 2, "include_dashboard": False,
+                                                 "object_store_memory": 100 * 1024 ** 2}})
+    result = holder["strategy"].result
+    # the simulator with client 1 absent from round 2 (index 1) ends in the same state
+    parts = [synthetic_task(i, 2, run.seed, **run.task_kwargs) for i in range(2)]
+    res = simulate(parts[0][0], [d for _, d in parts], run.specs(), run.make_strategy(),
+                   rounds=3, local_steps=run.local_steps, lr=run.lr,
+                   batch_size=run.batch_size, seed=run.seed,
+                   participation=lambda t: [0] if t == 1 else [0, 1])
+    assert result.participants == res.participants == [[0, 1], [0], [0, 1]]
+    for i in range(2):
+        got, ref = _saved(run, i), read_adapter(res.model, res.adapter(i))
+        assert all(torch.equal(got[m].A, ref[m].A) and torch.equal(got[m].B, ref[m].B)
+                   for m in ref)
+    assert [[x for x in r if x == x] for r in result.losses] == \
+        [[x for x in r if x == x] for r in res.losses]
+    assert result.bytes_up == res.bytes_up
+    # Flower re-sends client 1 the download its failed round never applied; the simulator
+    # delivered it at once, so that one entry differs by exactly that payload
+    assert result.bytes_down[1][1] == res.bytes_down[0][1] > 0 == res.bytes_down[1][1]
+    assert [r[0] for r in result.bytes_down] == [r[0] for r in res.bytes_down]

@@ -32,6 +32,13 @@ class TrainConfig:
                             choices=("r_shared", "num_samples", "uniform"))
     scaling: str = option("raw", help="shared product sent to aggregation: raw B_s A_s "
                           "(official) or alpha/r-scaled", choices=("raw", "alpha_over_r"))
+    hetlora_weighting: str = option("sparsity", help="HetLoRA aggregation weights: the "
+                                    "paper's sparsity weights ||B_k A_k||_F or sample counts",
+                                    choices=("sparsity", "num_samples"))
+    hetlora_prune: bool = option(True, help="HetLoRA rank self-pruning (paper) on or off")
+    hetlora_gamma: float = option(0.99, help="HetLoRA pruning decay: rank -> floor(gamma r)",
+                                  gt=0, lt=1)
+    hetlora_reg: float = option(1e-3, help="HetLoRA weight of the tail-norm regulariser", ge=0)
     homogeneous_rank: int = option(0, help="rank of FedIT/FFA-LoRA/FedSA-LoRA (0 = mean of "
                                    "r_s + r_p)", ge=0)
     # tiny model and synthetic task

@@ -294,7 +294,7 @@ def client_step(message: Message, context: Context, run: FlowerRun) -> Message:
         torch.manual_seed(round_seed(run.seed, t, pid))
         metrics["loss"] = local_train(model, name, data, steps=run.local_steps, lr=run.lr,
                                       batch_size=run.batch_size, train_A=strat.train_A,
-                                      generator=gen)
+                                      generator=gen, regularizer=strat.regularizer(spec))
         upload = strat.upload(read_adapter(model, name), spec)
     elif run.out_dir:
         Path(run.out_dir).mkdir(parents=True, exist_ok=True)

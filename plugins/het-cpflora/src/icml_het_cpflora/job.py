@@ -55,6 +55,9 @@ def _strategy(name: str, cfg: Any) -> Any:
     if name == "het-cpflora":
         return make_strategy(name, weighting=cfg.weighting, scaling=cfg.scaling,
                              alpha=cfg.alpha)
+    if name == "hetlora":
+        return make_strategy(name, weighting=cfg.hetlora_weighting, prune=cfg.hetlora_prune,
+                             gamma=cfg.hetlora_gamma, reg=cfg.hetlora_reg)
     if name in ("fedit", "ffa-lora", "fedsa-lora"):
         return make_strategy(name, rank=cfg.homogeneous_rank or None)
     return make_strategy(name)

@@ -65,10 +65,17 @@ def round_seed(seed: int, round_: int, client: int) -> int:
 
 
 def local_train(model: Any, name: str, data: ClientDataset, *, steps: int, lr: float,
-                batch_size: int, train_A: bool, generator: Any) -> float:
+                batch_size: int, train_A: bool, generator: Any,
+                regularizer: Callable[[dict[str, Any]], Any] | None = None) -> float:
     """Train adapter ``name`` for ``steps`` AdamW steps (fresh optimizer, as the official code
-    builds a new trainer each round); returns the mean loss."""
+    builds a new trainer each round); returns the mean task loss. ``regularizer`` (a
+    strategy's extra local loss on ``{module: (A, B)}``) is added to the loss it optimises."""
     import torch
+
+    from icml_het_cpflora.adapters import lora_layers
+
+    factors = {p: (m.lora_A[name].weight, m.lora_B[name].weight)
+               for p, m in lora_layers(model, name).items()} if regularizer else {}
 
     model.set_adapter(name)
     params = adapter_parameters(model, name, train_A=train_A)
@@ -85,7 +92,7 @@ def local_train(model: Any, name: str, data: ClientDataset, *, steps: int, lr: f
             kw["attention_mask"] = data.attention_mask[idx]
         loss = model(**kw).loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss + regularizer(factors) if regularizer else loss).backward()
         opt.step()
         total += float(loss.detach())
     model.eval()
@@ -138,7 +145,8 @@ def simulate(model: Any, datasets: Sequence[ClientDataset], specs: Sequence[Clie
             torch.manual_seed(round_seed(seed, t, i))  # lora dropout
             losses[i] = local_train(model, adapter_name(i), datasets[i], steps=local_steps,
                                     lr=lr, batch_size=batch_size, train_A=strategy.train_A,
-                                    generator=gens[i])
+                                    generator=gens[i],
+                                    regularizer=strategy.regularizer(run_specs[i]))
             uploads[i] = strategy.upload(read_adapter(model, adapter_name(i)), run_specs[i])
         up = [payload_bytes(uploads[i]) if i in uploads else 0 for i in range(n)]
         down = [0] * n

@@ -60,6 +60,11 @@ class Strategy:
     def download(self, adapter: Adapter, payload: Payload, spec: ClientRankSpec) -> Adapter:
         return adapter
 
+    def regularizer(self, spec: ClientRankSpec) -> Any:
+        """An extra local loss ``f({module: (A, B)}) -> tensor`` added at every local step on
+        the client, or None (HetLoRA's rank self-pruning uses it)."""
+        return None
+
 
 class LocalOnly(Strategy):
     """No communication: every client trains its own adapter."""
@@ -204,43 +209,119 @@ class FedSALoRA(_Homogeneous):
     parts = ("A",)
 
 
+def live_rank(adapter: Adapter) -> int:
+    """The adapter's rank minus its trailing *pruned* components (A row and B column both
+    exactly zero in every module). peft's init (B = 0, A random) counts as live."""
+    r = next(iter(adapter.values())).A.shape[0]
+    while r > 1 and all(not f.A[r - 1].any() and not f.B[:, r - 1].any()
+                        for f in adapter.values()):
+        r -= 1
+    return r
+
+
 class HetLoRA(Strategy):
-    """HetLoRA (Cho et al. 2024): zero-pad every client's factors to the largest rank, average
-    (by sample count; the paper's sparsity weighting is not reproduced), truncate back to r_i."""
+    """HetLoRA (Cho et al. 2024): zero-pad every client's factors to the largest rank,
+    aggregate, truncate back to each client's rank.
+
+    ``weighting="sparsity"`` (the paper's sparsity-weighted aggregation, the default): per
+    module, client k's weight is ‖B_k A_k‖_F / Σ_j ‖B_j A_j‖_F; ``"num_samples"``: sample
+    counts. ``prune=True`` (default, the paper's): rank self-pruning. Local training adds
+    ``reg · Σ_modules ‖B[:, lo:r] A[lo:r]‖_F`` on the last components (lo = ⌊gamma·r⌋ of the
+    live rank r); when that tail norm is smaller than in the client's previous round, the
+    client's rank drops to max(1, ⌊gamma·r⌋). The pruned components are zeroed in A and B
+    (they then get no gradient and stay zero) and no longer travel. The decision is made on the
+    server from the uploaded factors, which hold the same numbers the client has (the paper
+    prunes on the client; reconstructed from the paper's description)."""
 
     name = "hetlora"
+
+    def __init__(self, weighting: str = "sparsity", prune: bool = True,
+                 gamma: float = 0.99, reg: float = 1e-3) -> None:
+        if weighting not in ("sparsity", "num_samples"):
+            raise ValueError(f"HetLoRA weighting={weighting!r}: use 'sparsity' or "
+                             "'num_samples'")
+        if not 0 < gamma < 1 or reg < 0:
+            raise ValueError(f"HetLoRA needs 0 < gamma < 1 and reg >= 0 (got gamma={gamma}, "
+                             f"reg={reg})")
+        self.weighting, self.prune, self.gamma, self.reg = weighting, prune, gamma, reg
+        self.live: dict[int, int] = {}          # server: live rank per client
+        self.prev_tail: dict[int, float] = {}   # server: tail norm of the previous round
 
     def ranks(self, specs):
         return [ClientRankSpec(s.rank, 0) for s in specs]
 
+    def _tail(self, r: int) -> int:
+        return min(int(self.gamma * r), r - 1) if r > 1 else 0
+
+    def regularizer(self, spec):
+        if not self.prune or self.reg == 0:
+            return None
+
+        def penalty(factors: dict[str, tuple[Any, Any]]) -> Any:
+            with_zero = {m: LoRAFactors(a.detach(), b.detach()) for m, (a, b) in
+                         factors.items()}
+            r = live_rank(with_zero)
+            lo = self._tail(r)
+            return self.reg * sum(
+                (b[:, lo:r] @ a[lo:r]).norm() for a, b in factors.values())
+
+        return penalty
+
     def upload(self, adapter, spec):
-        return _pack(A={m: f.A for m, f in adapter.items()}, B={m: f.B for m, f in adapter.items()})
+        r = live_rank(adapter)
+        return _pack(A={m: f.A[:r] for m, f in adapter.items()},
+                     B={m: f.B[:, :r] for m, f in adapter.items()})
 
     def aggregate(self, uploads, specs, num_samples):
         import torch
 
         ids = sorted(uploads)
-        rmax = max(specs[i].rank for i in ids)
-        padded = []
+        ups = {i: (_unpack(uploads[i], "A"), _unpack(uploads[i], "B")) for i in ids}
         for i in ids:
-            A, B = _unpack(uploads[i], "A"), _unpack(uploads[i], "B")
-            p = {}
-            for m in A:
-                r = A[m].shape[0]
-                p[f"{m}|A"] = torch.cat([A[m], A[m].new_zeros(rmax - r, A[m].shape[1])], 0)
-                p[f"{m}|B"] = torch.cat([B[m], B[m].new_zeros(B[m].shape[0], rmax - r)], 1)
-            padded.append(p)
-        w = aggregation_weights([1] * len(ids), [num_samples[i] for i in ids], "num_samples")
-        avg = aggregate_shared(padded, w)
+            A, B = ups[i]
+            r = next(iter(A.values())).shape[0]
+            if self.prune:
+                lo = self._tail(r)
+                tail = float(sum((B[m][:, lo:r] @ A[m][lo:r]).norm() for m in A))
+                if i in self.prev_tail and tail < self.prev_tail[i] and r > 1:
+                    r = max(1, int(self.gamma * r))
+                self.prev_tail[i] = tail
+            self.live[i] = r
+        rmax = max(next(iter(ups[i][0].values())).shape[0] for i in ids)
+        samples = aggregation_weights([1] * len(ids), [num_samples[i] for i in ids],
+                                      "num_samples")
+        avg: dict[str, Any] = {}
+        for m in ups[ids[0]][0]:
+            if self.weighting == "sparsity":
+                norms = [float((ups[i][1][m] @ ups[i][0][m]).norm()) for i in ids]
+                total = sum(norms)
+                w = [n / total for n in norms] if total > 0 else [1 / len(ids)] * len(ids)
+            else:
+                w = samples
+            accA = accB = None
+            for wi, i in zip(w, ids):
+                A, B = ups[i][0][m], ups[i][1][m]
+                pa = torch.cat([A, A.new_zeros(rmax - A.shape[0], A.shape[1])], 0) * wi
+                pb = torch.cat([B, B.new_zeros(B.shape[0], rmax - B.shape[1])], 1) * wi
+                accA = pa if accA is None else accA + pa
+                accB = pb if accB is None else accB + pb
+            avg[f"{m}|A"], avg[f"{m}|B"] = accA, accB
         out = {}
         for i in ids:
-            r = specs[i].rank
-            out[i] = {k: (v[:r] if k.endswith("|A") else v[:, :r]).clone() for k, v in avg.items()}
+            r = min(self.live[i], specs[i].rank)
+            out[i] = {k: (v[:r] if k.endswith("|A") else v[:, :r]).clone()
+                      for k, v in avg.items()}
         return out
 
     def download(self, adapter, payload, spec):
         A, B = _unpack(payload, "A"), _unpack(payload, "B")
-        return {m: LoRAFactors(A[m], B[m]) for m in A}
+        out = {}
+        for m, f in adapter.items():
+            a, b = f.A.new_zeros(f.A.shape), f.B.new_zeros(f.B.shape)
+            r = A[m].shape[0]
+            a[:r], b[:, :r] = A[m], B[m]
+            out[m] = LoRAFactors(a, b)
+        return out
 
 
 STRATEGIES = {c.name: c for c in (HetCPFLoRA, FlexLoRA, FedIT, FFALoRA, FedSALoRA, HetLoRA,
