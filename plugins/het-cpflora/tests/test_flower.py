@@ -236,3 +236,17 @@ def test_simulation_runtime_drop_out_completes_the_round_like_the_simulator(tmp_
     # delivered it at once, so that one entry differs by exactly that payload
     assert result.bytes_down[1][1] == res.bytes_down[0][1] > 0 == res.bytes_down[1][1]
     assert [r[0] for r in result.bytes_down] == [r[0] for r in res.bytes_down]
+
+
+def test_two_nodes_claiming_one_partition_is_a_clear_error(tmp_path):
+    from icml_het_cpflora.flower import PerNodeStrategy
+
+    def reply(node, pid):
+        return SimpleNamespace(has_error=lambda: False,
+                               content={"metrics": {"partition-id": pid}},
+                               metadata=SimpleNamespace(src_node_id=node))
+
+    strategy = PerNodeStrategy(_run(tmp_path))
+    assert set(strategy._replies([reply(11, 0), reply(12, 1)])) == {0, 1}
+    with pytest.raises(ValueError, match="claim partition-id 0"):
+        strategy._replies([reply(11, 0), reply(12, 0)])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import time
 from collections.abc import Iterable
@@ -396,13 +397,11 @@ class PerNodeStrategy(FlowerStrategy):
             content = RecordDict({"arrays": to_array_record(payload),
                                   "config": ConfigRecord({"server-round": server_round})})
             msg = Message(content, dst_node_id=node, message_type=kind)
+            ser = serialized_bytes(msg)
             if i is not None:
-                ser = serialized_bytes(msg)
                 down[i], wire[i] = payload_bytes(payload), len(ser)
-                if self.capture:
-                    self.sent.append(ser)
-            elif self.capture:
-                self.sent.append(serialized_bytes(msg))
+            if self.capture:
+                self.sent.append(ser)
             out.append(msg)
         if server_round > 1 or kind == MessageType.EVALUATE:
             # the downloads produced in the previous round travel now; book them there
@@ -416,6 +415,10 @@ class PerNodeStrategy(FlowerStrategy):
             if msg.has_error():
                 continue
             i = int(msg.content["metrics"]["partition-id"])
+            if i in got:
+                raise ValueError(f"two SuperNodes ({self.node_of.get(i)} and "
+                                 f"{msg.metadata.src_node_id}) claim partition-id {i}: give "
+                                 "each SuperNode its own --node-config 'partition-id=<i>'")
             self.node_of[i] = msg.metadata.src_node_id
             got[i] = msg
             if self.capture:
@@ -505,11 +508,9 @@ def run_flower_simulation(run: FlowerRun, *, capture: bool = False,
                           backend_config: dict[str, Any] | None = None) -> PerNodeStrategy:
     """Run ``run`` in Flower's simulation runtime (Ray), one SuperNode per client; returns
     the finished :class:`PerNodeStrategy` (its ``result``, and captured bytes)."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("ray") is None:
         raise ImportError("Flower's simulation runtime needs Ray: pip install "
-                          "\"flwr[simulation]\"") from None
+                          "\"icml-het-cpflora[flower-simulation]\" (flwr[simulation])")
     from flwr.simulation import run_simulation
 
     holder: dict[str, Any] = {}
