@@ -250,3 +250,26 @@ def test_two_nodes_claiming_one_partition_is_a_clear_error(tmp_path):
     assert set(strategy._replies([reply(11, 0), reply(12, 1)])) == {0, 1}
     with pytest.raises(ValueError, match="claim partition-id 0"):
         strategy._replies([reply(11, 0), reply(12, 0)])
+
+
+def test_job_backend_flower_simulation_gives_the_inprocess_table(tmp_path):
+    """`icml run het-cpflora --set backend=flower-simulation`: same accuracies and bytes."""
+    pytest.importorskip("ray", reason="Flower's simulation runtime needs flwr[simulation]")
+    import logging
+
+    from icml_het_cpflora.config import TrainConfig
+    from icml_het_cpflora.job import _setup, run_strategy
+
+    import icml
+
+    small = {"r_shared": [2, 1], "r_personal": [1, 1], "rounds": 2, "local_steps": 2,
+             "pretrain_steps": 2, "train_size": 8, "test_size": 4, "hidden_size": 32,
+             "strategies": ["het-cpflora"]}
+    outs = {}
+    for backend in ("inprocess", "flower-simulation"):
+        ctx = icml.RunContext(out_dir=tmp_path / backend, seed=0, show_progress=False,
+                              logger=logging.getLogger("test"))
+        cfg = TrainConfig(**small, backend=backend)
+        outs[backend] = run_strategy(ctx, cfg, _setup(ctx, cfg), "het-cpflora")
+    a, b = outs["inprocess"], outs["flower-simulation"]
+    assert a["arms"] == b["arms"] and a["bytes_per_round"] == b["bytes_per_round"] > 0

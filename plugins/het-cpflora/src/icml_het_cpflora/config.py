@@ -41,6 +41,10 @@ class TrainConfig:
     hetlora_reg: float = option(1e-3, help="HetLoRA weight of the tail-norm regulariser", ge=0)
     homogeneous_rank: int = option(0, help="rank of FedIT/FFA-LoRA/FedSA-LoRA (0 = mean of "
                                    "r_s + r_p)", ge=0)
+    backend: str = option("inprocess", help="where the rounds run: the in-process simulator, "
+                          "Flower's simulation runtime (needs the flower-simulation extra) or "
+                          "Flower deployment mode on loopback (extra flower); same numbers",
+                          choices=("inprocess", "flower-simulation", "flower-loopback"))
     # tiny model and synthetic task
     hidden_size: int = option(64, help="tiny Llama hidden size", ge=8)
     num_layers: int = option(2, help="tiny Llama blocks", ge=1)

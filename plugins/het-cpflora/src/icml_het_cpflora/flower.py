@@ -202,7 +202,8 @@ _TASK_CACHE: dict[str, tuple[Any, Any]] = {}
 def synthetic_task(partition_id: int, num_partitions: int, seed: int, *,
                    hidden_size: int = 64, num_layers: int = 2, pretrain_steps: int = 300,
                    digits: int = 4, train_size: int = 96, test_size: int = 64,
-                   own_share: float = 0.8, model_path: str = "") -> tuple[Any, Any]:
+                   own_share: float = 0.8, model_path: str = "",
+                   device: str = "cpu") -> tuple[Any, Any]:
     """The default study's base model and this node's training set. The base model is
     ``model_path`` (a ``save_pretrained`` folder, e.g. written by the launcher) when given,
     else the tiny Llama pre-trained in-process exactly as ``icml run het-cpflora`` does."""
@@ -222,9 +223,9 @@ def synthetic_task(partition_id: int, num_partitions: int, seed: int, *,
             pretrain(base, tok, steps=pretrain_steps, length=digits, seed=seed)
     train, _ = synthetic_clients(tok, num_partitions, seed=seed, digits=digits,
                                  train_size=train_size, test_size=test_size,
-                                 own_share=own_share)
+                                 own_share=own_share, device=device)
     torch.manual_seed(seed)
-    return base, train[partition_id]
+    return base.to(device), train[partition_id]
 
 
 def load_task(run: FlowerRun, partition_id: int) -> tuple[Any, Any]:
@@ -523,6 +524,43 @@ def run_flower_simulation(run: FlowerRun, *, capture: bool = False,
         raise RuntimeError("the Flower simulation ended without finishing the ServerApp; "
                            "see Flower's log above")
     return holder["strategy"]
+
+
+def run_on_flower(base: Any, run: FlowerRun, *, backend: str = "simulation",
+                  workdir: str | Path | None = None) -> Any:
+    """Run ``run`` on Flower (``backend="simulation"``: the Ray runtime; ``"loopback"``:
+    deployment mode with local processes under ``workdir``) and return a
+    :class:`~icml_het_cpflora.simulator.SimulationResult` like :func:`simulate`'s: ``base``
+    (the model the nodes load, e.g. from ``task_kwargs["model_path"]``) wrapped with every
+    client's final adapter as saved by its node, and Flower's byte counts and timings."""
+    import copy
+
+    from icml_het_cpflora.simulator import SimulationResult
+
+    if not run.out_dir:
+        raise ValueError("set FlowerRun.out_dir: the nodes save their final adapters there")
+    if backend == "simulation":
+        result = run_flower_simulation(run).result
+    elif backend == "loopback":
+        from icml_het_cpflora.flower_deploy import LoopbackDeployment
+
+        with LoopbackDeployment(run.num_clients, workdir or Path(run.out_dir) / "deploy") as dep:
+            result = dep.run(run)
+    else:
+        raise ValueError(f"backend={backend!r}: use 'simulation' or 'loopback'")
+    specs = run.make_strategy().ranks(run.specs())
+    targets = resolve_target_modules(run.target_modules, run.num_clients)
+    model = attach_client_adapters(copy.deepcopy(base), specs, targets, alpha=run.alpha,
+                                   dropout=run.dropout, seed=run.seed)
+    import torch
+
+    for i in range(run.num_clients):
+        flat = torch.load(Path(run.out_dir) / f"client{i}.pt")
+        write_adapter(model, adapter_name(i), _payload_adapter(flat))
+    return SimulationResult(model=model, specs=specs, bytes_up=result.bytes_up,
+                            bytes_down=result.bytes_down, losses=result.losses,
+                            round_seconds=result.round_seconds,
+                            participants=result.participants)
 
 
 # module-level apps for deployment (`flwr run`): the run comes from run_config

@@ -49,31 +49,62 @@ def _check(cfg: Any, base: Any, specs: list[Any]) -> None:
             raise icml.ConfigError(f"config key '{key}': {exc}") from None
 
 
+def _strategy_kwargs(name: str, cfg: Any) -> dict[str, Any]:
+    if name == "het-cpflora":
+        return {"weighting": cfg.weighting, "scaling": cfg.scaling, "alpha": cfg.alpha}
+    if name == "hetlora":
+        return {"weighting": cfg.hetlora_weighting, "prune": cfg.hetlora_prune,
+                "gamma": cfg.hetlora_gamma, "reg": cfg.hetlora_reg}
+    if name in ("fedit", "ffa-lora", "fedsa-lora"):
+        return {"rank": cfg.homogeneous_rank or None}
+    return {}
+
+
 def _strategy(name: str, cfg: Any) -> Any:
     from icml_het_cpflora.strategies import make_strategy
 
-    if name == "het-cpflora":
-        return make_strategy(name, weighting=cfg.weighting, scaling=cfg.scaling,
-                             alpha=cfg.alpha)
-    if name == "hetlora":
-        return make_strategy(name, weighting=cfg.hetlora_weighting, prune=cfg.hetlora_prune,
-                             gamma=cfg.hetlora_gamma, reg=cfg.hetlora_reg)
-    if name in ("fedit", "ffa-lora", "fedsa-lora"):
-        return make_strategy(name, rank=cfg.homogeneous_rank or None)
-    return make_strategy(name)
+    return make_strategy(name, **_strategy_kwargs(name, cfg))
+
+
+def _federate(ctx: icml.RunContext, cfg: Any, env: dict[str, Any], name: str) -> Any:
+    """The federated rounds of one strategy on ``cfg.backend``."""
+    from icml_het_cpflora.simulator import simulate
+
+    if cfg.backend == "inprocess":
+        return simulate(copy.deepcopy(env["base"]), env["train"], env["specs"],
+                        _strategy(name, cfg), rounds=cfg.rounds, local_steps=cfg.local_steps,
+                        lr=cfg.lr, batch_size=cfg.batch_size,
+                        target_modules=cfg.target_modules, alpha=cfg.alpha,
+                        dropout=cfg.lora_dropout, seed=ctx.seed)
+    try:
+        from icml_het_cpflora.flower import FlowerRun, run_on_flower
+    except ImportError as exc:
+        raise icml.ConfigError(f"config key 'backend': {cfg.backend} needs flwr ({exc})") \
+            from None
+    base_dir = ctx.path("flower/base")
+    if not base_dir.exists():
+        env["base"].save_pretrained(base_dir)
+    run = FlowerRun(r_shared=list(cfg.r_shared), r_personal=list(cfg.r_personal),
+                    strategy=name, strategy_kwargs=_strategy_kwargs(name, cfg),
+                    rounds=cfg.rounds, local_steps=cfg.local_steps, lr=cfg.lr,
+                    batch_size=cfg.batch_size, target_modules=list(cfg.target_modules),
+                    alpha=cfg.alpha, dropout=cfg.lora_dropout, seed=ctx.seed, num_threads=1,
+                    task_kwargs={"model_path": str(base_dir), "digits": cfg.digits,
+                                 "train_size": cfg.train_size, "test_size": cfg.test_size,
+                                 "own_share": cfg.own_share,
+                                 "device": str(env["base"].device)},
+                    out_dir=str(ctx.path(f"flower/{name}")))
+    return run_on_flower(env["base"], run, backend=cfg.backend.removeprefix("flower-"),
+                         workdir=ctx.path(f"flower/{name}-deploy"))
 
 
 def run_strategy(ctx: icml.RunContext, cfg: Any, env: dict[str, Any], name: str) -> dict[str, Any]:
-    """Simulate one strategy from a fresh copy of the base model; evaluate it."""
+    """Federate one strategy from a fresh copy of the base model (in-process or on Flower,
+    ``cfg.backend``); evaluate it."""
     from icml_het_cpflora.evaluation import evaluate_clients
     from icml_het_cpflora.mixer import OODMixer
-    from icml_het_cpflora.simulator import simulate
 
-    strat = _strategy(name, cfg)
-    res = simulate(copy.deepcopy(env["base"]), env["train"], env["specs"], strat,
-                   rounds=cfg.rounds, local_steps=cfg.local_steps, lr=cfg.lr,
-                   batch_size=cfg.batch_size, target_modules=cfg.target_modules,
-                   alpha=cfg.alpha, dropout=cfg.lora_dropout, seed=ctx.seed)
+    res = _federate(ctx, cfg, env, name)
     names = [res.adapter(i) for i in range(len(res.specs))]
     arms = {name: evaluate_clients(res.model, res.specs, names, env["tests"])}
     if name == "het-cpflora":
