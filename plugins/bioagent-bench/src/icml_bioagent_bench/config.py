@@ -25,6 +25,8 @@ class _Common:
                             "(random tiny configs, for plumbing), or a local folder")
     llm_max_turns: int = option(6, help="tool calls the llm agent may make", ge=1)
     llm_max_new_tokens: int = option(64, help="tokens per llm action", ge=1)
+    llm_json_prefix: bool = option(True, help="prefill each llm answer with '{\"tool\": \"' "
+                                   "so the model only completes a JSON action")
     genome_len: int = option(5000, help="variant-calling genome length (bp)", ge=1000)
     coverage: float = option(30.0, help="variant-calling read coverage", gt=0)
     bloat_words: int = option(1000, help="words of background the bloat perturbation adds",

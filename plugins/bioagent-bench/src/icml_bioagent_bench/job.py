@@ -18,7 +18,8 @@ def _limits(cfg: Any) -> Any:
 
 def _llm_kwargs(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     return {"model_name": cfg.llm_model, "max_turns": cfg.llm_max_turns,
-            "max_new_tokens": cfg.llm_max_new_tokens, "device": ctx.torch_device(),
+            "max_new_tokens": cfg.llm_max_new_tokens, "json_prefix": cfg.llm_json_prefix,
+            "device": ctx.torch_device(),
             "dtype": ctx.torch_dtype(), "backend": cfg.backend}
 
 
@@ -46,7 +47,8 @@ def _judge(ctx: icml.RunContext, cfg: Any) -> Any:
         model, tok = load_llm(cfg.llm_model, device=ctx.torch_device(), dtype=ctx.torch_dtype())
     except ValueError as exc:
         raise icml.ConfigError(f"judge=llm: {exc}") from None
-    return LLMJudge(transformers_generator(model, tok))
+    prefix = '{"steps_completed": ' if cfg.llm_json_prefix else ""
+    return LLMJudge(transformers_generator(model, tok, prefix=prefix))
 
 
 def _check_tools(cfg: Any) -> None:

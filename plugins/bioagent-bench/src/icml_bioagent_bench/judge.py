@@ -296,23 +296,26 @@ class LLMJudge:
 
 
 def transformers_generator(model: Any, tokenizer: Any, *, max_new_tokens: int = 96,
-                           max_prompt_tokens: int = 1536) -> Callable[[str], str]:
+                           max_prompt_tokens: int = 1536, prefix: str = ""
+                           ) -> Callable[[str], str]:
     """A greedy ``generate(prompt) -> str`` over a transformers causal LM (chat template used
-    when the tokenizer has one; the prompt is left-truncated to ``max_prompt_tokens``)."""
+    when the tokenizer has one; the prompt is left-truncated to ``max_prompt_tokens``).
+    ``prefix`` prefills the answer (e.g. ``'{"steps_completed": '``) and is returned with it."""
     import torch
 
     def generate(prompt: str) -> str:
         if getattr(tokenizer, "chat_template", None):
-            ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                add_generation_prompt=True, return_tensors="pt",
-                                                return_dict=True)["input_ids"]
+            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                 add_generation_prompt=True, tokenize=False)
         else:
-            ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+            text = prompt
+        ids = tokenizer(text + prefix, return_tensors="pt",
+                        add_special_tokens=False)["input_ids"]
         ids = ids[:, -max_prompt_tokens:].to(model.device)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id or 0)
-        return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        return prefix + tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
     return generate

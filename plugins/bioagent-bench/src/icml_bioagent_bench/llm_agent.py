@@ -72,29 +72,34 @@ class TransformersToolAgent:
     def __init__(self, model: Any = None, tokenizer: Any = None, *,
                  model_name: str = "smollm2-135m-instruct", max_turns: int = 6,
                  max_new_tokens: int = 64, device: Any = "cpu", dtype: Any = None,
-                 backend: str = "auto", max_prompt_tokens: int = 2048) -> None:
+                 backend: str = "auto", max_prompt_tokens: int = 2048,
+                 json_prefix: bool = True) -> None:
         if model is None or tokenizer is None:
             model, tokenizer = load_llm(model_name, device=device, dtype=dtype)
         self.model, self.tok = model, tokenizer
         self.max_turns, self.max_new_tokens = max_turns, max_new_tokens
         self.backend, self.max_prompt_tokens = backend, max_prompt_tokens
+        self.json_prefix = json_prefix
         self.name = "llm"
 
     def _generate(self, prompt: str) -> str:
+        """Greedy completion. With ``json_prefix`` the answer is started with ``{"tool": "``
+        (a prefilled assistant turn), so the model only has to name a tool and its args."""
         import torch
 
         if getattr(self.tok, "chat_template", None):
-            ids = self.tok.apply_chat_template([{"role": "user", "content": prompt}],
-                                               add_generation_prompt=True, return_tensors="pt",
-                                               return_dict=True)["input_ids"]
+            text = self.tok.apply_chat_template([{"role": "user", "content": prompt}],
+                                                add_generation_prompt=True, tokenize=False)
         else:
-            ids = self.tok(prompt, return_tensors="pt")["input_ids"]
+            text = prompt
+        prefix = '{"tool": "' if getattr(self, "json_prefix", False) else ""
+        ids = self.tok(text + prefix, return_tensors="pt", add_special_tokens=False)["input_ids"]
         ids = ids[:, -self.max_prompt_tokens:].to(self.model.device)
         with torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                       max_new_tokens=self.max_new_tokens, do_sample=False,
                                       pad_token_id=self.tok.pad_token_id or 0)
-        return self.tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        return prefix + self.tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
     def _tool(self, action: dict[str, Any], ws: Path, pipe: TaskPipeline, trace: Trace
               ) -> tuple[str, list[str]]:
