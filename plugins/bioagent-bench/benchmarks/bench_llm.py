@@ -51,30 +51,37 @@ def main() -> None:
         # LLM judge vs rule judge on the scripted agents' runs
         gen = transformers_generator(model, tok, max_new_tokens=80,
                                      prefix='{"steps_completed": ' if prefix else "")
-        judge = LLMJudge(gen, retries=0)
-        agree = n = 0
+        judge = LLMJudge(gen, retries=0, fallback=None)
+        from icml_bioagent_bench.judge import JudgeError, completion_rate, judge_evidence
+        from icml_bioagent_bench.scoring import score_results
+
+        agree = n = valid = 0
         t0 = time.perf_counter()
         rule_c, llm_c = [], []
         for key, task in suite.items():
             for p in ("correct", "naive"):
-                a = ScriptedAgent(p)
-                r_rule = run_agent(task, a, Path(d) / "j", run_id=f"{key[0]}-{key[1]}-{p}-r",
-                                   judge=RuleJudge())
-                r_llm = run_agent(task, a, Path(d) / "j", run_id=f"{key[0]}-{key[1]}-{p}-l",
-                                  judge=judge)
+                rec = run_agent(task, ScriptedAgent(p), Path(d) / "j",
+                                run_id=f"{key[0]}-{key[1]}-{p}", judge=RuleJudge())
                 n += 1
-                agree += (r_rule.assessment["final_result_reached"]
-                          == r_llm.assessment["final_result_reached"])
-                rule_c.append(r_rule.completion_rate)
-                llm_c.append(r_llm.completion_rate)
+                ws = Path(rec.workspace)
+                score = score_results(task.task_id, ws / "results", task.truth_dir)
+                try:
+                    a = judge.assess(task, ws, score, judge_evidence(task, ws, score))
+                except JudgeError:
+                    continue
+                valid += 1
+                agree += a.final_result_reached == rec.assessment["final_result_reached"]
+                rule_c.append(rec.completion_rate)
+                llm_c.append(completion_rate(a))
         t_j = time.perf_counter() - t0
         from icml_bioagent_bench.stability import pearson
 
-        print(f"\nLLM judge on {n} scripted runs in {t_j:.0f} s: {n - judge.failures}/{n} "
-              f"answers fit the schema; final_result_reached agrees with the rule judge on "
-              f"{agree}/{n}; Pearson(completion rule, completion LLM) = "
+        print(f"\nLLM judge on {n} scripted runs (correct, naive) in {t_j:.0f} s: {valid}/{n} "
+              f"answers fit the schema. On those: final_result_reached agrees with the rule "
+              f"judge on {agree}/{valid}; Pearson(completion rule, completion LLM) = "
               f"{pearson(rule_c, llm_c):.2f}; mean completion rule "
-              f"{100 * sum(rule_c) / n:.1f} %, LLM {100 * sum(llm_c) / n:.1f} %")
+              f"{100 * sum(rule_c) / max(valid, 1):.1f} %, LLM "
+              f"{100 * sum(llm_c) / max(valid, 1):.1f} %")
 
 
 if __name__ == "__main__":

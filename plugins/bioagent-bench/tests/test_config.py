@@ -17,10 +17,10 @@ def test_bad_values_are_one_line_errors():
         assert word in str(e.value) and "\n" not in str(e.value)
 
 
-def test_cli_rejects_unknown_llm_model_cleanly():
+def test_cli_rejects_unknown_llm_model_cleanly(tmp_path):
     from icml.testing import icml_cli, one_line_error
 
     proc = icml_cli("run", "bioagent-bench", "infer", "--set", "agent=llm", "--set",
-                    "llm_model=/no/such/model", "--out", "/tmp/bioagent-bad-llm")
+                    "llm_model=/no/such/model", "--out", str(tmp_path))
     assert proc.returncode != 0
     assert "cannot load the LLM" in one_line_error(proc)

@@ -86,3 +86,15 @@ def test_smollm2_agent_runs(suite, sandbox):
     rec = run_agent(suite[("deseq", "clean")], agent, sandbox)
     assert rec.status == "ok" and rec.trace["steps"]
     assert 0.0 <= rec.completion_rate <= 1.0
+
+
+def test_listing_a_decoy_is_not_using_it(suite, sandbox):
+    task = suite[("variant-calling", "decoy")]
+    look = [json.dumps({"tool": "list_files", "args": {"dir": "data"}})]
+    rec = run_agent(task, ScriptedModelAgent(look), sandbox, run_id="look")
+    assert "NA12877" in rec.trace["steps"][0]["output"] and not rec.decoy_used
+    use = look + [json.dumps({"tool": "run_step", "args": {"step": "index_reference", "inputs": {
+        "reference": "reference/ref.fa", "reads_1": "data/NA12877_R1.fq.gz",
+        "reads_2": "data/NA12877_R2.fq.gz", "sample": "NA12877"}}})]
+    rec = run_agent(task, ScriptedModelAgent(use), sandbox, run_id="use")
+    assert rec.decoy_used and not rec.success

@@ -22,14 +22,14 @@ def test_missing_tool_names_what_to_install(monkeypatch):
         tools.resolve("assemble")
 
 
-def test_missing_tool_through_the_cli_is_one_clear_line(monkeypatch):
+def test_missing_tool_through_the_cli_is_one_clear_line(monkeypatch, tmp_path):
     from icml.testing import icml_cli, one_line_error
 
     if all(shutil.which(t) for t in ("bwa", "samtools", "bcftools", "salmon", "kraken2")):
         env_path = "/nonexistent"
         monkeypatch.setenv("PATH", f"{env_path}")
     proc = icml_cli("run", "bioagent-bench", "--set", "backend=debian", "--set",
-                    'tasks=["deseq"]', "--out", "/tmp/bioagent-missing-tool")
+                    'tasks=["deseq"]', "--out", str(tmp_path))
     if proc.returncode == 0:
         pytest.skip("the Debian tools are installed and PATH could not hide them")
     line = one_line_error(proc)

@@ -47,7 +47,9 @@ class TraceStep:
 @dataclass
 class Trace:
     """What an agent did. ``status``: ok, error, timeout (set by the harness: escaped,
-    disk_limit). ``flags``: problems the agent reported about its inputs."""
+    disk_limit). ``flags``: problems the agent reported about its inputs. ``structured``: the
+    agent lists in each step the input files it used (scripted and tool agents); otherwise the
+    harness searches the free-form output for decoy names."""
 
     agent: str
     task_id: str
@@ -56,6 +58,7 @@ class Trace:
     status: str = "ok"
     error: str = ""
     seconds: float = 0.0
+    structured: bool = False  # steps list the files they read (else free-form output)
 
     def inputs_used(self) -> set[str]:
         return {Path(f).name for s in self.steps for f in s.files_read}
@@ -188,7 +191,7 @@ class ScriptedAgent:
 
     def run(self, task: TaskView, workdir: Path, timeout_s: float) -> Trace:
         t0 = time.perf_counter()
-        trace = Trace(self.name, task.task_id)
+        trace = Trace(self.name, task.task_id, structured=True)
         ws = Path(workdir)
 
         def log(cmd: str, files: list[str]) -> None:

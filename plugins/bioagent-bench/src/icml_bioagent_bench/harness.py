@@ -102,7 +102,10 @@ def run_agent(task: BioTask, agent: AgentHarness, sandbox_root: str | Path, *,
     decoys = set(task.meta.get("decoys", []))
     used = trace.inputs_used()
     text = trace.text()
-    decoy_used = bool(decoys & used) or any(d in text for d in decoys)
+    structured = trace.structured
+    # a structured trace says which files went into a step (listing a folder is not using a
+    # file); a free-form trace (a command agent) is searched for the decoy names
+    decoy_used = bool(decoys & used) if structured else any(d in text for d in decoys)
     if task.condition == "corrupt" and not flagged:
         problems.append("corrupted input not flagged: " + ", ".join(task.meta.get("corrupted",
                                                                               [])))

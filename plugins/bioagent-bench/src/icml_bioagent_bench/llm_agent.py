@@ -118,10 +118,11 @@ class TransformersToolAgent:
             if not p.is_relative_to(ws.resolve()) or not p.is_file():
                 raise PipelineError(f"no file {args.get('path')!r} in the workspace")
             rel = str(p.relative_to(ws.resolve()))
+            del rel  # inspecting a file is not using it as an input
             if p.name.endswith((".fq.gz", ".fastq.gz", ".fq", ".fastq")):
-                return json.dumps(qc.fastq_summary(p, n=200)), [rel]
+                return json.dumps(qc.fastq_summary(p, n=200)), []
             head = p.read_text(errors="replace")[:300] if p.suffix != ".gz" else "(binary)"
-            return head, [rel]
+            return head, []
         if tool == "run_step":
             inputs = args.get("inputs") or {}
             if not isinstance(inputs, dict):
@@ -139,7 +140,7 @@ class TransformersToolAgent:
     def run(self, task: TaskView, workdir: Path, timeout_s: float) -> Trace:
         t0 = time.perf_counter()
         ws = Path(workdir)
-        trace = Trace(self.name, task.task_id)
+        trace = Trace(self.name, task.task_id, structured=True)
         pipe = TaskPipeline(task.task_id, ws, backend=self.backend)
         doc = TOOLS_DOC.format(steps=", ".join(STEPS[task.task_id]),
                                roles=", ".join(ROLES[task.task_id]))
