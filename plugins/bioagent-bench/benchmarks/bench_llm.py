@@ -1,0 +1,88 @@
+"""Benchmark: the tool-calling LLM agent (SmolLM2-135M-Instruct from icml.models, offline) on
+every task and condition next to the scripted agents, and the LLM judge against the rule judge
+on the scripted agents' runs. One process, same suite, same timing (perf_counter per run).
+
+    python plugins/bioagent-bench/benchmarks/bench_llm.py [--model smollm2-135m-instruct]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--no-prefix", action="store_true", help="do not prefill the JSON start")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    from icml_bioagent_bench.agents import ScriptedAgent
+    from icml_bioagent_bench.harness import run_agent
+    from icml_bioagent_bench.judge import LLMJudge, RuleJudge, transformers_generator
+    from icml_bioagent_bench.llm_agent import TransformersToolAgent, load_llm
+    from icml_bioagent_bench.suite import completion_table, evaluate_suite, make_suite
+
+    model, tok = load_llm(args.model)
+    prefix = not args.no_prefix
+    with tempfile.TemporaryDirectory() as d:
+        suite = make_suite(Path(d))
+        llm = TransformersToolAgent(model, tok, max_turns=args.max_turns, json_prefix=prefix)
+        t0 = time.perf_counter()
+        recs = evaluate_suite(suite, [llm], Path(d) / "runs_llm")
+        t_llm = time.perf_counter() - t0
+        parsed = sum(s["returncode"] == 0 for r in recs for s in r.trace["steps"])
+        total = sum(len(r.trace["steps"]) for r in recs)
+        tools = sorted({s["action"][:40] for r in recs for s in r.trace["steps"]
+                        if s["returncode"] == 0})
+        cols, rows = completion_table(recs)
+        print(f"LLM agent {args.model}, json_prefix={prefix}, {len(recs)} runs in {t_llm:.0f} s;"
+              f" {parsed}/{total} actions valid; distinct valid actions: {tools[:5]}")
+        print("| " + " | ".join(cols) + " |")
+        print("|" + "---|" * len(cols))
+        for row in rows:
+            print("| " + " | ".join(f"{v:.1f}" if isinstance(v, float) else str(v)
+                                    for v in row) + " |")
+        # LLM judge vs rule judge on the scripted agents' runs
+        gen = transformers_generator(model, tok, max_new_tokens=80,
+                                     prefix='{"steps_completed": ' if prefix else "")
+        judge = LLMJudge(gen, retries=0, fallback=None)
+        from icml_bioagent_bench.judge import JudgeError, completion_rate, judge_evidence
+        from icml_bioagent_bench.scoring import score_results
+
+        agree = n = valid = 0
+        t0 = time.perf_counter()
+        rule_c, llm_c = [], []
+        for key, task in suite.items():
+            for p in ("correct", "naive"):
+                rec = run_agent(task, ScriptedAgent(p), Path(d) / "j",
+                                run_id=f"{key[0]}-{key[1]}-{p}", judge=RuleJudge())
+                n += 1
+                ws = Path(rec.workspace)
+                score = score_results(task.task_id, ws / "results", task.truth_dir)
+                try:
+                    a = judge.assess(task, ws, score, judge_evidence(task, ws, score))
+                except JudgeError:
+                    continue
+                valid += 1
+                agree += a.final_result_reached == rec.assessment["final_result_reached"]
+                rule_c.append(rec.completion_rate)
+                llm_c.append(completion_rate(a))
+        t_j = time.perf_counter() - t0
+        from icml_bioagent_bench.stability import pearson
+
+        print(f"\nLLM judge on {n} scripted runs (correct, naive) in {t_j:.0f} s: {valid}/{n} "
+              f"answers fit the schema. On those: final_result_reached agrees with the rule "
+              f"judge on {agree}/{valid}; Pearson(completion rule, completion LLM) = "
+              f"{pearson(rule_c, llm_c):.2f}; mean completion rule "
+              f"{100 * sum(rule_c) / max(valid, 1):.1f} %, LLM "
+              f"{100 * sum(llm_c) / max(valid, 1):.1f} %")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Typed configs, one per capability. Field names are the CLI's --set keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+TASKS = ("variant-calling", "transcript-quant", "deseq", "metagenomics")
+CONDITIONS = ("clean", "corrupt", "decoy", "bloat")
+BACKENDS = ("auto", "pypi", "debian", "builtin")
+
+
+@dataclass
+class _Common:
+    backend: str = option("auto", help="tools of the reference pipelines: auto (PyPI pysam/"
+                          "mappy, else Debian, else built-in), pypi, debian (bwa, samtools, "
+                          "bcftools, salmon, kraken2) or builtin (pure Python)", choices=BACKENDS)
+    time_limit_s: float = option(120.0, help="wall-clock limit per agent run (seconds)", gt=0)
+    disk_limit_mb: float = option(200.0, help="disk limit per workspace (MB)", gt=0)
+    judge: str = option("rule", help="pipeline judge: rule (artifact tree) or llm (the "
+                        "official schema, answered by llm_model)", choices=("rule", "llm"))
+    llm_model: str = option("smollm2-135m-instruct", help="model of the llm agent/judge: a "
+                            "registered icml pretrained name, 'tiny-llama'/'tiny-qwen2' "
+                            "(random tiny configs, for plumbing), or a local folder")
+    llm_max_turns: int = option(6, help="tool calls the llm agent may make", ge=1)
+    llm_max_new_tokens: int = option(64, help="tokens per llm action", ge=1)
+    llm_json_prefix: bool = option(True, help="prefill each llm answer with '{\"tool\": \"' "
+                                   "so the model only completes a JSON action")
+    genome_len: int = option(5000, help="variant-calling genome length (bp)", ge=1000)
+    coverage: float = option(30.0, help="variant-calling read coverage", gt=0)
+    bloat_words: int = option(1000, help="words of background the bloat perturbation adds",
+                              ge=1)
+
+
+@dataclass
+class EvaluateConfig(_Common):
+    tasks: list[str] = option(list(TASKS), help="tasks to generate and run")
+    agents: list[str] = option(["correct", "naive", "robust"], help="agents: correct, naive, "
+                               "robust (scripted), llm (transformers tool agent), "
+                               "cli:<command> (any executable)")
+    conditions: list[str] = option(list(CONDITIONS), help="clean and the perturbations corrupt,"
+                                   " decoy, bloat")
+    trials: int = option(2, help="repeated clean runs per (task, agent) for stability "
+                         "(Jaccard/Pearson)", ge=1)
+
+    def __post_init__(self) -> None:
+        _check(self.tasks, TASKS, "tasks")
+        _check(self.conditions, CONDITIONS, "conditions")
+        _check_agents(self.agents)
+
+
+@dataclass
+class InferConfig(_Common):
+    task: str = option("variant-calling", help="the task to run", choices=TASKS)
+    condition: str = option("clean", help="clean or a perturbation", choices=CONDITIONS)
+    agent: str = option("robust", help="correct, naive, robust, llm or cli:<command>")
+
+    def __post_init__(self) -> None:
+        _check_agents([self.agent])
+
+
+def _check(values: list[str], allowed: tuple[str, ...], key: str) -> None:
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise ValueError(f"{key}={values}: each must be one of {', '.join(allowed)}")
+
+
+def _check_agents(agents: list[str]) -> None:
+    ok = ("correct", "naive", "robust", "llm")
+    bad = [a for a in agents if a not in ok and not (a.startswith("cli:") and a[4:].strip())]
+    if bad or not agents:
+        raise ValueError(f"agents={agents}: each must be correct, naive, robust, llm or "
+                         "cli:<command line>")

