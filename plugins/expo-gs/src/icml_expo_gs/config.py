@@ -45,14 +45,14 @@ class ExpoGSConfig:
     densify_from: int = option(30, help="first densification iteration", ge=0)
     densify_until: int = option(250, help="last densification iteration", ge=0)
     densify_every: int = option(30, help="densify/prune interval", ge=1)
-    grad_threshold: float = option(0.02, help="mean screen-space position-gradient threshold "
-                                   "(pixels, at this resolution)", gt=0)
+    grad_threshold: float = option(1.5e-3, help="mean NDC screen-space position-gradient "
+                                   "threshold (HDR-GS 1.6e-4 at 400-800 px images)", gt=0)
     percent_dense: float = option(0.03, help="clone below / split above this share of extent",
                                   gt=0)
     prune_opacity: float = option(0.005, help="prune Gaussians below this opacity", ge=0)
     opacity_reset_every: int = option(0, help="opacity reset interval (0 = off; HDR-GS 3000)",
                                       ge=0)
-    max_gaussians: int = option(2000, help="densification cap", ge=1)
+    max_gaussians: int = option(800, help="densification cap", ge=1)
     # stage 2: Expo-SDF (reconstructed)
     sdf_hidden: int = option(64, help="SDF MLP width", ge=4)
     sdf_layers: int = option(2, help="SDF hidden layers", ge=1)
@@ -73,7 +73,9 @@ class ExpoGSConfig:
     near_k: float = option(4.0, help="near-surface samples within 2k|s| of the GS depth", ge=0)
     # stage 3: joint
     lambda_geo: float = option(0.05, help="weight of L_geo on the Gaussians in stage 3", ge=0)
-    sdf_densify_omega: float = option(0.01, help="omega of the SDF densification bonus", ge=0)
+    sdf_densify_omega: float = option(7.5e-4, help="omega of the SDF densification bonus (half "
+                                      "of grad_threshold: SDF proximity alone never densifies)",
+                                      ge=0)
     sdf_sigma: float = option(0.05, help="sigma of exp(-s^2/2sigma^2)", gt=0)
     sdf_prune_tau: float = option(0.01, help="prune when exp(-s^2/2sigma^2) < tau_p", ge=0,
                                   lt=1)

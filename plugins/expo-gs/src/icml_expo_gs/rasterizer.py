@@ -208,8 +208,9 @@ def rasterize_dense(proj: Projected, feats: Tensor, width: int, height: int, *,
 
 def rasterize_naive(proj: Projected, feats: Tensor, width: int, height: int, *,
                     alpha_max: float = 0.99) -> dict[str, Tensor]:
-    """Reference: a Python loop over pixels, front-to-back product of transmittances (the
-    textbook algorithm; slow, used for checking and as the benchmark's naive arm)."""
+    """Reference: a Python loop over pixels, each compositing front to back with a plain product
+    of transmittances (``cumprod``, no log space, no tiles); slow, used for checking and as the
+    benchmark's naive per-pixel arm."""
     out = torch.zeros(height, width, feats.shape[1], dtype=feats.dtype, device=feats.device)
     alpha_img = torch.zeros(height, width, dtype=feats.dtype, device=feats.device)
     a, b, c = proj.conics.unbind(-1)
@@ -219,13 +220,9 @@ def rasterize_naive(proj: Projected, feats: Tensor, width: int, height: int, *,
                              device=feats.device) - proj.means2d
             power = -0.5 * (a * d[:, 0] ** 2 + 2 * b * d[:, 0] * d[:, 1] + c * d[:, 1] ** 2)
             al = (proj.opacity * torch.exp(power.clamp_max(0.0))).clamp_max(alpha_max)
-            T = torch.ones((), dtype=feats.dtype, device=feats.device)
-            acc = torch.zeros(feats.shape[1], dtype=feats.dtype, device=feats.device)
-            for i in range(al.shape[0]):
-                acc = acc + al[i] * T * feats[i]
-                T = T * (1 - al[i])
-            out[py, px] = acc
-            alpha_img[py, px] = 1 - T
+            T = torch.cumprod(torch.cat([al.new_ones(1), 1 - al]), 0)
+            out[py, px] = (al * T[:-1]) @ feats
+            alpha_img[py, px] = 1 - T[-1]
     return {"features": out, "alpha": alpha_img}
 
 

@@ -202,7 +202,10 @@ class ExpoGSTrainer:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if proj.means2d.grad is not None:
-                gn = proj.means2d.grad.norm(dim=-1)
+                # 3DGS convention: the screen-space gradient in NDC units (pixels x W/2, H/2)
+                cam = view.camera
+                gn = (proj.means2d.grad * proj.means2d.new_tensor(
+                    [cam.width / 2, cam.height / 2])).norm(dim=-1)
                 state["acc"].index_add_(0, proj.index, gn.detach().float())
                 state["cnt"].index_add_(0, proj.index, torch.ones_like(gn).float())
             opt.step()
