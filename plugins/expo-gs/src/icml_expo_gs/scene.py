@@ -77,20 +77,20 @@ def _normal(p: Tensor, h: float = 1e-4) -> Tensor:
 
 
 def _radiance(p: Tensor, n: Tensor) -> Tensor:
-    check = ((torch.floor(p[..., 0] * 4) + torch.floor(p[..., 1] * 4) +
-              torch.floor(p[..., 2] * 4)) % 2)
+    check = ((torch.floor(p[..., 0] * 2) + torch.floor(p[..., 1] * 2) +
+              torch.floor(p[..., 2] * 2)) % 2)
     albedo = torch.stack([0.25 + 0.5 * check, 0.3 + 0.3 * check, 0.5 - 0.3 * check], -1)
     light = torch.tensor([0.4, 0.8, -0.45])
     light = light / light.norm()
-    diffuse = (n @ light).clamp_min(0)[..., None] * 3.0 + 0.05
+    diffuse = (n @ light).clamp_min(0)[..., None] * 0.2 + 0.005
     rad = albedo * diffuse
     # emissive patch on top of the sphere and a bright stripe on the box
     c = torch.tensor([-0.35, -0.05, 0.0])
     top = ((p - c).norm(dim=-1) < 0.47) & (p[..., 1] > 0.25)
     stripe = ((p[..., 0] - 0.45).abs() < 0.26) & ((p[..., 2] - 0.1).abs() < 0.06) & \
         (p[..., 1] > 0.05)
-    rad = torch.where(top[..., None], torch.tensor([50.0, 40.0, 25.0]), rad)
-    return torch.where(stripe[..., None], torch.tensor([8.0, 12.0, 20.0]), rad)
+    rad = torch.where(top[..., None], torch.tensor([4.0, 3.2, 2.0]), rad)
+    return torch.where(stripe[..., None], torch.tensor([0.6, 0.9, 1.5]), rad)
 
 
 def sphere_trace(cam: Camera, steps: int = 96, far: float = 8.0) -> tuple[Tensor, Tensor]:
@@ -103,7 +103,7 @@ def sphere_trace(cam: Camera, steps: int = 96, far: float = 8.0) -> tuple[Tensor
         t = (t + s).clamp_max(far)
     p = o + t[..., None] * dn
     hit = scene_sdf(p).abs() < 1e-3
-    hdr = torch.where(hit[..., None], _radiance(p, _normal(p)), torch.full_like(p, 0.08))
+    hdr = torch.where(hit[..., None], _radiance(p, _normal(p)), torch.full_like(p, 0.005))
     z = (t / d.norm(dim=-1)) * hit
     return hdr, z
 

@@ -49,6 +49,16 @@ class TrainedModel:
         return out
 
 
+def sdf_guided_density(sdf: Any, means: Tensor, grad_score: Tensor, opacity: Tensor, *,
+                       omega: float, sigma: float, tau_p: float, prune_opacity: float
+                       ) -> tuple[Tensor, Tensor]:
+    """Expo-GS density control from the current SDF: the densification score
+    ``ḡ + ω exp(-s(μ)²/2σ²)`` and the prune mask ``exp(-s(μ)²/2σ²) < τ_p or opacity < min``."""
+    with torch.no_grad():
+        near = torch.exp(-sdf(means) ** 2 / (2 * sigma ** 2))
+    return grad_score + omega * near, (near < tau_p) | (opacity < prune_opacity)
+
+
 def _photo(pred: Tensor, gt: Tensor, lam: float) -> Tensor:
     return (1 - lam) * (pred - gt).abs().mean() + lam * (1 - ssim(pred, gt))
 
@@ -174,10 +184,9 @@ class ExpoGSTrainer:
             score = state["acc"] / state["cnt"].clamp_min(1)
             prune = (m.opacity < c.prune_opacity).detach()
             if sdf is not None:
-                with torch.no_grad():
-                    near = torch.exp(-sdf(m.means) ** 2 / (2 * c.sdf_sigma ** 2))
-                score = score + c.sdf_densify_omega * near
-                prune = prune | (near < c.sdf_prune_tau)
+                score, prune = sdf_guided_density(
+                    sdf, m.means.detach(), score, m.opacity.detach(), omega=c.sdf_densify_omega,
+                    sigma=c.sdf_sigma, tau_p=c.sdf_prune_tau, prune_opacity=c.prune_opacity)
             m.densify_and_prune(opt, score, grad_threshold=c.grad_threshold,
                                 percent_dense=c.percent_dense, extent=extent, prune_mask=prune,
                                 max_gaussians=c.max_gaussians, seed=self.seed + it)
