@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 
 import torch
-
-from icml_expo_gs import (ExpoGSConfig, ExpoGSTrainer, evaluate_hdr_nvs, floater_fraction,
-                          make_synthetic_hdr_scene)
+from icml_expo_gs import (
+    ExpoGSConfig,
+    ExpoGSTrainer,
+    evaluate_hdr_nvs,
+    floater_fraction,
+    make_synthetic_hdr_scene,
+)
 
 ARMS = [("lambda_geo=0", {"lambda_geo": 0.0}), ("no SDF prune", {"sdf_prune_tau": 0.0}),
         ("uniform reliability", {"reliability": "uniform"})]
