@@ -1,0 +1,100 @@
+"""The evaluation protocol in code: LDR-OE (t1, t3, t5) and LDR-NE (t2, t4) PSNR/SSIM on test
+views, HDR PSNR/SSIM after max-normalisation and μ-law ``T(x) = log(1+μx)/log(1+μ)`` (μ=5000,
+HDR-NeRF/HDR-GS), depth RMSE against GT z-depth and the floater fraction."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+Tensor = torch.Tensor
+
+
+def mu_law(x: Tensor, mu: float = 5000.0) -> Tensor:
+    """``log(1 + μx) / log(1 + μ)``: T(0)=0, T(1)=1, monotone."""
+    return torch.log1p(mu * x) / math.log1p(mu)
+
+
+def hdr_tonemap(hdr: Tensor, mu: float = 5000.0, norm: Tensor | float | None = None) -> Tensor:
+    """Normalise by the max (its own unless ``norm`` is given), clamp to [0,1], μ-law."""
+    m = hdr.max() if norm is None else norm
+    return mu_law((hdr / m).clamp(0, 1), mu)
+
+
+def psnr(a: Tensor, b: Tensor) -> float:
+    """PSNR in dB of images in [0, 1]."""
+    mse = float(((a - b) ** 2).mean())
+    return 10 * math.log10(1.0 / max(mse, 1e-12))
+
+
+def _gauss(win: int, sigma: float, dtype: Any, device: Any) -> Tensor:
+    x = torch.arange(win, dtype=dtype, device=device) - (win - 1) / 2
+    g = torch.exp(-x ** 2 / (2 * sigma ** 2))
+    g = g / g.sum()
+    return (g[:, None] * g[None])[None, None]
+
+
+def ssim(a: Tensor, b: Tensor, win: int = 11, sigma: float = 1.5) -> Tensor:
+    """Mean SSIM of (H, W, C) images in [0, 1] (Gaussian window, zero padding as 3DGS)."""
+    x, y = a.permute(2, 0, 1)[:, None], b.permute(2, 0, 1)[:, None]
+    k = _gauss(win, sigma, a.dtype, a.device)
+    f = lambda t: torch.nn.functional.conv2d(t, k, padding=win // 2)  # noqa: E731
+    mx, my = f(x), f(y)
+    sxx, syy, sxy = f(x * x) - mx ** 2, f(y * y) - my ** 2, f(x * y) - mx * my
+    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    m = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx ** 2 + my ** 2 + c1) * (sxx + syy + c2))
+    return m.mean()
+
+
+def depth_rmse(depth: Tensor, gt: Tensor) -> float:
+    """RMSE over pixels where the GT ray hits (gt > 0)."""
+    m = gt > 0
+    if not m.any():
+        return math.nan
+    return float(((depth[m] - gt[m]) ** 2).mean().sqrt())
+
+
+def floater_fraction(means: Tensor, opacity: Tensor, sdf: Any, tau: float = 0.1,
+                     min_opacity: float = 0.1) -> float:
+    """Fraction of visible Gaussians (opacity > min_opacity) farther than ``tau`` from the GT
+    surface."""
+    vis = opacity > min_opacity
+    if not vis.any():
+        return math.nan
+    d = sdf(means[vis].detach().float().cpu()).abs()
+    return float((d > tau).float().mean())
+
+
+@torch.no_grad()
+def evaluate_hdr_nvs(model: Any, views: list[Any], *, mu: float = 5000.0,
+                     hdr_norm: str = "own", oe: tuple[int, ...] = (0, 2, 4),
+                     ne: tuple[int, ...] = (1, 3)) -> dict[str, float]:
+    """Score a trained model (anything with ``render(camera, exposure)`` returning ``ldr``,
+    ``hdr``, ``depth``) on test views with five exposures. ``hdr_norm='own'`` normalises each
+    HDR image by its own max before the μ-law (HDR-NeRF's evaluation), ``'gt'`` by the GT max."""
+    if hdr_norm not in ("own", "gt"):
+        raise ValueError(f"hdr_norm {hdr_norm!r}: use 'own' or 'gt'")
+    acc: dict[str, list[float]] = {k: [] for k in ("ldr_oe_psnr", "ldr_oe_ssim", "ldr_ne_psnr",
+                                                   "ldr_ne_ssim", "hdr_psnr", "hdr_ssim",
+                                                   "depth_rmse")}
+    for v in views:
+        for idx, key in ((oe, "oe"), (ne, "ne")):
+            for e in idx:
+                if e >= len(v.exposures):
+                    continue
+                out = model.render(v.camera, v.exposures[e])
+                pred = out["ldr"].clamp(0, 1).float().cpu()
+                acc[f"ldr_{key}_psnr"].append(psnr(pred, v.ldr[e]))
+                acc[f"ldr_{key}_ssim"].append(float(ssim(pred, v.ldr[e])))
+        out = model.render(v.camera, v.exposures[0])
+        if v.hdr is not None:
+            h = out["hdr"].float().cpu()
+            norm = v.hdr.max() if hdr_norm == "gt" else None
+            a, b = hdr_tonemap(h, mu, norm), hdr_tonemap(v.hdr, mu)
+            acc["hdr_psnr"].append(psnr(a, b))
+            acc["hdr_ssim"].append(float(ssim(a, b)))
+        if v.depth is not None:
+            acc["depth_rmse"].append(depth_rmse(out["depth"].float().cpu(), v.depth))
+    return {k: (sum(x) / len(x) if x else math.nan) for k, x in acc.items()}
