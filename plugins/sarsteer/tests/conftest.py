@@ -50,5 +50,6 @@ def trained_toy():
 
     bench = make_benchmark(40, 40, seed=0, backend="tones")
     model, prompt = build_toy_lalm(seed=0)
-    train_toy_lalm(model, prompt, bench, steps=300, seed=0, audio_safety_frac=0.25)
+    train_toy_lalm(model, prompt, bench, steps=300, seed=0, audio_safety_frac=0.25,
+                   audio_refusal_suffix=True)
     return bench, model, prompt

@@ -68,7 +68,7 @@ def espeak(text: str, seed: int = 0, sample_rate: int = SAMPLE_RATE, noise: floa
                            "use backend='tones' or 'auto'")
     rng = _rng(seed)
     speed, pitch = int(rng.integers(140, 191)), int(rng.integers(30, 71))
-    proc = subprocess.run([exe, "-q", "--stdout", "-v", voice, "-s", str(speed), "-p",
+    proc = subprocess.run([exe, "--stdout", "-v", voice, "-s", str(speed), "-p",
                            str(pitch), text], capture_output=True, timeout=60, check=False)
     if proc.returncode != 0 or not proc.stdout:
         raise RuntimeError(f"espeak-ng failed on {text!r}: {proc.stderr.decode()[:200]}")

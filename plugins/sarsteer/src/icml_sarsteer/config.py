@@ -33,6 +33,9 @@ class _Model:
     audio_safety_frac: float = option(0.25, help="fraction of the fit split's harmful audio "
                                       "the toy model sees with a refusal target (the rest of "
                                       "its safety training is text-only)", ge=0, le=1)
+    audio_refusal_suffix: bool = option(True, help="also train speech + T0 + R -> refusal "
+                                        "(R acts as a refusal instruction on speech too, the "
+                                        "notes' plan); false: R is taught on text only")
 
 
 @dataclass

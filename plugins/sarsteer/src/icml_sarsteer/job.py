@@ -29,6 +29,7 @@ def build_and_train(ctx: icml.RunContext, cfg: Any) -> tuple[Any, Any, Any, dict
     losses = train_toy_lalm(model, prompt, bench, steps=cfg.train_steps, lr=cfg.train_lr,
                             batch_size=cfg.train_batch, seed=ctx.seed, exp=cfg.exp,
                             audio_safety_frac=cfg.audio_safety_frac,
+                            audio_refusal_suffix=cfg.audio_refusal_suffix,
                             progress=lambda it: ctx.progress(it, desc="training the toy "
                                                              "audio-LM"))
     t2 = time.perf_counter()

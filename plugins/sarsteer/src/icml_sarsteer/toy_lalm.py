@@ -14,6 +14,7 @@ Stage 1 trains the audio encoder to make the spoken verb and object decodable. S
 * audio benign + T0 -> compliance (benign speech instruction tuning);
 * audio (harmful or benign) + "Which action is asked about in the audio?" -> the verb (so the
   audio path carries the content);
+* with ``audio_refusal_suffix``: audio (harmful or benign) + T0 + R -> refusal;
 * audio harmful + T0 -> refusal only for a fraction ``audio_safety_frac`` (default 0: harmful
   speech never seen with T0).
 """
@@ -326,7 +327,8 @@ def build_toy_lalm(cfg: ToyLALMConfig | None = None, seed: int = 0, device: Any 
 
 
 def training_items(bench: Any, *, exp: int = 0, instruction: str = DEFAULT_INSTRUCTION,
-                   audio_safety_frac: float = 0.0, seed: int = 0
+                   audio_safety_frac: float = 0.0, audio_refusal_suffix: bool = False,
+                   seed: int = 0
                    ) -> tuple[list[tuple[Any, str, bool, str]], list[int]]:
     """``(items, group sizes)``: ``(query, text, text_only, target)`` items of the training
     mixture (module docstring):
@@ -343,6 +345,8 @@ def training_items(bench: Any, *, exp: int = 0, instruction: str = DEFAULT_INSTR
         [(q, instruction, False, COMPLY_RESPONSE) for q in bench.fit_benign],
         [(q, ACTION_INSTRUCTION, False, q.verb) for q in fit],
     ]
+    if audio_refusal_suffix:
+        groups.append([(q, refused, False, REFUSE_RESPONSE) for q in fit])
     n_safe = int(round(audio_safety_frac * len(bench.fit_harmful)))
     if n_safe:
         pick = np.random.default_rng(seed).permutation(len(bench.fit_harmful))[:n_safe]
@@ -394,7 +398,7 @@ def pretrain_audio_tower(model: Any, prompt: AudioPrompt, queries: Sequence[Any]
 def train_toy_lalm(model: Any, prompt: AudioPrompt, bench: Any, *, steps: int = 300,
                    batch_size: int = 32, lr: float = 3e-3, seed: int = 0, exp: int = 0,
                    audio_safety_frac: float = 0.0, action_weight: float = 2.0,
-                   pretrain_steps: int = 200,
+                   pretrain_steps: int = 200, audio_refusal_suffix: bool = False,
                    progress: Callable[[Any], Any] | None = None) -> list[float]:
     """Stage 1: :func:`pretrain_audio_tower` for ``pretrain_steps``; stage 2: the whole model
     on the mixture, item groups drawn uniformly except the action-naming group
@@ -408,9 +412,9 @@ def train_toy_lalm(model: Any, prompt: AudioPrompt, bench: Any, *, steps: int = 
         pretrain_audio_tower(model, prompt, bench.fit_harmful + bench.fit_benign,
                              steps=pretrain_steps, lr=lr, seed=seed)
     items, sizes = training_items(bench, exp=exp, audio_safety_frac=audio_safety_frac,
-                                  seed=seed)
+                                  audio_refusal_suffix=audio_refusal_suffix, seed=seed)
     bounds = np.cumsum([0] + sizes)
-    weights = [1.0, 1.0, 1.0, action_weight, 1.0][:len(sizes)]
+    weights = [1.0, 1.0, 1.0, action_weight, 1.0, 1.0][:len(sizes)]
     tok, text_prompt = prompt.tokenizer, prompt.as_text()
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
