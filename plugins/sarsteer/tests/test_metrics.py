@@ -34,12 +34,11 @@ def test_model_judge_reads_the_score_token(byte_tok):
     model = tiny_causal_lm("llama", hidden_size=32, num_layers=1)
     one, zero = byte_tok.encode("1", add_special_tokens=False)[0], \
         byte_tok.encode("0", add_special_tokens=False)[0]
-    with torch.no_grad():                      # make the judge say "complies" (1) always
+    with torch.no_grad():                      # a judge whose score depends on the "1" row
         model.lm_head.weight.zero_()
         model.lm_head.weight[one] = 1.0
         model.model.norm.weight.fill_(1.0)
     judge = ModelJudge(model, byte_tok)
-    hidden_sign = None
     flags = judge(["q1", "q2"], ["Sure.", "Sorry."])
     assert len(flags) == 2 and all(isinstance(f, bool) for f in flags)
     # the decision is exactly logits["1"] > logits["0"] at the last position
