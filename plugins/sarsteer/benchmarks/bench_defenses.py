@@ -14,7 +14,6 @@ import argparse
 import time
 
 import torch
-
 from icml_sarsteer.baselines import LLMSteering, NoDefense, PlainSteering, PromptDefense
 from icml_sarsteer.evaluation import evaluate_defense
 from icml_sarsteer.metrics import rate_with_ci
@@ -93,9 +92,10 @@ def toy(seeds, alphas, backend):
 
 
 def pretrained(alphas, n_fit, n_eval, max_new_tokens):
-    from icml.models import load_pretrained
     from icml_sarsteer.data import make_benchmark
     from icml_sarsteer.prompts import ChatPrompt
+
+    from icml.models import load_pretrained
 
     model, tok = load_pretrained("smollm2-135m-instruct")
     bench = make_benchmark(n_fit, n_eval, seed=0, render=False)
