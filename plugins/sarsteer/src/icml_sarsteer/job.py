@@ -233,12 +233,17 @@ def train_job(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
 
 def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
     """Steered generation on held-out speech: each response without and with SARSteer."""
-    from transformers import AutoTokenizer, Qwen2AudioForConditionalGeneration
+    from transformers import AutoTokenizer
 
     from icml_sarsteer.data import make_benchmark
     from icml_sarsteer.prompts import generate_responses
     from icml_sarsteer.steering import SARSteer, hook_count
-    from icml_sarsteer.toy_lalm import AudioPrompt, ToyLALMConfig, feature_extractor
+    from icml_sarsteer.toy_lalm import (
+        AudioPrompt,
+        ToyLALMConfig,
+        feature_extractor,
+        toy_audio_lm_class,
+    )
 
     if bool(cfg.model_path) != bool(cfg.vectors_path):
         raise icml.ConfigError("config keys 'model_path' and 'vectors_path' go together: give "
@@ -248,16 +253,17 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
 
         if not Path(cfg.model_path).is_dir():
             raise icml.ConfigError(f"config key 'model_path': no folder {cfg.model_path}")
-        model = Qwen2AudioForConditionalGeneration.from_pretrained(cfg.model_path).eval()
+        try:
+            model = toy_audio_lm_class().from_pretrained(cfg.model_path)
+        except (OSError, ValueError, KeyError) as exc:
+            raise icml.ConfigError(f"config key 'model_path': {cfg.model_path} is not a toy "
+                                   f"audio-LM folder written by train ({exc})") from None
         model = model.to(ctx.torch_device())
         tok = AutoTokenizer.from_pretrained(cfg.model_path)
-        tcfg = ToyLALMConfig(max_source_positions=model.config.audio_config.max_source_positions)
-        frames = 2 * tcfg.max_source_positions
-        import torch
-
-        _, n_tok = model.model.audio_tower._get_feat_extract_output_lengths(
-            torch.tensor([frames]))
-        prompt = AudioPrompt(tok, feature_extractor(tcfg), int(n_tok), frames,
+        frames = model.n_audio_tokens * model.stack
+        tcfg = ToyLALMConfig(n_mels=model.n_mels, stack=model.stack,
+                             max_source_positions=frames // 2)
+        prompt = AudioPrompt(tok, feature_extractor(tcfg), model.n_audio_tokens, frames,
                              ctx.torch_device())
         try:
             steer = SARSteer.load(cfg.vectors_path, model=model)
