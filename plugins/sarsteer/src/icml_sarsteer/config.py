@@ -1,0 +1,113 @@
+"""Typed configs, one per capability. Field names are the CLI's --set keys and the Python API's
+argument names (``alpha``, ``k``, ``lam``, ``layers``, ``exp``, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+DEFENSE_NAMES = ("none", "prompt", "plain", "llm", "sarsteer")
+
+
+@dataclass
+class _Data:
+    n_fit: int = option(40, help="harmful/benign query pairs used to fit the steering vectors "
+                        "(and to train the toy audio-LM); official N=100", ge=1, le=150)
+    n_eval: int = option(40, help="held-out harmful/benign pairs the defenses are scored on",
+                         ge=1, le=150)
+    audio_backend: str = option("auto", help="speech renderer: espeak-ng (Debian package), "
+                                "a pure-numpy tone codec, or auto (espeak-ng when installed)",
+                                choices=("auto", "espeak", "tones"))
+
+
+@dataclass
+class _Model:
+    arch: str = option("qwen2", help="text decoder family of the toy Qwen2-Audio-style model",
+                       choices=("qwen2", "llama"))
+    hidden_size: int = option(64, help="text decoder width", ge=8)
+    num_layers: int = option(4, help="text decoder layers", ge=1)
+    train_steps: int = option(300, help="training steps of the toy audio-LM", ge=1)
+    train_lr: float = option(3e-3, help="peak learning rate (AdamW, one-cycle)", gt=0)
+    train_batch: int = option(32, help="examples per training step", ge=1)
+    audio_safety_frac: float = option(0.25, help="fraction of the fit split's harmful audio "
+                                      "the toy model sees with a refusal target (the rest of "
+                                      "its safety training is text-only)", ge=0, le=1)
+    audio_refusal_suffix: bool = option(True, help="also train speech + T0 + R -> refusal "
+                                        "(R acts as a refusal instruction on speech too, the "
+                                        "notes' plan); false: R is taught on text only")
+
+
+@dataclass
+class _Steer:
+    alpha: float = option(0.1, help="steering strength alpha (official default 0.1)", ge=0)
+    k: int = option(10, help="benign principal directions U_k removed (official 10)", ge=0)
+    lam: float = option(1.0, help="safe-space ablation strength lambda: v = d - lambda U_k "
+                        "U_k^T d (official 1.0; 0 = plain steering)", ge=0)
+    layers: str = option("all", help="steered layers: all, an index, a comma list or a:b "
+                         "(official: all)")
+    exp: int = option(0, help="refusal text variant R (official --exp, 0-3)", ge=0, le=3)
+    position: str = option("last", help="where v is added: the last position of every "
+                           "forward (official) or every position", choices=("last", "all"))
+    llm_contrast: str = option("refusal_suffix", help="direction of the LLM-steering "
+                               "baseline on text-only inputs: refusal_suffix (h(T0+R) - "
+                               "h(T0)) or harmful_harmless (difference of means)",
+                               choices=("refusal_suffix", "harmful_harmless"))
+
+
+@dataclass
+class _Eval:
+    defenses: list[str] = option(list(DEFENSE_NAMES), help="defenses to compare: none, "
+                                 "prompt (R appended), plain (lambda=0), llm (text-only "
+                                 "direction), sarsteer")
+    alphas: list[float] = option([0.1, 0.25, 0.5, 1.0, 2.0], help="alpha sweep of the "
+                                 "steering defenses (trade-off curve); empty: none")
+    max_new_tokens: int = option(12, help="greedy tokens generated per response", ge=1)
+    batch_size: int = option(40, help="queries per generate call", ge=1)
+    n_boot: int = option(1000, help="bootstrap resamples of the confidence intervals", ge=10)
+
+    def _check_defenses(self) -> None:
+        bad = [d for d in self.defenses if d not in DEFENSE_NAMES]
+        if bad or not self.defenses:
+            raise ValueError(f"defenses={self.defenses}: each must be one of "
+                             f"{', '.join(DEFENSE_NAMES)}")
+        if any(a < 0 for a in self.alphas):
+            raise ValueError(f"alphas={self.alphas}: every alpha must be >= 0")
+
+
+def _check_layers(cfg: _Steer) -> None:
+    from icml_sarsteer.layers import resolve_layers
+
+    resolve_layers(cfg.layers, getattr(cfg, "num_layers", 10**6))
+
+
+@dataclass
+class EvaluateConfig(_Data, _Model, _Steer, _Eval):
+    """The defenses table on the offline audio benchmark."""
+
+    def __post_init__(self) -> None:
+        self._check_defenses()
+        _check_layers(self)
+
+
+@dataclass
+class TrainConfig(_Data, _Model, _Steer):
+    """Train the toy audio-LM, fit the SARSteer vectors, save both."""
+
+    def __post_init__(self) -> None:
+        _check_layers(self)
+
+
+@dataclass
+class InferConfig(_Data, _Model, _Steer):
+    """Steered generation on held-out queries, with and without the steering."""
+
+    vectors_path: str = option("", help="a vectors file written by SARSteer.save (train "
+                               "writes sarsteer_vectors.pt); empty: fit first")
+    model_path: str = option("", help="the toy model folder written by train "
+                             "(toy_lalm/); empty: train first")
+    n_show: int = option(6, help="queries whose responses are printed", ge=1)
+    max_new_tokens: int = option(12, help="greedy tokens generated per response", ge=1)
+
+    def __post_init__(self) -> None:
+        _check_layers(self)
