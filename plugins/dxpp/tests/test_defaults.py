@@ -199,3 +199,30 @@ def test_batched_torch_sparse_inputs_match_one_by_one():
         torch.testing.assert_close(hb.grad[i], h1.grad)
         torch.testing.assert_close(Gb.grad[i].to_dense(), G1.grad.to_dense())
         torch.testing.assert_close(Ab.grad[i].to_dense(), A1.grad.to_dense())
+
+
+def test_warm_start_reuses_the_active_set_and_gives_the_cold_solution():
+    """``warm_start=True``: a second call on a slightly moved q takes the previous active set
+    (verified, no solver run) and returns the cold layer's x and gradients; a large move
+    changes the active set, the check fails and the solver runs."""
+    import torch
+    from icml_dxpp import DXPPQPLayer
+    from icml_dxpp.problems import random_qp
+
+    prob = random_qp(40, seed=5).problem
+    T = {k: torch.tensor(np.asarray(getattr(prob, k))).unsqueeze(0) for k in "QqGhAb"}
+    warm, cold = DXPPQPLayer(warm_start=True), DXPPQPLayer()
+    warm(*(T[k] for k in "QqGhAb"))
+    assert warm.options.cache["paths"][0] != "warm"
+    rng = np.random.default_rng(3)
+    for eps, path in ((1e-4, "warm"), (5.0, "piqp+polish")):
+        q = (T["q"] + eps * torch.tensor(rng.standard_normal(prob.n))).requires_grad_()
+        outs = []
+        for layer in (warm, cold):
+            qq = q.detach().clone().requires_grad_()
+            x = layer(T["Q"], qq, T["G"], T["h"], T["A"], T["b"]).x
+            (x * torch.arange(prob.n)).sum().backward()
+            outs.append((x.detach(), qq.grad))
+        assert warm.options.cache["paths"] == [path]
+        assert torch.allclose(outs[0][0], outs[1][0], atol=1e-10, rtol=0)
+        assert torch.allclose(outs[0][1], outs[1][1], atol=1e-8, rtol=1e-8)

@@ -303,7 +303,8 @@ def solve_qp(prob: QPProblem, solver: str = "auto", tol: float | None = None,
     if prob.m == 0 and prob.p == 0:
         return QPResult(_unconstrained(prob, index), eq_dual=np.zeros(0), ineq_dual=np.zeros(0),
                         solver="lstsq")
-    if warm_active is not None and recover != "always":
+    if warm_active is not None and recover != "always" and (
+            not prob.sparse or _diagonally_dominant(prob.Q)):  # a KKT point is optimal
         warm = polish(prob, None, None, None, active=warm_active)
         if warm is not None:
             x, nu, mu = warm
