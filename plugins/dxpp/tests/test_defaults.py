@@ -226,3 +226,17 @@ def test_warm_start_reuses_the_active_set_and_gives_the_cold_solution():
         assert warm.options.cache["paths"] == [path]
         assert torch.allclose(outs[0][0], outs[1][0], atol=1e-10, rtol=0)
         assert torch.allclose(outs[0][1], outs[1][1], atol=1e-8, rtol=1e-8)
+
+
+def test_warm_start_is_not_trusted_when_a_sparse_q_is_not_known_psd():
+    """On a sparse indefinite Q a verified KKT point need not be optimal (x = 0 below is a
+    saddle that the polish accepts), so ``warm_active`` is ignored and a solver runs."""
+    import scipy.sparse as sp
+    from icml_dxpp.forward import polish
+
+    Q = sp.csr_matrix(np.array([[1.0, 2.0], [2.0, 1.0]]))
+    G = sp.csr_matrix(np.vstack([np.eye(2), -np.eye(2)]))
+    prob = make_problem(Q, np.zeros(2), G, np.ones(4), check=False)
+    none = np.zeros(0, dtype=np.int64)
+    assert polish(prob, None, None, None, active=none) is not None  # the saddle verifies
+    assert solve_qp(prob, warm_active=none).extras["path"] != "warm"
