@@ -113,7 +113,7 @@ def _to_np(t: Any) -> Any:
     return t.detach().numpy()
 
 
-def ours_torch(prob: Any, g: np.ndarray, repeats: int, beta: float, solver: str = "clarabel"
+def ours_torch(prob: Any, g: np.ndarray, repeats: int, beta: float, solver: str = "auto"
                ) -> dict[str, dict[str, Any]]:
     """Our three arms through torch, like the peers: tensors in (all six requiring grad),
     ``dxpp_solve`` forward, ``(x * g).sum().backward()``, gradients out."""
@@ -228,9 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--beta", type=float, default=1e-6)
     ap.add_argument("--blas-threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--solver", default="clarabel",
-                    help="forward of our arms (through torch): clarabel, auto (piqp for dense "
-                         "problems), or any installed qpsolvers backend")
+    ap.add_argument("--solver", default="auto",
+                    help="forward of our arms (through torch): auto (the default: piqp + "
+                         "verified polish where Q is known PSD, else clarabel), clarabel "
+                         "(0.2's default), or any installed qpsolvers backend")
     ap.add_argument("--numpy-backward", action="store_true",
                     help="0.1.0's protocol: our backwards as bare NumPy on one shared forward "
                          "(default: every arm through torch with its own forward)")

@@ -289,8 +289,11 @@ def test_rho_floor_keeps_equalities_when_duals_vanish():
     sol, grads, _ = differentiate(prob, g, rho_min=1.0)
     assert abs(sol.eq_dual[0]) < 1e-8
     np.testing.assert_allclose(grads["q"], [-0.5, 0.5, 0.0, 0.0], atol=1e-6)
-    # the paper's rule (the default, rho_min=0): ρ_E = 0 and x is free to leave Ax = b
-    paper = differentiate(prob, g, solution=sol)[1]
+    # the default (the paper's rule with the zero-dual guard) keeps the constraint too
+    guarded = differentiate(prob, g, solution=sol)[1]
+    np.testing.assert_allclose(guarded["q"], [-0.5, 0.5, 0.0, 0.0], atol=1e-6)
+    # the paper's rule unguarded: ρ_E = 0 and x is free to leave Ax = b
+    paper = differentiate(prob, g, solution=sol, zero_dual_guard=None)[1]
     np.testing.assert_allclose(paper["q"], [-1.0, 0.0, 0.0, 0.0], atol=1e-6)
 
 

@@ -58,7 +58,7 @@ class CompareRow:
 
 
 def compare_backwards(prob: QPProblem, family: str = "", size: int = 0, *,
-                      solver: str = "clarabel", tol: float | None = None,
+                      solver: str = "auto", tol: float | None = None,
                       penalty: PenaltyOptions | None = None,
                       methods: tuple[str, ...] = ("dxpp", "kkt-reduced", "kkt-full"),
                       reference: str = "kkt-reduced", repeats: int = 3, seed: int = 0,
@@ -116,7 +116,7 @@ def beta_sweep(prob: QPProblem, sol: QPResult, betas: list[float], *, seed: int 
 
 
 def portfolio_training(method: str = "dxpp", *, T: int = 5, k: int = 10, steps: int = 50,
-                       lr: float = 0.05, seed: int = 0, solver: str = "clarabel",
+                       lr: float = 0.05, seed: int = 0, solver: str = "auto",
                        beta: float = 1e-6, device: Any = None, dtype: Any = None
                        ) -> dict[str, Any]:
     """Train a linear return predictor μ̂ₜ = W fₜ end to end through the multi-period

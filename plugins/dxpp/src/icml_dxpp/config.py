@@ -9,7 +9,7 @@ import icml
 from icml import option
 
 FAMILIES = ("random", "dqp", "simplex", "chain")
-_FINITE = ("beta", "penalty_coeff", "active_tol", "rho_min", "tol")
+_FINITE = ("beta", "penalty_coeff", "active_tol", "rho_min", "tol", "zero_dual_guard")
 
 
 def _check_finite(config: object) -> None:
@@ -46,10 +46,14 @@ class DifferentiateConfig:
     active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
     rho_min: float = option(0.0, help="floor on ||dual||_1 inside rho (0 = the paper; 1 keeps "
                             "zero-dual constraints in the backward)", ge=0)
-    solver: str = option("clarabel", help="qpsolvers backend for the forward pass (auto: "
-                         "piqp for dense problems, clarabel for sparse ones)")
+    zero_dual_guard: float | None = option(1e-3, help="a block whose ||dual||_1 is below this "
+                                           "times its dual scale gets rho from that scale "
+                                           "(ours; none: the paper's rule unguarded)", ge=0)
+    solver: str = option("auto", help="qpsolvers backend for the forward pass (auto: piqp "
+                         "+ a verified active-set polish where Q is known PSD, else or on "
+                         "failure clarabel at 1e-12)")
     tol: float | None = option(None, help="forward solver tolerance (none: a tight "
-                              "per-solver default, 1e-12 for clarabel)", gt=0)
+                              "per-solver default: 1e-8 for auto's piqp, 1e-12 for clarabel)", gt=0)
     linear_solver: str = option("auto", help="dXPP's linear solver",
                                 choices=("auto", "dense", "sparse", "cg"))
     polish: bool = option(False, help="refine the solver's point on its active set")
@@ -78,10 +82,11 @@ class EvaluateConfig:
     beta: float = option(1e-6, help="softplus smoothing width of the penalty", gt=0)
     penalty_coeff: float = option(10.0, help="c in rho = c * ||dual||_1", gt=0)
     active_tol: float = option(1e-5, help="row i is active when h_i - G_i x < active_tol", gt=0)
-    solver: str = option("clarabel", help="qpsolvers backend for the forward pass (auto: "
-                         "piqp for dense problems, clarabel for sparse ones)")
+    solver: str = option("auto", help="qpsolvers backend for the forward pass (auto: piqp "
+                         "+ a verified active-set polish where Q is known PSD, else or on "
+                         "failure clarabel at 1e-12)")
     tol: float | None = option(None, help="forward solver tolerance (none: a tight "
-                              "per-solver default, 1e-12 for clarabel)", gt=0)
+                              "per-solver default: 1e-8 for auto's piqp, 1e-12 for clarabel)", gt=0)
     linear_solver: str = option("auto", help="dXPP's linear solver",
                                 choices=("auto", "dense", "sparse", "cg"))
     polish: bool = option(False, help="refine the solver's point on its active set")

@@ -45,21 +45,38 @@ class QPResult:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-def resolve_solver(solver: str, sparse: bool = False) -> str:
-    """``"auto"`` (opt-in; the default stays clarabel): dense problems -> piqp when installed
-    (``pip install piqp``; 29× faster than clarabel at 1e-12 on dense n = 300, gradients within
-    1e-7 of the reference, ``benchmarks/forward.py``), sparse problems -> clarabel. Not the
-    default because piqp's point is less exact (~1e-7: zero duals come back ~1e-4, which the
-    paper's ρ rule then uses) and, on an indefinite sparse Q (only its diagonal is checked),
-    piqp returns a point without an error where clarabel reports the failure. Any other name
-    is returned unchanged."""
+def resolve_solver(solver: str, sparse: bool = False, Q: Any = None) -> str:
+    """The backend ``"auto"`` (the default since 0.3.0) runs: piqp (``pip install piqp``; a
+    dependency) whenever Q is known to be positive semidefinite — dense Q (checked by the input
+    checks) or a sparse Q that is diagonally dominant with a non-negative diagonal (Gershgorin;
+    the simplex and chain families are) — and clarabel otherwise: a sparse Q is only checked on
+    its diagonal, and on an indefinite Q piqp returns a stationary point without an error where
+    clarabel reports the failure. :func:`solve_qp` follows piqp with :func:`polish` and falls
+    back to clarabel at 1e-12 when the polished point does not verify. Any other name is
+    returned unchanged."""
     if solver != "auto":
         return solver
     import qpsolvers
 
-    if not sparse and "piqp" in qpsolvers.available_solvers:
-        return "piqp"
-    return "clarabel"
+    if "piqp" not in qpsolvers.available_solvers:
+        return "clarabel"
+    if sparse and (Q is None or not _diagonally_dominant(Q)):
+        return "clarabel"
+    return "piqp"
+
+
+def _diagonally_dominant(Q: Any) -> bool:
+    """Q has a non-negative diagonal that dominates each row's off-diagonal |entries| (so it is
+    PSD by Gershgorin's theorem). Sparse or dense; O(nnz)."""
+    if sp.issparse(Q):
+        Qc = sp.csr_matrix(Q)
+        d = Qc.diagonal()
+        off = np.asarray(abs(Qc).sum(axis=1)).reshape(-1) - np.abs(d)
+    else:
+        Qa = np.asarray(Q)
+        d = np.diagonal(Qa)
+        off = np.abs(Qa).sum(axis=1) - np.abs(d)
+    return bool(np.all(d >= 0) and np.all(d >= off * (1 - 1e-12)))
 
 
 def check_solver(solver: str) -> None:
@@ -76,6 +93,9 @@ def check_solver(solver: str) -> None:
 
 _DEFAULT_TOL = {"clarabel": 1e-12, "osqp": 1e-10, "piqp": 1e-10, "proxqp": 1e-10,
                 "cvxopt": 1e-10}
+# under solver="auto" piqp only has to identify the active set: polish() makes the point exact
+# (interior-point iterations are few, so its time hardly depends on this; benchmarks/forward.py)
+_AUTO_PIQP_TOL = 1e-8
 
 
 def solver_options(solver: str, tol: float | None = None) -> dict[str, Any]:
@@ -122,47 +142,133 @@ def recover_duals(prob: QPProblem, x: np.ndarray, active_tol: float = 1e-5
     return nu, sol[active.size:]
 
 
-def polish(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
+def polish(prob: QPProblem, x: np.ndarray | None, nu: np.ndarray | None,
+           mu: np.ndarray | None, active: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Active-set refinement of an approximate solution (as OSQP's polishing does).
 
-    Guess the active set {i : νᵢ > hᵢ − Gᵢx}, solve the equality-constrained KKT system on it
-    exactly and keep the result only if it is primal feasible with ν ≥ 0 (to 1e-9, relative);
-    otherwise return None and the solver's point is kept.
+    Guess the active set {i : νᵢ > hᵢ − Gᵢx} (or take ``active``, e.g. the previous call's, for
+    a warm start), solve the equality-constrained KKT system on it exactly and keep the result
+    only if it is a verified KKT point of the whole QP — primal feasible, ν ≥ 0 and stationary,
+    each to 1e-9 relative — hence, for a convex QP, optimal; otherwise return None and the
+    solver's point is kept. Active rows with a single non-zero (variable bounds, e.g. the
+    simplex's x ≥ 0) fix their variable and are eliminated before the solve, so only the free
+    variables enter the KKT system; their duals come from stationarity.
     """
-    import scipy.linalg as sla
-
-    act = np.flatnonzero(nu > prob.slack(x))
-    n, k, p = prob.n, act.size, prob.p
+    if active is None:
+        act = np.flatnonzero(nu > prob.slack(x))
+    else:
+        act = np.asarray(active, dtype=np.int64).reshape(-1)
+    n, p = prob.n, prob.p
     GA = prob.G[act]
-    rhs = np.concatenate([-prob.q, prob.h[act], prob.b])
     try:
-        if prob.sparse:
-            from scipy.sparse.linalg import splu
-
-            K = sp.bmat([[sp.csr_matrix(prob.Q), sp.csr_matrix(GA).T, sp.csr_matrix(prob.A).T],
-                         [sp.csr_matrix(GA), sp.csr_matrix((k, k)), sp.csr_matrix((k, p))],
-                         [sp.csr_matrix(prob.A), sp.csr_matrix((p, k)), sp.csr_matrix((p, p))]])
-            sol = splu(sp.csc_matrix(K)).solve(rhs)
-        else:
-            K = np.zeros((n + k + p, n + k + p))
-            K[:n, :n] = prob.Q
-            K[:n, n:n + k], K[n:n + k, :n] = np.asarray(GA).T, GA
-            K[:n, n + k:], K[n + k:, :n] = np.asarray(prob.A).T, prob.A
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # ill-conditioned: judged by the checks below
-                sol = sla.solve(K, rhs, assume_a="sym", check_finite=False)
-    except (RuntimeError, np.linalg.LinAlgError, sla.LinAlgError, ValueError):
+        fixed_rows, cols, vals = _bound_rows(GA)
+        general = np.setdiff1d(np.arange(act.size), fixed_rows, assume_unique=True)
+        xf = np.asarray(prob.h[act[fixed_rows]]) / vals
+        free = np.setdiff1d(np.arange(n), cols, assume_unique=True)
+        C = _stack_rows(GA[general], prob.A)
+        d = np.concatenate([prob.h[act[general]], prob.b])
+        Q = prob.Q
+        sol = _kkt_solve(_sub(Q, free, free), _sub(C, None, free),
+                         -prob.q[free] - _mv(_sub(Q, free, cols), xf),
+                         d - _mv(_sub(C, None, cols), xf))
+    except (RuntimeError, np.linalg.LinAlgError, ValueError):
         return None
-    if not np.all(np.isfinite(sol)):
+    if sol is None or not np.all(np.isfinite(sol)):
         return None
-    x2, nu_a, mu2 = sol[:n], sol[n:n + k], sol[n + k:]
-    scale = 1e-9 * (1.0 + np.abs(prob.h).max(initial=0.0) + np.abs(nu).max(initial=0.0))
+    x2 = np.empty(n)
+    x2[cols], x2[free] = xf, sol[:free.size]
+    lam = sol[free.size:]
+    nu_a = np.zeros(act.size)
+    nu_a[general] = lam[:general.size]
+    mu2 = lam[general.size:]
+    # duals of the eliminated bounds from stationarity at their columns
+    grad = _mv(Q, x2) + prob.q + (_mv(_sub(C, None, None).T, lam) if lam.size else 0.0)
+    nu_a[fixed_rows] = -grad[cols] / vals
+    nu2 = np.zeros(prob.m)
+    nu2[act] = nu_a
+    scale = 1e-9 * (1.0 + np.abs(prob.h).max(initial=0.0) + np.abs(prob.b).max(initial=0.0)
+                    + np.abs(nu_a).max(initial=0.0) + np.abs(mu2).max(initial=0.0))
     if np.max(-prob.slack(x2), initial=0.0) > scale or np.min(nu_a, initial=0.0) < -scale:
         return None
-    nu2 = np.zeros(prob.m)
-    nu2[act] = np.maximum(nu_a, 0.0)
-    return x2, nu2, mu2
+    if p and np.max(np.abs(_mv(prob.A, x2) - prob.b), initial=0.0) > scale:
+        return None
+    stat = _mv(Q, x2) + prob.q + _mv(prob.G.T, nu2) + (_mv(prob.A.T, mu2) if p else 0.0)
+    stat_scale = 1e-9 * (1.0 + np.abs(prob.q).max(initial=0.0) + np.abs(_mv(Q, x2)).max())
+    if np.max(np.abs(stat), initial=0.0) > stat_scale:
+        return None
+    return x2, np.maximum(nu2, 0.0), mu2
+
+
+def _mv(M: Any, v: np.ndarray) -> np.ndarray:
+    return np.asarray(M @ v, dtype=np.float64).reshape(-1)
+
+
+def _sub(M: Any, rows: np.ndarray | None, cols: np.ndarray | None) -> Any:
+    if sp.issparse(M):
+        M = sp.csr_matrix(M)
+        if rows is not None:
+            M = M[rows]
+        return M if cols is None else sp.csc_matrix(M)[:, cols]
+    M = np.asarray(M)
+    if rows is not None:
+        M = M[rows]
+    return M if cols is None else M[:, cols]
+
+
+def _stack_rows(B1: Any, B2: Any) -> Any:
+    if sp.issparse(B1) or sp.issparse(B2):
+        return sp.vstack([sp.csr_matrix(B1), sp.csr_matrix(B2)]).tocsr()
+    return np.vstack([np.asarray(B1).reshape(-1, B2.shape[1]), np.asarray(B2)])
+
+
+def _bound_rows(GA: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of G_𝒜 with one non-zero (variable bounds): (row index, column, value), at most one
+    row per column (duplicate bounds stay general rows)."""
+    if GA.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    if sp.issparse(GA):
+        M = sp.csr_matrix(GA)
+        M.eliminate_zeros()
+        one = np.flatnonzero(np.diff(M.indptr) == 1)
+        cols = M.indices[M.indptr[one]]
+        vals = M.data[M.indptr[one]]
+    else:
+        M = np.asarray(GA)
+        nz = M != 0
+        one = np.flatnonzero(nz.sum(axis=1) == 1)
+        cols = np.argmax(nz[one], axis=1) if one.size else np.zeros(0, np.int64)
+        vals = M[one, cols]
+    _, first = np.unique(cols, return_index=True)
+    first = np.sort(first)
+    return one[first], cols[first].astype(np.int64), np.asarray(vals[first], dtype=np.float64)
+
+
+def _kkt_solve(Q: Any, C: Any, r1: np.ndarray, r2: np.ndarray) -> np.ndarray | None:
+    """Solve [[Q, Cᵀ], [C, 0]] [x; λ] = [r1; r2] (dense: Bunch-Kaufman; sparse: SuperLU)."""
+    import scipy.linalg as sla
+
+    nf, k = Q.shape[0], C.shape[0]
+    rhs = np.concatenate([r1, r2])
+    if nf + k == 0:
+        return np.zeros(0)
+    if (sp.issparse(Q) or sp.issparse(C)) and nf + k > 1500:
+        from scipy.sparse.linalg import splu
+
+        if k == 0:
+            return splu(sp.csc_matrix(Q)).solve(rhs)
+        K = sp.bmat([[sp.csr_matrix(Q), sp.csr_matrix(C).T],
+                     [sp.csr_matrix(C), None]], format="csc")
+        if K.shape != (nf + k, nf + k):  # bmat drops an all-empty block row/column
+            K = sp.csc_matrix(K, shape=(nf + k, nf + k))
+        return splu(K, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.1).solve(rhs)
+    K = np.zeros((nf + k, nf + k))
+    K[:nf, :nf] = Q.toarray() if sp.issparse(Q) else Q
+    Cd = C.toarray() if sp.issparse(C) else np.asarray(C)
+    K[:nf, nf:], K[nf:, :nf] = Cd.T, Cd
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ill-conditioned: judged by the checks in polish
+        return sla.solve(K, rhs, assume_a="sym", check_finite=False)
 
 
 def _unconstrained(prob: QPProblem, index: int | None) -> np.ndarray:
@@ -175,23 +281,67 @@ def _unconstrained(prob: QPProblem, index: int | None) -> np.ndarray:
     return x
 
 
-def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None,
+def solve_qp(prob: QPProblem, solver: str = "auto", tol: float | None = None,
              active_tol: float = 1e-5, recover: str = "auto", options: dict | None = None,
-             index: int | None = None, polish_solution: bool = False) -> QPResult:
-    """Solve one QP with a ``qpsolvers`` backend (``"auto"``: see :func:`resolve_solver`).
+             index: int | None = None, polish_solution: bool = False,
+             warm_active: np.ndarray | None = None) -> QPResult:
+    """Solve one QP with a ``qpsolvers`` backend.
+
+    ``solver="auto"`` (the default): piqp at 1e-8 (``tol`` overrides), then :func:`polish` (an
+    exact KKT solve on its active set, verified); if piqp fails or the polished point does not
+    verify, clarabel at its tight default — see :func:`resolve_solver` for when clarabel runs
+    directly. ``extras["path"]`` says which path gave the point. ``warm_active`` (an active set,
+    e.g. the previous call's ``extras["active"]``): first try :func:`polish` on it without
+    running any solver; kept only if it verifies as optimal, so warm and cold calls give the
+    same solution.
 
     ``recover``: ``"auto"`` rebuilds duals only when the backend returns none, ``"always"``
     rebuilds them every time, ``"never"`` raises when they are missing. ``polish_solution``
-    refines the point on its active set (:func:`polish`), which makes an inexact solver's
-    point exact when the active set is identified correctly.
+    refines any solver's point on its active set (:func:`polish`), which makes an inexact
+    solver's point exact when the active set is identified correctly.
     """
-    import qpsolvers
-
     if prob.m == 0 and prob.p == 0:
         return QPResult(_unconstrained(prob, index), eq_dual=np.zeros(0), ineq_dual=np.zeros(0),
                         solver="lstsq")
-    solver = resolve_solver(solver, prob.sparse)
+    if warm_active is not None and recover != "always" and (
+            not prob.sparse or _diagonally_dominant(prob.Q)):  # a KKT point is optimal
+        warm = polish(prob, None, None, None, active=warm_active)
+        if warm is not None:
+            x, nu, mu = warm
+            return QPResult(x, eq_dual=mu, ineq_dual=nu, solver="warm",
+                            extras={"status": "warm", "polished": True, "path": "warm",
+                                    "active": _active_of(prob, x, nu)})
+    auto = solver == "auto"
+    solver = resolve_solver(solver, prob.sparse, prob.Q)
     check_solver(solver)
+    if auto and solver == "piqp":
+        try:
+            res = _solve_with(prob, "piqp", _AUTO_PIQP_TOL if tol is None else tol, active_tol,
+                              recover, options, index, polish_solution=True)
+            if res.extras["polished"]:
+                res.extras["path"] = "piqp+polish"
+                return res
+            why = "polish did not verify"
+        except QPSolveError as exc:
+            why = f"piqp failed ({exc})"
+        res = _solve_with(prob, "clarabel", tol, active_tol, recover, None, index,
+                          polish_solution=polish_solution)
+        res.extras["path"] = f"clarabel (fallback: {why})"
+        return res
+    res = _solve_with(prob, solver, tol, active_tol, recover, options, index, polish_solution)
+    res.extras["path"] = solver + ("+polish" if res.extras["polished"] else "")
+    return res
+
+
+def _active_of(prob: QPProblem, x: np.ndarray, nu: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(nu > prob.slack(x))
+
+
+def _solve_with(prob: QPProblem, solver: str, tol: float | None, active_tol: float,
+                recover: str, options: dict | None, index: int | None,
+                polish_solution: bool) -> QPResult:
+    import qpsolvers
+
     qp = qpsolvers.Problem(prob.Q if not sp.issparse(prob.Q) else sp.csc_matrix(prob.Q),
                            prob.q, _block(prob.G) if prob.m else None, prob.h if prob.m else None,
                            _block(prob.A) if prob.p else None, prob.b if prob.p else None)
@@ -230,7 +380,7 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None
     else:
         nu = np.maximum(np.asarray(sol.z, dtype=np.float64), 0.0) if prob.m else np.zeros(0)
         mu = np.asarray(sol.y, dtype=np.float64) if prob.p else np.zeros(0)
-    extras = {"status": status, "polished": False}
+    extras: dict[str, Any] = {"status": status, "polished": False}
     if polish_solution:
         refined = polish(prob, x, nu, mu)
         if refined is not None:
@@ -243,6 +393,7 @@ def solve_qp(prob: QPProblem, solver: str = "clarabel", tol: float | None = None
         raise QPSolveError(f"{_where(index)}solver {solver!r} returned a point violating the "
                            f"constraints by {viol:.3g}: the QP is probably infeasible; if "
                            "it is not, tighten tol or try solver='clarabel'")
+    extras["active"] = _active_of(prob, x, nu)
     return QPResult(x, eq_dual=mu, ineq_dual=nu, solver=solver, duals_recovered=recovered,
                     extras=extras)
 

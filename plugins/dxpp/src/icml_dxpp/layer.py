@@ -44,7 +44,7 @@ class QPSolution(NamedTuple):
 class LayerOptions:
     """Every option of the layer; see :class:`DXPPQPLayer` for their meaning."""
 
-    solver: str = "clarabel"
+    solver: str = "auto"
     tol: float | None = None
     backward: str = "dxpp"
     kkt_mode: str = "reduced"
@@ -53,6 +53,9 @@ class LayerOptions:
     check_inputs: bool = True
     penalty: PenaltyOptions = field(default_factory=PenaltyOptions)
     solver_options: dict | None = None
+    warm_start: bool = False
+    # the previous call's active set per (batch index, n, m, p), used when warm_start is on
+    cache: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def validate(self) -> LayerOptions:
         pen = self.penalty
@@ -63,6 +66,10 @@ class LayerOptions:
                 raise ValueError(f"{name} must be a positive number, got {val!r}")
         if pen.rho_min < 0 or pen.ridge < 0:
             raise ValueError("rho_min and ridge must be >= 0")
+        zg = pen.zero_dual_guard
+        if zg is not None and not (isinstance(zg, (int, float)) and np.isfinite(zg) and zg >= 0):
+            raise ValueError(f"zero_dual_guard must be a number >= 0 or None (the paper's "
+                             f"rule unguarded), got {zg!r}")
         if self.backward not in ("dxpp", "kkt"):
             raise ValueError(f"backward {self.backward!r} is unknown: use 'dxpp' (the penalty "
                              "method) or 'kkt' (the KKT reference)")
@@ -81,9 +88,10 @@ class LayerOptions:
 def _options(**kw: Any) -> LayerOptions:
     pen_keys = {f for f in PenaltyOptions.__dataclass_fields__}
     pen = {k: kw.pop(k) for k in list(kw) if k in pen_keys}
-    unknown = set(kw) - (set(LayerOptions.__dataclass_fields__) - {"penalty"})
+    own = set(LayerOptions.__dataclass_fields__) - {"penalty", "cache"}
+    unknown = set(kw) - own
     if unknown:
-        allowed = sorted(pen_keys | set(LayerOptions.__dataclass_fields__) - {"penalty"})
+        allowed = sorted(pen_keys | own)
         raise TypeError(f"unknown option(s) {sorted(unknown)}: allowed are {allowed}")
     return LayerOptions(penalty=PenaltyOptions(**pen), **kw).validate()
 
@@ -135,9 +143,15 @@ class _QPFunction(torch.autograd.Function):
             prob = make_problem(*(item(t, i) for t in inputs), check=opts.check_inputs,
                                 index=index)
             probs.append(prob)
+            key = (i, prob.n, prob.m, prob.p)
+            warm = opts.cache.get(key) if opts.warm_start else None
             sols.append(solve_qp(prob, opts.solver, opts.tol, opts.penalty.active_tol,
                                  opts.recover_duals, opts.solver_options, index,
-                                 polish_solution=opts.polish))
+                                 polish_solution=opts.polish, warm_active=warm))
+            if opts.warm_start and "active" in sols[-1].extras:
+                opts.cache[key] = sols[-1].extras["active"]
+        if opts.warm_start:
+            opts.cache["paths"] = [s.extras.get("path") for s in sols]
         ctx.opts, ctx.probs, ctx.sols = opts, probs, sols
         ctx.likes = [None if t is None else (t if _is_sparse(t) else t[:0]) for t in inputs]
         ctx.dense = not any(_is_sparse(t) for t in inputs)
@@ -231,9 +245,9 @@ def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
     Options (all keyword): ``beta`` (1e-6), ``penalty_coeff`` (10), ``active_tol`` (1e-5),
     ``rho_min`` (0, the paper), ``cg_min_n`` (50 000: sparse systems this large use CG under
     'auto'), ``ridge`` (1e-9), ``linear_solver`` ('auto' | 'dense' | 'sparse' | 'cg'),
-    ``cg_tol``, ``cg_maxiter``, ``solver`` ('clarabel'; 'auto': piqp for dense problems,
-    clarabel for sparse ones; or any installed qpsolvers backend),
-    ``tol`` (the forward solver's tolerance; None = a tight per-solver default),
+    ``cg_tol``, ``cg_maxiter``, ``zero_dual_guard`` (1e-3; None: the paper's ρ rule
+    unguarded), ``solver`` ('auto': piqp + verified polish, clarabel fallback; or any installed
+    qpsolvers backend), ``tol`` (the forward solver's tolerance; None = a per-solver default),
     ``backward`` ('dxpp' | 'kkt'), ``kkt_mode`` ('reduced' | 'full'),
     ``recover_duals`` ('auto' | 'always' | 'never'), ``polish`` (False; active-set refinement
     of the solver's point),
@@ -345,9 +359,10 @@ class DXPPQPLayer(torch.nn.Module):
     Args:
         beta: softplus smoothing width β of the penalty (paper default 1e-6 in every example).
         penalty_coeff: c in ρ_I = c‖ν*‖₁, ρ_E = c‖μ*‖₁ (paper: 10).
-        solver: any installed ``qpsolvers`` backend for the forward pass (default clarabel);
-            'auto' picks piqp for dense problems (much faster, slightly less exact; see
-            :func:`icml_dxpp.forward.resolve_solver`), clarabel for sparse ones.
+        solver: 'auto' (default since 0.3.0: piqp at 1e-8 plus a verified active-set polish
+            wherever Q is known PSD, clarabel at 1e-12 otherwise or when the polish does not
+            verify; see :func:`icml_dxpp.forward.solve_qp`) or any installed ``qpsolvers``
+            backend (run as it stands, e.g. 'clarabel', 0.2's default).
         active_tol: a row is active when h_i − G_i x* < active_tol (paper: 1e-5).
         linear_solver: 'auto' (dense tensors on an accelerator: 'batched'; on the CPU: SciPy
             Cholesky per problem; sparse tensors: sparse LU), 'batched' (one batched torch
@@ -357,13 +372,18 @@ class DXPPQPLayer(torch.nn.Module):
         tol: the forward solver's tolerance.
         rho_min: floor on ‖ν*‖₁ and ‖μ*‖₁ in ρ (default 0: the paper's ρ = c‖dual‖₁); 1 keeps
             a constraint whose duals are all zero in the backward (our option, see README).
+            The default ``zero_dual_guard=1e-3`` (ours; ``None`` turns it off) does that only
+            for a block whose duals are (near) zero (:func:`icml_dxpp.penalty.block_rhos`).
         **options: ``ridge``, ``cg_tol``, ``cg_maxiter``, ``recover_duals``, ``polish``,
-            ``check_inputs``,
+            ``check_inputs``, ``warm_start`` (False; ours: each call first tries the previous
+            call's active set per batch index by an exact, verified KKT solve and runs the
+            solver only when that point is not optimal — the same solution, faster across
+            training steps whose active sets do not change; README "Warm starts"),
             ``solver_options`` (see :func:`dxpp_solve`).
     """
 
     def __init__(self, beta: float = 1e-6, penalty_coeff: float = 10.0,
-                 solver: str = "clarabel", active_tol: float = 1e-5,
+                 solver: str = "auto", active_tol: float = 1e-5,
                  linear_solver: str = "auto", backward: str = "dxpp", kkt_mode: str = "reduced",
                  tol: float | None = None, rho_min: float = 0.0, **options: Any) -> None:
         super().__init__()

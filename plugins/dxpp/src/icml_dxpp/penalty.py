@@ -41,7 +41,11 @@ class PenaltyOptions:
 
     ``rho_min`` floors ‖dual‖₁ inside ρ (ours, off by default as in the paper: a block whose
     duals are all zero then gets ρ = 0 and drops out of the backward; ``rho_min=1`` keeps it,
-    at some accuracy cost on small-dual problems, see the README). ``cg_min_n``: under
+    at some accuracy cost on small-dual problems, see the README). ``zero_dual_guard`` (ours,
+    default 1e-3; ``None`` = the paper's rule unguarded): when a block's ‖dual‖₁ is below
+    ``zero_dual_guard`` times its dual scale (see :func:`block_rhos`) the paper's ρ would make
+    that block (nearly) vanish from the backward although its constraints still bind, so ρ is
+    set from the dual scale instead; above it the paper's ρ is used unchanged. ``cg_min_n``: under
     ``linear_solver='auto'`` a sparse system with at least this many variables is solved by
     the residual-checked CG (direct fallback), as the official code switches to its iterative
     solver above 50 000; ``None`` never does.
@@ -51,6 +55,7 @@ class PenaltyOptions:
     penalty_coeff: float = 10.0
     active_tol: float = 1e-5
     rho_min: float = 0.0
+    zero_dual_guard: float | None = 1e-3
     ridge: float = 1e-9
     linear_solver: str = "auto"
     cg_tol: float = 1e-8
@@ -63,12 +68,59 @@ def _dsigmoid(z: np.ndarray) -> np.ndarray:
     return s * (1.0 - s)
 
 
+def _row_sq_mean(M: Any) -> float:
+    if M.shape[0] == 0:
+        return 0.0
+    sq = M.multiply(M).sum(axis=1) if sp.issparse(M) else np.square(M).sum(axis=1)
+    return float(np.mean(np.asarray(sq)))
+
+
+def _q_scale(Q: Any) -> float:
+    d = Q.diagonal() if sp.issparse(Q) else np.diagonal(Q)
+    return float(np.max(np.abs(d), initial=0.0))
+
+
+def block_rhos(s_i: float, s_e: float, t_i: float, t_e: float, q_scale: float,
+               row_sq_i: float, row_sq_e: float, opts: PenaltyOptions
+               ) -> tuple[float, float, bool, bool]:
+    """ρ_I, ρ_E from the blocks' dual norms s = ‖dual‖₁ (the paper: ρ = c·max(s, rho_min)),
+    with the zero-dual guard (ours); t = ‖dual‖∞.
+
+    A block's *dual scale* is S = max(the other block's ‖dual‖∞, max|Qᵢᵢ| / mean‖row‖²): the
+    first is the size one multiplier has in this problem, the second the multiplier that
+    makes the penalty's curvature ρ‖row‖²/β comparable to c/β times Q's, which is what keeps
+    x on the block's rows in the backward (1 when both are 0). When s < ``zero_dual_guard``·S
+    (duals exactly zero, or a solver's round-off of zero), ρ = c·S; otherwise the paper's ρ.
+    Returns ``(rho_i, rho_e, guarded_i, guarded_e)``.
+    """
+    c = opts.penalty_coeff
+    out, flags = [], []
+    for s, other, row_sq in ((s_i, t_e, row_sq_i), (s_e, t_i, row_sq_e)):
+        rho, guarded = c * max(s, opts.rho_min), False
+        if opts.zero_dual_guard is not None and row_sq > 0:
+            scale = max(other, q_scale / row_sq)
+            scale = scale if scale > 0 else 1.0
+            if s < opts.zero_dual_guard * scale and c * scale > rho:
+                rho, guarded = c * scale, True
+        out.append(rho)
+        flags.append(guarded)
+    return out[0], out[1], flags[0], flags[1]
+
+
 def penalty_weights(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray,
-                    opts: PenaltyOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Active set 𝒜 and the smoothed-penalty curvatures w_I (on 𝒜) and w_E."""
+                    opts: PenaltyOptions, info: dict | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Active set 𝒜 and the smoothed-penalty curvatures w_I (on 𝒜) and w_E.
+
+    ``info`` (optional dict) receives ``rho_guard``: the blocks whose ρ the zero-dual guard
+    set ("ineq", "eq")."""
     active = np.flatnonzero(prob.slack(x) < opts.active_tol)
-    rho_i = opts.penalty_coeff * max(float(np.abs(nu).sum()), opts.rho_min)
-    rho_e = opts.penalty_coeff * max(float(np.abs(mu).sum()), opts.rho_min)
+    rho_i, rho_e, g_i, g_e = block_rhos(
+        float(np.abs(nu).sum()), float(np.abs(mu).sum()), float(np.abs(nu).max(initial=0.0)),
+        float(np.abs(mu).max(initial=0.0)), _q_scale(prob.Q),
+        _row_sq_mean(prob.G[active]), _row_sq_mean(prob.A), opts)
+    if info is not None:
+        info["rho_guard"] = tuple(k for k, f in (("ineq", g_i), ("eq", g_e)) if f)
     z_i = (prob.G[active] @ x - prob.h[active]) / opts.beta
     z_e = (prob.A @ x - prob.b) / opts.beta
     w_i = rho_i / opts.beta * _dsigmoid(np.asarray(z_i).reshape(-1))
@@ -87,7 +139,8 @@ def dxpp_backward(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
     opts = opts or PenaltyOptions()
     n = prob.n
     gx = np.zeros(n) if grad_x is None else np.asarray(grad_x, dtype=np.float64)
-    active, w_i, w_e = penalty_weights(prob, x, nu, mu, opts)
+    guard: dict = {}
+    active, w_i, w_e = penalty_weights(prob, x, nu, mu, opts, guard)
     GA = prob.G[active]
     gnu_a = np.zeros(active.size) if grad_nu is None else \
         np.asarray(grad_nu, dtype=np.float64)[active]
@@ -118,7 +171,7 @@ def dxpp_backward(prob: QPProblem, x: np.ndarray, nu: np.ndarray, mu: np.ndarray
     nu_active = np.zeros(prob.m)
     nu_active[active] = nu[active]  # inactive rows get exactly zero gradient
     grads = assemble_grads(prob, x, nu_active, mu, v, r, s)
-    info.update(active=int(active.size))
+    info.update(active=int(active.size), **guard)
     return grads, info
 
 
@@ -165,8 +218,26 @@ def dxpp_backward_batched(Q: Any, G: Any, h: Any, A: Any, b: Any, x: Any, nu: An
     B, n = x.shape
     Gx = (G @ x.unsqueeze(-1)).squeeze(-1)
     active = (h - Gx) < opts.active_tol
-    rho_i = opts.penalty_coeff * nu.abs().sum(-1).clamp_min(opts.rho_min)
-    rho_e = opts.penalty_coeff * mu.abs().sum(-1).clamp_min(opts.rho_min)
+    s_i, s_e = nu.abs().sum(-1), mu.abs().sum(-1)
+    zeros = torch.zeros(B, dtype=f64, device=x.device)
+    q_scale = Q.diagonal(dim1=-2, dim2=-1).abs().amax(-1) if n else zeros
+    row_i = (G.square().sum(-1) * active).sum(-1) / active.sum(-1).clamp_min(1)
+    row_e = A.square().sum(-1).mean(-1) if A.shape[-2] else zeros
+    c = opts.penalty_coeff
+
+    def rho(s: torch.Tensor, other: torch.Tensor, row_sq: torch.Tensor) -> torch.Tensor:
+        paper = c * s.clamp_min(opts.rho_min)  # vectorised block_rhos
+        if opts.zero_dual_guard is None:
+            return paper
+        has = row_sq > 0
+        scale = torch.maximum(other, q_scale / torch.where(has, row_sq, torch.ones_like(row_sq)))
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        guard = has & (s < opts.zero_dual_guard * scale) & (c * scale > paper)
+        return torch.where(guard, c * scale, paper)
+
+    t_i = nu.abs().amax(-1) if nu.shape[-1] else torch.zeros(B, dtype=f64, device=x.device)
+    t_e = mu.abs().amax(-1) if mu.shape[-1] else torch.zeros(B, dtype=f64, device=x.device)
+    rho_i, rho_e = rho(s_i, t_e, row_i), rho(s_e, t_i, row_e)
 
     def dsig(z: torch.Tensor) -> torch.Tensor:
         s = torch.sigmoid(z)

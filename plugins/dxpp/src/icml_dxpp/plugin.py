@@ -39,7 +39,8 @@ def _penalty(config: Any) -> Any:
 
     return PenaltyOptions(beta=config.beta, penalty_coeff=config.penalty_coeff,
                           active_tol=config.active_tol, linear_solver=config.linear_solver,
-                          rho_min=getattr(config, "rho_min", 0.0))
+                          rho_min=getattr(config, "rho_min", 0.0),
+                          zero_dual_guard=getattr(config, "zero_dual_guard", 1e-3))
 
 
 def _simplex_closed_form(prob: Any) -> Any:
