@@ -102,3 +102,22 @@ def test_hf_text_judge_scores_in_unit_interval(bench, arch):
     s = [j.score(d, "T") for d in bench.variants[:3] + bench.bases[:2]]
     assert all(0.0 <= x <= 1.0 for x in s) and len(set(s)) > 1
     assert j.score(bench.bases[0], "T") == s[3]
+
+
+def test_qwen2_audio_adapter(bench, audio):
+    import torch
+    from icml_lalm_judge import HFAudioJudge, tiny_qwen2_audio
+
+    m, fe, tok = tiny_qwen2_audio(seed=0, hidden_size=32)
+    j = HFAudioJudge(m, fe, tok)
+    d = bench.variants[11]
+    sa, sat = j.score(d, "A", audio[d.id]), j.score(d, "A+T", audio[d.id])
+    assert 0 <= sa <= 1 and 0 <= sat <= 1 and sa != sat
+    other = bench.variants[12]
+    assert j.score(other, "A", audio[other.id]) != sa  # the audio reaches the decoder
+    with pytest.raises(JudgeError, match="does not support modality 'T'"):
+        j.score(d, "T", audio[d.id])
+    with pytest.raises(ValueError, match="expects 16000 Hz"):
+        j.score(d, "A", synthesize(d, sr=8000))
+    jb = HFAudioJudge(m.to(torch.bfloat16), fe, tok)
+    assert abs(jb.score(d, "A", audio[d.id]) - sa) < 0.05

@@ -31,6 +31,8 @@ _EXPORTS = {
     "HFTextJudge": "icml_lalm_judge.judges",
     "ASRTranscriptJudge": "icml_lalm_judge.judges",
     "FusionJudge": "icml_lalm_judge.judges",
+    "HFAudioJudge": "icml_lalm_judge.lalm",
+    "tiny_qwen2_audio": "icml_lalm_judge.lalm",
     "CNNAudioJudge": "icml_lalm_judge.audio_judge",
     "log_mel": "icml_lalm_judge.audio_judge",
     "sensitivity": "icml_lalm_judge.metrics",

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from icml import option
 
-JUDGES = ("oracle", "rule", "decay", "random", "text", "audio-cnn", "fusion", "rule-asr")
+JUDGES = ("oracle", "rule", "decay", "random", "text", "audio-cnn", "fusion", "rule-asr",
+          "lalm")
+DEFAULT_JUDGES = JUDGES[:-1]
 
 
 @dataclass
@@ -28,7 +30,9 @@ class EvaluateConfig:
     noise: float = option(0.05, help="white-noise level of the tone codec (drives ASR errors)",
                           ge=0)
     silence_s: float = option(0.25, help="silence between turns (s)", ge=0)
-    judges: list[str] = option(list(JUDGES), help="judges to run: " + ", ".join(JUDGES))
+    judges: list[str] = option(list(DEFAULT_JUDGES), help="judges to run: " + ", ".join(JUDGES)
+                               + " (lalm: a tiny random Qwen2-Audio through the LALM adapter, "
+                               "about 0.1 s per dialogue and mode, so not in the default)")
     modalities: list[str] = option(["T", "A", "A+T"], help="modalities: T, A, A+T")
     decay_gamma: float = option(0.7, help="per-turn decay of the position-biased judge", gt=0,
                                 le=1)

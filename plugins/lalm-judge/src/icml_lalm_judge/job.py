@@ -111,6 +111,15 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
                                              for c in t.text).split()})
             judges[name] = ASRTranscriptJudge(RuleJudge(), ToneASR(vocab, cfg.sr),
                                               name="rule+tone-asr")
+        elif name == "lalm":
+            from icml_lalm_judge.lalm import HFAudioJudge, tiny_qwen2_audio
+
+            if cfg.sr != 16000:
+                raise icml.ConfigError(f"judge lalm hears 16000 Hz audio (Whisper features); "
+                                       f"sr={cfg.sr}: use sr=16000")
+            m, fe, tok = tiny_qwen2_audio(ctx.seed, device=ctx.torch_device())
+            judges[name] = HFAudioJudge(m, fe, tok, name="tiny-qwen2-audio")
+            notes.append("LALM judge: a tiny random Qwen2-Audio (adapter check, uninformed).")
         elif name == "text":
             with ctx.step("loading the text judge"):
                 judges[name], label = text_judge(cfg.text_model, ctx.torch_device(), ctx.seed)
