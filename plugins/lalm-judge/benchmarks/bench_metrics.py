@@ -3,7 +3,8 @@ variants), through the same evaluate job as ``icml run lalm-judge``; writes the 
 prints the markdown tables.
 
     OMP_NUM_THREADS=1 python plugins/lalm-judge/benchmarks/bench_metrics.py --n-base 25
-    OMP_NUM_THREADS=1 python plugins/lalm-judge/benchmarks/bench_metrics.py --n-base 25 --backend espeak-ng
+    OMP_NUM_THREADS=1 python plugins/lalm-judge/benchmarks/bench_metrics.py --n-base 5 \
+        --backend espeak-ng
 """
 
 from __future__ import annotations

