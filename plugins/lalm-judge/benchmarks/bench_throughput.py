@@ -18,6 +18,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000, help="variants to generate and speak")
     ap.add_argument("--espeak-n", type=int, default=40, help="dialogues spoken by espeak-ng")
+    ap.add_argument("--workers", type=int, default=2, help="threads for the parallel espeak arm")
     args = ap.parse_args()
     n_base = max(1, round(args.n / 40))
     t0 = time.perf_counter()
@@ -41,6 +42,15 @@ def main() -> None:
                     "espeak_dialogues_per_s": len(sub) / es,
                     "espeak_realtime_factor": sum(w.seconds for w in ew) / es,
                     "tones_vs_espeak_speedup": (len(ds) / tones_s) / (len(sub) / es)})
+        from icml_lalm_judge import Benchmark, synthesize_benchmark
+
+        part = Benchmark([d for d in sub if d.is_base], [d for d in sub if not d.is_base])
+        t0 = time.perf_counter()
+        synthesize_benchmark(part, "espeak-ng", 16000, prosody=True, workers=args.workers)
+        ep = time.perf_counter() - t0
+        res.update({f"espeak_{args.workers}_workers_s": ep,
+                    f"espeak_{args.workers}_workers_dialogues_per_s": len(sub) / ep,
+                    "espeak_parallel_speedup": es / ep})
     for k, v in res.items():
         print(f"{k:28s} {v:.4g}" if isinstance(v, float) else f"{k:28s} {v}")
     print(json.dumps(res))

@@ -67,3 +67,15 @@ def test_espeak_path(bench):
     a, b = loud.turn_spans[d.position - 1]
     c, e = w.turn_spans[d.position - 1]
     assert not np.array_equal(loud.samples[a:b], w.samples[c:e])
+
+
+def test_parallel_synthesis_is_identical(bench):
+    from icml_lalm_judge import Benchmark, synthesize_benchmark
+
+    small = Benchmark(bench.bases[:1], bench.variants[:5])
+    a = synthesize_benchmark(small, workers=1)
+    b = synthesize_benchmark(small, workers=3)
+    assert list(a) == list(b)
+    assert all(np.array_equal(a[k].samples, b[k].samples) for k in a)
+    with pytest.raises(ValueError, match="workers"):
+        synthesize_benchmark(small, workers=0)

@@ -29,6 +29,8 @@ class EvaluateConfig:
                            "non-lexical cue audio can carry)")
     noise: float = option(0.05, help="white-noise level of the tone codec (drives ASR errors)",
                           ge=0)
+    workers: int = option(1, help="threads speaking dialogues in parallel (helps espeak-ng, "
+                          "whose work runs in subprocesses)", ge=1)
     silence_s: float = option(0.25, help="silence between turns (s)", ge=0)
     judges: list[str] = option(list(DEFAULT_JUDGES), help="judges to run: " + ", ".join(JUDGES)
                                + " (lalm: a tiny random Qwen2-Audio through the LALM adapter, "

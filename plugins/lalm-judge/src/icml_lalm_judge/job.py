@@ -13,14 +13,30 @@ from icml_lalm_judge.config import EvaluateConfig
 
 def synthesize_benchmark(bench: Any, backend: str = "tones", sr: int = 16000, *,
                          prosody: bool = True, noise: float = 0.05, silence_s: float = 0.25,
-                         seed: int = 0, progress: Any = None) -> dict[str, Any]:
-    """Waveforms of every dialogue of ``bench`` (bases and variants) by dialogue id."""
+                         seed: int = 0, progress: Any = None,
+                         workers: int = 1) -> dict[str, Any]:
+    """Waveforms of every dialogue of ``bench`` (bases and variants) by dialogue id.
+    ``workers > 1`` speaks dialogues in parallel threads (useful for espeak-ng, whose work runs
+    in subprocesses); the result does not depend on it."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from icml_lalm_judge.speech import synthesize
 
+    if workers < 1:
+        raise ValueError(f"workers={workers}: use 1 or more")
     ds = bench.all_dialogues
-    it = ds if progress is None else progress(ds)
-    return {d.id: synthesize(d, backend, sr, prosody=prosody, noise=noise, silence_s=silence_s,
-                             seed=seed) for d in it}
+
+    def one(d: Any) -> Any:
+        return synthesize(d, backend, sr, prosody=prosody, noise=noise, silence_s=silence_s,
+                          seed=seed)
+
+    if workers == 1:
+        it = ds if progress is None else progress(ds)
+        return {d.id: one(d) for d in it}
+    with ThreadPoolExecutor(workers) as pool:
+        results = pool.map(one, ds)
+        it = results if progress is None else progress(results, total=len(ds))
+        return {d.id: w for d, w in zip(ds, it)}
 
 
 def text_judge(kind: str, device: Any, seed: int) -> tuple[Any, str]:
@@ -88,7 +104,8 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
         any(m != "T" for m in cfg.modalities)
     timings["generate_s"] = time.perf_counter() - t0
     audio = None
-    syn = dict(prosody=cfg.prosody, noise=cfg.noise, silence_s=cfg.silence_s, seed=ctx.seed)
+    syn = dict(prosody=cfg.prosody, noise=cfg.noise, silence_s=cfg.silence_s, seed=ctx.seed,
+               workers=cfg.workers)
     if needs_audio:
         t0 = time.perf_counter()
         audio = synthesize_benchmark(bench, cfg.backend, cfg.sr, progress=lambda it: ctx.progress(
