@@ -1,0 +1,39 @@
+"""The metric table for every judge and modality at benchmark size (default 25 bases = 1,000
+variants), through the same evaluate job as ``icml run lalm-judge``; writes the run folder and
+prints the markdown tables.
+
+    OMP_NUM_THREADS=1 python plugins/lalm-judge/benchmarks/bench_metrics.py --n-base 25
+    OMP_NUM_THREADS=1 python plugins/lalm-judge/benchmarks/bench_metrics.py --n-base 5 \
+        --backend espeak-ng
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import icml
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n-base", type=int, default=25)
+    ap.add_argument("--backend", default="tones", choices=("tones", "espeak-ng"))
+    ap.add_argument("--judges", default="")
+    ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides")
+    args = ap.parse_args()
+    sets = [f"n_base={args.n_base}", f"backend={args.backend}", "n_boot=500", *args.extra]
+    if args.backend != "tones":
+        sets.append('judges=["oracle","rule","decay","random","text","audio-cnn","fusion"]')
+    if args.judges:
+        sets.append(f"judges={args.judges}")
+    out = tempfile.mkdtemp(prefix="lalm-bench-")
+    res = icml.run("lalm-judge", "evaluate", overrides=sets, out=out, show_progress=False)
+    print("overrides:", sets)
+    for t in res.tables:
+        print(t.to_markdown(), "\n")
+    print({k: round(v, 2) for k, v in res.metrics.items() if k.endswith("_s")})
+
+
+if __name__ == "__main__":
+    main()

