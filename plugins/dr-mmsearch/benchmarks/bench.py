@@ -128,8 +128,12 @@ def bench_throughput(hidden_sizes: list[int], repeats: int, G: int, n_questions:
             for rep in range(repeats):
                 t0 = time.perf_counter()
                 if arm == "hf_generate":
-                    with torch.no_grad():
-                        toks, eps = _generate_peer(model, tok, env, qs, G, 24, rep)
+                    try:
+                        with torch.no_grad():
+                            toks, eps = _generate_peer(model, tok, env, qs, G, 24, rep)
+                    except ValueError as exc:   # stop_strings needs a BPE-style vocabulary
+                        res[arm] = {"error": f"generate(stop_strings=...) failed: {exc}"}
+                        break
                     turns = sum(e.turns for e in eps) / len(eps)
                 else:
                     g = torch.Generator().manual_seed(rep)
@@ -140,7 +144,7 @@ def bench_throughput(hidden_sizes: list[int], repeats: int, G: int, n_questions:
                 best = min(best, time.perf_counter() - t0)
                 res[arm] = {"seconds": best, "tokens": toks, "tokens_per_s": toks / best,
                             "mean_turns": turns}
-        for arm in res:
+        for arm in [a for a in res if "error" not in res[a]]:
             res[arm]["speed_vs_re_encode"] = res[arm]["tokens_per_s"] / res["re_encode"][
                 "tokens_per_s"]
         out[f"hidden{h}"] = res
