@@ -42,6 +42,10 @@ _EXPORTS = {
     "ARMS": "experiment", "build_world": "experiment", "run_arms": "experiment",
     "evaluate_policy": "experiment", "warm_start_policy": "experiment", "train_arm": "experiment",
     "ExperimentConfig": "experiment", "save_policy": "experiment", "load_policy": "experiment",
+    # TRL
+    "ProximityGRPOTrainer": "trl_adapter", "make_rollout_func": "trl_adapter",
+    "question_dataset": "trl_adapter", "mmsearch_r1_reward_func": "trl_adapter",
+    "GaussianTurnRewardFunc": "trl_adapter",
 }
 
 __all__ = sorted(_EXPORTS)
