@@ -1,0 +1,215 @@
+"""DR-MMSearchAgent benchmark, one run per part:
+
+* ``arms``: the four arms (MMSearch-R1 baseline, +Gaussian, +proximity, both) over several seeds
+  from per-seed warm starts: 3-hop accuracy, 3-hop turns, collapse and premature rates, mean and
+  sample sd over seeds, plus each arm's difference to the baseline paired by seed.
+* ``throughput``: rollout tokens/s of the same warm-started policy on the same questions and
+  seeds with the KV cache reused across turns, re-encoded every turn, and the peer a user would
+  write with ``transformers``: one batched ``model.generate(..., stop_strings=...)`` call per turn.
+  Every arm is timed the same way (questions in, trajectories out, wall clock), best of repeats.
+* ``bm25``: the two BM25 libraries (bm25s, rank_bm25) on the same corpus and queries: top-1
+  agreement and queries/s.
+
+    python plugins/dr-mmsearch/benchmarks/bench.py --part all --seeds 3 --steps 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def _ms(vals: list[float]) -> tuple[float, float]:
+    vals = [v for v in vals if not math.isnan(v)]
+    if not vals:
+        return float("nan"), float("nan")
+    m = sum(vals) / len(vals)
+    sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
+    return m, sd
+
+
+def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int) -> dict:
+    from icml_dr_mmsearch.experiment import ExperimentConfig, run_arms
+
+    cfg = ExperimentConfig(steps=steps, warm_steps=warm_steps, eval_generations=eval_generations)
+    per: dict[str, list[dict]] = {}
+    t0 = time.perf_counter()
+    for s in range(seeds):
+        res = run_arms(cfg, seed=s)
+        per.setdefault("warm start", []).append(res["warm_start"])
+        for arm, m in res["arms"].items():
+            per.setdefault(arm, []).append(m)
+        print(f"seed {s} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    keys = ["accuracy_hop1", "accuracy_hop2", "accuracy_hop3", "turns_hop3", "collapse_rate",
+            "premature_rate", "diverse_rate", "redundant_rate"]
+    table = {}
+    for arm, ms in per.items():
+        row = {k: _ms([m[k] for m in ms]) for k in keys}
+        if arm not in ("warm start", "baseline"):
+            row["d_acc3_vs_baseline"] = _ms([m["accuracy_hop3"] - b["accuracy_hop3"]
+                                             for m, b in zip(ms, per["baseline"], strict=True)])
+            row["d_turns3_vs_baseline"] = _ms([m["turns_hop3"] - b["turns_hop3"]
+                                               for m, b in zip(ms, per["baseline"], strict=True)])
+        table[arm] = row
+    return {"config": {"seeds": seeds, "steps": steps, "warm_steps": warm_steps,
+                       "eval_generations": eval_generations},
+            "table": table, "per_seed": per, "seconds": time.perf_counter() - t0}
+
+
+def _generate_peer(model, tok, env, questions, G, max_turn_tokens, seed):
+    """What a user writes with transformers: a batched generate() call per turn over the live
+    rows' full contexts (left-padded), with stop strings; the environment in between."""
+    from icml_dr_mmsearch.env import STOP_STRINGS
+
+    torch.manual_seed(seed)
+    rows = [(q, env.reset(q), list(tok(env.prompt(q), add_special_tokens=False)["input_ids"]))
+            for q in questions for _ in range(G)]
+    live = list(range(len(rows)))
+    generated = 0
+    pad = tok.pad_token_id
+    for _ in range(env.max_rounds):
+        if not live:
+            break
+        width = max(len(rows[r][2]) for r in live)
+        ids = torch.full((len(live), width), pad, dtype=torch.long)
+        att = torch.zeros_like(ids)
+        for i, r in enumerate(live):
+            ctx = rows[r][2]
+            ids[i, width - len(ctx):] = torch.tensor(ctx)
+            att[i, width - len(ctx):] = 1
+        out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, temperature=1.0,
+                             top_k=0, max_new_tokens=max_turn_tokens,
+                             stop_strings=list(STOP_STRINGS), tokenizer=tok, pad_token_id=pad)
+        nxt = []
+        for i, r in enumerate(live):
+            new = out[i, width:].tolist()
+            # cut after the first stop string (generate pads finished rows)
+            keep = []
+            for t in new:
+                if t == pad:
+                    break
+                keep.append(t)
+                if tok.decode(keep).rstrip().endswith(STOP_STRINGS):
+                    break
+            generated += len(keep)
+            q, ep, ctx = rows[r]
+            ctx.extend(keep)
+            obs = env.step(ep, tok.decode(keep)) if keep else None
+            if obs is not None:
+                ctx.extend(tok(obs, add_special_tokens=False)["input_ids"])
+                nxt.append(r)
+        live = nxt
+    return generated, [ep for _, ep, _ in rows]
+
+
+def bench_throughput(hidden_sizes: list[int], repeats: int, G: int, n_questions: int) -> dict:
+    from icml_dr_mmsearch.experiment import build_world, make_tiny_model, warm_start_data
+    from icml_dr_mmsearch.grpo import warm_start
+    from icml_dr_mmsearch.rollout import RolloutConfig, agent_rollout
+
+    kb, env, tok = build_world(60, 0)
+    qs = [q for h in (3, 2, 1) for q in kb.questions_by_hops(h)][:n_questions]
+    out = {}
+    for h in hidden_sizes:
+        model = make_tiny_model(len(tok), hidden_size=h, num_layers=2, seed=0)
+        warm_start(model, tok, env, warm_start_data(env, kb.questions, 0.0, 0), steps=120,
+                   batch_size=16, learning_rate=3e-3 if h <= 128 else 1e-3)
+        res = {}
+        for arm in ("kv_reuse", "re_encode", "hf_generate"):
+            best, toks, turns = float("inf"), 0, 0.0
+            for rep in range(repeats):
+                t0 = time.perf_counter()
+                if arm == "hf_generate":
+                    try:
+                        with torch.no_grad():
+                            toks, eps = _generate_peer(model, tok, env, qs, G, 24, rep)
+                    except ValueError as exc:   # stop_strings needs a BPE-style vocabulary
+                        res[arm] = {"error": f"generate(stop_strings=...) failed: {exc}"}
+                        break
+                    turns = sum(e.turns for e in eps) / len(eps)
+                else:
+                    g = torch.Generator().manual_seed(rep)
+                    trajs = agent_rollout(model, tok, env, qs, num_generations=G, generator=g,
+                                          config=RolloutConfig(kv_reuse=arm == "kv_reuse"))
+                    toks = sum(t.length for t in trajs)
+                    turns = sum(t.turns for t in trajs) / len(trajs)
+                best = min(best, time.perf_counter() - t0)
+                res[arm] = {"seconds": best, "tokens": toks, "tokens_per_s": toks / best,
+                            "mean_turns": turns}
+        for arm in [a for a in res if "error" not in res[a]]:
+            res[arm]["speed_vs_re_encode"] = res[arm]["tokens_per_s"] / res["re_encode"][
+                "tokens_per_s"]
+        out[f"hidden{h}"] = res
+        print(f"throughput hidden {h}: {json.dumps(res)}", file=sys.stderr, flush=True)
+    return {"config": {"hidden_sizes": hidden_sizes, "repeats": repeats, "G": G,
+                       "questions": n_questions}, "results": out}
+
+
+def bench_bm25(repeats: int) -> dict:
+    from icml_dr_mmsearch.knowledge import KnowledgeBase
+    from icml_dr_mmsearch.tools import TextSearch
+
+    kb = KnowledgeBase.generate(400, seed=0)
+    queries = [g for q in kb.questions for g in q.gold_queries] * 3
+    res = {}
+    tops = {}
+    for backend in ("bm25s", "rank_bm25"):
+        try:
+            s = TextSearch(kb.documents, topk=2, backend=backend)
+        except ImportError as exc:
+            res[backend] = {"error": str(exc)}
+            continue
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            tops[backend] = [s.search(q)[:1] for q in queries]
+            best = min(best, time.perf_counter() - t0)
+        res[backend] = {"queries_per_s": len(queries) / best, "docs": len(kb.documents)}
+    if len(tops) == 2:
+        agree = sum(a == b for a, b in zip(tops["bm25s"], tops["rank_bm25"], strict=True))
+        res["top1_agreement"] = agree / len(queries)
+        res["speed_bm25s_vs_rank_bm25"] = (res["bm25s"]["queries_per_s"]
+                                           / res["rank_bm25"]["queries_per_s"])
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", default="all", choices=("all", "arms", "throughput", "bm25"))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--warm-steps", type=int, default=150)
+    ap.add_argument("--eval-generations", type=int, default=4)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=str(HERE / "results.json"))
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    out = {}
+    path = Path(a.out)
+    if path.is_file():
+        out = json.loads(path.read_text())
+    if a.part in ("all", "bm25"):
+        out["bm25"] = bench_bm25(a.repeats)
+    if a.part in ("all", "throughput"):
+        out["throughput"] = bench_throughput(a.hidden, a.repeats, 4, 30)
+    if a.part in ("all", "arms"):
+        out["arms"] = bench_arms(a.seeds, a.steps, a.warm_steps, a.eval_generations)
+    out["machine"] = "loaded 2-core CPU (shared by seven sessions), torch threads 1"
+    path.write_text(json.dumps(out, indent=1))
+    print(json.dumps({k: v for k, v in out.items() if k != "arms"}, indent=1))
+    if "arms" in out:
+        for arm, row in out["arms"]["table"].items():
+            print(arm, {k: f"{m:.3f}±{s:.3f}" for k, (m, s) in row.items()})
+
+
+if __name__ == "__main__":
+    main()

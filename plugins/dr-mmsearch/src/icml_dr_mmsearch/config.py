@@ -1,0 +1,127 @@
+"""Typed configs, one per capability. Field names are the CLI's ``--set`` keys and match the
+Python API's argument names (``reward.*`` -> :class:`~icml_dr_mmsearch.grpo.RewardConfig`,
+``advantage.*`` -> :class:`~icml_dr_mmsearch.grpo.AdvantageConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icml import option
+
+ARM_NAMES = ("baseline", "gaussian", "proximity", "both")
+
+
+@dataclass
+class RewardSection:
+    search_penalty: float = option(0.1, help="MMSearch-R1 penalty on correct answers that "
+                                   "searched", ge=0, le=1)
+    format_weight: float = option(0.1, help="weight of the format score (1 - weight on "
+                                  "accuracy)", ge=0, le=1)
+    per_call_penalty: bool = option(False, help="penalise per search call (baseline's "
+                                    "use_search_count_penalty)")
+    match: str = option("EM", help="answer matching", choices=("EM", "SubEM"))
+    format_mode: str = option("general", help="format check: 'official' (MMSearch-R1's "
+                              "1-3 turn table) or 'general' (any depth within the limits)",
+                              choices=("official", "general"))
+    mu: str = option("ema", help="Gaussian centre: EMA of correct turns, annotated hops+1, "
+                     "or fixed (= mu_init)", choices=("ema", "hop", "fixed"))
+    mu_init: float = option(3.0, help="initial / fixed Gaussian centre (turns)", gt=0)
+    mu_momentum: float = option(0.9, help="EMA momentum of mu", ge=0, lt=1)
+    sigma_pos: float = option(1.0, help="Gaussian width for correct trajectories", gt=0)
+    sigma_neg: float = option(0.5, help="Gaussian width for wrong trajectories", gt=0)
+    gamma: float = option(0.3, help="share of the correct reward shaped by turns", ge=0, le=1)
+    gamma_neg: float = option(0.1, help="largest turn reward of a wrong trajectory", ge=0,
+                              le=1)
+
+
+@dataclass
+class AdvantageSection:
+    tau: float = option(0.5, help="proximity kernel temperature (0 = nearest structures; "
+                        "large = batch mean)", ge=0)
+    eta: float = option(1.0, help="weight of the proximity term", ge=0)
+    kappa: float = option(0.0, help="rarity bonus weight", ge=0)
+    length_weight: float = option(0.0, help="weight of the token-length term in the "
+                                  "structural distance", ge=0)
+    scale: str = option("group", help="scaling of the group advantage",
+                        choices=("group", "batch", "none"))
+
+
+@dataclass
+class WorldSection:
+    n_entities: int = option(60, help="entities of the generated knowledge graph", ge=8)
+    world_seed: int = option(0, help="seed of the generated world", ge=0)
+    max_rounds: int = option(4, help="model turns per trajectory (MMSearch-R1: 3; the 3-hop "
+                             "questions need 4)", ge=1, le=16)
+    image_limit: int = option(1, help="image searches per trajectory", ge=0)
+    text_limit: int = option(2, help="text searches per trajectory", ge=0)
+    topk: int = option(2, help="text-search results returned", ge=1)
+    bm25_backend: str = option("bm25s", help="BM25 library", choices=("bm25s", "rank_bm25"))
+    dedupe_repeats: bool = option(False, help="replace results of a repeated query by a "
+                                  "notice (not in the baseline)")
+
+
+@dataclass
+class TrainConfig:
+    arms: list[str] = option(list(ARM_NAMES), help="arms to train: baseline, gaussian, "
+                             "proximity, both")
+    seeds: int = option(1, help="seeds per arm (run seed, seed+1, ...)", ge=1)
+    arch: str = option("qwen2", help="tiny model architecture", choices=("qwen2", "llama"))
+    hidden_size: int = option(64, help="tiny model hidden size", ge=8)
+    num_layers: int = option(2, help="tiny model layers", ge=1)
+    warm_steps: int = option(150, help="warm-start (SFT) steps on gold trajectories", ge=0)
+    warm_lr: float = option(3e-3, help="warm-start learning rate", gt=0)
+    warm_batch: int = option(16, help="warm-start batch size", ge=1)
+    premature_fraction: float = option(0.5, help="share of image questions whose "
+                                       "demonstration answers prematurely", ge=0, le=1)
+    steps: int = option(30, help="GRPO steps per arm", ge=0)
+    num_generations: int = option(4, help="rollouts per question (group size G)", ge=2)
+    prompts_per_step: int = option(8, help="questions per GRPO step", ge=1)
+    learning_rate: float = option(1e-3, help="GRPO learning rate", gt=0)
+    beta: float = option(0.001, help="KL coefficient to the reference (warm-start) policy",
+                         ge=0)
+    epsilon: float = option(0.2, help="PPO clip range", gt=0)
+    temperature: float = option(1.0, help="sampling temperature", gt=0)
+    eval_generations: int = option(4, help="evaluation rollouts per question", ge=1)
+    hop_mix: list[float] = option([0.5, 0.25, 0.25], help="sampling weights of 1-, 2-, 3-hop "
+                                  "questions")
+    kv_reuse: bool = option(True, help="reuse the KV cache across turns in rollouts")
+    save_model: str = option("", help="arm whose trained policy is saved to the run folder "
+                             "('' = none)", choices=("",) + ARM_NAMES)
+    world: WorldSection = option(default_factory=WorldSection, help="environment settings")
+    reward: RewardSection = option(default_factory=RewardSection, help="reward constants")
+    advantage: AdvantageSection = option(default_factory=AdvantageSection,
+                                         help="proximity-advantage constants")
+
+    def __post_init__(self) -> None:
+        bad = [a for a in self.arms if a not in ARM_NAMES]
+        if bad or not self.arms:
+            raise ValueError(f"arms {self.arms!r}: each must be one of {', '.join(ARM_NAMES)}")
+        if len(self.hop_mix) != 3 or any(w < 0 for w in self.hop_mix) or sum(self.hop_mix) <= 0:
+            raise ValueError(f"hop_mix {self.hop_mix!r}: give three weights >= 0 (1-, 2-, "
+                             "3-hop), not all 0")
+
+
+@dataclass
+class InferConfig:
+    model: str = option("", help="saved policy folder (train --set save_model=both) or a "
+                        "causal LM folder/hub name; '' = warm-start a tiny model now")
+    warm_steps: int = option(150, help="warm-start steps when model is ''", ge=0)
+    questions: str = option("all", help="which questions: all, hop1, hop2, hop3",
+                            choices=("all", "hop1", "hop2", "hop3"))
+    num_questions: int = option(6, help="questions to run (0 = all selected)", ge=0)
+    num_generations: int = option(2, help="rollouts per question", ge=1)
+    temperature: float = option(1.0, help="sampling temperature", gt=0)
+    max_turn_tokens: int = option(24, help="token limit per model turn", ge=1)
+    kv_reuse: bool = option(True, help="reuse the KV cache across turns")
+    result_format: str = option("compact", help="tool-result text: compact (tiny vocab) or "
+                                "baseline (MMSearch-R1's headers, for real LMs)",
+                                choices=("compact", "baseline"))
+    world: WorldSection = option(default_factory=WorldSection, help="environment settings")
+
+
+@dataclass
+class EvaluateConfig(InferConfig):
+    """The infer settings, on every question, with more rollouts: the agent metrics."""
+
+    num_questions: int = option(0, help="questions to run (0 = all selected)", ge=0)
+    num_generations: int = option(4, help="rollouts per question", ge=1)

@@ -1,0 +1,307 @@
+"""The default experiment ("MiniMMSearch"): a generated world, a tiny Qwen2 warm-started on
+gold trajectories, then the four arms of the paper's ablation trained from the same warm start:
+
+==============  ===================================  =========================
+arm             reward                               advantage
+==============  ===================================  =========================
+``baseline``    MMSearch-R1 (flat search penalty)    group GRPO
+``gaussian``    differentiated Gaussian turn reward  group GRPO
+``proximity``   MMSearch-R1                          structural proximity
+``both``        Gaussian                             structural proximity
+==============  ===================================  =========================
+
+The warm start imitates a premature-answering prior: a share ``premature_fraction`` of the
+image questions' demonstrations stop searching early (answer directly, after the image search,
+or after the first text search, with the answer such an agent would give), the rest are gold.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from icml_dr_mmsearch.env import SearchEnv
+from icml_dr_mmsearch.grpo import (
+    AdvantageConfig,
+    GRPOConfig,
+    RewardConfig,
+    SearchGRPOTrainer,
+    TrajectoryReward,
+    warm_start,
+)
+from icml_dr_mmsearch.knowledge import KnowledgeBase, Question
+from icml_dr_mmsearch.metrics import agent_metrics
+from icml_dr_mmsearch.rollout import RolloutConfig, agent_rollout
+
+ARMS: dict[str, tuple[str, str]] = {
+    "baseline": ("mmsearch_r1", "group"),
+    "gaussian": ("gaussian", "group"),
+    "proximity": ("mmsearch_r1", "proximity"),
+    "both": ("gaussian", "proximity"),
+}
+"""arm -> (reward kind, advantage kind)."""
+
+
+def build_world(n_entities: int = 60, seed: int = 0, *, max_rounds: int = 4,
+                image_limit: int = 1, text_limit: int = 2, topk: int = 2,
+                bm25_backend: str = "bm25s", dedupe_repeats: bool = False
+                ) -> tuple[KnowledgeBase, SearchEnv, Any]:
+    """``(kb, env, tokenizer)``: a generated world, its search environment and a word-level
+    tokenizer covering it."""
+    from icml_dr_mmsearch.tokenizer import word_tokenizer
+    from icml_dr_mmsearch.tools import ImageSearch, TextSearch
+
+    kb = KnowledgeBase.generate(n_entities, seed=seed)
+    env = SearchEnv(kb, [ImageSearch(topk=3), TextSearch(topk=topk, backend=bm25_backend)],
+                    max_rounds=max_rounds, tool_limits={"image": image_limit, "text": text_limit},
+                    dedupe_repeats=dedupe_repeats)
+    return kb, env, word_tokenizer(env.vocabulary())
+
+
+def premature_responses(env: SearchEnv, q: Question, depth: int, rng: random.Random) -> list[str]:
+    """Model turns of an agent that answers after ``depth`` of the gold searches (``depth <
+    q.required_searches``), with the last entity it has seen (a wrong answer) or, at depth 0, a
+    guess among the answers of questions of the same depth."""
+    gold = env.gold_responses(q)
+    turns = gold[:depth]
+    if depth == 0:
+        pool = sorted({x.answer for x in env.kb.questions if x.hops == q.hops})
+        ans = rng.choice(pool)
+    else:
+        ans = q.chain[depth - 1]
+    turns.append(f"<reason> found it </reason> <answer> {ans} </answer>")
+    return turns
+
+
+def warm_start_data(env: SearchEnv, questions: Sequence[Question], premature_fraction: float,
+                    seed: int) -> list[tuple[Question, list[str]]]:
+    """The warm-start demonstrations (see the module docstring)."""
+    if not 0 <= premature_fraction <= 1:
+        raise ValueError(f"premature_fraction must lie in [0, 1], got {premature_fraction}")
+    rng = random.Random(seed)
+    out = []
+    for q in questions:
+        if q.required_searches > 0 and rng.random() < premature_fraction:
+            out.append((q, premature_responses(env, q, rng.randrange(q.required_searches), rng)))
+        else:
+            out.append((q, env.gold_responses(q)))
+    return out
+
+
+def evaluate_policy(model: Any, tokenizer: Any, env: SearchEnv, questions: Sequence[Question],
+                    *, num_generations: int = 4, seed: int = 0,
+                    rollout: RolloutConfig | None = None, adapter: Any = None,
+                    reward: RewardConfig | None = None) -> dict[str, float]:
+    """Sampled rollouts on every question (``num_generations`` each), scored with the
+    MMSearch-R1 reward (for the diverse-trajectory rate), and :func:`agent_metrics`."""
+    import torch
+
+    dev = next(model.parameters()).device
+    g = torch.Generator(device=dev).manual_seed(seed)
+    trajs = agent_rollout(model, tokenizer, env, list(questions),
+                          num_generations=num_generations, config=rollout, generator=g,
+                          adapter=adapter)
+    rw = TrajectoryReward(reward or RewardConfig(), env.limits)
+    return agent_metrics(trajs, rw(trajs), tool_limits=env.limits)
+
+
+@dataclass
+class ExperimentConfig:
+    """Settings of :func:`run_arms` (the ``train`` hook's keys)."""
+
+    arms: list[str] = field(default_factory=lambda: list(ARMS))
+    n_entities: int = 60
+    world_seed: int = 0
+    max_rounds: int = 4
+    image_limit: int = 1
+    text_limit: int = 2
+    topk: int = 2
+    bm25_backend: str = "bm25s"
+    dedupe_repeats: bool = False
+    arch: str = "qwen2"
+    hidden_size: int = 64
+    num_layers: int = 2
+    warm_steps: int = 150
+    warm_lr: float = 3e-3
+    warm_batch: int = 16
+    premature_fraction: float = 0.5
+    steps: int = 30
+    num_generations: int = 4
+    prompts_per_step: int = 8
+    learning_rate: float = 1e-3
+    beta: float = 0.001
+    epsilon: float = 0.2
+    temperature: float = 1.0
+    eval_generations: int = 4
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    hop_mix: tuple[float, ...] = (0.5, 0.25, 0.25)
+    kv_reuse: bool = True
+
+
+def make_tiny_model(vocab_size: int, *, arch: str = "qwen2", hidden_size: int = 64,
+                    num_layers: int = 2, seed: int = 0, device: Any = "cpu",
+                    dtype: Any = None) -> Any:
+    """A tiny Llama/Qwen2 causal LM for the world's vocabulary (core's ``tiny_causal_lm``)."""
+    from icml.models import tiny_causal_lm
+
+    heads = 4 if hidden_size % 4 == 0 else 1
+    return tiny_causal_lm(arch, seed=seed, hidden_size=hidden_size, num_layers=num_layers,
+                          num_heads=heads, num_kv_heads=2 if heads == 4 else 1,
+                          vocab_size=vocab_size, device=device, dtype=dtype, max_positions=1024)
+
+
+@dataclass
+class WarmStart:
+    """A warm-started policy and its world, shared by every arm of one seed."""
+
+    config: ExperimentConfig
+    seed: int
+    kb: KnowledgeBase
+    env: SearchEnv
+    tokenizer: Any
+    model: Any
+    loss: list[float]
+    metrics: dict[str, float]
+    rollout: RolloutConfig
+    device: Any = "cpu"
+
+    @property
+    def world(self) -> dict[str, Any]:
+        c = self.config
+        return {"n_entities": c.n_entities, "seed": c.world_seed, "max_rounds": c.max_rounds,
+                "image_limit": c.image_limit, "text_limit": c.text_limit, "topk": c.topk,
+                "bm25_backend": c.bm25_backend, "dedupe_repeats": c.dedupe_repeats}
+
+
+def warm_start_policy(config: ExperimentConfig | None = None, *, seed: int = 0,
+                      device: Any = "cpu", dtype: Any = None) -> WarmStart:
+    """Build the world and a tiny model, warm-start it on the demonstrations, evaluate it."""
+    import torch
+
+    cfg = config or ExperimentConfig()
+    bad = [a for a in cfg.arms if a not in ARMS]
+    if bad or not cfg.arms:
+        raise ValueError(f"arms {cfg.arms!r}: each must be one of {', '.join(ARMS)}")
+    torch.manual_seed(seed)
+    kb, env, tok = build_world(cfg.n_entities, cfg.world_seed, max_rounds=cfg.max_rounds,
+                               image_limit=cfg.image_limit, text_limit=cfg.text_limit,
+                               topk=cfg.topk, bm25_backend=cfg.bm25_backend,
+                               dedupe_repeats=cfg.dedupe_repeats)
+    base = make_tiny_model(len(tok), arch=cfg.arch, hidden_size=cfg.hidden_size,
+                           num_layers=cfg.num_layers, seed=seed, device=device, dtype=dtype)
+    demos = warm_start_data(env, kb.questions, cfg.premature_fraction, seed)
+    loss = warm_start(base, tok, env, demos, steps=cfg.warm_steps, batch_size=cfg.warm_batch,
+                      learning_rate=cfg.warm_lr, seed=seed)
+    rc = RolloutConfig(temperature=cfg.temperature, kv_reuse=cfg.kv_reuse)
+    m = evaluate_policy(base, tok, env, kb.questions, num_generations=cfg.eval_generations,
+                        seed=seed + 7, rollout=rc)
+    return WarmStart(cfg, seed, kb, env, tok, base, loss, m, rc, device)
+
+
+def train_arm(ws: WarmStart, arm: str) -> tuple[dict[str, float], list[dict[str, float]], Any]:
+    """Train ``arm`` from a copy of the warm start; ``(eval metrics, per-step training
+    metrics, trained model)``."""
+    import torch
+
+    if arm not in ARMS:
+        raise ValueError(f"arm {arm!r} is not known: use one of {', '.join(ARMS)}")
+    cfg = ws.config
+    rkind, akind = ARMS[arm]
+    model = copy.deepcopy(ws.model)
+    trainer = SearchGRPOTrainer(
+        model, ws.tokenizer, ws.env, ws.kb.questions, reward=_replace(cfg.reward, kind=rkind),
+        advantage=_replace(cfg.advantage, kind=akind),
+        args=GRPOConfig(num_generations=cfg.num_generations,
+                        prompts_per_step=cfg.prompts_per_step, learning_rate=cfg.learning_rate,
+                        beta=cfg.beta, epsilon=cfg.epsilon, hop_mix=tuple(cfg.hop_mix)),
+        rollout=ws.rollout, seed=ws.seed + 1, cpu=torch.device(ws.device).type == "cpu")
+    trainer.train(cfg.steps)
+    trained = trainer.accelerator.unwrap_model(trainer.model)
+    m = evaluate_policy(trained, ws.tokenizer, ws.env, ws.kb.questions,
+                        num_generations=cfg.eval_generations, seed=ws.seed + 7, rollout=ws.rollout)
+    return m, [h.metrics for h in trainer.history], trained
+
+
+def run_arms(config: ExperimentConfig | None = None, *, seed: int = 0, device: Any = "cpu",
+             dtype: Any = None, progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
+             on_arm: Callable[[str, dict[str, float]], None] | None = None) -> dict[str, Any]:
+    """Warm start once, train every arm of ``config.arms`` from it, evaluate each (and the warm
+    start). Returns ``{"warm_start": metrics, "arms": {arm: metrics}, "curves": {arm: [step
+    metrics]}, "warm_loss": [...], "models": {arm: model}}``."""
+    cfg = config or ExperimentConfig()
+    ws = warm_start_policy(cfg, seed=seed, device=device, dtype=dtype)
+    out: dict[str, Any] = {"warm_loss": ws.loss, "warm_start": ws.metrics, "arms": {},
+                           "curves": {}, "models": {}, "warm": ws}
+    if on_arm is not None:
+        on_arm("warm start", ws.metrics)
+    for arm in (progress(cfg.arms) if progress is not None else cfg.arms):
+        m, curve, trained = train_arm(ws, arm)
+        out["arms"][arm], out["curves"][arm], out["models"][arm] = m, curve, trained
+        if on_arm is not None:
+            on_arm(arm, m)
+    return out
+
+
+def _replace(obj: Any, **kw: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)
+
+
+def arm_table_rows(result: dict[str, Any]) -> list[list[Any]]:
+    """Rows ``[arm, acc@1hop, acc@2hop, acc@3hop, turns@3hop, collapse, premature, diverse,
+    redundant]`` for the warm start and every arm."""
+    rows = []
+    items = [("warm start", result["warm_start"])] + list(result["arms"].items())
+    for name, m in items:
+        rows.append([name, m.get("accuracy_hop1", float("nan")),
+                     m.get("accuracy_hop2", float("nan")), m.get("accuracy_hop3", float("nan")),
+                     m.get("turns_hop3", float("nan")), m["collapse_rate"], m["premature_rate"],
+                     m.get("diverse_rate", float("nan")), m["redundant_rate"]])
+    return rows
+
+
+ARM_COLUMNS = ["arm", "acc 1-hop", "acc 2-hop", "acc 3-hop", "turns 3-hop", "collapse 3-hop",
+               "premature", "diverse", "redundant"]
+
+
+WORLD_FILE = "drmm_world.json"
+
+
+def save_policy(path: Any, model: Any, tokenizer: Any, world: dict[str, Any]) -> None:
+    """Save a trained policy: ``save_pretrained`` of model and tokenizer plus the world settings
+    (:func:`build_world` arguments) in ``drmm_world.json``."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(p)
+    tokenizer.save_pretrained(p)
+    (p / WORLD_FILE).write_text(json.dumps(world, indent=1), encoding="utf-8")
+
+
+def load_policy(path: Any, *, device: Any = "cpu", dtype: Any = None
+                ) -> tuple[Any, Any, dict[str, Any] | None]:
+    """``(model, tokenizer, world settings or None)`` from a folder written by
+    :func:`save_policy` (or any causal LM folder / hub name: world ``None``)."""
+    import json
+    from pathlib import Path
+
+    from icml.models import load_causal_lm
+
+    model, tok = load_causal_lm(str(path), device=device, dtype=dtype)
+    f = Path(path) / WORLD_FILE
+    world = None
+    if f.is_file():
+        from transformers import PreTrainedTokenizerFast
+
+        world = json.loads(f.read_text(encoding="utf-8"))
+        # AutoTokenizer would pick the architecture's tokenizer class (e.g. Qwen2Tokenizer),
+        # whose pre-tokenizer breaks the word-level vocabulary: load the saved one as is
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+    return model, tok, world

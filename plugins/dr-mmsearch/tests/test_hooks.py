@@ -1,0 +1,58 @@
+"""The hooks through the real CLI: the default job's table, saving and evaluating a policy,
+and one-line errors for bad input."""
+
+import json
+
+import pytest
+
+from icml.testing import icml_cli, one_line_error
+
+SMALL = ["--set", "warm_steps=20", "--set", "steps=2", "--set", "hidden_size=16",
+         "--set", "prompts_per_step=2", "--set", "eval_generations=1",
+         "--set", "world.n_entities=12"]
+
+
+def _result(out):
+    (path,) = list(out.glob("*/result.json"))
+    return json.loads(path.read_text()), path.parent
+
+
+def test_train_table_save_and_evaluate(tmp_path):
+    proc = icml_cli("run", "dr-mmsearch", "train", *SMALL, "--set", "save_model=both",
+                    "--out", str(tmp_path / "t"))
+    assert proc.returncode == 0, proc.stderr
+    res, folder = _result(tmp_path / "t")
+    (table,) = [t for t in res["tables"] if t["title"].startswith("Four arms")]
+    assert [r[0] for r in table["rows"]] == ["warm start", "baseline", "gaussian", "proximity",
+                                             "both"]
+    assert "acc 3-hop" in table["columns"] and "collapse 3-hop" in table["columns"]
+    assert (folder / "turns.png").is_file() and (folder / "policy" / "drmm_world.json").is_file()
+    proc = icml_cli("run", "dr-mmsearch", "evaluate", "--set", f"model={folder / 'policy'}",
+                    "--set", "num_generations=1", "--out", str(tmp_path / "e"))
+    assert proc.returncode == 0, proc.stderr
+    ev, _ = _result(tmp_path / "e")
+    assert 0 <= ev["metrics"]["accuracy"] <= 1 and "collapse_rate" in ev["metrics"]
+
+
+def test_infer_writes_transcripts(tmp_path):
+    proc = icml_cli("run", "dr-mmsearch", "infer", "--set", "warm_steps=5", "--set",
+                    "world.n_entities=12", "--set", "num_questions=3", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    _, folder = _result(tmp_path)
+    text = (folder / "rollouts.txt").read_text()
+    assert "[model turn 1]" in text and "gold=" in text
+
+
+@pytest.mark.parametrize("args, words", [
+    (["train", "--set", "arms=[\"baseline\",\"ppo\"]"], ["arms", "baseline"]),
+    (["train", "--set", "hop_mix=[1.0,0.0]"], ["hop_mix", "three"]),
+    (["train", "--set", "reward.sigma_neg=0"], ["reward.sigma_neg"]),
+    (["train", "--set", "world.bm25_backend=lucene"], ["bm25_backend"]),
+    (["infer", "--set", "model=/nonexistent/policy"], ["model", "could not load"]),
+])
+def test_bad_input_is_one_line(args, words):
+    proc = icml_cli("run", "dr-mmsearch", *args)
+    assert proc.returncode != 0
+    line = one_line_error(proc)
+    for w in words:
+        assert w in line
