@@ -124,6 +124,7 @@ class _State:
     calls: dict[int, int] = field(default_factory=dict)
     inflight: int = 0
     max_inflight_seen: int = 0
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
 
 
 class TipexRunner:
@@ -144,33 +145,35 @@ class TipexRunner:
     async def _call(self, st: _State, replica: int, seed: int, role: str, sub: str,
                     messages: list[Message], model: AsyncChatModel | None = None) -> Completion:
         model = model or self.model
-        cfg, loop = st.cfg, asyncio.get_running_loop()
+        cfg, loop, trace = st.cfg, st.loop, st.trace
         count = getattr(model, "count_tokens", None)
         est = count(messages) if count else messages_tokens(messages)
         t_q = loop.time()
-        ev: dict[str, Any] = {"replica": replica, "subtask": sub, "role": role, "queued": t_q}
         try:
             res = st.budget.reserve(est + cfg.max_tokens)
         except BudgetExhausted as e:
-            st.trace.add("model", **ev, start=None, end=None, prompt_tokens=0,
-                         completion_tokens=0, status="budget", detail=str(e))
+            trace.add("model", replica=replica, subtask=sub, role=role, queued=t_q, start=None,
+                      end=None, prompt_tokens=0, completion_tokens=0, status="budget",
+                      detail=str(e))
             raise
         comp: Completion | None = None
         status, detail, t_s = "ok", None, None
+        sem = st.sem
         try:
-            if st.sem is not None:
-                await st.sem.acquire()
+            if sem is not None:
+                await sem.acquire()
             try:
                 t_s = loop.time()
                 st.inflight += 1
-                st.max_inflight_seen = max(st.max_inflight_seen, st.inflight)
+                if st.inflight > st.max_inflight_seen:
+                    st.max_inflight_seen = st.inflight
                 async with asyncio.timeout(cfg.call_timeout_s):
                     comp = await model.generate(messages, temperature=cfg.temperature,
                                                 seed=seed, max_tokens=cfg.max_tokens)
             finally:
                 st.inflight -= 1
-                if st.sem is not None:
-                    st.sem.release()
+                if sem is not None:
+                    sem.release()
             return comp
         except asyncio.CancelledError:
             status = "cancelled"
@@ -187,15 +190,16 @@ class TipexRunner:
             st.budget.settle(res, used)
             st.tokens[replica] = st.tokens.get(replica, 0) + used
             st.calls[replica] = st.calls.get(replica, 0) + 1
-            if st.trace.enabled:
-                st.trace.add("model", **ev, start=t_s, end=loop.time(),
-                             prompt_tokens=comp.prompt_tokens if comp else est,
-                             completion_tokens=comp.completion_tokens if comp else 0,
-                             status=status, detail=detail)
+            if trace.enabled:
+                trace.add("model", replica=replica, subtask=sub, role=role, queued=t_q,
+                          start=t_s, end=loop.time(),
+                          prompt_tokens=comp.prompt_tokens if comp else est,
+                          completion_tokens=comp.completion_tokens if comp else 0,
+                          status=status, detail=detail)
 
     async def _tool(self, st: _State, replica: int, sub: str, name: str, text: str,
                     args: list[str]) -> str:
-        loop = asyncio.get_running_loop()
+        loop = st.loop
         t_s = loop.time()
         status = "ok"
         fn = self.tools.get(name)
@@ -205,14 +209,11 @@ class TipexRunner:
             try:
                 result = await fn(*args)
             except asyncio.CancelledError:
-                status, result = "cancelled", ""
+                st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
+                             end=loop.time(), status="cancelled", args=args)
                 raise
             except Exception as e:  # the worker sees the error, as in real agent frameworks
                 status, result = "error", f"error: {type(e).__name__}: {e}"
-            finally:
-                if status == "cancelled":
-                    st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
-                                 end=loop.time(), status=status, args=args)
         if st.trace.enabled:
             st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
                          end=loop.time(), status=status, args=args, result=result)
@@ -229,16 +230,18 @@ class TipexRunner:
         def tool(sub: str, name: str, text: str, args: list[str]) -> Awaitable[str]:
             return self._tool(st, replica, sub, name, text, args)
 
+        trace = st.trace
+
         async def run_subtask(sub: Subtask, parents: Mapping[str, str]) -> str:
             t = loop.time()
             out = await roles.work(call, tool, self.tools, task.task_id, task.question, sub,
                                    parents, cfg.max_worker_steps)
-            if st.trace.enabled:
-                st.trace.add("subtask", replica=replica, subtask=sub.id, start=t,
-                             end=loop.time(), deps=list(sub.deps), result=out)
+            if trace.enabled:
+                trace.add("subtask", replica=replica, subtask=sub.id, start=t,
+                          end=loop.time(), deps=list(sub.deps), result=out)
             return out
 
-        st.trace.add("path_start", replica=replica, t=loop.time(), seed=seed)
+        trace.add("path_start", replica=replica, t=loop.time(), seed=seed)
         answer, status, error = None, "ok", None
         try:
             if cfg.planner == "chain":
@@ -247,8 +250,9 @@ class TipexRunner:
             else:
                 plan: Plan = await roles.plan(call, task.task_id, task.question,
                                               cfg.granularity, self.tools)
-                st.trace.add("plan", replica=replica, t=loop.time(), width=plan.width(),
-                             subtasks=[s.to_dict() for s in plan.subtasks])
+                if trace.enabled:  # (the DAG width is not free)
+                    trace.add("plan", replica=replica, t=loop.time(), width=plan.width(),
+                              subtasks=[s.to_dict() for s in plan.subtasks])
                 results = await run_dag(plan, run_subtask, cfg.width)
                 answer = await roles.synthesize(call, task.task_id, task.question, plan, results)
         except asyncio.CancelledError:
