@@ -22,12 +22,17 @@ class _VirtualSelector(selectors.BaseSelector):
         self._sel = selectors.DefaultSelector()
         self.loop: VirtualEventLoop | None = None
         self._skipped = 0
+        self._n = 0  # registered file objects
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._sel.register(fileobj, events, data)
+        key = self._sel.register(fileobj, events, data)
+        self._n = len(self._sel.get_map())
+        return key
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        return self._sel.unregister(fileobj)
+        key = self._sel.unregister(fileobj)
+        self._n = len(self._sel.get_map())
+        return key
 
     def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self._sel.modify(fileobj, events, data)
@@ -37,7 +42,7 @@ class _VirtualSelector(selectors.BaseSelector):
         # polling it on every iteration costs a syscall per loop step and can only find a
         # wake-up byte whose callback is already queued; poll it every 128th step instead.
         self._skipped += 1
-        if len(self._sel.get_map()) <= 1 and timeout is not None and self._skipped & 127:
+        if self._n <= 1 and timeout is not None and self._skipped & 127:
             events = []
         else:
             events = self._sel.select(0)

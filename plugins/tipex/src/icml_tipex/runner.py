@@ -315,8 +315,9 @@ class TipexRunner:
             answer = await self._judge(st, cands)
         else:
             answer = plurality(cands)
-        st.trace.add("decision", t=loop.time(), by=decided, answer=answer,
-                     votes=[[k, n] for k, n, _ in ranked(cands)])
+        if st.trace.enabled:
+            st.trace.add("decision", t=loop.time(), by=decided, answer=answer,
+                         votes=[[k, n] for k, n, _ in ranked(cands)])
         correct = answers_match(answer, task.answer) if getattr(task, "answer", None) else None
         return SolveResult(task.task_id, answer, loop.time() - t0, st.budget.spent,
                            sum(st.calls.values()), decided, replicas, st.trace, correct)
