@@ -125,6 +125,7 @@ class _State:
     inflight: int = 0
     max_inflight_seen: int = 0
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    shared: asyncio.Semaphore | None = None  # a K shared with other tasks (solve_many)
 
 
 class TipexRunner:
@@ -158,10 +159,17 @@ class TipexRunner:
             raise
         comp: Completion | None = None
         status, detail, t_s = "ok", None, None
-        sem = st.sem
+        sem, shared = st.sem, st.shared
         try:
             if sem is not None:
                 await sem.acquire()
+            if shared is not None:
+                try:
+                    await shared.acquire()
+                except BaseException:
+                    if sem is not None:
+                        sem.release()
+                    raise
             try:
                 t_s = loop.time()
                 st.inflight += 1
@@ -172,6 +180,8 @@ class TipexRunner:
                                                 seed=seed, max_tokens=cfg.max_tokens)
             finally:
                 st.inflight -= 1
+                if shared is not None:
+                    shared.release()
                 if sem is not None:
                     sem.release()
             return comp
@@ -266,15 +276,19 @@ class TipexRunner:
                           st.calls.get(replica, 0), status, error)
 
     # -- replicas and aggregation (tier 1) ----------------------------------------------------
-    async def solve(self, task: Any, cfg: ExecutionConfig, *, trace: bool = True) -> SolveResult:
-        """Solve one task under ``cfg`` on the running loop's clock."""
+    async def solve(self, task: Any, cfg: ExecutionConfig, *, trace: bool = True,
+                    shared_limit: asyncio.Semaphore | None = None) -> SolveResult:
+        """Solve one task under ``cfg`` on the running loop's clock. ``shared_limit``: a
+        semaphore every model call also holds, shared with other tasks solved at the same
+        time (a K across tasks, on top of the task's own ``cfg.max_inflight``)."""
         if is_virtual() and not getattr(self.model, "virtual_time", False):
             raise ValueError(f"model {getattr(self.model, 'name', self.model)!r} does real work, "
                              "which takes no time on the virtual clock: use clock='wall'")
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         st = _State(task, cfg, asyncio.Semaphore(cfg.max_inflight) if cfg.max_inflight else None,
-                    TokenBudget(cfg.token_budget), Trace(t0, task.task_id, trace))
+                    TokenBudget(cfg.token_budget), Trace(t0, task.task_id, trace),
+                    shared=shared_limit)
         futs = {asyncio.ensure_future(self._run_path(st, i)): i for i in range(cfg.n_replicas)}
         finished: list[PathResult] = []
         decided = "all"
@@ -341,22 +355,29 @@ class TipexRunner:
         return answers[k]
 
     async def solve_many(self, tasks: Sequence[Any], cfg: ExecutionConfig, *,
-                         trace: bool = False, concurrency: int = 16) -> list[SolveResult]:
+                         trace: bool = False, concurrency: int = 16,
+                         shared_inflight: int | None = None) -> list[SolveResult]:
         """Solve independent tasks, ``concurrency`` at a time (each has its own K, budget and
-        trace, and its latency is measured from its own start, so the results do not depend
-        on ``concurrency``; a small value keeps the loop's timer heap small)."""
+        trace, and its latency is measured from its own start, so without
+        ``shared_inflight`` the results do not depend on ``concurrency``; a small value
+        keeps the loop's timer heap small). ``shared_inflight``: a global in-flight limit on
+        model calls across all the tasks running at once (one server serving them all); a
+        task's latency then includes its waits for the other tasks' calls."""
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency} must be >= 1")
+        if shared_inflight is not None and shared_inflight < 1:
+            raise ValueError(f"shared_inflight={shared_inflight} must be >= 1 or None")
         gate = asyncio.Semaphore(concurrency)
+        shared = asyncio.Semaphore(shared_inflight) if shared_inflight else None
 
         async def one(t: Any) -> SolveResult:
             async with gate:
-                return await self.solve(t, cfg, trace=trace)
+                return await self.solve(t, cfg, trace=trace, shared_limit=shared)
 
         return list(await asyncio.gather(*(one(t) for t in tasks)))
 
     def run(self, tasks: Sequence[Any], cfg: ExecutionConfig, *, trace: bool = False,
-            concurrency: int = 16) -> list[SolveResult]:
+            concurrency: int = 16, shared_inflight: int | None = None) -> list[SolveResult]:
         """Synchronous :meth:`solve_many` on a fresh loop of this runner's clock."""
-        return run_on_clock(self.solve_many(tasks, cfg, trace=trace, concurrency=concurrency),
-                            self.clock)
+        return run_on_clock(self.solve_many(tasks, cfg, trace=trace, concurrency=concurrency,
+                                            shared_inflight=shared_inflight), self.clock)
