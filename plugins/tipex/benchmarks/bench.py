@@ -3,6 +3,8 @@ clock), framework overhead per model call against bare ``asyncio.gather`` on the
 model, virtual-clock throughput, and 64 concurrent HTTP requests to a local server.
 
     OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...]
+
+Parts: sweep, overhead, throughput, http, batch (batched transformers generation).
 """
 
 from __future__ import annotations
@@ -209,10 +211,55 @@ def part_http(seed: int) -> tuple[str, dict]:
     return md, res
 
 
+def part_batch(seed: int, n_requests: int = 16, max_tokens: int = 32) -> tuple[str, dict]:
+    """Batched greedy generation: ``n_requests`` concurrent worker prompts through one
+    ``TransformersChatModel`` with batch_size 1 (one generate call each), 4 and 16; wall time
+    on the same model in the same run, and whether every arm returns the same texts."""
+    from icml_tipex.hf import TransformersChatModel, load_chat_model
+    from icml_tipex.plan import Subtask
+    from icml_tipex.roles import worker_messages
+
+    suite = SynthGAIA(seed=seed)
+    prompts = [worker_messages(t.task_id, t.question, Subtask("agent", t.question), {})
+               for t in suite.tasks(2, n_requests)]
+    models = [("tiny Llama (hidden 64)", load_chat_model("tiny", seed=seed))]
+    try:
+        models.append(("SmolLM2-135M-Instruct", load_chat_model("pretrained")))
+    except Exception as e:  # noqa: BLE001 - the pretrained model is optional
+        print(f"batch: no pretrained model ({type(e).__name__}: {e})")
+    rows, res = [], {}
+    for label, base in models:
+        texts, wall = {}, {}
+        for bs in (1, 4, 16):
+            m = TransformersChatModel(base.model, base.tok, ignore_eos=True, batch_size=bs)
+
+            async def go(m: TransformersChatModel = m) -> list:
+                return await asyncio.gather(*(m.generate(p, temperature=0.0,
+                                                         max_tokens=max_tokens)
+                                              for p in prompts))
+            best = float("inf")
+            for _ in range(2):
+                t = time.perf_counter()
+                out = run(go(), "wall")
+                best = min(best, time.perf_counter() - t)
+            texts[bs], wall[bs] = [c.text for c in out], best
+            rows.append([label, bs, len(m.batches) // 2 or n_requests, f"{best:.2f}",
+                         n_requests * max_tokens / best, wall[1] / best,
+                         "yes" if texts[bs] == texts[1] else "NO"])
+            res[f"{label}:bs{bs}"] = {"wall_s": best, "same_as_bs1": texts[bs] == texts[1]}
+    md = table(f"Batched greedy generation: {n_requests} concurrent worker prompts, "
+               f"{max_tokens} new tokens each (ignore_eos), best of 2, wall clock",
+               ["model", "batch_size", "generate calls", "wall s", "tokens per s",
+                "speed-up vs batch_size=1", "same texts as batch_size=1"], rows)
+    return md, res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=100, help="tasks per level for the sweep")
     ap.add_argument("--parts", default="sweep,overhead,throughput,http")
+    ap.add_argument("--throughput-tasks", type=int, default=1000,
+                    help="tasks per row of the throughput grid")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
@@ -226,11 +273,14 @@ def main() -> None:
         elif part == "overhead":
             m, r = part_overhead(200, a.seed)
         elif part == "throughput":
-            m, r = part_throughput(1000, a.seed)
+            m, r = part_throughput(a.throughput_tasks, a.seed)
         elif part == "http":
             m, r = part_http(a.seed)
+        elif part == "batch":
+            m, r = part_batch(a.seed)
         else:
-            raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, http")
+            raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, "
+                             "http, batch")
         md.append(m)
         res[part] = r
     if a.out:
