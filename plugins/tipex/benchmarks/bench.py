@@ -3,6 +3,8 @@ clock), framework overhead per model call against bare ``asyncio.gather`` on the
 model, virtual-clock throughput, and 64 concurrent HTTP requests to a local server.
 
     OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...]
+
+Parts: sweep, overhead, throughput, http, batch (batched transformers generation).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +23,8 @@ from icml_tipex.runner import ExecutionConfig, TipexRunner
 from icml_tipex.scripted import ScriptedModel
 from icml_tipex.sweep import complementarity, configs_of, sweep
 from icml_tipex.synthgaia import SynthGAIA
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput_ab's grid
 
 
 def table(title: str, cols: list[str], rows: list[list]) -> str:
@@ -138,25 +143,33 @@ def part_overhead(n_tasks: int, seed: int, repeats: int = 3) -> tuple[str, dict]
 
 
 def part_throughput(n_tasks: int, seed: int) -> tuple[str, dict]:
+    """Tasks per CPU second of this process (one core) per level and per (N, w, g, K), on the
+    grid of ``throughput_ab.GRID``; the goal is 1,000 tasks per second."""
+    from throughput_ab import GRID
+
     suite = SynthGAIA(seed=seed)
     runner = TipexRunner(ScriptedModel(suite, seed=seed), suite.tools())
+    tasks = {lvl: suite.tasks(lvl, n_tasks) for lvl in (1, 2, 3)}
     rows, res = [], {}
-    for level in (1, 2, 3):
-        tasks = suite.tasks(level, n_tasks)
-        for name, cfg in (("bare agent (chain, N=1)", ExecutionConfig(planner="chain")),
-                          ("DAG w=4, N=1", ExecutionConfig(width=4)),
-                          ("DAG w=4, N=5, K=8", ExecutionConfig(width=4, n_replicas=5,
-                                                                max_inflight=8))):
-            t, c = time.perf_counter(), time.process_time()
-            out = runner.run(tasks, cfg)
-            wall, cpu = time.perf_counter() - t, time.process_time() - c
-            calls = sum(r.calls for r in out)
-            rows.append([level, name, n_tasks / cpu, n_tasks / wall, calls / cpu])
-            res[f"L{level}:{name}"] = {"tasks_per_cpu_s": n_tasks / cpu,
-                                       "tasks_per_wall_s": n_tasks / wall}
-    md = table(f"Virtual-clock throughput, {n_tasks} tasks per row, one process",
-               ["level", "config", "tasks per CPU s", "tasks per wall s",
-                "model calls per CPU s"], rows)
+    for lvl, planner, n, w, g, k in GRID:
+        cfg = ExecutionConfig(planner=planner, n_replicas=n, width=w, granularity=g,
+                              max_inflight=k, seed=seed)
+        t, c = time.perf_counter(), time.process_time()
+        out = runner.run(tasks[lvl], cfg)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        calls = sum(r.calls for r in out)
+        name = "bare agent" if planner == "chain" else "DAG"
+        dag = planner == "dag"
+        rows.append([lvl, name, n, w if dag else "-", g if dag else "-", k or "none",
+                     calls / n_tasks, n_tasks / cpu, n_tasks / wall, 1e6 * cpu / calls,
+                     "yes" if n_tasks / cpu >= 1000 else "no"])
+        res[f"L{lvl}:{planner}:N{n}:w{w}:g{g}:K{k}"] = {
+            "tasks_per_cpu_s": n_tasks / cpu, "tasks_per_wall_s": n_tasks / wall,
+            "calls_per_task": calls / n_tasks, "us_per_call": 1e6 * cpu / calls}
+    md = table(f"Virtual-clock throughput, {n_tasks} tasks per row, one process (one core)",
+               ["level", "structure", "N", "w", "g", "K", "model calls per task",
+                "tasks per CPU s", "tasks per wall s", "CPU us per model call",
+                ">= 1,000 tasks/s"], rows)
     return md, res
 
 
@@ -198,10 +211,55 @@ def part_http(seed: int) -> tuple[str, dict]:
     return md, res
 
 
+def part_batch(seed: int, n_requests: int = 16, max_tokens: int = 32) -> tuple[str, dict]:
+    """Batched greedy generation: ``n_requests`` concurrent worker prompts through one
+    ``TransformersChatModel`` with batch_size 1 (one generate call each), 4 and 16; wall time
+    on the same model in the same run, and whether every arm returns the same texts."""
+    from icml_tipex.hf import TransformersChatModel, load_chat_model
+    from icml_tipex.plan import Subtask
+    from icml_tipex.roles import worker_messages
+
+    suite = SynthGAIA(seed=seed)
+    prompts = [worker_messages(t.task_id, t.question, Subtask("agent", t.question), {})
+               for t in suite.tasks(2, n_requests)]
+    models = [("tiny Llama (hidden 64)", load_chat_model("tiny", seed=seed))]
+    try:
+        models.append(("SmolLM2-135M-Instruct", load_chat_model("pretrained")))
+    except Exception as e:  # noqa: BLE001 - the pretrained model is optional
+        print(f"batch: no pretrained model ({type(e).__name__}: {e})")
+    rows, res = [], {}
+    for label, base in models:
+        texts, wall = {}, {}
+        for bs in (1, 4, 16):
+            m = TransformersChatModel(base.model, base.tok, ignore_eos=True, batch_size=bs)
+
+            async def go(m: TransformersChatModel = m) -> list:
+                return await asyncio.gather(*(m.generate(p, temperature=0.0,
+                                                         max_tokens=max_tokens)
+                                              for p in prompts))
+            best = float("inf")
+            for _ in range(2):
+                t = time.perf_counter()
+                out = run(go(), "wall")
+                best = min(best, time.perf_counter() - t)
+            texts[bs], wall[bs] = [c.text for c in out], best
+            rows.append([label, bs, len(m.batches) // 2 or n_requests, f"{best:.2f}",
+                         n_requests * max_tokens / best, wall[1] / best,
+                         "yes" if texts[bs] == texts[1] else "NO"])
+            res[f"{label}:bs{bs}"] = {"wall_s": best, "same_as_bs1": texts[bs] == texts[1]}
+    md = table(f"Batched greedy generation: {n_requests} concurrent worker prompts, "
+               f"{max_tokens} new tokens each (ignore_eos), best of 2, wall clock",
+               ["model", "batch_size", "generate calls", "wall s", "tokens per s",
+                "speed-up vs batch_size=1", "same texts as batch_size=1"], rows)
+    return md, res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=100, help="tasks per level for the sweep")
     ap.add_argument("--parts", default="sweep,overhead,throughput,http")
+    ap.add_argument("--throughput-tasks", type=int, default=1000,
+                    help="tasks per row of the throughput grid")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
@@ -215,11 +273,14 @@ def main() -> None:
         elif part == "overhead":
             m, r = part_overhead(200, a.seed)
         elif part == "throughput":
-            m, r = part_throughput(1000, a.seed)
+            m, r = part_throughput(a.throughput_tasks, a.seed)
         elif part == "http":
             m, r = part_http(a.seed)
+        elif part == "batch":
+            m, r = part_batch(a.seed)
         else:
-            raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, http")
+            raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, "
+                             "http, batch")
         md.append(m)
         res[part] = r
     if a.out:

@@ -137,3 +137,44 @@ def test_judge_and_first_finish_aggregators(suite) -> None:
     assert all(f.decided_by == "first" for f in first if f.answer is not None)
     assert all(f.latency_s <= p.latency_s + 1e-9 for f, p in zip(first, plural))
     assert sum(f.tokens for f in first) < sum(p.tokens for p in plural)
+
+
+class _Counting:
+    """Counts model calls in flight at once across every task."""
+
+    virtual_time = True
+    name = "counting"
+
+    def __init__(self, inner) -> None:
+        self.inner, self.active, self.peak = inner, 0, 0
+
+    def count_tokens(self, messages):
+        return self.inner.count_tokens(messages)
+
+    async def generate(self, messages, **kw):
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            return await self.inner.generate(messages, **kw)
+        finally:
+            self.active -= 1
+
+
+def test_shared_inflight_limit_holds_across_concurrent_tasks(suite) -> None:
+    from icml_tipex.runner import ExecutionConfig, TipexRunner
+    from icml_tipex.scripted import ScriptedModel
+
+    tasks = suite.tasks(2, 8)
+    cfg = ExecutionConfig(n_replicas=3, width=4, max_inflight=4)
+    free, capped = _Counting(ScriptedModel(suite)), _Counting(ScriptedModel(suite))
+    a = TipexRunner(free, suite.tools()).run(tasks, cfg, concurrency=8)
+    b = TipexRunner(capped, suite.tools()).run(tasks, cfg, concurrency=8, shared_inflight=3)
+    assert free.peak > 4 and capped.peak == 3  # per-task K alone lets 8 tasks exceed 3
+    # plurality over all replicas: the answers and tokens do not depend on timing ...
+    assert [(r.answer, r.tokens, r.calls) for r in a] == [(r.answer, r.tokens, r.calls)
+                                                          for r in b]
+    # ... but waiting for the other tasks' calls makes tasks slower
+    assert all(y.latency_s >= x.latency_s - 1e-9 for x, y in zip(a, b))
+    assert sum(y.latency_s for y in b) > 1.5 * sum(x.latency_s for x in a)
+    with pytest.raises(ValueError, match="shared_inflight"):
+        TipexRunner(free, suite.tools()).run(tasks, cfg, shared_inflight=0)

@@ -173,3 +173,74 @@ def test_pretrained_model_runs_a_task_end_to_end(suite) -> None:
     first = worker_messages(task.task_id, task.question,
                             Subtask("agent", task.question, meta={"step": "all"}), {})
     assert calls[0]["prompt_tokens"] == m.count_tokens(first)  # its chat template's count
+
+
+PROMPTS = [[{"role": "user", "content": q}] for q in
+           ("2+2?", "Name the sister city of Belkal.", "x", "Compute 17 minus 5 plus 3.",
+            "look up the area of Dunor and the rainfall of Irwen, then add them")]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_batched_greedy_generation_equals_one_by_one(arch: str, ignore_eos: bool) -> None:
+    from icml_tipex.hf import TransformersChatModel
+
+    from icml.models import byte_tokenizer, tiny_causal_lm
+
+    net = tiny_causal_lm(arch, hidden_size=64, seed=3).eval()
+    tok = byte_tokenizer()
+    limits = [5, 9, 12, 3, 12]
+
+    def solve(batch_size: int) -> tuple[list, TransformersChatModel]:
+        m = TransformersChatModel(net, tok, ignore_eos=ignore_eos, batch_size=batch_size)
+
+        async def main():
+            return await asyncio.gather(*(m.generate(p, temperature=0.0, max_tokens=k)
+                                          for p, k in zip(PROMPTS, limits)))
+        return run(main(), "wall"), m
+
+    alone, m1 = solve(1)
+    batched, m8 = solve(8)
+    assert m1.batches == [] and m8.batches == [5]  # really one generate call for all five
+    assert [(c.text, c.prompt_tokens, c.completion_tokens, c.finish_reason) for c in batched] \
+        == [(c.text, c.prompt_tokens, c.completion_tokens, c.finish_reason) for c in alone]
+    assert m8.tokens_generated == m1.tokens_generated == sum(c.completion_tokens for c in alone)
+    if ignore_eos:
+        assert [c.completion_tokens for c in batched] == limits
+    # batch_size=2: the five requests go in batches of 2, 2 and 1 with the same outputs
+    two, m2 = solve(2)
+    assert m2.batches == [2, 2, 1] and [c.text for c in two] == [c.text for c in alone]
+
+
+def test_cancelling_one_row_of_a_batch_leaves_the_others(tiny) -> None:
+    from icml_tipex.hf import TransformersChatModel
+
+    short = TransformersChatModel(tiny.model, tiny.tok, ignore_eos=True)
+    m = TransformersChatModel(tiny.model, tiny.tok, ignore_eos=True, batch_size=4)
+
+    async def main():
+        want = await short.generate(PROMPTS[1], max_tokens=40)
+        long_ = asyncio.ensure_future(m.generate(PROMPTS[0], max_tokens=4000))
+        other = asyncio.ensure_future(m.generate(PROMPTS[1], max_tokens=40))
+        for _ in range(1000):  # until decoding has started
+            if m.steps > 0:
+                break
+            await asyncio.sleep(0.01)
+        long_.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long_
+        return want, await other
+
+    want, got = run(main(), "wall")
+    assert m.batches == [2] and m.cancelled == 1
+    assert got.text == want.text and got.completion_tokens == 40
+    assert m.steps < 4000  # the batch stopped once its live row was done
+
+
+def test_batched_model_rejects_bad_settings(tiny) -> None:
+    from icml_tipex.hf import TransformersChatModel
+
+    with pytest.raises(ValueError, match="batch_size"):
+        TransformersChatModel(tiny.model, tiny.tok, batch_size=0)
+    with pytest.raises(ValueError, match="batch_wait_s"):
+        TransformersChatModel(tiny.model, tiny.tok, batch_wait_s=-1)

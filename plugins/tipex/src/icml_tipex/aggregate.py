@@ -3,6 +3,7 @@ agreement and the closed-form majority-vote accuracy."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import string
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 AGGREGATORS = ("plurality", "judge", "first")
+_DROP = str.maketrans("", "", string.punctuation + string.whitespace)
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,17 @@ def normalize_answer(answer: str | None) -> str | None:
     punctuation. None or empty stays None."""
     if answer is None:
         return None
+    if type(answer) is str:  # the common case, memoised (aggregation asks again and again)
+        return _normalize_str(answer)
+    return _normalize(answer)
+
+
+@functools.lru_cache(maxsize=8192)
+def _normalize_str(answer: str) -> str | None:
+    return _normalize(answer)
+
+
+def _normalize(answer: object) -> str | None:
     s = str(answer).strip()
     if not s:
         return None
@@ -45,8 +58,7 @@ def normalize_answer(answer: str | None) -> str | None:
     if any(c in s for c in ",;"):
         parts = [normalize_answer(p) or "" for p in re.split(r"[,;]", s)]
         return "[" + "|".join(parts) + "]"
-    table = str.maketrans("", "", string.punctuation + string.whitespace)
-    return s.lower().translate(table) or None
+    return s.lower().translate(_DROP) or None
 
 
 def answers_match(a: str | None, b: str | None) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -38,13 +37,13 @@ class AsyncChatModel(Protocol):
 
 
 def approx_tokens(text: str) -> int:
-    """A tokenizer-free count: one token per four characters (at least one)."""
-    return max(1, math.ceil(len(text) / 4))
+    """A tokenizer-free count: one token per four characters, rounded up (at least one)."""
+    return (len(text) + 3) // 4 or 1
 
 
 def messages_tokens(messages: list[Message]) -> int:
     """``approx_tokens`` over a chat (content plus a few tokens of role framing per message)."""
-    return sum(approx_tokens(m["content"]) + 3 for m in messages)
+    return sum([(len(m["content"]) + 3) // 4 or 1 for m in messages]) + 3 * len(messages)
 
 
 class ModelCallError(RuntimeError):

@@ -38,6 +38,8 @@ class Execution:
                         "SmolLM2-135M-Instruct if installed, else tiny; tiny: a random "
                         "transformers Llama; pretrained: SmolLM2-135M-Instruct; http: an "
                         "OpenAI-compatible endpoint at base_url", choices=MODELS)
+    batch_size: int = option(1, help="transformers models: concurrent greedy (temperature "
+                             "0) calls batched into one generate call (1: one at a time)", ge=1)
     base_url: str = option("", help="endpoint for model=http, e.g. http://127.0.0.1:8000/v1")
     http_model: str = option("default", help="model name sent to the endpoint")
     clock: str = option("virtual", help="virtual (deterministic latency; scripted model only) "
@@ -75,6 +77,9 @@ class InferConfig(Execution):
                           "planner, one ReAct agent (structural parallelism off)",
                           choices=("dag", "chain"))
     num_tasks: int = option(100, help="tasks per level", ge=1)
+    shared_inflight: int | None = option(None, help="a K shared by all the tasks of a level "
+                                         "solved at once, 16 at a time (one server for "
+                                         "all; None: each task has only its own K)", ge=1)
     trace_tasks: int = option(1, help="tasks per level whose trace is written (JSONL + Gantt)",
                               ge=0)
 

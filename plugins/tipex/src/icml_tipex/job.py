@@ -35,7 +35,8 @@ def build(ctx: icml.RunContext, cfg: Execution) -> tuple[Any, Any, Any]:
 
         with ctx.step(f"loading the {cfg.model} transformers model"):
             model = load_chat_model(cfg.model, device=ctx.torch_device(),
-                                    dtype=ctx.torch_dtype(), seed=ctx.seed)
+                                    dtype=ctx.torch_dtype(), seed=ctx.seed,
+                                    batch_size=cfg.batch_size)
     return suite, model, TipexRunner(model, suite.tools(), clock=cfg.clock)  # type: ignore[arg-type]
 
 
@@ -69,8 +70,8 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
     trace_path.write_text("")
     for lvl in ctx.progress(cfg.levels, desc="levels"):
         tasks = suite.tasks(lvl, cfg.num_tasks)
-        res = runner.run(tasks, ecfg, trace=True)
-        base = runner.run(tasks, bare)
+        res = runner.run(tasks, ecfg, trace=True, shared_inflight=cfg.shared_inflight)
+        base = runner.run(tasks, bare, shared_inflight=cfg.shared_inflight)
         (a, lat, tok), (a0, lat0, tok0) = _stats(res), _stats(base)
         failed = sum(1 for r in res for p in r.replicas if p.status != "ok")
         rows.append([lvl, "TIPEX", a, lat, tok, sum(r.calls for r in res) / len(res), failed])

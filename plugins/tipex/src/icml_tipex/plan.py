@@ -129,7 +129,7 @@ def validate(subtasks: Iterable[Subtask], tools: Iterable[str] | None = None,
     if not subs:
         raise PlanError("empty", "the plan has no subtasks")
     ids = [s.id for s in subs]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
+    dup = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) < len(ids) else []
     if dup:
         raise PlanError("duplicate_id", f"subtask ids {dup} appear more than once")
     known = set(ids)
@@ -171,7 +171,9 @@ def parse_plan(text: str, tools: Iterable[str] | None = None,
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise PlanError("parse", f"the planner reply is not a valid plan ({e})") from None
     validate(subs, tools, max_subtasks)
-    return Plan(tuple(subs))
+    plan = object.__new__(Plan)  # validated just above: skip Plan.__post_init__'s second pass
+    object.__setattr__(plan, "subtasks", tuple(subs))
+    return plan
 
 
 def plan_json(plan: Plan | Iterable[Subtask]) -> str:

@@ -4,6 +4,7 @@ judge: each builds its chat prompt and parses the reply. They call the model onl
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -54,10 +55,15 @@ def role_of(messages: list[Message]) -> str:
     return first.split("\n", 1)[0].removeprefix("ROLE: ").strip()
 
 
-def planner_messages(task_id: str, question: str, max_subtasks: int) -> list[Message]:
-    user = (f"Task: {question}\nTools: {TOOL_DOC}\nUse at most {max_subtasks} subtasks before "
+@functools.lru_cache(maxsize=1024)  # every replica of a task asks the planner the same
+def _planner_user(task_id: str, question: str, max_subtasks: int) -> str:
+    return (f"Task: {question}\nTools: {TOOL_DOC}\nUse at most {max_subtasks} subtasks before "
             f"the combining one.\n"
             + _payload({"task_id": task_id, "question": question, "max_subtasks": max_subtasks}))
+
+
+def planner_messages(task_id: str, question: str, max_subtasks: int) -> list[Message]:
+    user = _planner_user(task_id, question, max_subtasks)
     return [{"role": "system", "content": PLANNER_SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -132,7 +138,8 @@ def synth_messages(task_id: str, question: str, results: Mapping[str, str],
 async def synthesize(call: Call, task_id: str, question: str, plan_: Plan,
                      results: Mapping[str, str]) -> str:
     """The path's answer from every subtask result (``final`` names the plan's last sink)."""
-    sinks = [s.id for s in plan_.subtasks if not plan_.children()[s.id]]
+    children = plan_.children()
+    sinks = [s.id for s in plan_.subtasks if not children[s.id]]
     ordered = {v: results[v] for v in plan_.topological()}
     c = await call("synthesizer", "synth", synth_messages(task_id, question, ordered, sinks[-1]))
     m = _FINAL.search(c.text)

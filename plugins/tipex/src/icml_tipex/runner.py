@@ -124,6 +124,8 @@ class _State:
     calls: dict[int, int] = field(default_factory=dict)
     inflight: int = 0
     max_inflight_seen: int = 0
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    shared: asyncio.Semaphore | None = None  # a K shared with other tasks (solve_many)
 
 
 class TipexRunner:
@@ -144,33 +146,44 @@ class TipexRunner:
     async def _call(self, st: _State, replica: int, seed: int, role: str, sub: str,
                     messages: list[Message], model: AsyncChatModel | None = None) -> Completion:
         model = model or self.model
-        cfg, loop = st.cfg, asyncio.get_running_loop()
+        cfg, loop, trace = st.cfg, st.loop, st.trace
         count = getattr(model, "count_tokens", None)
         est = count(messages) if count else messages_tokens(messages)
         t_q = loop.time()
-        ev: dict[str, Any] = {"replica": replica, "subtask": sub, "role": role, "queued": t_q}
         try:
             res = st.budget.reserve(est + cfg.max_tokens)
         except BudgetExhausted as e:
-            st.trace.add("model", **ev, start=None, end=None, prompt_tokens=0,
-                         completion_tokens=0, status="budget", detail=str(e))
+            trace.add("model", replica=replica, subtask=sub, role=role, queued=t_q, start=None,
+                      end=None, prompt_tokens=0, completion_tokens=0, status="budget",
+                      detail=str(e))
             raise
         comp: Completion | None = None
         status, detail, t_s = "ok", None, None
+        sem, shared = st.sem, st.shared
         try:
-            if st.sem is not None:
-                await st.sem.acquire()
+            if sem is not None:
+                await sem.acquire()
+            if shared is not None:
+                try:
+                    await shared.acquire()
+                except BaseException:
+                    if sem is not None:
+                        sem.release()
+                    raise
             try:
                 t_s = loop.time()
                 st.inflight += 1
-                st.max_inflight_seen = max(st.max_inflight_seen, st.inflight)
+                if st.inflight > st.max_inflight_seen:
+                    st.max_inflight_seen = st.inflight
                 async with asyncio.timeout(cfg.call_timeout_s):
                     comp = await model.generate(messages, temperature=cfg.temperature,
                                                 seed=seed, max_tokens=cfg.max_tokens)
             finally:
                 st.inflight -= 1
-                if st.sem is not None:
-                    st.sem.release()
+                if shared is not None:
+                    shared.release()
+                if sem is not None:
+                    sem.release()
             return comp
         except asyncio.CancelledError:
             status = "cancelled"
@@ -187,15 +200,16 @@ class TipexRunner:
             st.budget.settle(res, used)
             st.tokens[replica] = st.tokens.get(replica, 0) + used
             st.calls[replica] = st.calls.get(replica, 0) + 1
-            if st.trace.enabled:
-                st.trace.add("model", **ev, start=t_s, end=loop.time(),
-                             prompt_tokens=comp.prompt_tokens if comp else est,
-                             completion_tokens=comp.completion_tokens if comp else 0,
-                             status=status, detail=detail)
+            if trace.enabled:
+                trace.add("model", replica=replica, subtask=sub, role=role, queued=t_q,
+                          start=t_s, end=loop.time(),
+                          prompt_tokens=comp.prompt_tokens if comp else est,
+                          completion_tokens=comp.completion_tokens if comp else 0,
+                          status=status, detail=detail)
 
     async def _tool(self, st: _State, replica: int, sub: str, name: str, text: str,
                     args: list[str]) -> str:
-        loop = asyncio.get_running_loop()
+        loop = st.loop
         t_s = loop.time()
         status = "ok"
         fn = self.tools.get(name)
@@ -205,14 +219,11 @@ class TipexRunner:
             try:
                 result = await fn(*args)
             except asyncio.CancelledError:
-                status, result = "cancelled", ""
+                st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
+                             end=loop.time(), status="cancelled", args=args)
                 raise
             except Exception as e:  # the worker sees the error, as in real agent frameworks
                 status, result = "error", f"error: {type(e).__name__}: {e}"
-            finally:
-                if status == "cancelled":
-                    st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
-                                 end=loop.time(), status=status, args=args)
         if st.trace.enabled:
             st.trace.add("tool", replica=replica, subtask=sub, tool=name, start=t_s,
                          end=loop.time(), status=status, args=args, result=result)
@@ -229,16 +240,18 @@ class TipexRunner:
         def tool(sub: str, name: str, text: str, args: list[str]) -> Awaitable[str]:
             return self._tool(st, replica, sub, name, text, args)
 
+        trace = st.trace
+
         async def run_subtask(sub: Subtask, parents: Mapping[str, str]) -> str:
             t = loop.time()
             out = await roles.work(call, tool, self.tools, task.task_id, task.question, sub,
                                    parents, cfg.max_worker_steps)
-            if st.trace.enabled:
-                st.trace.add("subtask", replica=replica, subtask=sub.id, start=t,
-                             end=loop.time(), deps=list(sub.deps), result=out)
+            if trace.enabled:
+                trace.add("subtask", replica=replica, subtask=sub.id, start=t,
+                          end=loop.time(), deps=list(sub.deps), result=out)
             return out
 
-        st.trace.add("path_start", replica=replica, t=loop.time(), seed=seed)
+        trace.add("path_start", replica=replica, t=loop.time(), seed=seed)
         answer, status, error = None, "ok", None
         try:
             if cfg.planner == "chain":
@@ -247,8 +260,9 @@ class TipexRunner:
             else:
                 plan: Plan = await roles.plan(call, task.task_id, task.question,
                                               cfg.granularity, self.tools)
-                st.trace.add("plan", replica=replica, t=loop.time(), width=plan.width(),
-                             subtasks=[s.to_dict() for s in plan.subtasks])
+                if trace.enabled:  # (the DAG width is not free)
+                    trace.add("plan", replica=replica, t=loop.time(), width=plan.width(),
+                              subtasks=[s.to_dict() for s in plan.subtasks])
                 results = await run_dag(plan, run_subtask, cfg.width)
                 answer = await roles.synthesize(call, task.task_id, task.question, plan, results)
         except asyncio.CancelledError:
@@ -262,15 +276,19 @@ class TipexRunner:
                           st.calls.get(replica, 0), status, error)
 
     # -- replicas and aggregation (tier 1) ----------------------------------------------------
-    async def solve(self, task: Any, cfg: ExecutionConfig, *, trace: bool = True) -> SolveResult:
-        """Solve one task under ``cfg`` on the running loop's clock."""
+    async def solve(self, task: Any, cfg: ExecutionConfig, *, trace: bool = True,
+                    shared_limit: asyncio.Semaphore | None = None) -> SolveResult:
+        """Solve one task under ``cfg`` on the running loop's clock. ``shared_limit``: a
+        semaphore every model call also holds, shared with other tasks solved at the same
+        time (a K across tasks, on top of the task's own ``cfg.max_inflight``)."""
         if is_virtual() and not getattr(self.model, "virtual_time", False):
             raise ValueError(f"model {getattr(self.model, 'name', self.model)!r} does real work, "
                              "which takes no time on the virtual clock: use clock='wall'")
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         st = _State(task, cfg, asyncio.Semaphore(cfg.max_inflight) if cfg.max_inflight else None,
-                    TokenBudget(cfg.token_budget), Trace(t0, task.task_id, trace))
+                    TokenBudget(cfg.token_budget), Trace(t0, task.task_id, trace),
+                    shared=shared_limit)
         futs = {asyncio.ensure_future(self._run_path(st, i)): i for i in range(cfg.n_replicas)}
         finished: list[PathResult] = []
         decided = "all"
@@ -311,8 +329,9 @@ class TipexRunner:
             answer = await self._judge(st, cands)
         else:
             answer = plurality(cands)
-        st.trace.add("decision", t=loop.time(), by=decided, answer=answer,
-                     votes=[[k, n] for k, n, _ in ranked(cands)])
+        if st.trace.enabled:
+            st.trace.add("decision", t=loop.time(), by=decided, answer=answer,
+                         votes=[[k, n] for k, n, _ in ranked(cands)])
         correct = answers_match(answer, task.answer) if getattr(task, "answer", None) else None
         return SolveResult(task.task_id, answer, loop.time() - t0, st.budget.spent,
                            sum(st.calls.values()), decided, replicas, st.trace, correct)
@@ -336,22 +355,29 @@ class TipexRunner:
         return answers[k]
 
     async def solve_many(self, tasks: Sequence[Any], cfg: ExecutionConfig, *,
-                         trace: bool = False, concurrency: int = 16) -> list[SolveResult]:
+                         trace: bool = False, concurrency: int = 16,
+                         shared_inflight: int | None = None) -> list[SolveResult]:
         """Solve independent tasks, ``concurrency`` at a time (each has its own K, budget and
-        trace, and its latency is measured from its own start, so the results do not depend
-        on ``concurrency``; a small value keeps the loop's timer heap small)."""
+        trace, and its latency is measured from its own start, so without
+        ``shared_inflight`` the results do not depend on ``concurrency``; a small value
+        keeps the loop's timer heap small). ``shared_inflight``: a global in-flight limit on
+        model calls across all the tasks running at once (one server serving them all); a
+        task's latency then includes its waits for the other tasks' calls."""
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency} must be >= 1")
+        if shared_inflight is not None and shared_inflight < 1:
+            raise ValueError(f"shared_inflight={shared_inflight} must be >= 1 or None")
         gate = asyncio.Semaphore(concurrency)
+        shared = asyncio.Semaphore(shared_inflight) if shared_inflight else None
 
         async def one(t: Any) -> SolveResult:
             async with gate:
-                return await self.solve(t, cfg, trace=trace)
+                return await self.solve(t, cfg, trace=trace, shared_limit=shared)
 
         return list(await asyncio.gather(*(one(t) for t in tasks)))
 
     def run(self, tasks: Sequence[Any], cfg: ExecutionConfig, *, trace: bool = False,
-            concurrency: int = 16) -> list[SolveResult]:
+            concurrency: int = 16, shared_inflight: int | None = None) -> list[SolveResult]:
         """Synchronous :meth:`solve_many` on a fresh loop of this runner's clock."""
-        return run_on_clock(self.solve_many(tasks, cfg, trace=trace, concurrency=concurrency),
-                            self.clock)
+        return run_on_clock(self.solve_many(tasks, cfg, trace=trace, concurrency=concurrency,
+                                            shared_inflight=shared_inflight), self.clock)

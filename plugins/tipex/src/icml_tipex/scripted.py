@@ -16,6 +16,8 @@ import hashlib
 import json
 import random
 import re
+import threading
+from asyncio.futures import _set_result_unless_cancelled
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,34 @@ from icml_tipex.roles import payload_of, role_of
 from icml_tipex.synthgaia import ATTRS, SynthGAIA, Task
 
 _FV = re.compile(r"f(\d+)=(-?\d+)")
+_INT = re.compile(r"-?\d+")
+
+
+class _LazyRandom:
+    """Stands for the reply's ``random.Random`` and seeds it on first use only (hashing the
+    prompt and seeding cost more than the rest of a reply; answer steps draw nothing)."""
+
+    __slots__ = ("_args", "_r")
+
+    def __init__(self, model: ScriptedModel, messages: list[Message], temperature: float,
+                 seed: int) -> None:
+        self._args: tuple[Any, ...] | None = (model, messages, temperature, seed)
+        self._r: random.Random | None = None
+
+    def _get(self) -> random.Random:
+        if self._r is None:
+            model, messages, temperature, seed = self._args  # type: ignore[misc]
+            self._r, self._args = model._rng(messages, temperature, seed), None
+        return self._r
+
+    def random(self) -> float:
+        return self._get().random()
+
+    def randrange(self, *args: int) -> int:
+        return self._get().randrange(*args)
+
+    def choice(self, seq: Any) -> Any:
+        return self._get().choice(seq)
 
 
 @dataclass(frozen=True)
@@ -57,6 +87,8 @@ class ScriptedModel:
         self.latency_scale = latency_scale
         self.calls = 0
         self._last_count: tuple[list[Message], int, int] | None = None
+        self._payloads: dict[str, dict[str, Any]] = {}  # read-only parsed prompt payloads
+        self._local = threading.local()
 
     def count_tokens(self, messages: list[Message]) -> int:
         last = self._last_count
@@ -72,17 +104,33 @@ class ScriptedModel:
                                      + p.decode_s * completion_tokens)
 
     def _rng(self, messages: list[Message], temperature: float, seed: int) -> random.Random:
-        h = hashlib.blake2b(digest_size=8)
-        h.update(f"{self.seed}|{seed if temperature > 0 else 0}|{temperature}".encode())
-        for m in messages:
-            h.update(b"\x00" + m["content"].encode())
-        return random.Random(int.from_bytes(h.digest(), "little"))
+        """The reply's generator, seeded by a hash of the model seed, the replica seed (when
+        sampling), the temperature and every message. One generator per thread is reseeded
+        (the same state as ``random.Random(key)``, at half the cost)."""
+        head = f"{self.seed}|{seed if temperature > 0 else 0}|{temperature}\x00"
+        key = hashlib.blake2b((head + "\x00".join([m["content"] for m in messages])).encode(),
+                              digest_size=8).digest()
+        rng = getattr(self._local, "rng", None)
+        if rng is None:
+            rng = self._local.rng = random.Random()
+        rng.seed(int.from_bytes(key, "little"))
+        return rng
+
+    def _payload(self, messages: list[Message]) -> dict[str, Any]:
+        # a worker's steps (and a task's replicas) share their first user message: parse once
+        text = next(m["content"] for m in messages if m["role"] == "user")
+        data = self._payloads.get(text)
+        if data is None:
+            if len(self._payloads) >= 4096:
+                self._payloads.clear()
+            data = self._payloads[text] = payload_of(messages)
+        return data
 
     def reply(self, messages: list[Message], temperature: float = 0.0, seed: int = 0) -> str:
         """The reply text (no latency): what :meth:`generate` returns."""
-        rng = self._rng(messages, temperature, seed)
+        rng = _LazyRandom(self, messages, temperature, seed)  # answer steps draw nothing
         role = role_of(messages)
-        data = payload_of(messages)
+        data = self._payload(messages)
         task = self.suite.task(data["task_id"])
         if role == "planner":
             return self._plan(task, int(data["max_subtasks"]), rng)
@@ -103,8 +151,14 @@ class ScriptedModel:
             text, n_out, finish = text[:4 * max_tokens], max_tokens, "length"
         self.calls += 1
         dt = self.latency(n_in, n_out)
-        if dt > 0:
-            await asyncio.sleep(dt)
+        if dt > 0:  # asyncio.sleep(dt) inlined: the same future and timer, one frame fewer
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            h = loop.call_later(dt, _set_result_unless_cancelled, fut, None)
+            try:
+                await fut
+            finally:
+                h.cancel()
         return Completion(text, n_in, n_out, finish)
 
     # -- roles -------------------------------------------------------------------------------
@@ -198,7 +252,7 @@ class ScriptedModel:
                 values: dict[int, str], rng: random.Random, err: bool, parent: str) -> str:
         kind, i = action
         if kind == "calc":
-            vals = {k: v for k, v in values.items() if re.fullmatch(r"-?\d+", v)}
+            vals = {k: v for k, v in values.items() if _INT.fullmatch(v)}
             expr = task.expression(vals)
             if err and len(vals) > 1:  # a flipped sign
                 terms = expr.split(" ")
@@ -223,7 +277,7 @@ class ScriptedModel:
     def _synth(self, data: dict[str, Any], rng: random.Random) -> str:
         results = data["results"]
         final = str(results.get(data["final"], ""))
-        if re.fullmatch(r"-?\d+", final) and rng.random() < self.p.synth_err * len(results):
+        if _INT.fullmatch(final) and rng.random() < self.p.synth_err * len(results):
             final = str(int(final) + rng.choice((10, -10)))
         return f"FINAL ANSWER: {final}"
 

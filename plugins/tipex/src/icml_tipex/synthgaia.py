@@ -12,6 +12,7 @@ import ast
 import asyncio
 import operator
 import random
+from asyncio.futures import _set_result_unless_cancelled
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -179,9 +180,15 @@ class SynthGAIA:
         return {"lookup": lookup, "search": search, "calc": calc}
 
 
-async def _sleep(dt: float) -> None:
+async def _sleep(dt: float) -> None:  # asyncio.sleep(dt), one frame shallower (clock.sleep)
     if dt > 0:
-        await asyncio.sleep(dt)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        h = loop.call_later(dt, _set_result_unless_cancelled, fut, None)
+        try:
+            await fut
+        finally:
+            h.cancel()
 
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
