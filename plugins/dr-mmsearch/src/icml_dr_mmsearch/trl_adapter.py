@@ -15,8 +15,8 @@ What TRL's API allows, and what it does not:
 * **The structural-proximity advantage is batch-level**: TRL normalises rewards per group and has
   no hook for a batch baseline, so :class:`ProximityGRPOTrainer` overrides two *private* methods
   (``_calculate_rewards`` to keep the rewards, ``_generate_and_score_completions`` to replace the
-  advantages). This is why the ``trl`` extra pins ``trl>=1.16,<1.17``. Single process only (the
-  batch must be whole).
+  advantages). This is why the module warns on any trl other than 1.16.x (the extra has a
+  lower bound only). Single process only (the batch must be whole).
 * **Images**: on the ``rollout_func`` path TRL forwards no images to its loss, so the VLM prefix
   adapter (:class:`~icml_dr_mmsearch.vision.VisionPrefix`) cannot be used with TRL; use
   :class:`~icml_dr_mmsearch.grpo.SearchGRPOTrainer` for it.
