@@ -23,7 +23,7 @@ from icml_tipex.aggregate import (
 )
 from icml_tipex.budget import BudgetExhausted, TokenBudget
 from icml_tipex.chat import AsyncChatModel, Completion, Message, ModelCallError, messages_tokens
-from icml_tipex.clock import CLOCKS, ClockName, is_virtual
+from icml_tipex.clock import CLOCKS, ENGINES, ClockName, EngineName, is_virtual
 from icml_tipex.clock import run as run_on_clock
 from icml_tipex.plan import Plan, Subtask
 from icml_tipex.scheduler import run_dag
@@ -134,9 +134,14 @@ class TipexRunner:
     an optional separate judge model."""
 
     def __init__(self, model: AsyncChatModel, tools: Mapping[str, Tool], *,
-                 judge_model: AsyncChatModel | None = None, clock: ClockName = "virtual") -> None:
+                 judge_model: AsyncChatModel | None = None, clock: ClockName = "virtual",
+                 engine: EngineName | None = None) -> None:
         if clock not in CLOCKS:
             raise ValueError(f"clock={clock!r} is not one of {CLOCKS}")
+        if engine is not None and engine not in ENGINES:
+            raise ValueError(f"engine={engine!r} is not one of {ENGINES} (the virtual clock's "
+                             "event loop; None: $TIPEX_ENGINE or 'sim')")
+        self.engine = engine
         if not tools:
             raise ValueError("tools is empty: the workers need at least one tool")
         self.model, self.tools, self.clock = model, dict(tools), clock
@@ -380,4 +385,5 @@ class TipexRunner:
             concurrency: int = 16, shared_inflight: int | None = None) -> list[SolveResult]:
         """Synchronous :meth:`solve_many` on a fresh loop of this runner's clock."""
         return run_on_clock(self.solve_many(tasks, cfg, trace=trace, concurrency=concurrency,
-                                            shared_inflight=shared_inflight), self.clock)
+                                            shared_inflight=shared_inflight), self.clock,
+                            self.engine)
