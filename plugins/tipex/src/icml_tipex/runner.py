@@ -128,6 +128,40 @@ class _State:
     shared: asyncio.Semaphore | None = None  # a K shared with other tasks (solve_many)
 
 
+class _CallTimeout:
+    """What ``asyncio.timeout(delay)`` does around one model call, with the same loop calls in
+    the same order (``call_at`` on entry, ``cancel`` on exit, ``task.cancel`` when it fires,
+    ``uncancel`` after it fired) but without the context manager's coroutines and state enum:
+    the virtual clock's schedule, and so every trace, is unchanged."""
+
+    __slots__ = ("task", "cancelling", "handle", "fired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a call timeout needs a running task")
+        self.task, self.cancelling, self.fired = task, task.cancelling(), False
+        when = loop.time() + delay
+        self.handle: asyncio.Handle | None = (
+            loop.call_at(when, self._on_timeout) if when > loop.time()
+            else loop.call_soon(self._on_timeout))
+
+    def _on_timeout(self) -> None:
+        self.task.cancel()
+        self.fired = True
+        self.handle = None
+
+    def exit(self) -> bool:
+        """Leave the guarded block; True if a CancelledError there is this timeout's."""
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        if self.fired:
+            self.fired = False
+            return self.task.uncancel() <= self.cancelling
+        return False
+
+
 class TipexRunner:
     """Runs tasks (objects with ``task_id``, ``question`` and optionally ``answer``) under an
     :class:`ExecutionConfig` with one model behind the planner, workers and synthesizer, and
@@ -180,9 +214,23 @@ class TipexRunner:
                 st.inflight += 1
                 if st.inflight > st.max_inflight_seen:
                     st.max_inflight_seen = st.inflight
-                async with asyncio.timeout(cfg.call_timeout_s):
+                cto = cfg.call_timeout_s
+                if cto is None:
                     comp = await model.generate(messages, temperature=cfg.temperature,
                                                 seed=seed, max_tokens=cfg.max_tokens)
+                else:  # ``async with asyncio.timeout(cto)``, the same loop calls, inlined
+                    guard = _CallTimeout(loop, cto)
+                    try:
+                        comp = await model.generate(messages, temperature=cfg.temperature,
+                                                    seed=seed, max_tokens=cfg.max_tokens)
+                    except asyncio.CancelledError as e:
+                        if guard.exit():
+                            raise TimeoutError from e
+                        raise
+                    except BaseException:
+                        guard.exit()
+                        raise
+                    guard.exit()
             finally:
                 st.inflight -= 1
                 if shared is not None:
