@@ -142,34 +142,63 @@ def part_overhead(n_tasks: int, seed: int, repeats: int = 3) -> tuple[str, dict]
     return md, res
 
 
-def part_throughput(n_tasks: int, seed: int) -> tuple[str, dict]:
+def part_throughput(n_tasks: int, seed: int, engines: tuple[str, ...] = ("sim", "asyncio"),
+                    rounds: int = 2) -> tuple[str, dict]:
     """Tasks per CPU second of this process (one core) per level and per (N, w, g, K), on the
-    grid of ``throughput_ab.GRID``; the goal is 1,000 tasks per second."""
+    grid of ``throughput_ab.GRID``, for each virtual-clock engine (the rows alternate the
+    engines, best of ``rounds``); the goal is 1,000 tasks per second. Every engine must return
+    the same results (answers, latencies, tokens, calls) as the first."""
+    import hashlib
+
     from throughput_ab import GRID
 
     suite = SynthGAIA(seed=seed)
-    runner = TipexRunner(ScriptedModel(suite, seed=seed), suite.tools())
     tasks = {lvl: suite.tasks(lvl, n_tasks) for lvl in (1, 2, 3)}
+    runners = {e: TipexRunner(ScriptedModel(suite, seed=seed), suite.tools(), engine=e)
+               for e in engines}
+    for e in engines:  # warm caches (payload parsing, prompts) equally for every engine
+        runners[e].run(tasks[1][:5], ExecutionConfig(seed=seed))
     rows, res = [], {}
     for lvl, planner, n, w, g, k in GRID:
         cfg = ExecutionConfig(planner=planner, n_replicas=n, width=w, granularity=g,
                               max_inflight=k, seed=seed)
-        t, c = time.perf_counter(), time.process_time()
-        out = runner.run(tasks[lvl], cfg)
-        wall, cpu = time.perf_counter() - t, time.process_time() - c
-        calls = sum(r.calls for r in out)
+        cpu = {e: float("inf") for e in engines}
+        digest, calls = {}, 0
+        for _ in range(rounds):
+            for e in engines:
+                c = time.process_time()
+                out = runners[e].run(tasks[lvl], cfg)
+                cpu[e] = min(cpu[e], time.process_time() - c)
+                calls = sum(r.calls for r in out)
+                digest[e] = hashlib.sha256(json.dumps(
+                    [[r.answer, repr(r.latency_s), r.tokens, r.calls, r.decided_by]
+                     for r in out]).encode()).hexdigest()
         name = "bare agent" if planner == "chain" else "DAG"
         dag = planner == "dag"
-        rows.append([lvl, name, n, w if dag else "-", g if dag else "-", k or "none",
-                     calls / n_tasks, n_tasks / cpu, n_tasks / wall, 1e6 * cpu / calls,
-                     "yes" if n_tasks / cpu >= 1000 else "no"])
+        tps = {e: n_tasks / cpu[e] for e in engines}
+        e0 = engines[0]
+        row = [lvl, name, n, w if dag else "-", g if dag else "-", k or "none",
+               calls / n_tasks]
+        row += [round(tps[e]) for e in engines]
+        if len(engines) > 1:
+            row.append(round(tps[e0] / tps[engines[1]], 2))
+        row += [1e6 * cpu[e0] / calls, "yes" if tps[e0] >= 1000 else "no"]
+        if len(engines) > 1:
+            row.append("yes" if len(set(digest.values())) == 1 else "NO")
+        rows.append(row)
         res[f"L{lvl}:{planner}:N{n}:w{w}:g{g}:K{k}"] = {
-            "tasks_per_cpu_s": n_tasks / cpu, "tasks_per_wall_s": n_tasks / wall,
-            "calls_per_task": calls / n_tasks, "us_per_call": 1e6 * cpu / calls}
-    md = table(f"Virtual-clock throughput, {n_tasks} tasks per row, one process (one core)",
-               ["level", "structure", "N", "w", "g", "K", "model calls per task",
-                "tasks per CPU s", "tasks per wall s", "CPU us per model call",
-                ">= 1,000 tasks/s"], rows)
+            "tasks_per_cpu_s": tps, "calls_per_task": calls / n_tasks,
+            "us_per_call": {e: 1e6 * cpu[e] / calls for e in engines},
+            "same_results": len(set(digest.values())) == 1}
+    cols = ["level", "structure", "N", "w", "g", "K", "model calls per task"]
+    cols += [f"tasks per CPU s ({e})" for e in engines]
+    if len(engines) > 1:
+        cols.append(f"{engines[0]} / {engines[1]}")
+    cols += [f"CPU us per model call ({e0})", f">= 1,000 tasks/s ({e0})"]
+    if len(engines) > 1:
+        cols.append("same results")
+    md = table(f"Virtual-clock throughput, {n_tasks} tasks per row, one process (one core), "
+               f"engines {', '.join(engines)}, best of {rounds} (alternating)", cols, rows)
     return md, res
 
 
@@ -260,6 +289,9 @@ def main() -> None:
     ap.add_argument("--parts", default="sweep,overhead,throughput,http")
     ap.add_argument("--throughput-tasks", type=int, default=1000,
                     help="tasks per row of the throughput grid")
+    ap.add_argument("--engines", default="sim,asyncio",
+                    help="virtual-clock engines the throughput part compares (first: reported)")
+    ap.add_argument("--rounds", type=int, default=2, help="throughput: best of this many")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
@@ -273,7 +305,8 @@ def main() -> None:
         elif part == "overhead":
             m, r = part_overhead(200, a.seed)
         elif part == "throughput":
-            m, r = part_throughput(a.throughput_tasks, a.seed)
+            m, r = part_throughput(a.throughput_tasks, a.seed, tuple(a.engines.split(",")),
+                                   a.rounds)
         elif part == "http":
             m, r = part_http(a.seed)
         elif part == "batch":

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import heapq
 import os
 import selectors
 import time
 from asyncio import events, futures, tasks
 from collections import deque
 from collections.abc import Coroutine
+from heapq import heapify, heappop, heappush
 from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
@@ -190,7 +190,7 @@ class SimEventLoop(asyncio.AbstractEventLoop):
         t = _Timer(when)
         t._cb, t._args, t._loop = callback, args, self
         t._ctx = context if context is not None else contextvars.copy_context()
-        heapq.heappush(self._scheduled, t)
+        heappush(self._scheduled, t)
         t._scheduled = True
         return t
 
@@ -211,13 +211,13 @@ class SimEventLoop(asyncio.AbstractEventLoop):
                     t._scheduled = False
                 else:
                     keep.append(t)
-            heapq.heapify(keep)
+            heapify(keep)
             self._scheduled = sched = keep
             self._timer_cancelled_count = 0
         else:
             while sched and sched[0]._cb is None:
                 self._timer_cancelled_count -= 1
-                heapq.heappop(sched)._scheduled = False
+                heappop(sched)._scheduled = False
         ready = self._ready
         if not ready and not self._stopping:
             if not sched:
@@ -227,7 +227,7 @@ class SimEventLoop(asyncio.AbstractEventLoop):
             self._vnow += max(0.0, min(max(0, sched[0] - self._vnow), _MAX_ADVANCE))
         end = self._vnow + _RESOLUTION
         while sched and sched[0] < end:
-            t = heapq.heappop(sched)
+            t = heappop(sched)
             t._scheduled = False
             ready.append(t)
         self.steps += 1
