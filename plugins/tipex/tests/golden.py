@@ -64,8 +64,9 @@ def _trace_sha(r: SolveResult) -> str:
     return hashlib.sha256(buf.getvalue().encode()).hexdigest()
 
 
-def fingerprint() -> dict[str, Any]:
-    """The golden data of the current code (see the module docstring)."""
+def fingerprint(engine: str | None = None) -> dict[str, Any]:
+    """The golden data of the current code (see the module docstring) on the given
+    virtual-clock engine (None: the default)."""
     suite = SynthGAIA(seed=1)
     tasks = {lvl: suite.tasks(lvl, TASKS_PER_LEVEL) for lvl in (1, 2, 3)}
     out: dict[str, Any] = {}
@@ -75,7 +76,7 @@ def fingerprint() -> dict[str, Any]:
             model = FaultyModel(model, on_role("planner", "raise", {cfg.replica_seed(1)}))
         elif fault == "hang_synth":
             model = FaultyModel(model, on_role("synthesizer", "hang"))
-        runner = TipexRunner(model, suite.tools())
+        runner = TipexRunner(model, suite.tools(), engine=engine)  # type: ignore[arg-type]
         for lvl, ts in tasks.items():
             res = runner.run(ts, cfg, trace=True, concurrency=3)
             out[f"{name}/L{lvl}"] = {"results": [_result(r) for r in res],

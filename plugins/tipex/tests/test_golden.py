@@ -13,15 +13,19 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 _spec = importlib.util.spec_from_file_location("tipex_golden",
                                               Path(__file__).with_name("golden.py"))
 golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(golden)
 
 
-def test_runner_matches_the_pre_optimisation_golden() -> None:
+@pytest.mark.parametrize("engine", ["sim", "asyncio"])
+def test_runner_matches_the_pre_optimisation_golden(engine: str) -> None:
+    """Both virtual-clock engines: the lean SimEventLoop must reproduce asyncio's schedule."""
     want = json.loads(golden.GOLDEN.read_text())
-    got = json.loads(json.dumps(golden.fingerprint()))
+    got = json.loads(json.dumps(golden.fingerprint(engine)))
     assert sorted(got) == sorted(want)
     for key in want:  # results first: a readable diff when something moved
         assert got[key]["results"] == want[key]["results"], key

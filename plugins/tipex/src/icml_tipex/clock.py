@@ -165,7 +165,8 @@ class SimEventLoop(asyncio.AbstractEventLoop):
         self._debug = False
         self._task_factory: Any = None
         self._exception_handler: Any = None
-        self.steps = 0  # loop iterations run (a diagnostic)
+        self.steps = 0  # loop iterations run (diagnostics)
+        self.rebuilds = 0  # timer heap rebuilds (more than half of over 100 timers cancelled)
 
     # -- time and scheduling ----------------------------------------------------------------
     def time(self) -> float:
@@ -212,6 +213,7 @@ class SimEventLoop(asyncio.AbstractEventLoop):
                 else:
                     keep.append(t)
             heapify(keep)
+            self.rebuilds += 1
             self._scheduled = sched = keep
             self._timer_cancelled_count = 0
         else:
