@@ -44,6 +44,9 @@ class Execution:
     http_model: str = option("default", help="model name sent to the endpoint")
     clock: str = option("virtual", help="virtual (deterministic latency; scripted model only) "
                         "or wall", choices=("virtual", "wall"))
+    engine: str = option("sim", help="virtual clock's event loop: sim (lean, the default) or "
+                         "asyncio (asyncio's own loop; also runs real I/O); same schedule, same "
+                         "results", choices=("sim", "asyncio"))
     latency_scale: float = option(1.0, help="scripted model latency multiplier (use e.g. 0.01 "
                                   "on the wall clock)", ge=0)
     # the task suite and the scripted model's error model
