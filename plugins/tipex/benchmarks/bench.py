@@ -4,7 +4,8 @@ model, virtual-clock throughput, and 64 concurrent HTTP requests to a local serv
 
     OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...]
 
-Parts: sweep, overhead, throughput, http, batch (batched transformers generation).
+Parts: sweep, overhead, throughput, ceiling (the scripted model's own cost), http, batch
+(batched transformers generation).
 """
 
 from __future__ import annotations
@@ -202,6 +203,51 @@ def part_throughput(n_tasks: int, seed: int, engines: tuple[str, ...] = ("sim", 
     return md, res
 
 
+def part_ceiling(n_tasks: int, seed: int) -> tuple[str, dict]:
+    """What the scripted model alone costs: for each row of the throughput grid, the model
+    calls a run makes are recorded, then replayed through ``ScriptedModel.reply`` (and its token
+    count) with no runner, loop or tools. Tasks per CPU s of the replay is the ceiling any
+    engine could reach if scheduling, roles, tools and bookkeeping cost nothing."""
+    from throughput_ab import GRID
+
+    suite = SynthGAIA(seed=seed)
+    tasks = {lvl: suite.tasks(lvl, n_tasks) for lvl in (1, 2, 3)}
+    rows, res = [], {}
+    for lvl, planner, n, w, g, k in GRID:
+        cfg = ExecutionConfig(planner=planner, n_replicas=n, width=w, granularity=g,
+                              max_inflight=k, seed=seed)
+        model = ScriptedModel(suite, seed=seed)
+        rec: list = []
+        inner = model.generate
+
+        async def recording(messages: list, rec: list = rec, inner=inner, **kw: object):
+            rec.append((messages, kw["temperature"], kw["seed"]))
+            return await inner(messages, **kw)
+
+        model.generate = recording  # type: ignore[method-assign]
+        TipexRunner(model, suite.tools()).run(tasks[lvl], cfg)
+        best = float("inf")
+        for _ in range(2):
+            fresh = ScriptedModel(suite, seed=seed)
+            fresh._payloads = model._payloads  # parsed prompts warm, as in the timed runs
+            c = time.process_time()
+            for msgs, temp, s in rec:
+                fresh.reply(msgs, temp, s)
+                fresh.count_tokens(msgs)
+            best = min(best, time.process_time() - c)
+        dag = planner == "dag"
+        rows.append([lvl, "bare agent" if not dag else "DAG", n, w if dag else "-",
+                     g if dag else "-", k or "none", len(rec) / n_tasks,
+                     1e6 * best / len(rec), round(n_tasks / best)])
+        res[f"L{lvl}:{planner}:N{n}:w{w}:g{g}:K{k}"] = {
+            "model_us_per_call": 1e6 * best / len(rec), "ceiling_tasks_per_cpu_s": n_tasks / best}
+    md = table(f"The scripted model alone (replies replayed without runner, loop or tools), "
+               f"{n_tasks} tasks per row, one core, best of 2",
+               ["level", "structure", "N", "w", "g", "K", "model calls per task",
+                "model CPU us per call", "ceiling tasks per CPU s"], rows)
+    return md, res
+
+
 def part_http(seed: int) -> tuple[str, dict]:
     from icml_tipex.hf import TransformersChatModel, load_chat_model
     from icml_tipex.openai_http import OpenAIChatModel
@@ -307,13 +353,15 @@ def main() -> None:
         elif part == "throughput":
             m, r = part_throughput(a.throughput_tasks, a.seed, tuple(a.engines.split(",")),
                                    a.rounds)
+        elif part == "ceiling":
+            m, r = part_ceiling(a.throughput_tasks, a.seed)
         elif part == "http":
             m, r = part_http(a.seed)
         elif part == "batch":
             m, r = part_batch(a.seed)
         else:
             raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, "
-                             "http, batch")
+                             "ceiling, http, batch")
         md.append(m)
         res[part] = r
     if a.out:
