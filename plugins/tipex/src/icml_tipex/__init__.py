@@ -8,6 +8,8 @@ from typing import Any
 
 _EXPORTS = {
     "VirtualEventLoop": "icml_tipex.clock",
+    "SimEventLoop": "icml_tipex.clock",
+    "Deadlock": "icml_tipex.clock",
     "run": "icml_tipex.clock",
     "new_loop": "icml_tipex.clock",
     "AsyncChatModel": "icml_tipex.chat",
