@@ -119,14 +119,17 @@ def test_quantized_model_saves_loads_and_generates(tiny_model, ids, tmp_path):
 
 def test_user_model_path_and_claim(tmp_path):
     """A model saved with save_pretrained loads through `model=`; on the outlier model at
-    W4A4KV4 FPTQuant closes more than half of RTN's perplexity gap and beats QuaRot-style."""
+    W4A4KV4 FPTQuant closes more than half of RTN's perplexity gap and beats QuaRot-style.
+    Local training runs the job's 150 steps: with 60, FPTQuant-local was behind QuaRot-style
+    on seed 0 (22.24 vs 21.95; seeds 1, 2 ahead), with 150 it is ahead on seeds 0, 1, 2
+    (20.79 vs 21.95, 17.12 vs 21.23, 18.62 vs 21.01)."""
     from icml_fptquant import QuantizeConfig
     from icml_fptquant.pipeline import build_model, run_arms
 
     from icml.models import byte_tokenizer
 
     cfg = QuantizeConfig(arms=["fp", "rtn", "quarot", "fptquant_local"], train_steps=120,
-                         local_steps=60, calib_samples=4, eval_samples=8, seq_len=48)
+                         local_steps=150, calib_samples=4, eval_samples=8, seq_len=48)
     base = build_model(cfg, "cpu", torch.float32, seed=0)
     base["model"].save_pretrained(tmp_path / "m")
     byte_tokenizer().save_pretrained(tmp_path / "m")
