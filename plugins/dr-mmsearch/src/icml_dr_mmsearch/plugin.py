@@ -21,7 +21,10 @@ BIBTEX = """@inproceedings{wang2026drmmsearch,
 _COLS = [("acc 1-hop", "accuracy_hop1"), ("acc 2-hop", "accuracy_hop2"),
          ("acc 3-hop", "accuracy_hop3"), ("turns 3-hop", "turns_hop3"),
          ("collapse 3-hop", "collapse_rate"), ("premature", "premature_rate"),
-         ("diverse", "diverse_rate"), ("redundant", "redundant_rate")]
+         ("diverse", "diverse_rate"), ("redundant", "redundant_rate"),
+         ("held-out acc 2-hop", "heldout_accuracy_hop2"),
+         ("held-out acc 3-hop", "heldout_accuracy_hop3"),
+         ("held-out turns 3-hop", "heldout_turns_hop3")]
 
 
 @icml.hookimpl
@@ -58,7 +61,7 @@ def _experiment_config(config: TrainConfig) -> Any:
         temperature=config.temperature, eval_generations=config.eval_generations,
         reward=RewardConfig(**dataclasses.asdict(config.reward)),
         advantage=AdvantageConfig(**dataclasses.asdict(config.advantage)),
-        hop_mix=tuple(config.hop_mix), kv_reuse=config.kv_reuse)
+        hop_mix=tuple(config.hop_mix), kv_reuse=config.kv_reuse, holdout=config.holdout)
 
 
 def _cell(values: list[float]) -> Any:
@@ -134,7 +137,11 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
         artifacts["3-hop accuracy"] = "acc3.png"
     if saved:
         artifacts[f"trained policy ({config.save_model})"] = saved
-    notes = ("Collapse = share of 3-hop rollouts answered in one turn without a tool; premature "
+    notes = ("Plain columns: the training questions; held-out: the 2-/3-hop questions of a "
+             f"share {config.holdout} of the companies, never seen in training (the word-level "
+             "tiny model cannot write names it never produced, so expect them near 0; see the "
+             "README). "
+             "Collapse = share of 3-hop rollouts answered in one turn without a tool; premature "
              "= share of search-needing rollouts answered with fewer searches than the question "
              "needs; diverse = share of rollouts whose group has another rollout with the same "
              "MMSearch-R1 reward and a different number of turns; redundant = share repeating "
