@@ -36,9 +36,19 @@ def _ms(vals: list[float]) -> tuple[float, float]:
     return m, sd
 
 
+def _one_seed(cfg, seed: int) -> dict:
+    from icml_dr_mmsearch.experiment import run_arms
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    res = run_arms(cfg, seed=seed)
+    print(f"seed {seed} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return {"warm_start": res["warm_start"], "arms": res["arms"]}
+
+
 def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
-               mu: str | None = None, arms: list[str] | None = None) -> dict:
-    from icml_dr_mmsearch.experiment import ARMS, ExperimentConfig, run_arms
+               mu: str | None = None, arms: list[str] | None = None, workers: int = 1) -> dict:
+    from icml_dr_mmsearch.experiment import ARMS, ExperimentConfig
     from icml_dr_mmsearch.grpo import RewardConfig
 
     reward = RewardConfig() if mu is None else RewardConfig(mu=mu)
@@ -46,12 +56,18 @@ def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
                            reward=reward, arms=list(arms or ARMS))
     per: dict[str, list[dict]] = {}
     t0 = time.perf_counter()
-    for s in range(seeds):
-        res = run_arms(cfg, seed=s)
+    if workers > 1:   # one single-threaded process per seed; results equal the serial loop's
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(min(workers, seeds)) as pool:
+            results = pool.starmap(_one_seed, [(cfg, s) for s in range(seeds)])
+    else:
+        results = [_one_seed(cfg, s) for s in range(seeds)]
+    for res in results:
         per.setdefault("warm start", []).append(res["warm_start"])
         for arm, m in res["arms"].items():
             per.setdefault(arm, []).append(m)
-        print(f"seed {s} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    print(f"{seeds} seeds done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     keys = ["accuracy_hop1", "accuracy_hop2", "accuracy_hop3", "turns_hop3", "collapse_rate",
             "premature_rate", "diverse_rate", "redundant_rate", "heldout_accuracy_hop2",
             "heldout_accuracy_hop3", "heldout_turns_hop3", "heldout_collapse_rate"]
@@ -214,6 +230,8 @@ def main() -> None:
     ap.add_argument("--mu", default=None, choices=("ema", "hop", "fixed"),
                     help="the Gaussian reward's mu (default: RewardConfig's default)")
     ap.add_argument("--arms", nargs="+", default=None, help="arms (default: all four)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="seeds run in parallel processes (one thread each)")
     ap.add_argument("--out", default=str(HERE / "results.json"))
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -227,7 +245,7 @@ def main() -> None:
         out["throughput"] = bench_throughput(a.hidden, a.repeats, 4, 30)
     if a.part in ("all", "arms"):
         out[f"arms_mu_{a.mu}" if a.mu else "arms"] = bench_arms(
-            a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms)
+            a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms, a.workers)
     out["machine"] = "loaded 2-core CPU (shared by seven sessions), torch threads 1"
     path.write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if not k.startswith("arms")}, indent=1))

@@ -62,6 +62,8 @@ def main() -> None:
     ap.add_argument("--max-turn-tokens", type=int, default=40)
     ap.add_argument("--holdout", type=float, default=0.3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-zero-shot", action="store_true",
+                    help="skip the evaluation of the model before the warm start")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default=str(HERE / "pretrained.json"))
     a = ap.parse_args()
@@ -78,6 +80,8 @@ def main() -> None:
     # a 135M model does not memorise them in a few steps: image questions only
     train_img = [q for q in train_qs if q.has_image]
     train_eval = [q for q in train_img if q.hops == 3][:a.eval_train]
+    if not train_eval and not held:
+        raise SystemExit("nothing to evaluate: use --eval-train > 0 or --holdout > 0")
     blocks = model.model.layers
     model.requires_grad_(False)
     for blk in blocks[len(blocks) - a.train_layers:]:
@@ -106,8 +110,9 @@ def main() -> None:
         out["seconds"] = time.perf_counter() - t0
         path.write_text(json.dumps(out, indent=1))
 
-    out["zero_shot"] = evaluate(model, "zero-shot (instruction only)")
-    save()
+    if not a.skip_zero_shot:
+        out["zero_shot"] = evaluate(model, "zero-shot (instruction only)")
+        save()
     demos = warm_start_data(env, train_img, 0.5, a.seed)
     t = time.perf_counter()
     loss = warm_start(model, tok, env, demos, steps=a.warm_steps, batch_size=a.warm_batch,

@@ -112,7 +112,8 @@ def evaluate_policy(model: Any, tokenizer: Any, env: SearchEnv, questions: Seque
     rewards = TrajectoryReward(reward or RewardConfig(), env.limits)(trajs)
     held = {q.id for q in held_out}
     tr = [i for i, t in enumerate(trajs) if t.question.id not in held]
-    out = agent_metrics([trajs[i] for i in tr], [rewards[i] for i in tr], tool_limits=env.limits)
+    out = (agent_metrics([trajs[i] for i in tr], [rewards[i] for i in tr],
+                         tool_limits=env.limits) if tr else {})
     if held:
         ho = [i for i, t in enumerate(trajs) if t.question.id in held]
         m = agent_metrics([trajs[i] for i in ho], [rewards[i] for i in ho],
@@ -190,7 +191,8 @@ class WarmStart:
         c = self.config
         return {"n_entities": c.n_entities, "seed": c.world_seed, "max_rounds": c.max_rounds,
                 "image_limit": c.image_limit, "text_limit": c.text_limit, "topk": c.topk,
-                "bm25_backend": c.bm25_backend, "dedupe_repeats": c.dedupe_repeats}
+                "bm25_backend": c.bm25_backend, "dedupe_repeats": c.dedupe_repeats,
+                "holdout": c.holdout}
 
 
 def warm_start_policy(config: ExperimentConfig | None = None, *, seed: int = 0,
