@@ -246,7 +246,8 @@ def main() -> None:
     if a.part in ("all", "arms"):
         out[f"arms_mu_{a.mu}" if a.mu else "arms"] = bench_arms(
             a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms, a.workers)
-    out["machine"] = "loaded 2-core CPU (shared by seven sessions), torch threads 1"
+    out["machine"] = ("2-core CPU shared by eight sessions, heavily loaded (load average 20-35), "
+                      "torch threads 1 per process")
     path.write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if not k.startswith("arms")}, indent=1))
     for key in [k for k in out if k.startswith("arms")]:
