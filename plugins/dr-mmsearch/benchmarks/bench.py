@@ -36,32 +36,67 @@ def _ms(vals: list[float]) -> tuple[float, float]:
     return m, sd
 
 
-def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int) -> dict:
-    from icml_dr_mmsearch.experiment import ExperimentConfig, run_arms
+def _one_seed(cfg, seed: int) -> dict:
+    from icml_dr_mmsearch.experiment import run_arms
 
-    cfg = ExperimentConfig(steps=steps, warm_steps=warm_steps, eval_generations=eval_generations)
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    res = run_arms(cfg, seed=seed)
+    print(f"seed {seed} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return {"warm_start": res["warm_start"], "arms": res["arms"]}
+
+
+def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
+               mu: str | None = None, arms: list[str] | None = None, workers: int = 1) -> dict:
+    from icml_dr_mmsearch.experiment import ARMS, ExperimentConfig
+    from icml_dr_mmsearch.grpo import RewardConfig
+
+    reward = RewardConfig() if mu is None else RewardConfig(mu=mu)
+    cfg = ExperimentConfig(steps=steps, warm_steps=warm_steps, eval_generations=eval_generations,
+                           reward=reward, arms=list(arms or ARMS))
     per: dict[str, list[dict]] = {}
     t0 = time.perf_counter()
-    for s in range(seeds):
-        res = run_arms(cfg, seed=s)
+    if workers > 1:   # one single-threaded process per seed; results equal the serial loop's
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(min(workers, seeds)) as pool:
+            results = pool.starmap(_one_seed, [(cfg, s) for s in range(seeds)])
+    else:
+        results = [_one_seed(cfg, s) for s in range(seeds)]
+    for res in results:
         per.setdefault("warm start", []).append(res["warm_start"])
         for arm, m in res["arms"].items():
             per.setdefault(arm, []).append(m)
-        print(f"seed {s} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    print(f"{seeds} seeds done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     keys = ["accuracy_hop1", "accuracy_hop2", "accuracy_hop3", "turns_hop3", "collapse_rate",
-            "premature_rate", "diverse_rate", "redundant_rate"]
+            "premature_rate", "diverse_rate", "redundant_rate", "heldout_accuracy_hop2",
+            "heldout_accuracy_hop3", "heldout_turns_hop3", "heldout_collapse_rate"]
     table = {}
     for arm, ms in per.items():
-        row = {k: _ms([m[k] for m in ms]) for k in keys}
-        if arm not in ("warm start", "baseline"):
+        row = {k: _ms([m.get(k, float("nan")) for m in ms]) for k in keys}
+        if arm not in ("warm start", "baseline") and "baseline" in per:
             row["d_acc3_vs_baseline"] = _ms([m["accuracy_hop3"] - b["accuracy_hop3"]
                                              for m, b in zip(ms, per["baseline"], strict=True)])
             row["d_turns3_vs_baseline"] = _ms([m["turns_hop3"] - b["turns_hop3"]
                                                for m, b in zip(ms, per["baseline"], strict=True)])
         table[arm] = row
     return {"config": {"seeds": seeds, "steps": steps, "warm_steps": warm_steps,
-                       "eval_generations": eval_generations},
+                       "eval_generations": eval_generations, "mu": cfg.reward.mu,
+                       "holdout": cfg.holdout},
             "table": table, "per_seed": per, "seconds": time.perf_counter() - t0}
+
+
+def _stop_kwargs(tok) -> dict:
+    """How ``generate`` stops at the baseline's stop strings. transformers' ``stop_strings``
+    matcher works on the token strings of a BPE/SentencePiece vocabulary and fails on a
+    word-level one ("substring not found"); there every stop string is one token, so the right
+    peer stops on those token ids (``eos_token_id`` accepts a list)."""
+    from icml_dr_mmsearch.env import STOP_STRINGS
+
+    ids = [tok(s, add_special_tokens=False)["input_ids"] for s in STOP_STRINGS]
+    if all(len(i) == 1 for i in ids) and tok.unk_token_id not in [i[0] for i in ids]:
+        return {"eos_token_id": [i[0] for i in ids] + [tok.eos_token_id]}
+    return {"stop_strings": list(STOP_STRINGS), "tokenizer": tok}
 
 
 def _generate_peer(model, tok, env, questions, G, max_turn_tokens, seed):
@@ -75,6 +110,8 @@ def _generate_peer(model, tok, env, questions, G, max_turn_tokens, seed):
     live = list(range(len(rows)))
     generated = 0
     pad = tok.pad_token_id
+    stop = _stop_kwargs(tok)
+    stop_ids = set(stop.get("eos_token_id", ()))
     for _ in range(env.max_rounds):
         if not live:
             break
@@ -86,8 +123,7 @@ def _generate_peer(model, tok, env, questions, G, max_turn_tokens, seed):
             ids[i, width - len(ctx):] = torch.tensor(ctx)
             att[i, width - len(ctx):] = 1
         out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, temperature=1.0,
-                             top_k=0, max_new_tokens=max_turn_tokens,
-                             stop_strings=list(STOP_STRINGS), tokenizer=tok, pad_token_id=pad)
+                             top_k=0, max_new_tokens=max_turn_tokens, pad_token_id=pad, **stop)
         nxt = []
         for i, r in enumerate(live):
             new = out[i, width:].tolist()
@@ -97,7 +133,8 @@ def _generate_peer(model, tok, env, questions, G, max_turn_tokens, seed):
                 if t == pad:
                     break
                 keep.append(t)
-                if tok.decode(keep).rstrip().endswith(STOP_STRINGS):
+                if (t in stop_ids if stop_ids else
+                        tok.decode(keep).rstrip().endswith(STOP_STRINGS)):
                     break
             generated += len(keep)
             q, ep, ctx = rows[r]
@@ -190,6 +227,11 @@ def main() -> None:
     ap.add_argument("--eval-generations", type=int, default=4)
     ap.add_argument("--hidden", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--mu", default=None, choices=("ema", "hop", "fixed"),
+                    help="the Gaussian reward's mu (default: RewardConfig's default)")
+    ap.add_argument("--arms", nargs="+", default=None, help="arms (default: all four)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="seeds run in parallel processes (one thread each)")
     ap.add_argument("--out", default=str(HERE / "results.json"))
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -202,12 +244,15 @@ def main() -> None:
     if a.part in ("all", "throughput"):
         out["throughput"] = bench_throughput(a.hidden, a.repeats, 4, 30)
     if a.part in ("all", "arms"):
-        out["arms"] = bench_arms(a.seeds, a.steps, a.warm_steps, a.eval_generations)
-    out["machine"] = "loaded 2-core CPU (shared by seven sessions), torch threads 1"
+        out[f"arms_mu_{a.mu}" if a.mu else "arms"] = bench_arms(
+            a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms, a.workers)
+    out["machine"] = ("2-core CPU shared by eight sessions, heavily loaded (load average 20-35), "
+                      "torch threads 1 per process")
     path.write_text(json.dumps(out, indent=1))
-    print(json.dumps({k: v for k, v in out.items() if k != "arms"}, indent=1))
-    if "arms" in out:
-        for arm, row in out["arms"]["table"].items():
+    print(json.dumps({k: v for k, v in out.items() if not k.startswith("arms")}, indent=1))
+    for key in [k for k in out if k.startswith("arms")]:
+        print(key, out[key]["config"])
+        for arm, row in out[key]["table"].items():
             print(arm, {k: f"{m:.3f}±{s:.3f}" for k, (m, s) in row.items()})
 
 

@@ -141,3 +141,23 @@ def test_dedupe_option_replaces_repeated_results(kb, play):
     assert plain.episode.redundant and dedup.episode.redundant
     assert plain.episode.observations[1] == plain.episode.observations[0]
     assert "repeated" in dedup.episode.observations[1]
+
+
+def test_split_holds_out_whole_companies(kb):
+    train, held = kb.split(0.3, seed=0)
+    assert {q.id for q in train} | {q.id for q in held} == {q.id for q in kb.questions}
+    assert not {q.id for q in train} & {q.id for q in held}
+    held_companies = {q.image_entity for q in held}
+    assert held and None not in held_companies
+    assert not held_companies & {q.image_entity for q in train}      # disjoint entities
+    n_comp = len(kb.of_type("company"))
+    assert len(held_companies) == round(0.3 * n_comp)
+    assert {q.hops for q in held} == {2, 3} and len(held) == 2 * len(held_companies)
+    assert all(q.hops == 1 for q in train if q.image_entity is None)
+    assert len([q for q in train if q.hops == 1]) == len(kb.questions_by_hops(1))
+    assert kb.split(0.3, seed=0) == (train, held)                     # deterministic
+    assert {q.image_entity for q in kb.split(0.3, seed=1)[1]} != held_companies or n_comp < 4
+    assert kb.split(0.0) == (list(kb.questions), [])
+    for bad in (-0.1, 1.0, 0.01):
+        with pytest.raises(ValueError, match="holdout"):
+            kb.split(bad)

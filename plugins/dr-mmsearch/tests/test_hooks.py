@@ -26,12 +26,17 @@ def test_train_table_save_and_evaluate(tmp_path):
     assert [r[0] for r in table["rows"]] == ["warm start", "baseline", "gaussian", "proximity",
                                              "both"]
     assert "acc 3-hop" in table["columns"] and "collapse 3-hop" in table["columns"]
+    assert "held-out acc 3-hop" in table["columns"]
     assert (folder / "turns.png").is_file() and (folder / "policy" / "drmm_world.json").is_file()
     proc = icml_cli("run", "dr-mmsearch", "evaluate", "--set", f"model={folder / 'policy'}",
                     "--set", "num_generations=1", "--out", str(tmp_path / "e"))
     assert proc.returncode == 0, proc.stderr
     ev, _ = _result(tmp_path / "e")
     assert 0 <= ev["metrics"]["accuracy"] <= 1 and "collapse_rate" in ev["metrics"]
+    # the saved policy remembers its held-out companies: evaluate reports them separately
+    assert 0 <= ev["metrics"]["heldout_accuracy"] <= 1 and "train_accuracy" in ev["metrics"]
+    (rows,) = [t["rows"] for t in ev["tables"] if t["title"].startswith("Agent metrics")]
+    assert {r[1] for r in rows} == {"all", "trained on", "held out"}
 
 
 def test_infer_writes_transcripts(tmp_path):

@@ -113,3 +113,40 @@ def test_bad_training_settings(warm, tok, env, kb):
         AdvantageConfig(kind="ppo")
     with pytest.raises(ValueError, match="questions"):
         SearchGRPOTrainer(warm, tok, env, [], cpu=True)
+
+
+def test_evaluation_reports_the_held_out_split_separately(warm, tok, env, kb):
+    from icml_dr_mmsearch.experiment import evaluate_policy
+
+    train, held = kb.split(0.3, seed=0)
+    m = evaluate_policy(warm, tok, env, train, num_generations=2, seed=0, held_out=held)
+    assert 0 <= m["heldout_accuracy"] <= 1 and "heldout_accuracy_hop3" in m
+    assert "heldout_accuracy_hop1" not in m          # 1-hop questions are all in training
+    assert "accuracy_hop1" in m and "heldout_collapse_rate" in m
+    plain = evaluate_policy(warm, tok, env, train, num_generations=2, seed=0)
+    assert not any(k.startswith("heldout_") for k in plain)
+
+
+def test_warm_start_and_training_never_see_held_out_questions(monkeypatch):
+    import icml_dr_mmsearch.experiment as ex
+
+    seen = []
+    real_demos, real_trainer = ex.warm_start_data, ex.SearchGRPOTrainer
+
+    def demos(env, questions, *a, **k):
+        seen.extend(q.id for q in questions)
+        return real_demos(env, questions, *a, **k)
+
+    def trainer(model, tok, env, questions, **k):
+        seen.extend(q.id for q in questions)
+        return real_trainer(model, tok, env, questions, **k)
+
+    monkeypatch.setattr(ex, "warm_start_data", demos)
+    monkeypatch.setattr(ex, "SearchGRPOTrainer", trainer)
+    cfg = ex.ExperimentConfig(arms=["both"], n_entities=16, hidden_size=16, warm_steps=2,
+                              steps=1, prompts_per_step=2, num_generations=2,
+                              eval_generations=1, holdout=0.3)
+    res = ex.run_arms(cfg, seed=0)
+    held = {q.id for q in res["warm"].heldout_questions}
+    assert held and seen and not held & set(seen)
+    assert "heldout_accuracy_hop3" in res["arms"]["both"]

@@ -85,6 +85,8 @@ class TrainConfig:
     hop_mix: list[float] = option([0.5, 0.25, 0.25], help="sampling weights of 1-, 2-, 3-hop "
                                   "questions")
     kv_reuse: bool = option(True, help="reuse the KV cache across turns in rollouts")
+    holdout: float = option(0.3, help="share of companies whose 2-/3-hop questions are held "
+                            "out of training and evaluated separately (0 = none)", ge=0, lt=1)
     save_model: str = option("", help="arm whose trained policy is saved to the run folder "
                              "('' = none)", choices=("",) + ARM_NAMES)
     world: WorldSection = option(default_factory=WorldSection, help="environment settings")

@@ -94,18 +94,32 @@ def warm_start_data(env: SearchEnv, questions: Sequence[Question], premature_fra
 def evaluate_policy(model: Any, tokenizer: Any, env: SearchEnv, questions: Sequence[Question],
                     *, num_generations: int = 4, seed: int = 0,
                     rollout: RolloutConfig | None = None, adapter: Any = None,
-                    reward: RewardConfig | None = None) -> dict[str, float]:
+                    reward: RewardConfig | None = None,
+                    held_out: Sequence[Question] = ()) -> dict[str, float]:
     """Sampled rollouts on every question (``num_generations`` each), scored with the
-    MMSearch-R1 reward (for the diverse-trajectory rate), and :func:`agent_metrics`."""
+    MMSearch-R1 reward (for the diverse-trajectory rate), and :func:`agent_metrics`.
+
+    With ``held_out`` (questions the policy was not trained on), those are rolled out in the
+    same batch and their metrics come back under ``heldout_<key>`` (``questions`` should then be
+    the training questions; plain keys measure those)."""
     import torch
 
     dev = next(model.parameters()).device
     g = torch.Generator(device=dev).manual_seed(seed)
-    trajs = agent_rollout(model, tokenizer, env, list(questions),
-                          num_generations=num_generations, config=rollout, generator=g,
-                          adapter=adapter)
-    rw = TrajectoryReward(reward or RewardConfig(), env.limits)
-    return agent_metrics(trajs, rw(trajs), tool_limits=env.limits)
+    qs = list(questions) + list(held_out)
+    trajs = agent_rollout(model, tokenizer, env, qs, num_generations=num_generations,
+                          config=rollout, generator=g, adapter=adapter)
+    rewards = TrajectoryReward(reward or RewardConfig(), env.limits)(trajs)
+    held = {q.id for q in held_out}
+    tr = [i for i, t in enumerate(trajs) if t.question.id not in held]
+    out = (agent_metrics([trajs[i] for i in tr], [rewards[i] for i in tr],
+                         tool_limits=env.limits) if tr else {})
+    if held:
+        ho = [i for i, t in enumerate(trajs) if t.question.id in held]
+        m = agent_metrics([trajs[i] for i in ho], [rewards[i] for i in ho],
+                          tool_limits=env.limits)
+        out.update({f"heldout_{k}": v for k, v in m.items()})
+    return out
 
 
 @dataclass
@@ -140,6 +154,7 @@ class ExperimentConfig:
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     hop_mix: tuple[float, ...] = (0.5, 0.25, 0.25)
     kv_reuse: bool = True
+    holdout: float = 0.3
 
 
 def make_tiny_model(vocab_size: int, *, arch: str = "qwen2", hidden_size: int = 64,
@@ -168,13 +183,16 @@ class WarmStart:
     metrics: dict[str, float]
     rollout: RolloutConfig
     device: Any = "cpu"
+    train_questions: list[Question] = field(default_factory=list)
+    heldout_questions: list[Question] = field(default_factory=list)
 
     @property
     def world(self) -> dict[str, Any]:
         c = self.config
         return {"n_entities": c.n_entities, "seed": c.world_seed, "max_rounds": c.max_rounds,
                 "image_limit": c.image_limit, "text_limit": c.text_limit, "topk": c.topk,
-                "bm25_backend": c.bm25_backend, "dedupe_repeats": c.dedupe_repeats}
+                "bm25_backend": c.bm25_backend, "dedupe_repeats": c.dedupe_repeats,
+                "holdout": c.holdout}
 
 
 def warm_start_policy(config: ExperimentConfig | None = None, *, seed: int = 0,
@@ -193,13 +211,14 @@ def warm_start_policy(config: ExperimentConfig | None = None, *, seed: int = 0,
                                dedupe_repeats=cfg.dedupe_repeats)
     base = make_tiny_model(len(tok), arch=cfg.arch, hidden_size=cfg.hidden_size,
                            num_layers=cfg.num_layers, seed=seed, device=device, dtype=dtype)
-    demos = warm_start_data(env, kb.questions, cfg.premature_fraction, seed)
+    train_qs, heldout_qs = kb.split(cfg.holdout, seed=cfg.world_seed)
+    demos = warm_start_data(env, train_qs, cfg.premature_fraction, seed)
     loss = warm_start(base, tok, env, demos, steps=cfg.warm_steps, batch_size=cfg.warm_batch,
                       learning_rate=cfg.warm_lr, seed=seed)
     rc = RolloutConfig(temperature=cfg.temperature, kv_reuse=cfg.kv_reuse)
-    m = evaluate_policy(base, tok, env, kb.questions, num_generations=cfg.eval_generations,
-                        seed=seed + 7, rollout=rc)
-    return WarmStart(cfg, seed, kb, env, tok, base, loss, m, rc, device)
+    m = evaluate_policy(base, tok, env, train_qs, num_generations=cfg.eval_generations,
+                        seed=seed + 7, rollout=rc, held_out=heldout_qs)
+    return WarmStart(cfg, seed, kb, env, tok, base, loss, m, rc, device, train_qs, heldout_qs)
 
 
 def train_arm(ws: WarmStart, arm: str) -> tuple[dict[str, float], list[dict[str, float]], Any]:
@@ -213,7 +232,7 @@ def train_arm(ws: WarmStart, arm: str) -> tuple[dict[str, float], list[dict[str,
     rkind, akind = ARMS[arm]
     model = copy.deepcopy(ws.model)
     trainer = SearchGRPOTrainer(
-        model, ws.tokenizer, ws.env, ws.kb.questions, reward=_replace(cfg.reward, kind=rkind),
+        model, ws.tokenizer, ws.env, ws.train_questions, reward=_replace(cfg.reward, kind=rkind),
         advantage=_replace(cfg.advantage, kind=akind),
         args=GRPOConfig(num_generations=cfg.num_generations,
                         prompts_per_step=cfg.prompts_per_step, learning_rate=cfg.learning_rate,
@@ -221,8 +240,9 @@ def train_arm(ws: WarmStart, arm: str) -> tuple[dict[str, float], list[dict[str,
         rollout=ws.rollout, seed=ws.seed + 1, cpu=torch.device(ws.device).type == "cpu")
     trainer.train(cfg.steps)
     trained = trainer.accelerator.unwrap_model(trainer.model)
-    m = evaluate_policy(trained, ws.tokenizer, ws.env, ws.kb.questions,
-                        num_generations=cfg.eval_generations, seed=ws.seed + 7, rollout=ws.rollout)
+    m = evaluate_policy(trained, ws.tokenizer, ws.env, ws.train_questions,
+                        num_generations=cfg.eval_generations, seed=ws.seed + 7, rollout=ws.rollout,
+                        held_out=ws.heldout_questions)
     return m, [h.metrics for h in trainer.history], trained
 
 

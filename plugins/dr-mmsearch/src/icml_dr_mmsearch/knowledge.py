@@ -173,6 +173,28 @@ class KnowledgeBase:
     def questions_by_hops(self, hops: int) -> list[Question]:
         return [q for q in self.questions if q.hops == hops]
 
+    def split(self, holdout: float = 0.3, seed: int = 0) -> tuple[list[Question],
+                                                                   list[Question]]:
+        """``(train, held_out)`` questions with disjoint image entities: a share ``holdout`` of
+        the companies (drawn with ``seed``) is held out, and *all* their questions (2-hop and
+        3-hop) go to ``held_out``; every other question, including every 1-hop question, is in
+        ``train``. The held-out companies' facts stay in the search corpus (the tools are the
+        knowledge source); a policy trained on ``train`` never saw their names in a model turn.
+        1-hop questions are memorisation questions by design (answered without a tool), so
+        they have no held-out counterpart. ``holdout=0`` gives ``(all questions, [])``."""
+        if not 0 <= holdout < 1:
+            raise ValueError(f"holdout must lie in [0, 1), got {holdout}")
+        companies = sorted(e.name for e in self.of_type("company"))
+        k = round(holdout * len(companies))
+        if holdout > 0 and not 1 <= k < len(companies):
+            raise ValueError(f"holdout={holdout} holds out {k} of {len(companies)} companies: "
+                             "choose a share that leaves at least one on each side (or more "
+                             "entities)")
+        held = set(random.Random(seed).sample(companies, k)) if k else set()
+        train = [q for q in self.questions if q.image_entity not in held]
+        test = [q for q in self.questions if q.image_entity in held]
+        return train, test
+
     @property
     def documents(self) -> list[str]:
         """The text-search corpus: one sentence per fact, in a fixed order."""

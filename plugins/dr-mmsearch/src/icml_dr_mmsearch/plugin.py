@@ -21,7 +21,10 @@ BIBTEX = """@inproceedings{wang2026drmmsearch,
 _COLS = [("acc 1-hop", "accuracy_hop1"), ("acc 2-hop", "accuracy_hop2"),
          ("acc 3-hop", "accuracy_hop3"), ("turns 3-hop", "turns_hop3"),
          ("collapse 3-hop", "collapse_rate"), ("premature", "premature_rate"),
-         ("diverse", "diverse_rate"), ("redundant", "redundant_rate")]
+         ("diverse", "diverse_rate"), ("redundant", "redundant_rate"),
+         ("held-out acc 2-hop", "heldout_accuracy_hop2"),
+         ("held-out acc 3-hop", "heldout_accuracy_hop3"),
+         ("held-out turns 3-hop", "heldout_turns_hop3")]
 
 
 @icml.hookimpl
@@ -58,7 +61,7 @@ def _experiment_config(config: TrainConfig) -> Any:
         temperature=config.temperature, eval_generations=config.eval_generations,
         reward=RewardConfig(**dataclasses.asdict(config.reward)),
         advantage=AdvantageConfig(**dataclasses.asdict(config.advantage)),
-        hop_mix=tuple(config.hop_mix), kv_reuse=config.kv_reuse)
+        hop_mix=tuple(config.hop_mix), kv_reuse=config.kv_reuse, holdout=config.holdout)
 
 
 def _cell(values: list[float]) -> Any:
@@ -134,7 +137,11 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
         artifacts["3-hop accuracy"] = "acc3.png"
     if saved:
         artifacts[f"trained policy ({config.save_model})"] = saved
-    notes = ("Collapse = share of 3-hop rollouts answered in one turn without a tool; premature "
+    notes = ("Plain columns: the training questions; held-out: the 2-/3-hop questions of a "
+             f"share {config.holdout} of the companies, never seen in training (the word-level "
+             "tiny model cannot write names it never produced, so expect them near 0; see the "
+             "README). "
+             "Collapse = share of 3-hop rollouts answered in one turn without a tool; premature "
              "= share of search-needing rollouts answered with fewer searches than the question "
              "needs; diverse = share of rollouts whose group has another rollout with the same "
              "MMSearch-R1 reward and a different number of turns; redundant = share repeating "
@@ -144,7 +151,8 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
 
 
 def _policy(ctx: icml.RunContext, config: InferConfig) -> tuple[Any, Any, Any]:
-    """(model, tokenizer, env) for infer/evaluate."""
+    """(model, tokenizer, env) for infer/evaluate; ``env.heldout_ids`` holds the ids of the
+    questions a saved policy's training held out (empty otherwise)."""
     from icml_dr_mmsearch.env import DEFAULT_INSTRUCTION
     from icml_dr_mmsearch.experiment import (
         build_world,
@@ -177,6 +185,8 @@ def _policy(ctx: icml.RunContext, config: InferConfig) -> tuple[Any, Any, Any]:
         with ctx.step(f"warm start on gold trajectories ({config.warm_steps} steps)"):
             warm_start(model, tok, env, warm_start_data(env, kb.questions, 0.0, ctx.seed),
                        steps=config.warm_steps, seed=ctx.seed)
+    holdout = float((saved or {}).get("holdout", 0.0))
+    env.heldout_ids = {q.id for q in kb.split(holdout, seed=w["world_seed"])[1]}
     general = bool(config.model) and saved is None   # a causal LM of the user's
     fmt = "baseline" if general else config.result_format
     for name in ("text", "image"):
@@ -255,11 +265,24 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
     for h in (1, 2, 3):
         if f"accuracy_hop{h}" in m:
             n = sum(t.question.hops == h for t in trajs)
-            rows.append([h, n, m[f"accuracy_hop{h}"], m[f"turns_hop{h}"]])
+            rows.append([h, "all", n, m[f"accuracy_hop{h}"], m[f"turns_hop{h}"]])
+    for name, keep in (("trained on", False), ("held out", True)):
+        ix = [i for i, t in enumerate(trajs) if (t.question.id in env.heldout_ids) == keep]
+        if not env.heldout_ids or not ix:
+            continue
+        sub = agent_metrics([trajs[i] for i in ix], [rewards[i] for i in ix],
+                            tool_limits=env.limits)
+        key = "heldout_" if keep else "train_"
+        m.update({key + k: v for k, v in sub.items()})
+        for h in (2, 3):
+            if f"accuracy_hop{h}" in sub:
+                n = sum(trajs[i].question.hops == h for i in ix)
+                rows.append([h, name, n, sub[f"accuracy_hop{h}"], sub[f"turns_hop{h}"]])
     return icml.RunResult(
         metrics=m,
         tables=[icml.Table(f"Agent metrics ({len(trajs)} rollouts)",
-                           ["hops", "rollouts", "accuracy (EM)", "mean turns"], rows),
+                           ["hops", "questions", "rollouts", "accuracy (EM)", "mean turns"],
+                           rows),
                 icml.Table("Behaviour", ["metric", "value"],
                            [[k, m[k]] for k in ("premature_rate", "collapse_rate",
                                                 "diverse_rate", "redundant_rate", "format_ok",
