@@ -75,15 +75,21 @@ def final_norm_of(model: Any) -> Any:
 
 
 def intermediate_logits(model: Any, hidden_states: Any, indices: list[int],
-                        use_final_norm: bool = False, position: int = -1) -> Any:
+                        use_final_norm: bool = False, position: int = -1,
+                        rows: Any = None) -> Any:
     """Logit-lens logits ``lm_head(h_i)`` (optionally ``lm_head(norm(h_i))``) at ``position`` for
-    each hidden-state index in ``indices``: a float32 tensor ``(B, len(indices), V)``."""
+    each hidden-state index in ``indices``: a float32 tensor ``(B, len(indices), V)``; with
+    ``rows`` (an index tensor) only those batch rows are projected."""
     import torch
 
     if not indices:
         ref = hidden_states[-1]
-        return torch.empty(ref.shape[0], 0, lm_head_of(model).out_features, device=ref.device)
-    h = torch.stack([hidden_states[i][:, position] for i in indices], dim=1)
+        n = ref.shape[0] if rows is None else len(rows)
+        return torch.empty(n, 0, lm_head_of(model).out_features, device=ref.device)
+    if rows is None:
+        h = torch.stack([hidden_states[i][:, position] for i in indices], dim=1)
+    else:
+        h = torch.stack([hidden_states[i][rows, position] for i in indices], dim=1)
     if use_final_norm:
         h = final_norm_of(model)(h)
     return lm_head_of(model)(h).float()
