@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from icml_led.led import LEDConfig, led_step, sample_sorted
+from icml_led.led import LEDConfig, sample_sorted
 
 _WARPERS = ("TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper",
             "MinPLogitsWarper", "TypicalLogitsWarper", "EpsilonLogitsWarper",
