@@ -62,9 +62,17 @@ def fmt_ci(m: float, lo: float, hi: float) -> str:
 def quality(model, tok, args, log) -> dict:
     problems = make_suite(args.problems, seed=args.seed)
     res: dict = {"problems": [p.__dict__ for p in problems], "runs": {}}
+    path = args.out / "real_model.json"
+    if args.resume and path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("problems") == res["problems"]:
+            res["runs"] = old["runs"]
+            log(f"resuming: {sorted(res['runs'])} already done")
     ks = list(range(1, args.samples + 1))
     for t in args.temperatures:
         for key in args.methods:
+            if f"{t:g}/{key}" in res["runs"]:
+                continue
             m = methods(t, args.depth, args.top_k)[key]
             t0 = time.perf_counter()
             r = run_chat_method(model, tok, problems, m, num_samples=args.samples,
@@ -88,7 +96,10 @@ def quality_tables(res: dict, args) -> str:
     n = args.samples
     lines = [f"| T | method | pass@1 [95% CI] | pass@4 | pass@{n} [95% CI] | explored |",
              "|---|---|---|---|---|---|"]
-    for key, run in res["runs"].items():
+    order = {"sampling": 0, "dola": 1, "top8": 2, "led": 3}
+    runs = sorted(res["runs"].items(), key=lambda kv: (kv[1]["T"], order.get(
+        kv[0].split("/")[1], 9)))
+    for _key, run in runs:
         c = run["correct"]
         p1 = bootstrap_ci([pass_at_k(n, x, 1) for x in c])
         p4 = statistics.mean(pass_at_k(n, x, min(4, n)) for x in c)
@@ -98,14 +109,15 @@ def quality_tables(res: dict, args) -> str:
                      f"{fmt_ci(*pn)} | {'-' if ex != ex else f'{ex:.3f}'} |")
     lines += ["", "Paired by prompt (bootstrap over prompts), LED minus each baseline:", "",
               f"| T | baseline | Δ pass@1 [95% CI] | Δ pass@{n} [95% CI] |", "|---|---|---|---|"]
-    for t in args.temperatures:
+    temps = sorted({run["T"] for run in res["runs"].values()})
+    for t in temps:
         led = res["runs"].get(f"{t:g}/led")
         if led is None:
             continue
-        for key in args.methods:
-            if key == "led":
+        for key in ("sampling", "dola", "top8"):
+            base = res["runs"].get(f"{t:g}/{key}")
+            if base is None:
                 continue
-            base = res["runs"][f"{t:g}/{key}"]
             d1 = [pass_at_k(n, a, 1) - pass_at_k(n, b, 1)
                   for a, b in zip(led["correct"], base["correct"])]
             dn = [pass_at_k(n, a, n) - pass_at_k(n, b, n)
@@ -118,9 +130,9 @@ def quality_tables(res: dict, args) -> str:
 def pass_at_k_plot(res: dict, args) -> None:
     from icml.report import line_plot
 
-    for t in args.temperatures:
+    for t in sorted({run["T"] for run in res["runs"].values()}):
         series = {run["name"]: (list(range(1, args.samples + 1)), run["curve"])
-                  for key, run in res["runs"].items() if run["T"] == t}
+                  for run in res["runs"].values() if run["T"] == t}
         line_plot(args.out / f"pass_at_k_T{t:g}.png", series,
                   title=f"SmolLM2-135M-Instruct, chat suite, T={t:g}", xlabel="k",
                   ylabel="pass@k", logx=True)
@@ -248,6 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip", default="", help="comma list of parts to skip: quality,cost")
     ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the pass@k runs already in --out/real_model.json (same problems)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

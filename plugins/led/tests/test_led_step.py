@@ -215,7 +215,8 @@ def test_per_row_temperature_tensor_equals_rows_one_by_one():
     assert torch.equal(col.tokens, batch.tokens)
     s = led_step(lg, LEDConfig(depth=4), temperature=torch.tensor(0.6),
                  generator=torch.Generator().manual_seed(1))
-    f = led_step(lg, LEDConfig(depth=4), temperature=0.6, generator=torch.Generator().manual_seed(1))
+    f = led_step(lg, LEDConfig(depth=4), temperature=0.6,
+                 generator=torch.Generator().manual_seed(1))
     assert torch.equal(s.tokens, f.tokens)
 
 
