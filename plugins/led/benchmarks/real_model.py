@@ -68,10 +68,16 @@ def quality(model, tok, args, log) -> dict:
         if old.get("problems") == res["problems"]:
             res["runs"] = old["runs"]
             log(f"resuming: {sorted(res['runs'])} already done")
+    for other in args.merge:
+        old = json.loads(Path(other).read_text())
+        if old.get("problems") != res["problems"]:
+            raise SystemExit(f"--merge {other}: different problems (--problems/--seed)")
+        res["runs"].update(old["runs"])
+        log(f"merged {sorted(old['runs'])} from {other}")
     ks = list(range(1, args.samples + 1))
     for t in args.temperatures:
         for key in args.methods:
-            if f"{t:g}/{key}" in res["runs"]:
+            if f"{t:g}/{key}" in res["runs"] or args.tables_only:
                 continue
             m = methods(t, args.depth, args.top_k)[key]
             t0 = time.perf_counter()
@@ -260,6 +266,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip", default="", help="comma list of parts to skip: quality,cost")
     ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--merge", nargs="*", default=[],
+                    help="also take the pass@k runs of these real_model.json files (runs made "
+                         "by parallel processes with the same problems)")
+    ap.add_argument("--tables-only", action="store_true",
+                    help="with --resume: run no new pass@k arm, only tables/plots/profiles")
     ap.add_argument("--resume", action="store_true",
                     help="keep the pass@k runs already in --out/real_model.json (same problems)")
     ap.add_argument("--threads", type=int, default=1)
