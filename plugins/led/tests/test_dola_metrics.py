@@ -79,3 +79,20 @@ def test_pass_at_k_limits_and_errors():
         pass_at_k(4, 5, 1)
     with pytest.raises(ValueError, match="at least one problem"):
         mean_pass_at_k([], 4, 1)
+
+
+def test_bootstrap_ci_over_prompts():
+    from icml_led.metrics import bootstrap_ci, pass_at_k_curve
+
+    assert bootstrap_ci([0.5] * 7) == (0.5, 0.5, 0.5)
+    vals = [0.0, 0.0, 1.0, 1.0, 0.25, 0.75, 0.5, 0.0, 1.0, 0.5]
+    m, lo, hi = bootstrap_ci(vals, seed=1)
+    assert m == sum(vals) / len(vals) and lo < m < hi and 0.0 <= lo and hi <= 1.0
+    assert bootstrap_ci(vals, seed=1) == (m, lo, hi)          # seeded
+    narrow = bootstrap_ci(vals, level=0.5, seed=1)
+    assert lo <= narrow[1] and narrow[2] <= hi
+    assert pass_at_k_curve([0, 8, 16], 16, [1, 16]) == [0.5, 2 / 3]
+    import pytest
+
+    with pytest.raises(ValueError, match="at least one problem"):
+        bootstrap_ci([])

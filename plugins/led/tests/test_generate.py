@@ -199,3 +199,152 @@ def test_scores_are_the_final_layer(llama):
     with torch.no_grad():
         ref = llama(ids).logits[:, -1].float()
     assert torch.allclose(out.scores[0], ref, atol=1e-6)   # no processors: own final logits
+
+
+def _gens(n, base=0):
+    return [torch.Generator().manual_seed(base + i) for i in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["led", "led-full", "dola", "sampling"])
+def test_default_sampling_batched_equals_unbatched_and_cached_equals_uncached(model, kind):
+    """Default settings (sampling at T=0.6, the official random gate, think_only with no ids):
+    with one generator per row, a row's tokens do not depend on its batch or on the cache."""
+    makers = {"led": lambda g: LEDDecoding(LEDConfig(depth=4), g),
+              "led-full": lambda g: LEDDecoding(LEDConfig(depth=4), g, lazy=False),
+              "dola": lambda g: DoLaDecoding("high", 0.1, g),
+              "sampling": lambda g: SamplingDecoding(g)}
+    make = makers[kind]
+    rows = [[1, 50, 60, 70, 80, 90], [1, 33, 44], [1, 100, 101, 102, 103]]
+    ids, mask = _left_pad(rows)
+    kw = dict(do_sample=True, temperature=0.6, max_new_tokens=8, pad_token_id=0)
+    if kind in ("dola", "sampling"):
+        kw.update(top_k=20, top_p=0.95)
+    dec = make(_gens(3))
+    batched = model.generate(ids, attention_mask=mask, custom_generate=dec, **kw)
+    if kind.startswith("led"):
+        assert dec.stats["explored"] > 0          # the random gate fired: a real test
+    for i, r in enumerate(rows):
+        single = model.generate(torch.tensor([r]), custom_generate=make(_gens(1, i)), **kw)
+        assert batched[i, -8:].tolist() == single[0, -8:].tolist()
+    uncached = model.generate(ids, attention_mask=mask, use_cache=False,
+                              custom_generate=make(_gens(3)), **kw)
+    assert torch.equal(batched, uncached)
+
+
+def test_lazy_led_equals_full_led_and_reads_fewer_layers(model):
+    import copy
+
+    model = copy.deepcopy(model)         # a confident model, so that some tokens do not explore
+    with torch.no_grad():
+        model.lm_head.weight.mul_(25.0)
+    ids = _ids(9, B=8)
+    kw = dict(do_sample=True, temperature=0.8, max_new_tokens=10)
+    lazy = LEDDecoding(LEDConfig(depth=5), torch.Generator().manual_seed(3))
+    full = LEDDecoding(LEDConfig(depth=5), torch.Generator().manual_seed(3), lazy=False)
+    a = model.generate(ids, custom_generate=lazy, **kw)
+    b = model.generate(ids, custom_generate=full, **kw)
+    assert torch.equal(a, b)
+    assert lazy.stats["explored"] == full.stats["explored"] > 0
+    assert lazy.stats["deep_rows"] == lazy.stats["explored"] < full.stats["deep_rows"] == 80
+    assert full.last_info.candidate_probs.shape == (8, 5, 8)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_token_loop_matches_transformers_own_greedy(model, use_cache):
+    """The loop (prepare_inputs_for_generation + forward + our kwargs update) against
+    transformers' native greedy search, left-padded batch, with and without the KV cache."""
+    rows = [[1, 50, 60, 70, 80, 90], [1, 33, 44], [1, 100, 101, 102, 103]]
+    ids, mask = _left_pad(rows)
+    kw = dict(do_sample=False, max_new_tokens=10, pad_token_id=0, use_cache=use_cache)
+    ours = model.generate(ids, attention_mask=mask, custom_generate=SamplingDecoding(), **kw)
+    native = model.generate(ids, attention_mask=mask, **kw)
+    assert torch.equal(ours, native)
+    led1 = model.generate(ids, attention_mask=mask,
+                          custom_generate=LEDDecoding(LEDConfig(depth=1)), **kw)
+    assert torch.equal(led1, native)
+
+
+def test_transformers_generate_contract(llama):
+    """Fails loudly when transformers changes what the loop relies on: the kwargs generate hands
+    a custom_generate callable, prepare_inputs_for_generation's parameters, and the kwargs update
+    (compared with transformers' private _update_model_kwargs_for_generation)."""
+    import inspect
+
+    from icml_led.generate import PREPARE_INPUTS_PARAMS, advance_model_kwargs, check_generate_api
+
+    params = inspect.signature(llama.prepare_inputs_for_generation).parameters
+    missing = [p for p in PREPARE_INPUTS_PARAMS if p not in params]
+    assert not missing, f"transformers changed prepare_inputs_for_generation: {missing} gone"
+    assert check_generate_api(llama) is True
+    seen = {}
+
+    def spy(model, input_ids, logits_processor=None, stopping_criteria=None,
+            generation_config=None, synced_gpus=False, streamer=None, **kw):
+        seen.update(kw)
+        return input_ids
+
+    ids, mask = _left_pad([[1, 5, 6, 7], [1, 8]])
+    llama.generate(ids, attention_mask=mask, max_new_tokens=2, custom_generate=spy)
+    assert {"cache", "attention_mask", "use_cache"} <= set(seen), (
+        f"generate now hands custom_generate {sorted(seen)}: re-check the token loop")
+    assert hasattr(seen["cache"], "get_seq_length"), "the cache object changed"
+    kw = dict(seen)
+    inputs = llama.prepare_inputs_for_generation(ids, next_sequence_length=None,
+                                                 is_first_iteration=True, **kw)
+    out = llama(**inputs, return_dict=True)
+    assert "cache" in out, f"the forward's outputs no longer carry 'cache': {list(out)}"
+    ours = advance_model_kwargs(out, dict(kw))
+    assert hasattr(llama, "_update_model_kwargs_for_generation"), (
+        "transformers removed _update_model_kwargs_for_generation: compare "
+        "advance_model_kwargs with its replacement")
+    theirs = llama._update_model_kwargs_for_generation(out, dict(kw))
+    assert set(ours) == set(theirs)
+    for key, val in theirs.items():
+        if isinstance(val, torch.Tensor):
+            assert torch.equal(ours[key], val), key
+        else:
+            assert ours[key] is val or ours[key] == val, key
+
+
+def _independent_dola_step(model, ids, layers, relative_top=0.1):
+    """DoLa's formula from scratch (Chuang et al. 2024 / transformers): no cache, the batch-mean
+    Jensen-Shannon divergence (summed over the vocabulary) picks the premature layer, relative-top
+    filter on the final layer, score log p_final - log p_premature."""
+    import math
+
+    with torch.no_grad():
+        o = model(ids, output_hidden_states=True)
+        lf = torch.log_softmax(o.logits[:, -1].double(), -1)
+        best, best_js, best_lp = None, -1.0, None
+        for layer in layers:
+            lp = torch.log_softmax(model.lm_head(o.hidden_states[layer][:, -1]).double(), -1)
+            m = 0.5 * (lf.exp() + lp.exp())
+            js = 0.5 * ((m * (m.log() - lf)).sum(-1) + (m * (m.log() - lp)).sum(-1))
+            if float(js.mean()) > best_js:
+                best, best_js, best_lp = layer, float(js.mean()), lp
+        keep = lf >= lf.max(-1, keepdim=True).values + math.log(relative_top)
+        scores = torch.where(keep, lf - best_lp, torch.full_like(lf, -math.inf))
+    return best, scores
+
+
+@pytest.mark.parametrize("which", ["high", "low"])
+def test_dola_decoding_matches_an_independent_implementation(model, which):
+    N = 6
+    tied = bool(model.config.tie_word_embeddings)
+    layers = list(range(N // 2, N, 2)) if which == "high" else list(range(2 if tied else 0,
+                                                                          N // 2, 2))
+    ids = _ids(11, B=3)
+    dec = DoLaDecoding(which)
+    out = model.generate(ids, do_sample=False, max_new_tokens=6, custom_generate=dec,
+                         return_dict_in_generate=True, output_scores=True)
+    seq = ids
+    for t in range(6):
+        layer, ref = _independent_dola_step(model, seq, layers)
+        assert dec.chosen_layers[t] == layer
+        got = out.scores[t].double()
+        finite = torch.isfinite(ref)
+        assert torch.equal(torch.isfinite(got), finite)
+        assert torch.allclose(got[finite], ref[finite], atol=1e-4)
+        nxt = ref.argmax(-1)
+        assert torch.equal(out.sequences[:, ids.shape[1] + t], nxt)
+        seq = torch.cat([seq, nxt[:, None]], 1)

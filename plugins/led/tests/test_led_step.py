@@ -156,12 +156,71 @@ def test_bfloat16_logits_are_accepted():
 
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="larger than the vocabulary"):
-        led_step(_logits(V=5), LEDConfig(top_k=8))
-    with pytest.raises(ValueError, match=r"\(batch, depth, vocab\)"):
-        led_step(torch.zeros(3, 5), LEDConfig(top_k=2))
+        led_step(_logits(V=5), LEDConfig(depth=4, top_k=8))
+    with pytest.raises(ValueError, match="4 posteriors .* depth=8: pass LEDConfig\\(depth=4\\)"):
+        led_step(_logits(d=4), LEDConfig())
+    with pytest.raises(ValueError, match=r"1 \+ len\(layers\) = 3"):
+        led_step(_logits(d=4), LEDConfig(layers=(5, 4)))
+    with pytest.raises(ValueError, match=r"shape \(64,\)"):
+        led_step(_logits(d=4), LEDConfig(depth=4), temperature=torch.ones(3))
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        led_step(_logits(), LEDConfig(top_k=2), temperature=0.0)
+        led_step(_logits(d=4), LEDConfig(depth=4), temperature=torch.tensor([1.0, 0.0] * 32))
+    with pytest.raises(ValueError, match="generators for a batch of 64"):
+        led_step(_logits(d=4), LEDConfig(depth=4), generator=[torch.Generator()])
+    with pytest.raises(ValueError, match=r"\(batch, depth, vocab\)"):
+        led_step(torch.zeros(3, 5), LEDConfig(depth=4, top_k=2))
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        led_step(_logits(), LEDConfig(depth=4, top_k=2), temperature=0.0)
     with pytest.raises(ValueError, match="depth must be"):
         LEDConfig(depth=0)
     with pytest.raises(ValueError, match="top_k must be"):
         LEDConfig(top_k=0)
+
+
+def test_step_reports_per_depth_candidate_probs_and_exploration_probability():
+    lg = _logits(B=32, d=5, V=40, seed=12, scale=1.5)
+    in_think = torch.arange(32) % 4 != 0
+    T = 0.7
+    info = led_step(lg, LEDConfig(depth=5, top_k=6), temperature=T,
+                    generator=torch.Generator().manual_seed(0), in_think=in_think)
+    P = torch.softmax(lg / T, -1)                        # independent recomputation
+    top = P[:, 0].topk(6, -1)
+    assert torch.equal(info.candidates, top.indices)
+    want = torch.stack([P[:, j].gather(1, top.indices) for j in range(5)], 1)
+    assert info.candidate_probs.shape == (32, 5, 6)
+    assert torch.allclose(info.candidate_probs, want, atol=1e-7)
+    p1 = top.values[:, 0]
+    assert torch.allclose(info.explore_prob, torch.where(in_think, 1 - p1, 0 * p1))
+    ungated = led_step(lg, LEDConfig(depth=5, top_k=6, exploit_by_confidence=False),
+                       temperature=T, generator=torch.Generator().manual_seed(0))
+    assert ungated.explore_prob.eq(1).all()
+    d1 = led_step(lg[:, :1], LEDConfig(depth=1, top_k=6), temperature=T)
+    assert d1.explore_prob.eq(0).all() and d1.candidate_probs.shape == (32, 1, 6)
+
+
+def test_per_row_temperature_tensor_equals_rows_one_by_one():
+    lg = _logits(B=6, d=4, V=30, seed=13, scale=1.0)
+    temps = torch.tensor([0.3, 0.6, 1.0, 1.4, 2.0, 0.8])
+    gens = [torch.Generator().manual_seed(100 + i) for i in range(6)]
+    batch = led_step(lg, LEDConfig(depth=4, top_k=8), temperature=temps, generator=gens)
+    for i in range(6):
+        one = led_step(lg[i:i + 1], LEDConfig(depth=4, top_k=8), temperature=float(temps[i]),
+                       generator=torch.Generator().manual_seed(100 + i))
+        assert torch.equal(batch.tokens[i:i + 1], one.tokens)
+        assert torch.allclose(batch.candidate_probs[i:i + 1], one.candidate_probs)
+        assert torch.allclose(batch.explore_prob[i:i + 1], one.explore_prob)
+    # (B, 1) is accepted too, and a scalar tensor broadcasts
+    col = led_step(lg, LEDConfig(depth=4, top_k=8), temperature=temps[:, None],
+                   generator=[torch.Generator().manual_seed(100 + i) for i in range(6)])
+    assert torch.equal(col.tokens, batch.tokens)
+    s = led_step(lg, LEDConfig(depth=4), temperature=torch.tensor(0.6),
+                 generator=torch.Generator().manual_seed(1))
+    f = led_step(lg, LEDConfig(depth=4), temperature=0.6,
+                 generator=torch.Generator().manual_seed(1))
+    assert torch.equal(s.tokens, f.tokens)
+
+
+def test_explicit_layers_set_the_expected_depth():
+    lg = _logits(B=4, d=3, V=20)
+    info = led_step(lg, LEDConfig(layers=(5, 2), top_k=4), generator=torch.Generator())
+    assert info.aggregated.shape == (4, 3, 4)

@@ -31,8 +31,9 @@ class _Common:
     entropy_coef: float = option(1.0, help="weight of final-layer entropy minimisation in "
                                  "post-training", ge=0)
     # evaluation
-    profile_final_norm: bool = option(True, help="entropy profiles read intermediate layers "
-                                      "through the final norm (standard logit lens)")
+    profile_final_norm: bool = option(False, help="main entropy profile read through the final "
+                                      "norm (standard logit lens); false = un-normed, what LED "
+                                      "reads (official ln=0); the other read-out is printed too")
     num_problems: int = option(32, help="held-out problems", ge=1)
     num_samples: int = option(16, help="samples per problem (n of pass@k)", ge=1)
     ks: list[int] = option([1, 16], help="k values of pass@k (each <= num_samples)")

@@ -103,3 +103,106 @@ def run_method(model: Any, tokenizer: Any, problems: list[Problem], method: Meth
     if think:
         res.explored_fraction = explored / think
     return res
+
+
+@dataclass
+class ChatResult:
+    """Samples of one decoder on a chat suite: per-problem correct counts out of ``num_samples``,
+    the completions, and the decoding cost."""
+
+    name: str
+    correct: list[int]
+    num_samples: int
+    texts: list[list[str]]
+    seconds: float
+    tokens: int
+    steps: int
+    explored: int = 0
+    think_tokens: int = 0
+
+    def pass_at(self, k: int) -> list[float]:
+        """Per-problem pass@k (unbiased estimator)."""
+        from icml_led.metrics import pass_at_k
+
+        return [pass_at_k(self.num_samples, c, k) for c in self.correct]
+
+    @property
+    def explored_fraction(self) -> float:
+        return self.explored / self.think_tokens if self.think_tokens else float("nan")
+
+
+def shared_prefix_cache(model: Any, ids: Any, att: Any, repeats: int) -> Any:
+    """A KV cache of ``ids[:, :-1]`` (left-padded prompts) computed once per prompt and repeated
+    ``repeats`` times per row (``Cache.batch_repeat_interleave``), for ``generate(..., cache=)``
+    on ``ids.repeat_interleave(repeats, 0)``: the samples of a prompt share its prefill. Position
+    ids follow the attention mask, as ``generate`` computes them."""
+    import torch
+
+    pos = (att.long().cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad():
+        out = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
+                    use_cache=True, return_dict=True, logits_to_keep=1)
+    cache = out.get("cache", None) if hasattr(out, "get") else None
+    cache = cache if cache is not None else getattr(out, "past_key_values", None)
+    if cache is None or not hasattr(cache, "batch_repeat_interleave"):
+        raise RuntimeError("the model returned no repeatable KV cache: run with "
+                           "share_prefix=False")
+    if repeats > 1:
+        cache.batch_repeat_interleave(repeats)
+    return cache
+
+
+def run_chat_method(model: Any, tokenizer: Any, problems: list[Any], method: Method, *,
+                    num_samples: int, seed: int, max_new_tokens: int,
+                    problems_per_batch: int = 4, share_prefix: bool = True,
+                    progress: Any = None) -> ChatResult:
+    """Draw ``num_samples`` replies per problem of a chat suite (:mod:`icml_led.suite`) with
+    ``method``: each batch holds all samples of ``problems_per_batch`` problems (left-padded),
+    sampled with one generator per row seeded from ``(seed, problem index, sample index)``, so
+    a problem's samples do not depend on the batching. Replies stop at the tokenizer's eos.
+    ``share_prefix``: prefill each prompt once and repeat its KV cache over its samples (the
+    decoders see the same inputs; only the prompt's forward pass is shared)."""
+    import torch
+
+    device = next(model.parameters()).device
+    if getattr(tokenizer, "padding_side", "left") != "left":
+        tokenizer.padding_side = "left"
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    texts: list[list[str]] = []
+    correct: list[int] = []
+    tokens = steps = explored = think = 0
+    seconds = 0.0
+    batches = range(0, len(problems), problems_per_batch)
+    for i in (progress(batches) if progress else batches):
+        chunk = problems[i:i + problems_per_batch]
+        enc = tokenizer([p.prompt(tokenizer) for p in chunk], return_tensors="pt",
+                        padding=True, add_special_tokens=False)
+        ids_u, att_u = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+        ids = ids_u.repeat_interleave(num_samples, 0)
+        att = att_u.repeat_interleave(num_samples, 0)
+        gens = [torch.Generator(device=device).manual_seed(
+            (seed * 1_000_003 + (i + j // num_samples) * 1009 + j % num_samples) % (2 ** 63))
+            for j in range(ids.shape[0])]
+        dec = method.make(gens)
+        start = time.perf_counter()
+        extra = {}
+        if share_prefix:
+            extra["cache"] = shared_prefix_cache(model, ids_u, att_u, num_samples)
+        out = model.generate(ids, attention_mask=att, max_new_tokens=max_new_tokens,
+                             pad_token_id=pad, eos_token_id=eos, custom_generate=dec,
+                             **extra, **method.generate_kwargs)
+        seconds += time.perf_counter() - start
+        new = out[:, ids.shape[1]:]
+        dec_texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+        stats = getattr(dec, "stats", {})
+        tokens += int(stats.get("tokens", new.numel()))
+        steps += int(stats.get("steps", new.shape[1]))
+        explored += int(stats.get("explored", 0))
+        think += int(stats.get("think_tokens", 0))
+        for j, p in enumerate(chunk):
+            mine = dec_texts[j * num_samples:(j + 1) * num_samples]
+            texts.append(mine)
+            correct.append(sum(p.is_correct(t) for t in mine))
+    return ChatResult(method.name, correct, num_samples, texts, seconds, tokens, steps,
+                      explored, think)

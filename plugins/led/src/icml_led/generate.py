@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from icml_led.led import LEDConfig, led_step, sample_sorted
+from icml_led.led import LEDConfig, sample_sorted
 
 _WARPERS = ("TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper",
             "MinPLogitsWarper", "TypicalLogitsWarper", "EpsilonLogitsWarper",
@@ -82,42 +82,50 @@ class _Decoding:
                              "so transformers prepares the generation config")
         if getattr(model.config, "is_encoder_decoder", False):
             raise ValueError("LED/DoLa decoding supports decoder-only models (Llama, Qwen2, ...)")
+        if getattr(generation_config, "prefill_chunk_size", None) is not None:
+            raise ValueError("prefill_chunk_size is not supported by LED/DoLa decoding: leave it "
+                             "unset")
+        takes_next_len = check_generate_api(model)
         logits_processor = logits_processor or LogitsProcessorList()
         stopping_criteria = stopping_criteria or StoppingCriteriaList()
-        pad = generation_config._pad_token_tensor
         has_eos = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
+        pad = generation_config.pad_token_id
+        if isinstance(pad, (list, tuple)):
+            pad = pad[0] if pad else None
         if has_eos and pad is None:
             raise ValueError("generation has an eos token but no pad token: set pad_token_id")
-        if pad is not None:
-            pad = pad.to(input_ids.device)
         B = input_ids.shape[0]
         unfinished = torch.ones(B, dtype=torch.long, device=input_ids.device)
         model_kwargs["output_hidden_states"] = self.needs_hidden_states
         use_cache = model_kwargs.get("use_cache", True)
-        takes_next_len = "next_sequence_length" in inspect.signature(
-            model.prepare_inputs_for_generation).parameters
         return_dict = generation_config.return_dict_in_generate
         keep_scores = return_dict and generation_config.output_scores
         keep_logits = return_dict and generation_config.output_logits
         scores: tuple = ()
         raw: tuple = ()
-        self.stats = {"steps": 0, "explored": 0, "think_tokens": 0, "tokens": 0}
+        self.stats = {"steps": 0, "explored": 0, "think_tokens": 0, "tokens": 0,
+                      "deep_rows": 0}
         self.setup(model, input_ids, generation_config)
+        # a cache handed in by the caller may already hold a prefix of input_ids
+        cache = model_kwargs.get("cache")
+        past = int(cache.get_seq_length()) if cache is not None and hasattr(
+            cache, "get_seq_length") else 0
+        step_len = input_ids.shape[1] - past if past else None
         first = True
         while True:
-            if first and hasattr(model, "_prefill"):
-                outputs = model._prefill(input_ids, generation_config, model_kwargs)
-            else:
-                extra = {}
-                if takes_next_len:
-                    extra["next_sequence_length"] = 1 if (use_cache and not first) else None
-                if first and "is_first_iteration" in inspect.signature(
-                        model.prepare_inputs_for_generation).parameters:
-                    extra["is_first_iteration"] = True
-                inputs = model.prepare_inputs_for_generation(input_ids, **extra, **model_kwargs)
-                outputs = model(**inputs, return_dict=True)
+            if not use_cache:
+                step_len = None
+            if takes_next_len:
+                inputs = model.prepare_inputs_for_generation(
+                    input_ids, next_sequence_length=step_len, is_first_iteration=first,
+                    **model_kwargs)
+            else:  # pragma: no cover - older signature: slice ourselves
+                ids = input_ids if step_len is None else input_ids[:, -step_len:]
+                inputs = model.prepare_inputs_for_generation(ids, **model_kwargs)
+            outputs = model(**inputs, return_dict=True)
             first = False
-            model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
+            step_len = 1
+            model_kwargs = advance_model_kwargs(outputs, model_kwargs)
             self._active = unfinished.bool()
             next_tokens, step_scores = self.choose(model, input_ids, outputs, logits_processor,
                                                    generation_config)
@@ -148,6 +156,56 @@ class _Decoding:
         return input_ids
 
 
+#: the parameters of ``prepare_inputs_for_generation`` (a public, per-model hook) this loop uses
+PREPARE_INPUTS_PARAMS = ("next_sequence_length", "cache", "attention_mask",
+                         "is_first_iteration")
+
+
+def check_generate_api(model: Any) -> bool:
+    """Check the transformers API the token loop relies on; True when
+    ``prepare_inputs_for_generation`` slices inputs itself (``next_sequence_length``).
+
+    The loop uses only public pieces: ``prepare_inputs_for_generation`` (the hook each model
+    overrides), the forward pass, and the model kwargs ``generate`` hands to a
+    ``custom_generate`` callable (``cache``, ``attention_mask``, ``position_ids``). A missing
+    ``cache`` parameter means transformers renamed the cache again: fail loudly.
+    """
+    params = inspect.signature(model.prepare_inputs_for_generation).parameters
+    has_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if "cache" not in params and "past_key_values" in params:
+        raise RuntimeError("this transformers version passes the KV cache as past_key_values, "
+                           "not cache: LED's loop was written for transformers >= 5.24 (tested "
+                           "on 5.25); upgrade transformers")
+    if not has_kwargs and "cache" not in params:
+        raise RuntimeError("prepare_inputs_for_generation takes no cache argument: this "
+                           "transformers version is not supported by LED's loop (tested on "
+                           "5.25)")
+    return "next_sequence_length" in params
+
+
+def advance_model_kwargs(outputs: Any, model_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The model kwargs for the next token: the cache the forward returned, the attention mask
+    and explicit position ids (and token type ids) extended by one position. This is what
+    transformers' private ``_update_model_kwargs_for_generation`` does for a decoder-only model;
+    a test compares the two."""
+    import torch
+
+    kw = dict(model_kwargs)
+    cache = outputs.get("cache", None) if hasattr(outputs, "get") else None
+    if cache is None:
+        cache = getattr(outputs, "cache", None)
+    if cache is not None:
+        kw["cache"] = cache
+    if (tt := kw.get("token_type_ids")) is not None:
+        kw["token_type_ids"] = torch.cat([tt, tt[:, -1:]], dim=-1)
+    if (pos := kw.get("position_ids")) is not None:
+        nxt = pos[..., -1:] + 1
+        kw["position_ids"] = torch.cat([pos, nxt], dim=-1)
+    if (am := kw.get("attention_mask")) is not None:
+        kw["attention_mask"] = torch.cat([am, am.new_ones((am.shape[0], 1))], dim=-1)
+    return kw
+
+
 def _greedy(generation_config: Any) -> bool:
     return not bool(generation_config.do_sample)
 
@@ -156,15 +214,27 @@ class LEDDecoding(_Decoding):
     """Latent Exploration Decoding as a ``custom_generate`` callable.
 
     Temperature comes from ``generation_config.temperature`` (``do_sample=True``) and greedy mode
-    from ``do_sample=False``. After a call, ``self.stats`` holds the number of emitted tokens,
-    of tokens inside the thinking span and of explored tokens.
+    from ``do_sample=False``. ``generator``: a ``torch.Generator``, a list of one per row (then
+    each row's tokens do not depend on the batch it is decoded in), or None (global stream).
+
+    ``lazy=True`` (default) reads the intermediate layers only for the rows that explore at this
+    step: the gate and the base path need only the final layer, so the ``d - 1`` extra
+    ``lm_head`` projections are paid for a fraction ``1 - p_top1`` of the tokens. The emitted
+    tokens are identical to ``lazy=False`` (the same random numbers are drawn in the same order;
+    tested), which computes every layer for every row and keeps the full
+    :class:`~icml_led.led.LEDStepInfo` of the last step in ``self.last_info``. After a call,
+    ``self.stats`` holds the number of emitted tokens, of tokens inside the thinking span, of
+    explored tokens and of rows whose intermediate layers were read (``deep_rows``).
     """
 
-    def __init__(self, config: LEDConfig | None = None, generator: Any = None) -> None:
+    def __init__(self, config: LEDConfig | None = None, generator: Any = None,
+                 lazy: bool = True) -> None:
         super().__init__(generator)
         self.config = config or LEDConfig()
+        self.lazy = bool(lazy)
         self._inside = None
         self._indices: list[int] = []
+        self.last_info: Any = None
 
     def setup(self, model: Any, input_ids: Any, generation_config: Any) -> None:
         from icml_led.layers import layer_indices, lm_head_of, num_layers_of
@@ -181,6 +251,9 @@ class LEDDecoding(_Decoding):
             if tok is not None and not 0 <= tok < vocab:
                 raise ValueError(f"{name}={tok} is not a token id of this model (vocabulary "
                                  f"{vocab}): pass the id of the think delimiter")
+        if isinstance(self.generator, (list, tuple)) and len(self.generator) != input_ids.shape[0]:
+            raise ValueError(f"got {len(self.generator)} generators for a batch of "
+                             f"{input_ids.shape[0]} rows: pass one per row or a single one")
         if cfg.think_only:
             self._inside = think_state(input_ids, cfg.think_start_id, cfg.think_end_id)
         else:
@@ -190,26 +263,57 @@ class LEDDecoding(_Decoding):
                generation_config: Any) -> tuple[Any, Any]:
         import torch
 
-        from icml_led.layers import layerwise_from_outputs
+        from icml_led.layers import intermediate_logits
+        from icml_led.led import draw_uniforms, gate, led_core
 
-        lw = layerwise_from_outputs(model, outputs, self._indices, self.config.use_final_norm)
+        cfg = self.config
+        hs = getattr(outputs, "hidden_states", None)
+        if hs is None and len(self._indices) > 1:
+            raise ValueError("the model's outputs carry no hidden_states: LED needs a model "
+                             "whose forward accepts output_hidden_states=True")
         procs = [p for p in logits_processor if type(p).__name__ not in _WARPERS]
-        final = lw[:, 0]
+        final = outputs.logits[:, -1].float()
         for p in procs:
             final = p(input_ids, final)
-        lw = torch.cat([final[:, None], lw[:, 1:]], dim=1)
         greedy = _greedy(generation_config)
         temp = generation_config.temperature if generation_config.temperature else 1.0
-        info = led_step(lw, self.config, temperature=temp, generator=self.generator,
-                        greedy=greedy, in_think=self._inside)
+        B, d = final.shape[0], len(self._indices)
+        dev = final.device
+        u, g = draw_uniforms(B, cfg, d, greedy, self.generator, dev)
+        T = 1.0 if greedy else float(temp)
+        if not greedy and not T > 0:
+            raise ValueError(f"temperature must be > 0 for sampling, got {temp!r}")
+        p_top1 = torch.softmax(final / T, dim=-1).max(-1).values
+        prob, explore = gate(p_top1, cfg, d, greedy, g, self._inside)
+        one = LEDConfig(depth=1, top_k=cfg.top_k, eps=cfg.eps)
+        if self.lazy:
+            info = led_core(final[:, None], one, T, u, torch.zeros_like(explore), prob, greedy)
+            tokens = info.tokens
+            rows = explore.nonzero().squeeze(1)
+            if rows.numel():
+                inter = intermediate_logits(model, hs, self._indices[1:], cfg.use_final_norm,
+                                            rows=rows).to(dev)
+                lw = torch.cat([final[rows][:, None], inter], dim=1)
+                sub = led_core(lw, cfg, T, None if u is None else u[rows],
+                               explore[rows], prob[rows], greedy)
+                tokens = tokens.clone()
+                tokens[rows] = sub.tokens
+            self.stats["deep_rows"] += int(rows.numel())
+            self.last_info = None
+        else:
+            inter = intermediate_logits(model, hs, self._indices[1:], cfg.use_final_norm).to(dev)
+            lw = torch.cat([final[:, None], inter], dim=1)
+            info = led_core(lw, cfg, T, u, explore, prob, greedy)
+            tokens = info.tokens
+            self.stats["deep_rows"] += B
+            self.last_info = info
         active = self._active
         if self._inside is not None:
             self.stats["think_tokens"] += int((self._inside & active).sum())
         else:
             self.stats["think_tokens"] += int(active.sum())
-        self.stats["explored"] += int((info.explore & active).sum())
-        self.last_info = info
-        return info.tokens, final
+        self.stats["explored"] += int((explore & active).sum())
+        return tokens, final
 
     def advance(self, next_tokens: Any) -> None:
         if self._inside is None:

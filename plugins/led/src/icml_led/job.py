@@ -61,19 +61,27 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
                                seed=ctx.seed, progress=ctx.progress,
                                min_terms=cfg.min_terms))
     info["profile_after"] = entropy_profile(model, pids, pmask, cfg.profile_final_norm)
+    # the other read-out too: LED reads un-normed states (ln=0), the logit lens normed ones
+    info["profile_after_other"] = entropy_profile(model, pids, pmask, not cfg.profile_final_norm)
+    info["profile_norm"] = cfg.profile_final_norm
     torch.manual_seed(ctx.seed)
     return info
 
 
 def _profile_table(info: dict[str, Any]) -> icml.Table:
     before, after = info["profile_before"], info["profile_after"]
+    other = info["profile_after_other"]
     L = len(after)
     rows = []
     for i in range(L):
         name = f"{i + 1}" + (" (final)" if i == L - 1 else "")
-        rows.append([name, before[i], after[i], after[i] - before[i]])
-    return icml.Table("Logit-lens entropy on the thinking span (nats), before/after "
-                      "post-training", ["layer", "before", "after", "change"], rows)
+        rows.append([name, before[i], after[i], after[i] - before[i], other[i]])
+    here, there = (("through the final norm", "no norm (what LED reads)") if
+                   info["profile_norm"] else ("no norm (what LED reads)",
+                                              "through the final norm"))
+    return icml.Table(f"Logit-lens entropy on the thinking span (nats), {here}, before/after "
+                      "post-training; last column: after, read out " + there,
+                      ["layer", "before", "after", "change", f"after, {there}"], rows)
 
 
 def _methods(cfg: Any, led_cfg: Any, temperature: float) -> list[Any]:
@@ -195,7 +203,10 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
                      {"before post-training": (list(range(1, len(info["profile_before"]) + 1)),
                                                info["profile_before"]),
                       "after post-training": (list(range(1, len(info["profile_after"]) + 1)),
-                                              info["profile_after"])},
+                                              info["profile_after"]),
+                      "after, other read-out": (
+                          list(range(1, len(info["profile_after_other"]) + 1)),
+                          info["profile_after_other"])},
                      title="logit-lens entropy by layer", xlabel="layer", ylabel="entropy (nats)")
     if png2 is not None:
         artifacts["entropy profile"] = png2.name

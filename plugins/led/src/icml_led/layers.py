@@ -75,15 +75,21 @@ def final_norm_of(model: Any) -> Any:
 
 
 def intermediate_logits(model: Any, hidden_states: Any, indices: list[int],
-                        use_final_norm: bool = False, position: int = -1) -> Any:
+                        use_final_norm: bool = False, position: int = -1,
+                        rows: Any = None) -> Any:
     """Logit-lens logits ``lm_head(h_i)`` (optionally ``lm_head(norm(h_i))``) at ``position`` for
-    each hidden-state index in ``indices``: a float32 tensor ``(B, len(indices), V)``."""
+    each hidden-state index in ``indices``: a float32 tensor ``(B, len(indices), V)``; with
+    ``rows`` (an index tensor) only those batch rows are projected."""
     import torch
 
     if not indices:
         ref = hidden_states[-1]
-        return torch.empty(ref.shape[0], 0, lm_head_of(model).out_features, device=ref.device)
-    h = torch.stack([hidden_states[i][:, position] for i in indices], dim=1)
+        n = ref.shape[0] if rows is None else len(rows)
+        return torch.empty(n, 0, lm_head_of(model).out_features, device=ref.device)
+    if rows is None:
+        h = torch.stack([hidden_states[i][:, position] for i in indices], dim=1)
+    else:
+        h = torch.stack([hidden_states[i][rows, position] for i in indices], dim=1)
     if use_final_norm:
         h = final_norm_of(model)(h)
     return lm_head_of(model)(h).float()
@@ -126,22 +132,35 @@ def entropy(logits: Any, temperature: float = 1.0) -> Any:
     return -(logp.exp() * logp).sum(-1)
 
 
-def entropy_profile(model: Any, input_ids: Any, mask: Any, use_final_norm: bool = False,
-                    temperature: float = 1.0) -> list[float]:
-    """Mean logit-lens entropy at the positions where ``mask`` is true, for every hidden-state
-    index ``1..L`` (``L`` = the final layer; the embeddings, index 0, are left out)."""
+def entropy_profiles(model: Any, input_ids: Any, mask: Any, use_final_norm: bool = False,
+                     temperatures: tuple[float, ...] = (1.0,), attention_mask: Any = None
+                     ) -> dict[float, list[float]]:
+    """:func:`entropy_profile` for several temperatures from one forward pass:
+    ``{T: [entropy of layer 1, ..., layer L]}``."""
     import torch
 
     L = num_layers_of(model)
     m = mask.bool()
-    prof = []
+    prof: dict[float, list[float]] = {float(t): [] for t in temperatures}
     with torch.no_grad():
-        out = model(input_ids=input_ids, output_hidden_states=True, return_dict=True)
+        out = model(input_ids=input_ids, attention_mask=attention_mask,
+                    output_hidden_states=True, return_dict=True)
         for i in range(1, L + 1):
             if i == L:
-                lg = out.logits.float()
+                lg = out.logits[m].float()
             else:
-                h = out.hidden_states[i]
+                h = out.hidden_states[i][m]
                 lg = lm_head_of(model)(final_norm_of(model)(h) if use_final_norm else h).float()
-            prof.append(float(entropy(lg, temperature)[m].mean()))
+            for t in prof:
+                prof[t].append(float(entropy(lg, t).mean()))
     return prof
+
+
+def entropy_profile(model: Any, input_ids: Any, mask: Any, use_final_norm: bool = False,
+                    temperature: float = 1.0, attention_mask: Any = None) -> list[float]:
+    """Mean logit-lens entropy of ``softmax(lm_head(h_i) / temperature)`` at the positions where
+    ``mask`` is true, for every hidden-state index ``1..L`` (``L`` = the final layer, which is
+    the model's own logits; the embeddings, index 0, are left out). ``use_final_norm=False`` is
+    what LED reads (official ``ln=0``); ``True`` is the standard logit lens."""
+    return entropy_profiles(model, input_ids, mask, use_final_norm, (temperature,),
+                            attention_mask)[float(temperature)]

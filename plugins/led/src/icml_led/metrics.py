@@ -33,3 +33,30 @@ def distinct_fraction(samples: Sequence[str]) -> float:
     if not samples:
         raise ValueError("distinct_fraction needs at least one sample")
     return len(set(samples)) / len(samples)
+
+
+def pass_at_k_curve(correct_counts: Sequence[int], n: int, ks: Sequence[int]) -> list[float]:
+    """Mean pass@k over problems for every k in ``ks``."""
+    return [mean_pass_at_k(correct_counts, n, k) for k in ks]
+
+
+def bootstrap_ci(per_problem: Sequence[float], num_resamples: int = 2000, level: float = 0.95,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of ``per_problem`` values and a percentile bootstrap CI
+    with problems (prompts) as the unit of resampling. For a paired comparison pass the
+    per-problem differences."""
+    import random
+
+    vals = [float(v) for v in per_problem]
+    if not vals:
+        raise ValueError("bootstrap_ci needs at least one problem")
+    if not 0 < level < 1 or num_resamples < 1:
+        raise ValueError(f"need 0 < level < 1 and num_resamples >= 1, got {level}, "
+                         f"{num_resamples}")
+    rng = random.Random(seed)
+    n = len(vals)
+    means = sorted(sum(vals[rng.randrange(n)] for _ in range(n)) / n
+                   for _ in range(num_resamples))
+    lo = means[int((1 - level) / 2 * (num_resamples - 1))]
+    hi = means[int((1 + level) / 2 * (num_resamples - 1))]
+    return sum(vals) / n, lo, hi
