@@ -42,8 +42,9 @@ def _setup(kind: str, n: int):
     import torch
 
     if kind == "smollm2":  # the real pretrained model on the controlled English data
-        from icml.models import load_pretrained
         from icml_synsem import make_english_data
+
+        from icml.models import load_pretrained
 
         model, tok = load_pretrained("smollm2-135m-instruct")
         data = make_english_data(per_template=8, seed=0)

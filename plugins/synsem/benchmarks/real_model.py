@@ -43,7 +43,9 @@ def ci_cell(val: float, ci: tuple[float, float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--per-template", type=int, default=8, help="originals per POS template")
+    ap.add_argument("--per-template", type=int, default=5, help="originals per POS template")
+    ap.add_argument("--rewordings", type=int, default=2,
+                    help="English rewordings as a second source of semantic centroids")
     ap.add_argument("--languages", default="es,fr,de")
     ap.add_argument("--layers", default="", help="comma-separated; empty = default subset")
     ap.add_argument("--k", type=int, default=3)
@@ -56,11 +58,11 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-
-    from icml.models import load_pretrained
     from icml_synsem import analyse_reps, make_english_data, sentence_reps
     from icml_synsem.protocol import CONDITION_NAMES, CONDITIONS, SentenceReps
     from icml_synsem.report import band_plot, profile_plots
+
+    from icml.models import load_pretrained
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -69,20 +71,40 @@ def main() -> None:
     model, tok = load_pretrained(args.model, device=args.device)
     t_load = time.perf_counter() - t0
     langs = [x for x in args.languages.split(",") if x]
-    data = make_english_data(per_template=args.per_template, languages=langs, seed=args.seed)
-    n_sent = len(data) * (3 + len(langs))
+    data = make_english_data(per_template=args.per_template, languages=langs, seed=args.seed,
+                             rewordings=args.rewordings)
+    n_sent = len(data) * (3 + len(data.translations))
+    en = [x for x in data.translations if x not in langs]
     layers = [int(x) for x in args.layers.split(",")] if args.layers else None
     t0 = time.perf_counter()
+    c0 = time.process_time()
     reps = sentence_reps(model, tok, data, layers=layers, device=args.device)
-    t_extract = time.perf_counter() - t0
+    t_extract, cpu_extract = time.perf_counter() - t0, time.process_time() - c0
     n_tokens = sum(len(tok(s, add_special_tokens=False)["input_ids"])
                    for part in (data.originals, data.twins, data.paraphrases,
                                 *data.translations.values()) for s in part)
 
+    def only(keys):  # noqa: ANN001, ANN202
+        """The representations and data with the given translation sets as the only ones."""
+        from icml_synsem import SynSemData
+
+        r = SentenceReps(reps.layers, reps.originals, reps.twins, reps.paraphrases,
+                         {x: reps.translations[x] for x in keys})
+        d = SynSemData(data.originals, data.twins, data.templates, data.paraphrases,
+                       {x: data.translations[x] for x in keys})
+        return r, d
+
     t0 = time.perf_counter()
     common = {"k": args.k, "seed": args.seed}
-    main_res = analyse_reps(reps, data, n_boot=args.n_boot, imbalance_resamples=args.resamples,
-                            **common)
+    reps_l, data_l = only(langs)
+    main_res = analyse_reps(reps_l, data_l, n_boot=args.n_boot,
+                            imbalance_resamples=args.resamples, **common)
+    en_res = None
+    if en:
+        reps_e, data_e = only(en)
+        en_res = analyse_reps(reps_e, data_e, n_boot=args.n_boot,
+                              imbalance_resamples=args.resamples, **common)
+    reps, data = reps_l, data_l
     variants = {
         "main (defaults: official centering, our control, all-pairs II)": main_res,
         "paper's code: official control + split-half II": analyse_reps(
@@ -105,6 +127,8 @@ def main() -> None:
         "syntax hit = the twin only (pair)": analyse_reps(
             reps, data, syntax_match="pair", imbalance_resamples=0, **common),
     }
+    if en_res is not None:
+        variants[f"c_sem from English rewordings {en} (not in the paper)"] = en_res
     per_lang = {}
     for lang in langs:
         one = SentenceReps(reps.layers, reps.originals, reps.twins, reps.paraphrases,
@@ -122,7 +146,8 @@ def main() -> None:
              f"{args.k / len(data):.3f}, same-template recall@{args.k} ~ "
              f"{1 - (1 - args.per_template / len(data)) ** args.k:.3f}.\n",
              f"Times: model load {t_load:.1f} s, extraction {t_extract:.1f} s "
-             f"({n_sent / t_extract:.1f} sentences/s), analysis (all variants) "
+             f"({n_sent / t_extract:.1f} sentences/s; {cpu_extract:.0f} s of CPU time), "
+             "analysis (all variants) "
              f"{t_analyse:.1f} s.\n"]
     cols = ["layer"] + [CONDITION_NAMES[c] for c in CONDITIONS]
     for title, vals, cis in (("Semantics: paraphrase recall", main_res.semantic,
@@ -132,6 +157,15 @@ def main() -> None:
         rows = [[layer] + [ci_cell(vals[c][i], cis[c][i]) for c in CONDITIONS]
                 for i, layer in enumerate(main_res.layers)]
         parts += [f"## {title} (main settings)\n", md_table(cols, rows), ""]
+    if en_res is not None:
+        for title, vals, cis in (("Semantics: paraphrase recall", en_res.semantic,
+                                  en_res.semantic_ci),
+                                 ("Syntax: same-template twin recall", en_res.syntactic,
+                                  en_res.syntactic_ci)):
+            rows = [[layer] + [ci_cell(vals[c][i], cis[c][i]) for c in CONDITIONS]
+                    for i, layer in enumerate(en_res.layers)]
+            parts += [f"## {title}, c_sem = mean of the English rewordings {en} (not in the "
+                      "paper)\n", md_table(cols, rows), ""]
     geo_cols = ["layer", "expl. c_sem", "expl. c_sem perm", "expl. c_syn", "expl. c_syn perm",
                 "II syn->sem", "II sem->syn", "II syn->sem (official est.)",
                 "II sem->syn (official est.)"]
@@ -165,6 +199,15 @@ def main() -> None:
 
     # ---- plots
     written = profile_plots(main_res, out)
+    if en_res is not None:
+        band_plot(out / "profile_semantics_english_centroids.png", en_res.layers,
+                  en_res.semantic, en_res.semantic_ci,
+                  title=f"Paraphrase recall@{args.k}, c_sem from English rewordings")
+        band_plot(out / "profile_syntax_english_centroids.png", en_res.layers,
+                  en_res.syntactic, en_res.syntactic_ci,
+                  title=f"Same-template twin recall@{args.k}, c_sem from English rewordings")
+        written["semantics profile (English c_sem)"] = "profile_semantics_english_centroids.png"
+        written["syntax profile (English c_sem)"] = "profile_syntax_english_centroids.png"
     band_plot(out / "profile_semantics_paper_control.png", paper.layers, paper.semantic, {},
               title=f"Paraphrase recall@{args.k}, official permuted control")
     try:

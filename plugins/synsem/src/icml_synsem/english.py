@@ -297,12 +297,15 @@ def _meaning(rng: random.Random, feats: tuple, avoid: Meaning | None = None) -> 
 
 def make_english_data(per_template: int = 8, languages: tuple[str, ...] | list[str] = LANGUAGES,
                       synonym_p: float = 0.5, seed: int = 0,
-                      n_templates: int = len(FEATURES)) -> SynSemData:
+                      n_templates: int = len(FEATURES), rewordings: int = 0) -> SynSemData:
     """``n_templates * per_template`` English originals (``n_templates`` of the 48 structures,
     evenly spread) with twins, POS templates, paraphrases and translations into ``languages``
-    (a subset of ``("es", "fr", "de")``; empty gives no translations, which
-    :class:`SynSemData` rejects unless another source of semantic centroids is added).
-    Meanings are distinct across originals."""
+    (a subset of ``("es", "fr", "de")``). Meanings are distinct across originals.
+
+    ``rewordings > 0`` adds that many English "languages" ``en1``, ``en2``, ...: each says the
+    meaning again with a random voice and place position and its own synonym draws (an English
+    source of semantic centroids for models that do not align other languages with English;
+    not in the paper). At least one language or rewording is needed."""
     if per_template < 1:
         raise ValueError(f"per_template must be >= 1, got {per_template}")
     if not 2 <= n_templates <= len(FEATURES):
@@ -312,11 +315,15 @@ def make_english_data(per_template: int = 8, languages: tuple[str, ...] | list[s
     bad = [lang for lang in languages if lang not in LANGUAGES]
     if bad:
         raise ValueError(f"unknown languages {bad}: choose from {LANGUAGES}")
+    if rewordings < 0 or (rewordings == 0 and not languages):
+        raise ValueError("semantic centroids need at least one language or rewordings >= 1, "
+                         f"got languages={list(languages)}, rewordings={rewordings}")
     rng = random.Random(seed)
     step = len(FEATURES) / n_templates
     feats_used = [FEATURES[int(i * step)] for i in range(n_templates)]
     originals, twins, templates, paraphrases = [], [], [], []
     translations: dict[str, list[str]] = {lang: [] for lang in languages}
+    translations.update({f"en{j + 1}": [] for j in range(rewordings)})
     seen: set[Meaning] = set()
     for i in range(n_templates * per_template):
         feats = feats_used[i % n_templates]
@@ -340,5 +347,9 @@ def make_english_data(per_template: int = 8, languages: tuple[str, ...] | list[s
         paraphrases.append(para)
         for lang in languages:
             translations[lang].append(translate(m, lang))
+        for j in range(rewordings):
+            s_j = Structure(passive=rng.random() < 0.5,
+                            place_front=rng.random() < 0.5 if m.place else False)
+            translations[f"en{j + 1}"].append(english(m, s_j, _synonyms(m, rng, synonym_p))[0])
     return SynSemData(originals=originals, twins=twins, templates=templates,
                       paraphrases=paraphrases, translations=translations)

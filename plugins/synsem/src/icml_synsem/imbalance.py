@@ -62,10 +62,15 @@ def rank_matrix(dist: Any, exclude_diagonal: bool | None = None) -> np.ndarray:
             raise ValueError(f"exclude_diagonal needs a square matrix, got {d.shape}")
         d = d.copy()
         np.fill_diagonal(d, np.inf)
-    s = np.sort(d, axis=1)
+    order = np.argsort(d, axis=1, kind="stable")
+    s = np.take_along_axis(d, order, axis=1)
+    # in each sorted row, every entry takes the position of the first entry equal to it
+    pos = np.broadcast_to(np.arange(d.shape[1]), d.shape)
+    new = np.ones(d.shape, dtype=bool)
+    new[:, 1:] = s[:, 1:] != s[:, :-1]
+    first = np.maximum.accumulate(np.where(new, pos, 0), axis=1)
     ranks = np.empty(d.shape, dtype=np.int64)
-    for i in range(d.shape[0]):
-        ranks[i] = np.searchsorted(s[i], d[i], side="left") + 1
+    np.put_along_axis(ranks, order, first + 1, axis=1)
     if exclude_diagonal:
         np.fill_diagonal(ranks, 0)
     return ranks
@@ -84,6 +89,18 @@ def split_half(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(perm[:n // 2]), np.sort(perm[n // 2:])
 
 
+def _official_from_dist(da: np.ndarray, db: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                        k: int) -> tuple[float, float]:
+    m = len(cols)
+    ra = rank_matrix(da[np.ix_(rows, cols)], exclude_diagonal=False)
+    rb = rank_matrix(db[np.ix_(rows, cols)], exclude_diagonal=False)
+
+    def delta(x: np.ndarray, y: np.ndarray) -> float:
+        return float(2.0 * (y[x <= k] - 1).mean() / (m - 2))
+
+    return delta(ra, rb), delta(rb, ra)
+
+
 def official_imbalance(a: Any, b: Any, rows: Any, cols: Any, k: int = 1,
                        metric: str = "normalized_l2") -> tuple[float, float]:
     """The official (``geometry.py``) estimator on a given split: distances from the ``rows``
@@ -96,13 +113,11 @@ def official_imbalance(a: Any, b: Any, rows: Any, cols: Any, k: int = 1,
     if m < 3 or len(rows) < 1:
         raise ValueError(f"the official estimator needs >= 1 row and >= 3 column points, got "
                          f"{len(rows)} and {m} (give at least 6 points)")
-    ra = rank_matrix(distance_matrix(a[rows], a[cols], metric), exclude_diagonal=False)
-    rb = rank_matrix(distance_matrix(b[rows], b[cols], metric), exclude_diagonal=False)
-
-    def delta(x: np.ndarray, y: np.ndarray) -> float:
-        return float(2.0 * (y[x <= k] - 1).mean() / (m - 2))
-
-    return delta(ra, rb), delta(rb, ra)
+    da = np.zeros((len(a), len(a)))
+    db = np.zeros((len(b), len(b)))
+    da[np.ix_(rows, cols)] = distance_matrix(a[rows], a[cols], metric)
+    db[np.ix_(rows, cols)] = distance_matrix(b[rows], b[cols], metric)
+    return _official_from_dist(da, db, rows, cols, k)
 
 
 def _delta(ranks_a: np.ndarray, ranks_b: np.ndarray, k: int) -> float:
@@ -155,12 +170,26 @@ def centroid_imbalance(c_syn: Any, c_sem: Any, groups: Sequence[Any], n_resample
         members.setdefault(g, []).append(i)
     if len(members) < 3:
         raise ValueError(f"only {len(members)} syntactic groups: the imbalance needs >= 3")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     rng = np.random.default_rng(seed)
     lists = list(members.values())
+    n = len(lists)
+    # distances once; every resample takes a sub-block (the same numbers as recomputing)
+    da, db = distance_matrix(c_syn, metric=metric), distance_matrix(c_sem, metric=metric)
+    rows, cols = split_half(n, seed)
+    if estimator == "official" and not 1 <= k <= len(cols) - 1:
+        raise ValueError(f"k={k} must be in [1, {len(cols) - 1}]")
+    if estimator == "all_pairs" and not 1 <= k <= n - 2:
+        raise ValueError(f"k={k} must be in [1, {n - 2}]")
     vals = np.empty((n_resamples, 2))
     for r in range(n_resamples):
         idx = np.array([m[rng.integers(len(m))] for m in lists])
-        vals[r] = information_imbalance(c_syn[idx], c_sem[idx], k=k, metric=metric,
-                                        estimator=estimator, seed=seed)
+        sa, sb = da[np.ix_(idx, idx)], db[np.ix_(idx, idx)]
+        if estimator == "official":
+            vals[r] = _official_from_dist(sa, sb, rows, cols, k)
+        else:
+            ra, rb = neighbour_ranks(sa), neighbour_ranks(sb)
+            vals[r] = _delta(ra, rb, k), _delta(rb, ra, k)
     return {"syn_to_sem": float(vals[:, 0].mean()), "sem_to_syn": float(vals[:, 1].mean()),
             "syn_to_sem_std": float(vals[:, 0].std()), "sem_to_syn_std": float(vals[:, 1].std())}

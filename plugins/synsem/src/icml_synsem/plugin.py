@@ -33,7 +33,6 @@ def icml_plugin_info() -> icml.PluginInfo:
 def _setup(ctx: icml.RunContext, config: EvaluateConfig):  # noqa: ANN202
     from icml_synsem.data import load_synsem_dir
     from icml_synsem.generate import make_toy_data
-    from icml_synsem.representations import load_model
     from icml_synsem.toy_model import planted_llama, toy_tokenizer
 
     device, dtype = ctx.torch_device(), ctx.torch_dtype()
