@@ -41,6 +41,17 @@ def _setup(kind: str, n: int):
 
     import torch
 
+    if kind == "smollm2":  # the real pretrained model on the controlled English data
+        from icml_synsem import make_english_data
+
+        from icml.models import load_pretrained
+
+        model, tok = load_pretrained("smollm2-135m-instruct")
+        data = make_english_data(per_template=8, seed=0)
+        sents = [s for part in (data.originals, data.twins, data.paraphrases,
+                                *data.translations.values()) for s in part]
+        random.Random(0).shuffle(sents)
+        return model, tok, sents[:n]
     if kind == "planted":
         from icml_synsem import make_toy_data, planted_llama, toy_tokenizer
 
@@ -90,6 +101,8 @@ def worker(kind: str, variant: str, n: int, out_path: str, layer_spec: str) -> N
     import torch
     from icml_synsem import extract_sentence_reps, num_layers, resolve_layers
 
+    if os.environ.get("SYNSEM_BENCH_THREADS"):
+        torch.set_num_threads(int(os.environ["SYNSEM_BENCH_THREADS"]))
     model, tok, sents = _setup(kind, n)
     layers = resolve_layers(None if layer_spec == "default" else
                             [int(x) for x in layer_spec.split(",")], num_layers(model))
@@ -211,8 +224,17 @@ def main() -> None:
     ap.add_argument("--peer-python", default="", help="python with dadapy installed")
     ap.add_argument("--repeats", type=int, default=2,
                     help="runs per extraction variant (alternating); the fastest is reported")
+    ap.add_argument("--models", default="planted,byte",
+                    help="comma-separated: planted, byte, smollm2 (the real pretrained model)")
+    ap.add_argument("--stop-layers", default="",
+                    help="layer subset without the last layer for the early-stop table "
+                    "(default: 1,2 on byte; 1,3,5,7,9,11,13,16 on smollm2)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--skip-protocol", action="store_true", help="skip the end-to-end toy run")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.threads:
+        os.environ["SYNSEM_BENCH_THREADS"] = str(args.threads)
     if args.worker:
         kind, variant, n, out, layer_spec = args.worker
         worker(kind, variant, int(n), out, layer_spec)
@@ -224,7 +246,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         rows, ratios = [], []
-        for kind in ("planted", "byte"):
+        kinds = [k for k in args.models.split(",") if k]
+        for kind in kinds:
             res = fastest(kind, ["naive", "batched", "official"], args.n, tmp, args.repeats)
             saved = {v: torch.load(r["path"]) for v, r in res.items()}
             nv = res["naive"]
@@ -254,17 +277,32 @@ def main() -> None:
                          ["model", "full pipeline vs naive", "forward + pooling vs naive",
                           "full vs official script (all layers clipped)"], ratios))
         # a layer subset without the last layer: the forward stops after the deepest one
-        res = fastest("byte", ["batched-no-stop", "batched"], args.n, tmp, args.repeats, "1,2")
+        kind = "smollm2" if "smollm2" in kinds else "byte"
+        spec = args.stop_layers or ("1,3,5,7,9,11,13,16" if kind == "smollm2" else "1,2")
+        variants = ["batched-no-stop", "batched"] + (["naive"] if kind == "smollm2" else [])
+        res = fastest(kind, variants, args.n, tmp, args.repeats, spec)
         full = res["batched-no-stop"]["full"]
         d = (torch.load(res["batched"]["path"])["full"]
              - torch.load(res["batched-no-stop"]["path"])["full"]).abs().max()
-        out.append(table(f"Byte Llama, layers [1, 2] of 4 ({args.n} sentences, full pipeline)",
-                         ["method", "sentences/s", "speed vs all blocks", "max |diff|"],
-                         [["batched, all 4 blocks (stop_early=False)", f"{args.n / full:.0f}",
-                           "1.0x", "-"],
-                          ["batched, stops after block 2 (default)",
-                           f"{args.n / res['batched']['full']:.0f}",
-                           f"{full / res['batched']['full']:.1f}x", f"{float(d):.1e}"]]))
+        rows = [["batched, every block (stop_early=False)", f"{args.n / full:.1f}", "1.0x", "-"],
+                ["batched, stops after the deepest requested block (default)",
+                 f"{args.n / res['batched']['full']:.1f}",
+                 f"{full / res['batched']['full']:.1f}x", f"{float(d):.1e}"]]
+        if "naive" in res:
+            dn = (torch.load(res["batched"]["path"])["full"]
+                  - torch.load(res["naive"]["path"])["full"]).abs().max()
+            rows.append(["naive per-sentence loop (every block)",
+                         f"{args.n / res['naive']['full']:.1f}",
+                         f"{full / res['naive']['full']:.2f}x", f"{float(dn):.1e}"])
+            rows.append(["-> batched with early stop vs naive loop", "",
+                         f"{res['naive']['full'] / res['batched']['full']:.1f}x wall / "
+                         f"{res['naive']['full_cpu'] / res['batched']['full_cpu']:.1f}x CPU",
+                         ""])
+        out.append(table(f"{kind}, layers [{spec}] ({args.n} sentences, full pipeline)",
+                         ["method", "sentences/s", "speed vs all blocks", "max |diff|"], rows))
+        if args.skip_protocol:
+            print("\n\n".join(out))
+            return
 
         t0 = time.perf_counter()
         model, tok, data = toy_setup()

@@ -28,7 +28,7 @@ def test_user_model_path_reproduces_builtin_model(tmp_path):
     loaded = _run(tmp_path, SMALL + [f"model={tmp_path / 'model'}"], "loaded")
     assert builtin.status == loaded.status == "ok"
     assert loaded.metrics == pytest.approx(builtin.metrics, abs=1e-6)
-    assert len(builtin.tables) == 3 and builtin.tables[0].rows[0][0] == 1
+    assert len(builtin.tables) == 4 and builtin.tables[0].rows[0][0] == 1
     assert set(builtin.artifacts) == {"semantics profile", "syntax profile",
                                       "centroid geometry"}
 

@@ -17,8 +17,8 @@ def test_independent_spaces_give_about_one_and_bounded():
     vals = [information_imbalance(rng.normal(size=(300, 4)), rng.normal(size=(300, 4)))
             for _ in range(5)]
     arr = np.array(vals)
-    assert ((arr >= 0) & (arr < 2)).all()
     assert abs(arr.mean() - 1.0) < 0.1
+    assert arr.std() < 0.15  # N = 300: each estimate is close to its expectation
 
 
 def test_imbalance_is_asymmetric_for_a_subspace():

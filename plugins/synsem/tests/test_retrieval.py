@@ -32,9 +32,14 @@ def test_recall_invariant_to_rotation_and_row_scaling(qc):
 
 def test_template_variant_counts_any_same_label(qc):
     q, c = qc
-    labels = [i % 3 for i in range(30)]
-    # with 3 labels, 10 candidates share each label: top-10 always contains... at least pair hits
-    assert recall_at_k(q, c, 3, labels, labels) >= recall_at_k(q, c, 3)
+    # query i's nearest candidate is i + 1 (mod 4): no pair hit at k = 1, but queries 0 and 2
+    # find a candidate with their label ([a, a, b, b]) -> template recall 0.5 exactly
+    cands = torch.eye(4, dtype=torch.float64)
+    queries = cands[[1, 2, 3, 0]] + 0.1 * cands
+    labels = ["a", "a", "b", "b"]
+    assert recall_at_k(queries, cands, 1) == 0.0
+    assert recall_at_k(queries, cands, 1, labels, labels) == 0.5
+    assert recall_at_k(queries, cands, 2) == 1.0  # the partner is second
     # one label for everything: every query hits at k = 1
     assert recall_at_k(q, c, 1, ["x"] * 30, ["x"] * 30) == 1.0
     # disjoint labels: never a hit

@@ -124,3 +124,39 @@ def derangement(n: int, seed: int = 0) -> Any:
             j = (i + 1) % n
             perm[i], perm[j] = perm[j].clone(), perm[i].clone()
     return perm
+
+
+PERM_CONTROLS = ("centroid", "official")
+
+
+def permuted_ablation(x: Any, c: Any, perm: Any, mode: str = "projection",
+                      control: str = "centroid", eps: float = 1e-8) -> Any:
+    """The permuted control: row ``j`` of ``x`` ablated with the centroid of sentence
+    ``perm[j]``.
+
+    * ``control="centroid"`` (ours): remove row j's *own* projection on ``c[perm[j]]``,
+      ``x_j - (x_j . c_p / |c_p|^2) c_p`` (or ``x_j - c_p`` with ``mode="subtract"``);
+    * ``control="official"`` (the paper's ``batched_remove_centroid_projections(act, perm, c)``):
+      subtract row ``perm[j]``'s projection on its own centroid from row j,
+      ``x_j - (x_p . c_p / |c_p|^2) c_p``, i.e. the vector that the real ablation removes from
+      sentence p. With ``mode="subtract"`` both are ``x_j - c_p``.
+    """
+    import torch
+
+    x, c = _t(x), _t(c).to(_t(x).dtype)
+    perm = torch.as_tensor(perm, dtype=torch.long)
+    if perm.shape != (x.shape[0],):
+        raise ValueError(f"perm must hold one index per row ({x.shape[0]}), got shape "
+                         f"{tuple(perm.shape)}")
+    if control not in PERM_CONTROLS:
+        raise ValueError(f"control must be one of {PERM_CONTROLS}, got {control!r}")
+    if mode not in ("projection", "subtract"):
+        raise ValueError(f"ablation mode must be 'projection' or 'subtract', got {mode!r}")
+    cp = c[perm]
+    if mode == "subtract":
+        return x - cp
+    if control == "centroid":
+        return remove_projection(x, cp, eps)
+    xp = x[perm]
+    coef = (xp * cp).sum(-1, keepdim=True) / ((cp * cp).sum(-1, keepdim=True) + eps)
+    return x - coef * cp

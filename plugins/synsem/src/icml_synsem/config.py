@@ -27,9 +27,22 @@ class ToyConfig:
 
 
 @dataclass
+class EnglishConfig:
+    """The controlled English data used with ``data=english`` (see ``icml_synsem.english``)."""
+
+    per_template: int = option(8, help="originals per POS template (48 templates)", ge=1)
+    languages: list[str] = option(["es", "fr", "de"], help="translation languages (subset of "
+                                  "es, fr, de)")
+    synonym_p: float = option(0.5, help="probability that a paraphrase swaps a verb, adjective "
+                              "or adverb for a synonym", ge=0, le=1)
+
+
+@dataclass
 class EvaluateConfig:
-    model: str = option("", help="model folder or hub name (empty = built-in planted tiny Llama)")
-    data: str = option("", help="data folder in the paper's layout (empty = generated toy data)")
+    model: str = option("", help="model folder, hub name or packaged pretrained model (e.g. "
+                        "smollm2-135m-instruct); empty = built-in planted tiny Llama")
+    data: str = option("", help="data folder in the paper's layout, 'english' (controlled "
+                       "English with es/fr/de translations) or empty (generated toy data)")
     layers: list[int] = option([], help="hidden-state indices (0 = embeddings, -1 = last); "
                                "empty = about half of the blocks incl. first and last")
     k: int = option(3, help="recall@k", ge=1)
@@ -39,9 +52,15 @@ class EvaluateConfig:
     clip: bool = option(True, help="clip hidden states to per-sentence quantiles")
     clip_low: float = option(0.05, help="lower clipping quantile", ge=0, lt=1)
     clip_high: float = option(0.95, help="upper clipping quantile", gt=0, le=1)
-    global_center: bool = option(True, help="subtract the mean over all sentences")
+    global_center: bool = option(True, help="global centering (false = centering none)")
+    centering: str = option("official", help="how centering treats the sets: official "
+                            "(partners by their own mean), originals, each, pooled, none",
+                            choices=("official", "originals", "each", "pooled", "none"))
     ablation: str = option("projection", help="how a centroid is removed",
                            choices=("projection", "subtract"))
+    perm_control: str = option("centroid", help="permuted control: centroid (row j's projection "
+                               "on c[perm j]) or official (row perm j's own projection)",
+                               choices=("centroid", "official"))
     decouple: bool = option(True, help="orthogonalise c_syn against c_sem before removing it")
     leave_one_out: bool = option(False, help="syntactic centroids exclude the sentence itself")
     min_group_size: int = option(2, help="drop originals whose template group is smaller", ge=1)
@@ -52,12 +71,19 @@ class EvaluateConfig:
     imbalance_resamples: int = option(200, help="one-per-group resamples for the Information "
                                       "Imbalance (0 = skip)", ge=0)
     imbalance_k: int = option(1, help="neighbours in the Information Imbalance", ge=1)
+    imbalance_estimator: str = option("all_pairs", help="Information Imbalance estimator: "
+                                      "all_pairs or official (split-half rows x columns)",
+                                      choices=("all_pairs", "official"))
+    n_boot: int = option(0, help="bootstrap resamples of the queries for 95% intervals "
+                         "(0 = none)", ge=0)
     batch_size: int = option(64, help="most sentences per forward pass", ge=1)
     batch_tokens: int = option(1024, help="most padded tokens per forward pass (sentences are "
                                "sorted by length; 0 = no limit)", ge=0)
     add_special_tokens: bool = option(False, help="let the tokenizer add BOS/EOS (the paper "
                                       "does not)")
     toy: ToyConfig = option(default_factory=ToyConfig, help="generated data and planted model")
+    english: EnglishConfig = option(default_factory=EnglishConfig,
+                                    help="controlled English data (data=english)")
 
     def __post_init__(self) -> None:
         if self.clip_low >= self.clip_high:

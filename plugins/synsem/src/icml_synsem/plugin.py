@@ -33,14 +33,27 @@ def icml_plugin_info() -> icml.PluginInfo:
 def _setup(ctx: icml.RunContext, config: EvaluateConfig):  # noqa: ANN202
     from icml_synsem.data import load_synsem_dir
     from icml_synsem.generate import make_toy_data
-    from icml_synsem.representations import load_model
     from icml_synsem.toy_model import planted_llama, toy_tokenizer
 
     device, dtype = ctx.torch_device(), ctx.torch_dtype()
     t = config.toy
     if config.model:
         with ctx.step(f"loading {config.model}"):
-            model, tok = load_model(config.model, device=device, dtype=dtype)
+            model, tok = _load(config.model, device, dtype)
+        if config.data == "english":
+            from icml_synsem.english import LANGUAGES, make_english_data
+
+            e = config.english
+            bad = [x for x in e.languages if x not in LANGUAGES]
+            if bad:
+                raise icml.ConfigError(f"config key 'english.languages': unknown {bad}; choose "
+                                       f"from {list(LANGUAGES)}")
+            if not e.languages:
+                raise icml.ConfigError("config key 'english.languages' is empty: semantic "
+                                       "centroids need at least one language")
+            data = make_english_data(per_template=e.per_template, languages=e.languages,
+                                     synonym_p=e.synonym_p, seed=ctx.seed)
+            return model, tok, data, "user model, controlled English data"
         if config.data:
             return model, tok, load_synsem_dir(config.data), "user model, user data"
         data, _ = make_toy_data(n_templates=t.n_templates, per_template=t.per_template,
@@ -58,6 +71,25 @@ def _setup(ctx: icml.RunContext, config: EvaluateConfig):  # noqa: ANN202
                           seed=ctx.seed)
     return model.to(device=device, dtype=dtype), toy_tokenizer(lex), data, \
         "planted tiny Llama, generated toy data"
+
+
+def _load(name: str, device, dtype):  # noqa: ANN001, ANN202
+    """A packaged pretrained model (``icml.models.load_pretrained``) by its name, else a folder
+    or hub name (``load_model``)."""
+    from icml_synsem.representations import load_model
+
+    try:
+        from icml.pretrained import PACKAGED_MODELS
+    except ImportError:  # an older icml-core without packaged models
+        PACKAGED_MODELS = {}  # noqa: N806
+    if name in PACKAGED_MODELS:
+        from icml.models import load_pretrained
+
+        model, tok = load_pretrained(name, dtype=dtype, device=device)
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        return model.eval(), tok
+    return load_model(name, device=device, dtype=dtype)
 
 
 def _check_layers(model, layers: list[int]) -> None:  # noqa: ANN001
@@ -84,7 +116,9 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
     res = centroid_ablation_profile(
         model, tok, data, layers=config.layers or None, k=config.k, last_n=config.last_n,
         pool=config.pool, clip_q=(config.clip_low, config.clip_high) if config.clip else None,
-        global_center=config.global_center, ablation=config.ablation, decouple=config.decouple,
+        global_center=config.global_center, centering=config.centering,
+        perm_control=config.perm_control, imbalance_estimator=config.imbalance_estimator,
+        n_boot=config.n_boot, ablation=config.ablation, decouple=config.decouple,
         leave_one_out=config.leave_one_out, min_group_size=config.min_group_size,
         drop_short=config.drop_short, syntax_match=config.syntax_match,
         imbalance_resamples=config.imbalance_resamples, imbalance_k=config.imbalance_k,

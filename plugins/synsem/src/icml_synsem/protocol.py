@@ -18,6 +18,8 @@ from typing import Any
 from icml_synsem.data import SynSemData
 
 CONDITIONS = ("none", "sem", "sem_perm", "syn", "syn_perm")
+CENTERINGS = ("official", "originals", "each", "pooled", "none")
+"""How global centering treats the sentence sets (see :func:`center_sets`)."""
 CONDITION_NAMES = {"none": "no ablation", "sem": "-c_sem", "sem_perm": "-c_sem (perm.)",
                    "syn": "-c_syn", "syn_perm": "-c_syn (perm.)"}
 
@@ -55,6 +57,9 @@ class ProfileResult:
     syntactic: dict[str, list[float]]
     explained: dict[str, list[float]]
     imbalance: dict[str, list[float]] = field(default_factory=dict)
+    semantic_ci: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    syntactic_ci: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    translation_recall: dict[str, list[float]] = field(default_factory=dict)
     n_queries: int = 0
     n_dropped: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
@@ -71,8 +76,13 @@ class ProfileResult:
             for cond in CONDITIONS:
                 row[f"sem_{cond}"] = self.semantic[cond][li]
                 row[f"syn_{cond}"] = self.syntactic[cond][li]
+            for ci, short in ((self.semantic_ci, "sem"), (self.syntactic_ci, "syn")):
+                for cond, vals in ci.items():
+                    row[f"{short}_{cond}_lo"], row[f"{short}_{cond}_hi"] = vals[li]
             for name, vals in {**self.explained, **self.imbalance}.items():
                 row[name] = vals[li]
+            for lang, vals in self.translation_recall.items():
+                row[f"translation_recall_{lang}"] = vals[li]
             out.append(row)
         return out
 
@@ -119,6 +129,50 @@ def sentence_reps(model: Any, tokenizer: Any, data: SynSemData, *,
                         dict(zip(data.translations, chunks[3:], strict=True)))
 
 
+def center_sets(x: Any, twins: Any, paras: Any, trans: list[Any], mode: str
+                ) -> tuple[Any, Any, Any, list[Any]]:
+    """Global centering of one layer's sets (``x`` originals, partners, translations):
+
+    * ``"official"``: originals and translations (hence both centroids) minus the originals'
+      mean; twins and paraphrases each minus their own mean (the official retrieval scripts);
+    * ``"originals"``: every set minus the originals' mean (one shift for everything);
+    * ``"each"``: every set, each language included, minus its own mean;
+    * ``"pooled"``: every set minus the mean over all sentences of all sets;
+    * ``"none"``: unchanged.
+    """
+    import torch
+
+    if mode not in CENTERINGS:
+        raise ValueError(f"centering must be one of {CENTERINGS}, got {mode!r}")
+    if mode == "none":
+        return x, twins, paras, trans
+
+    def own(t: Any) -> Any:
+        return t - t.mean(0, keepdim=True)
+
+    if mode == "each":
+        return own(x), own(twins), own(paras), [own(t) for t in trans]
+    if mode == "pooled":
+        center = torch.cat([x, twins, paras, *trans]).mean(0, keepdim=True)
+    else:
+        center = x.mean(0, keepdim=True)
+    if mode == "official":
+        return x - center, own(twins), own(paras), [t - center for t in trans]
+    return x - center, twins - center, paras - center, [t - center for t in trans]
+
+
+def bootstrap_ci(hits: Any, idx: Any, level: float = 0.95) -> list[tuple[float, float]]:
+    """Percentile intervals of the mean of ``hits`` ([n_series, N]) over bootstrap resamples
+    ``idx`` ([B, N] indices of the queries); one ``(low, high)`` per series."""
+    import torch
+
+    h = torch.as_tensor(hits, dtype=torch.float64)
+    means = h[:, idx].mean(-1)  # [n_series, B]
+    a = (1.0 - level) / 2.0
+    q = torch.quantile(means, torch.tensor([a, 1.0 - a], dtype=torch.float64), dim=1)
+    return [(float(lo), float(hi)) for lo, hi in q.T.tolist()]
+
+
 def select_queries(data: SynSemData, min_group_size: int = 2) -> list[int]:
     """Indices of the originals whose template has at least ``min_group_size`` members."""
     sizes = data.group_sizes()
@@ -126,29 +180,59 @@ def select_queries(data: SynSemData, min_group_size: int = 2) -> list[int]:
 
 
 def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
-                 global_center: bool = True, ablation: str = "projection",
+                 global_center: bool = True, centering: str = "official",
+                 ablation: str = "projection", perm_control: str = "centroid",
                  decouple: bool = True, leave_one_out: bool = False, min_group_size: int = 2,
                  syntax_match: str = "template", imbalance_resamples: int = 200,
-                 imbalance_k: int = 1, seed: int = 0,
+                 imbalance_k: int = 1, imbalance_estimator: str = "all_pairs",
+                 n_boot: int = 0, ci_level: float = 0.95, translation_retrieval: bool = True,
+                 seed: int = 0,
                  progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
                  ) -> ProfileResult:
     """Run the centroid analysis on stored representations (see the module docstring).
+
+    ``centering`` picks how global centering treats the sets (:func:`center_sets`;
+    ``global_center=False`` is ``centering="none"``). ``perm_control`` picks the permuted
+    control (:func:`icml_synsem.centroids.permuted_ablation`: ``"centroid"`` ours,
+    ``"official"`` the paper's code). ``imbalance_estimator`` is ``"all_pairs"`` (ours) or
+    ``"official"`` (split-half rows x columns). ``n_boot > 0`` adds percentile confidence
+    intervals (``semantic_ci``/``syntactic_ci``) from ``n_boot`` bootstrap resamples of the
+    queries (the same resamples for every condition; candidates and centroids fixed).
+    ``translation_retrieval`` adds, per language, recall@k of each translation's English
+    original among all originals (no ablation): how well the model aligns that language with
+    English at each layer.
 
     Originals whose template group has fewer than ``min_group_size`` members are dropped (with
     their partners) and counted in ``n_dropped``: a syntactic centroid of a single sentence is
     the sentence itself, so removing it would trivially destroy every similarity. With
     ``min_group_size=1`` they are kept (not allowed with ``leave_one_out``).
     """
+    import torch
+
     from icml_synsem.centroids import (
+        PERM_CONTROLS,
         ablate,
         derangement,
         explained_sq_norm,
         orthogonalize,
+        permuted_ablation,
         semantic_centroids,
         syntactic_centroids,
     )
-    from icml_synsem.imbalance import centroid_imbalance
-    from icml_synsem.retrieval import recall_at_k
+    from icml_synsem.imbalance import ESTIMATORS, centroid_imbalance
+    from icml_synsem.retrieval import recall_at_k, recall_hits
+
+    if centering not in CENTERINGS:
+        raise ValueError(f"centering must be one of {CENTERINGS}, got {centering!r}")
+    if perm_control not in PERM_CONTROLS:
+        raise ValueError(f"perm_control must be one of {PERM_CONTROLS}, got {perm_control!r}")
+    if imbalance_estimator not in ESTIMATORS:
+        raise ValueError(f"imbalance_estimator must be one of {ESTIMATORS}, got "
+                         f"{imbalance_estimator!r}")
+    if n_boot < 0 or not 0 < ci_level < 1:
+        raise ValueError(f"need n_boot >= 0 and 0 < ci_level < 1, got {n_boot}, {ci_level}")
+    if not global_center:
+        centering = "none"
 
     if syntax_match not in ("template", "pair"):
         raise ValueError(f"syntax_match must be 'template' or 'pair', got {syntax_match!r}")
@@ -176,42 +260,61 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
     syn: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     explained: dict[str, list[float]] = {f"explained_{c}": [] for c in CONDITIONS[1:]}
     imb: dict[str, list[float]] = {}
+    sem_ci: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS} if n_boot else {}
+    syn_ci: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS} if n_boot else {}
+    boot = (torch.randint(len(data), (n_boot, len(data)),
+                          generator=torch.Generator().manual_seed(seed + 1))
+            if n_boot else None)
+    trans_rec: dict[str, list[float]] = {lang: [] for lang in reps.translations} \
+        if translation_retrieval else {}
     layer_range = range(len(reps.layers))
     for li in (progress(layer_range) if progress else layer_range):
         x = reps.originals[li].double()
         twins, paras = reps.twins[li].double(), reps.paraphrases[li].double()
         trans = [v[li].double() for v in reps.translations.values()]
-        if global_center:
-            center = x.mean(0, keepdim=True)
-            x = x - center
-            trans = [t - center for t in trans]  # centroids live in the queries' space
-            twins = twins - twins.mean(0, keepdim=True)
-            paras = paras - paras.mean(0, keepdim=True)
+        x, twins, paras, trans = center_sets(x, twins, paras, trans, centering)
         c_sem = semantic_centroids(trans)
         c_syn = syntactic_centroids(x, templates, leave_one_out=leave_one_out)
         if decouple:
             c_syn = orthogonalize(c_syn, c_sem)
         cents = {"sem": c_sem, "sem_perm": c_sem[perm], "syn": c_syn, "syn_perm": c_syn[perm]}
+        # sem_perm/syn_perm entries serve the explained-norm controls (ours: x_j on c_perm[j])
+        sem_hits, syn_hits = [], []
         for cond in CONDITIONS:
-            q = x if cond == "none" else ablate(x, cents[cond], ablation)
-            sem[cond].append(recall_at_k(q, paras, k))
-            if syntax_match == "template":
-                syn[cond].append(recall_at_k(q, twins, k, templates, templates))
+            if cond == "none":
+                q = x
+            elif cond.endswith("_perm"):
+                q = permuted_ablation(x, cents[cond[:3]], perm, ablation, perm_control)
             else:
-                syn[cond].append(recall_at_k(q, twins, k))
+                q = ablate(x, cents[cond], ablation)
+            sem_hits.append(recall_hits(q, paras, k))
+            syn_hits.append(recall_hits(q, twins, k, templates, templates)
+                            if syntax_match == "template" else recall_hits(q, twins, k))
+            sem[cond].append(float(sum(sem_hits[-1]) / len(data)))
+            syn[cond].append(float(sum(syn_hits[-1]) / len(data)))
+        if boot is not None:
+            for hits, out in ((sem_hits, sem_ci), (syn_hits, syn_ci)):
+                for cond, ci in zip(CONDITIONS, bootstrap_ci(hits, boot, ci_level), strict=True):
+                    out[cond].append(ci)
+        for lang, t in zip(trans_rec, trans, strict=False):
+            trans_rec[lang].append(recall_at_k(t, x, k))
         for cond in CONDITIONS[1:]:
             explained[f"explained_{cond}"].append(
                 float(explained_sq_norm(x, cents[cond]).mean()))
         if imbalance_resamples > 0:
             ii = centroid_imbalance(c_syn.numpy(), c_sem.numpy(), templates,
                                     n_resamples=imbalance_resamples, k=imbalance_k,
-                                    seed=seed + li)
+                                    seed=seed + li, estimator=imbalance_estimator)
             for name, val in ii.items():
                 imb.setdefault(f"ii_{name}", []).append(val)
     return ProfileResult(layers=list(reps.layers), k=k, semantic=sem, syntactic=syn,
-                         explained=explained, imbalance=imb, n_queries=len(data),
-                         n_dropped=n_dropped,
-                         settings={"global_center": global_center, "ablation": ablation,
+                         explained=explained, imbalance=imb, semantic_ci=sem_ci,
+                         syntactic_ci=syn_ci, translation_recall=trans_rec,
+                         n_queries=len(data), n_dropped=n_dropped,
+                         settings={"global_center": global_center, "centering": centering,
+                                   "perm_control": perm_control,
+                                   "imbalance_estimator": imbalance_estimator,
+                                   "n_boot": n_boot, "ablation": ablation,
                                    "decouple": decouple, "leave_one_out": leave_one_out,
                                    "syntax_match": syntax_match,
                                    "min_group_size": min_group_size})
@@ -229,9 +332,11 @@ def centroid_ablation_profile(model: Any, tokenizer: Any, data: SynSemData, *,
                               batch_tokens: int = 1024, add_special_tokens: bool = False,
                               seed: int = 0,
                               device: Any = None,
-                              progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
-                              ) -> ProfileResult:
-    """Extract representations with ``model`` and run :func:`analyse_reps`.
+                              progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
+                              **analysis: Any) -> ProfileResult:
+    """Extract representations with ``model`` and run :func:`analyse_reps` (``analysis`` takes
+    its other keywords: ``centering``, ``perm_control``, ``imbalance_estimator``, ``n_boot``,
+    ``ci_level``, ``translation_retrieval``).
 
     ``drop_short=True`` first drops every original one of whose sentences (twin, paraphrase or a
     translation included) has fewer than ``last_n`` tokens, like the paper's minimum-length
@@ -260,6 +365,6 @@ def centroid_ablation_profile(model: Any, tokenizer: Any, data: SynSemData, *,
                        decouple=decouple, leave_one_out=leave_one_out,
                        min_group_size=min_group_size, syntax_match=syntax_match,
                        imbalance_resamples=imbalance_resamples, imbalance_k=imbalance_k,
-                       seed=seed)
+                       seed=seed, **analysis)
     res.n_dropped += n_short
     return res

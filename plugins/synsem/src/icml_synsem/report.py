@@ -11,13 +11,23 @@ from icml_synsem.protocol import CONDITION_NAMES, CONDITIONS, ProfileResult
 def profile_tables(res: ProfileResult) -> list[icml.Table]:
     """Paraphrase retrieval, twin retrieval (both layer x condition) and centroid geometry."""
     cols = ["layer"] + [CONDITION_NAMES[c] for c in CONDITIONS]
-    sem = icml.Table(f"Semantics: paraphrase recall@{res.k} of the ablated originals", cols,
-                     [[layer] + [res.semantic[c][i] for c in CONDITIONS]
-                      for i, layer in enumerate(res.layers)])
+
+    def cell(vals: dict, cis: dict, c: str, i: int) -> object:
+        if not cis:
+            return vals[c][i]
+        lo, hi = cis[c][i]
+        return f"{vals[c][i]:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    ci_note = " (95% bootstrap interval over queries)" if res.semantic_ci else ""
+    sem = icml.Table(f"Semantics: paraphrase recall@{res.k} of the ablated originals{ci_note}",
+                     cols, [[layer] + [cell(res.semantic, res.semantic_ci, c, i)
+                                       for c in CONDITIONS]
+                            for i, layer in enumerate(res.layers)])
     what = ("any same-template twin" if res.settings.get("syntax_match") == "template"
             else "the syntax twin")
-    syn = icml.Table(f"Syntax: recall@{res.k} of {what}", cols,
-                     [[layer] + [res.syntactic[c][i] for c in CONDITIONS]
+    syn = icml.Table(f"Syntax: recall@{res.k} of {what}{ci_note}", cols,
+                     [[layer] + [cell(res.syntactic, res.syntactic_ci, c, i)
+                                 for c in CONDITIONS]
                       for i, layer in enumerate(res.layers)])
     gcols = ["layer", "expl. c_sem", "expl. c_sem perm", "expl. c_syn", "expl. c_syn perm"]
     names = ["explained_sem", "explained_sem_perm", "explained_syn", "explained_syn_perm"]
@@ -29,7 +39,15 @@ def profile_tables(res: ProfileResult) -> list[icml.Table]:
                      "Imbalance between centroid spaces", gcols,
                      [[layer] + [merged[n][i] for n in names]
                       for i, layer in enumerate(res.layers)])
-    return [sem, syn, geo]
+    tables = [sem, syn, geo]
+    if res.translation_recall:
+        langs = list(res.translation_recall)
+        tables.append(icml.Table(
+            f"Other languages: recall@{res.k} of each translation's English original among all "
+            "originals (no ablation)", ["layer"] + langs,
+            [[layer] + [res.translation_recall[lang][i] for lang in langs]
+             for i, layer in enumerate(res.layers)]))
+    return tables
 
 
 def profile_plots(res: ProfileResult, out_dir: str | Path) -> dict[str, str]:
@@ -40,11 +58,15 @@ def profile_plots(res: ProfileResult, out_dir: str | Path) -> dict[str, str]:
 
     out = Path(out_dir)
     written: dict[str, str] = {}
-    for label, name, values, title in (
-            ("semantics profile", "profile_semantics.png", res.semantic,
+    for label, name, values, cis, title in (
+            ("semantics profile", "profile_semantics.png", res.semantic, res.semantic_ci,
              f"Paraphrase recall@{res.k}"),
-            ("syntax profile", "profile_syntax.png", res.syntactic,
+            ("syntax profile", "profile_syntax.png", res.syntactic, res.syntactic_ci,
              f"Same-template twin recall@{res.k}")):
+        if cis:
+            if band_plot(out / name, res.layers, values, cis, title=title):
+                written[label] = name
+            continue
         series = {CONDITION_NAMES[c]: (res.layers, values[c]) for c in CONDITIONS}
         if line_plot(out / name, series, title=title, xlabel="layer", ylabel="recall"):
             written[label] = name
@@ -56,3 +78,36 @@ def profile_plots(res: ProfileResult, out_dir: str | Path) -> dict[str, str]:
                  xlabel="layer", ylabel="value"):
         written["centroid geometry"] = "centroid_geometry.png"
     return written
+
+
+def band_plot(path: str | Path, layers: list[int], values: dict[str, list[float]],
+              cis: dict[str, list[tuple[float, float]]], *, title: str = "",
+              ylabel: str = "recall") -> Path | None:
+    """One line per condition with its confidence band; returns the PNG path (None without
+    matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=110)
+    for cond in CONDITIONS:
+        if cond not in values:
+            continue
+        line, = ax.plot(layers, values[cond], marker="o", markersize=3,
+                        label=CONDITION_NAMES[cond])
+        if cond in cis:
+            lo = [a for a, _ in cis[cond]]
+            hi = [b for _, b in cis[cond]]
+            ax.fill_between(layers, lo, hi, color=line.get_color(), alpha=0.18, linewidth=0)
+    ax.set(title=title, xlabel="layer", ylabel=ylabel, ylim=(-0.02, 1.02))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -19,10 +19,33 @@ def cosine_matrix(a: Any, b: Any, eps: float = 1e-12) -> Any:
     return a @ b.T
 
 
+def rowwise_cosine(a: Any, b: Any, eps: float = 1e-12) -> Any:
+    """``[N]`` cosine similarity of row i of ``a`` with row i of ``b`` (float64; a zero row gives
+    0)."""
+    import torch
+
+    a = torch.as_tensor(a).double()
+    b = torch.as_tensor(b).double()
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"rowwise_cosine needs two [N, D] arrays of the same shape, got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(eps)
+
+
 def recall_at_k(queries: Any, candidates: Any, k: int = 3,
                 query_labels: Sequence[Any] | None = None,
                 candidate_labels: Sequence[Any] | None = None) -> float:
-    """Fraction of queries with a hit among their ``k`` most cosine-similar candidates.
+    """Fraction of queries with a hit among their ``k`` most cosine-similar candidates (the mean
+    of :func:`recall_hits`)."""
+    hits = recall_hits(queries, candidates, k, query_labels, candidate_labels)
+    return float(sum(hits) / len(hits))
+
+
+def recall_hits(queries: Any, candidates: Any, k: int = 3,
+                query_labels: Sequence[Any] | None = None,
+                candidate_labels: Sequence[Any] | None = None) -> list[float]:
+    """Per query, whether it has a hit among its ``k`` most cosine-similar candidates (1.0/0.0,
+    or a probability when ties straddle the k-th place).
 
     Pair variant (no labels): query i's partner is candidate i, so ``queries`` and
     ``candidates`` have the same number of rows. Label variant: a hit is any top-k candidate
@@ -66,4 +89,4 @@ def recall_at_k(queries: Any, candidates: Any, k: int = 3,
     hits = [1.0 if ok else  # P(a hit among s draws without replacement from t tied, h hits)
             (1.0 - math.comb(t - h, s) / math.comb(t, s) if h else 0.0)
             for ok, t, h, s in zip(sure, n_tied, n_tied_hits, slots.tolist(), strict=True)]
-    return float(sum(hits) / len(hits))
+    return hits

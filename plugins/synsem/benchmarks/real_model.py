@@ -1,0 +1,248 @@
+"""The paper's protocol on a real pretrained model (default: SmolLM2-135M-Instruct, 30 blocks,
+from ``icml.models.load_pretrained``, offline) with the controlled English data of
+``icml_synsem.english`` (48 POS templates x ``--per-template`` meanings, syntax twins,
+paraphrases, Spanish/French/German translations).
+
+One extraction of every sentence set at the default layer subset (15 of the 30 blocks, first
+and last included), then the analysis under several settings on the same representations:
+
+* ``main``: the plugin's defaults (official centering, our permuted control, all-pairs
+  Information Imbalance) with 95% bootstrap intervals over the queries;
+* ``paper``: the official code's permuted control and split-half Information Imbalance;
+* centering variants, leave-one-out syntactic centroids, pair-only syntax retrieval;
+* semantic centroids from one language at a time (what each language contributes);
+* translation -> English retrieval per language and layer (what the model aligns across
+  languages).
+
+Writes ``report.md`` (all tables), ``results.json`` and the PNG profiles into ``--out``.
+
+    OMP_NUM_THREADS=1 python benchmarks/real_model.py --out results/real
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def md_table(cols: list[str], rows: list[list]) -> str:
+    def fmt(v):  # noqa: ANN001, ANN202
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def ci_cell(val: float, ci: tuple[float, float]) -> str:
+    return f"{val:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--per-template", type=int, default=5, help="originals per POS template")
+    ap.add_argument("--rewordings", type=int, default=2,
+                    help="English rewordings as a second source of semantic centroids")
+    ap.add_argument("--languages", default="es,fr,de")
+    ap.add_argument("--layers", default="", help="comma-separated; empty = default subset")
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--resamples", type=int, default=200, help="Information Imbalance resamples")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", default="results/real")
+    args = ap.parse_args()
+
+    import torch
+    from icml_synsem import analyse_reps, make_english_data, sentence_reps
+    from icml_synsem.protocol import CONDITION_NAMES, CONDITIONS, SentenceReps
+    from icml_synsem.report import band_plot, profile_plots
+
+    from icml.models import load_pretrained
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    model, tok = load_pretrained(args.model, device=args.device)
+    t_load = time.perf_counter() - t0
+    langs = [x for x in args.languages.split(",") if x]
+    data = make_english_data(per_template=args.per_template, languages=langs, seed=args.seed,
+                             rewordings=args.rewordings)
+    n_sent = len(data) * (3 + len(data.translations))
+    en = [x for x in data.translations if x not in langs]
+    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    reps = sentence_reps(model, tok, data, layers=layers, device=args.device)
+    t_extract, cpu_extract = time.perf_counter() - t0, time.process_time() - c0
+    n_tokens = sum(len(tok(s, add_special_tokens=False)["input_ids"])
+                   for part in (data.originals, data.twins, data.paraphrases,
+                                *data.translations.values()) for s in part)
+
+    def only(keys):  # noqa: ANN001, ANN202
+        """The representations and data with the given translation sets as the only ones."""
+        from icml_synsem import SynSemData
+
+        r = SentenceReps(reps.layers, reps.originals, reps.twins, reps.paraphrases,
+                         {x: reps.translations[x] for x in keys})
+        d = SynSemData(data.originals, data.twins, data.templates, data.paraphrases,
+                       {x: data.translations[x] for x in keys})
+        return r, d
+
+    t0 = time.perf_counter()
+    common = {"k": args.k, "seed": args.seed}
+    reps_l, data_l = only(langs)
+    main_res = analyse_reps(reps_l, data_l, n_boot=args.n_boot,
+                            imbalance_resamples=args.resamples, **common)
+    en_res = None
+    if en:
+        reps_e, data_e = only(en)
+        en_res = analyse_reps(reps_e, data_e, n_boot=args.n_boot,
+                              imbalance_resamples=args.resamples, **common)
+    reps, data = reps_l, data_l
+    variants = {
+        "main (defaults: official centering, our control, all-pairs II)": main_res,
+        "paper's code: official control + split-half II": analyse_reps(
+            reps, data, perm_control="official", imbalance_estimator="official",
+            imbalance_resamples=args.resamples, **common),
+        "centering: originals' mean for every set": analyse_reps(
+            reps, data, centering="originals", imbalance_resamples=0, **common),
+        "centering: each set (each language) by its own mean": analyse_reps(
+            reps, data, centering="each", imbalance_resamples=0, **common),
+        "centering: pooled mean of all sets": analyse_reps(
+            reps, data, centering="pooled", imbalance_resamples=0, **common),
+        "no centering": analyse_reps(reps, data, centering="none", imbalance_resamples=0,
+                                     **common),
+        "leave-one-out c_syn": analyse_reps(reps, data, leave_one_out=True,
+                                            imbalance_resamples=0, **common),
+        "no decoupling of c_syn": analyse_reps(reps, data, decouple=False,
+                                               imbalance_resamples=0, **common),
+        "plain subtraction": analyse_reps(reps, data, ablation="subtract",
+                                          imbalance_resamples=0, **common),
+        "syntax hit = the twin only (pair)": analyse_reps(
+            reps, data, syntax_match="pair", imbalance_resamples=0, **common),
+    }
+    if en_res is not None:
+        variants[f"c_sem from English rewordings {en} (not in the paper)"] = en_res
+    per_lang = {}
+    for lang in langs:
+        one = SentenceReps(reps.layers, reps.originals, reps.twins, reps.paraphrases,
+                           {lang: reps.translations[lang]})
+        per_lang[lang] = analyse_reps(one, data, imbalance_resamples=0,
+                                      translation_retrieval=False, **common)
+    t_analyse = time.perf_counter() - t0
+
+    # ---- tables
+    parts = [f"# {args.model}: syntactic and semantic centroids on controlled English data\n",
+             f"{len(data)} originals ({len(set(data.templates))} POS templates x "
+             f"{args.per_template}), languages {langs}, {n_sent} sentences, {n_tokens} tokens; "
+             f"layers {reps.layers}; recall@{args.k}; 95% bootstrap intervals over the queries "
+             f"({args.n_boot} resamples). Chance: paraphrase recall@{args.k} = "
+             f"{args.k / len(data):.3f}, same-template recall@{args.k} ~ "
+             f"{1 - (1 - args.per_template / len(data)) ** args.k:.3f}.\n",
+             f"Times: model load {t_load:.1f} s, extraction {t_extract:.1f} s "
+             f"({n_sent / t_extract:.1f} sentences/s; {cpu_extract:.0f} s of CPU time), "
+             "analysis (all variants) "
+             f"{t_analyse:.1f} s.\n"]
+    cols = ["layer"] + [CONDITION_NAMES[c] for c in CONDITIONS]
+    for title, vals, cis in (("Semantics: paraphrase recall", main_res.semantic,
+                              main_res.semantic_ci),
+                             ("Syntax: same-template twin recall", main_res.syntactic,
+                              main_res.syntactic_ci)):
+        rows = [[layer] + [ci_cell(vals[c][i], cis[c][i]) for c in CONDITIONS]
+                for i, layer in enumerate(main_res.layers)]
+        parts += [f"## {title} (main settings)\n", md_table(cols, rows), ""]
+    if en_res is not None:
+        for title, vals, cis in (("Semantics: paraphrase recall", en_res.semantic,
+                                  en_res.semantic_ci),
+                                 ("Syntax: same-template twin recall", en_res.syntactic,
+                                  en_res.syntactic_ci)):
+            rows = [[layer] + [ci_cell(vals[c][i], cis[c][i]) for c in CONDITIONS]
+                    for i, layer in enumerate(en_res.layers)]
+            parts += [f"## {title}, c_sem = mean of the English rewordings {en} (not in the "
+                      "paper)\n", md_table(cols, rows), ""]
+    geo_cols = ["layer", "expl. c_sem", "expl. c_sem perm", "expl. c_syn", "expl. c_syn perm",
+                "II syn->sem", "II sem->syn", "II syn->sem (official est.)",
+                "II sem->syn (official est.)"]
+    paper = variants["paper's code: official control + split-half II"]
+    rows = [[layer] + [main_res.explained[n][i] for n in
+                       ("explained_sem", "explained_sem_perm", "explained_syn",
+                        "explained_syn_perm")]
+            + [main_res.imbalance["ii_syn_to_sem"][i], main_res.imbalance["ii_sem_to_syn"][i],
+               paper.imbalance["ii_syn_to_sem"][i], paper.imbalance["ii_sem_to_syn"][i]]
+            for i, layer in enumerate(main_res.layers)]
+    parts += ["## Centroid geometry (main settings)\n", md_table(geo_cols, rows), ""]
+    trows = [[layer] + [main_res.translation_recall[lang][i] for lang in langs]
+             + [per_lang[lang].semantic["sem"][i] for lang in langs]
+             for i, layer in enumerate(main_res.layers)]
+    parts += ["## Other languages: translation -> English original recall, and paraphrase "
+              "recall after removing a one-language c_sem\n",
+              md_table(["layer"] + [f"{lang}->en R@{args.k}" for lang in langs]
+                       + [f"sem R@{args.k} -c_sem({lang})" for lang in langs], trows), ""]
+    vcols = ["setting", "sem none", "sem -c_sem", "sem -c_sem perm", "sem -c_syn",
+             "sem -c_syn perm", "syn none", "syn -c_sem", "syn -c_sem perm", "syn -c_syn",
+             "syn -c_syn perm", "II syn->sem"]
+    vrows = []
+    for name, r in variants.items():
+        s = r.summary()
+        vrows.append([name] + [s[f"sem_recall_{c}"] for c in CONDITIONS]
+                     + [s[f"syn_recall_{c}"] for c in CONDITIONS]
+                     + [s.get("ii_syn_to_sem", float("nan"))])
+    parts += ["## Settings compared (recall averaged over layers; same representations)\n",
+              md_table(vcols, vrows), ""]
+    (out / "report.md").write_text("\n".join(parts) + "\n")
+
+    # ---- plots
+    written = profile_plots(main_res, out)
+    if en_res is not None:
+        band_plot(out / "profile_semantics_english_centroids.png", en_res.layers,
+                  en_res.semantic, en_res.semantic_ci,
+                  title=f"Paraphrase recall@{args.k}, c_sem from English rewordings")
+        band_plot(out / "profile_syntax_english_centroids.png", en_res.layers,
+                  en_res.syntactic, en_res.syntactic_ci,
+                  title=f"Same-template twin recall@{args.k}, c_sem from English rewordings")
+        written["semantics profile (English c_sem)"] = "profile_semantics_english_centroids.png"
+        written["syntax profile (English c_sem)"] = "profile_syntax_english_centroids.png"
+    band_plot(out / "profile_semantics_paper_control.png", paper.layers, paper.semantic, {},
+              title=f"Paraphrase recall@{args.k}, official permuted control")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=110)
+        for lang in langs:
+            ax.plot(main_res.layers, main_res.translation_recall[lang], marker="o",
+                    markersize=3, label=f"{lang} -> en")
+        ax.axhline(args.k / len(data), color="grey", ls="--", lw=0.8, label="chance")
+        ax.set(title=f"Translation -> English original recall@{args.k}", xlabel="layer",
+               ylabel="recall", ylim=(-0.02, 1.02))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "translation_retrieval.png")
+        plt.close(fig)
+        written["translation retrieval"] = "translation_retrieval.png"
+    except ImportError:
+        pass
+    res_json = {
+        "model": args.model, "n_originals": len(data), "languages": langs,
+        "layers": main_res.layers, "n_sentences": n_sent, "n_tokens": n_tokens,
+        "seconds": {"load": t_load, "extract": t_extract, "analyse": t_analyse},
+        "main": main_res.rows(), "summaries": {n: r.summary() for n, r in variants.items()},
+        "per_language_sem": {lang: r.semantic for lang, r in per_lang.items()},
+        "plots": written,
+    }
+    (out / "results.json").write_text(json.dumps(res_json, indent=1))
+    print((out / "report.md").read_text())
+    print(f"total {time.perf_counter() - t0 + t_extract + t_load:.1f} s; wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
