@@ -15,6 +15,7 @@ _TINY = ["--set", "n_base=1", "--set", "n_train_base=1", "--set", "cnn_steps=2",
     (["--set", "min_turns=2"], "min_turns"),
     (["--set", "min_turns=6", "--set", "max_turns=4"], "min_turns"),
     (["--set", "backend=say"], "backend"),
+    (["--set", "espeak_engine=festival"], "espeak_engine"),
 ])
 def test_bad_config_is_one_line(args, needle):
     proc = icml_cli("run", "lalm-judge", *args)
@@ -34,7 +35,8 @@ def test_lalm_judge_in_the_job(tmp_path):
 @pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
 def test_espeak_job(tmp_path):
     proc = icml_cli("run", "lalm-judge", *_TINY, "--set", "backend=espeak-ng",
-                    "--set", 'judges=["oracle","audio-cnn"]', "--out", str(tmp_path))
+                    "--set", "workers=2", "--set", 'judges=["oracle","audio-cnn"]',
+                    "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     res = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert res["metrics"]["synthesise_s"] > 0 and "audio-cnn_A_sensitivity" in res["metrics"]
