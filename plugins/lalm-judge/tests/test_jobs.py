@@ -30,6 +30,10 @@ def test_lalm_judge_in_the_job(tmp_path):
     res = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert res["metrics"]["oracle_AT_specificity"] == 1.0
     assert "lalm_A_sensitivity" in res["metrics"] and "lalm_T_sensitivity" not in res["metrics"]
+    cat = next(t for t in res["tables"] if t["title"] == "Sensitivity per category")
+    assert len(cat["columns"]) == 2 + 8
+    oracle = [r for r in cat["rows"] if r[0] == "oracle"]
+    assert len(oracle) == 3 and all(abs(v - 0.6) < 1e-9 for r in oracle for v in r[2:])
 
 
 @pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")

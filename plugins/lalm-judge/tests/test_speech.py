@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from icml_lalm_judge import ToneASR, espeak_available, read_wav, synthesize, write_wav
+from icml_lalm_judge.speech import espeak_library_available
 
 
 def test_same_seed_same_audio_bytes(bench, tmp_path):
@@ -154,7 +155,11 @@ def _same(a, b):
         for x, y in zip(a, b))
 
 
-@pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+_no_lib = pytest.mark.skipif(not espeak_library_available(),
+                             reason="espeak-ng with libespeak-ng and os.fork is not available")
+
+
+@_no_lib
 def test_library_engine_equals_per_turn_cli_bytes(per_turn_cli, tmp_path):
     from icml_lalm_judge.speech import EspeakLibrary
 
@@ -168,7 +173,7 @@ def test_library_engine_equals_per_turn_cli_bytes(per_turn_cli, tmp_path):
         assert w.read_bytes() == c.read_bytes()
 
 
-@pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+@_no_lib
 def test_library_engine_is_order_independent():
     """One library process speaking several utterances in a row would carry synthesis state
     over (the samples change); the forking server starts each from the same state."""
@@ -190,6 +195,9 @@ def test_library_engine_is_order_independent():
 def test_batched_paths_equal_per_turn(per_turn_cli, engine, cache, workers):
     from icml_lalm_judge.speech import SpeechCache, synthesize_espeak_many
 
+    if engine == "library" and not espeak_library_available():
+        pytest.skip("libespeak-ng or os.fork is not available")
+
     ds, ref = per_turn_cli
     store = SpeechCache() if cache else False
     for p in (True, False):  # one cache across both prosody settings: no cross-talk
@@ -204,7 +212,7 @@ def test_batched_paths_equal_per_turn(per_turn_cli, engine, cache, workers):
         assert _same(again, ref[True]) and store.misses < n_turns
 
 
-@pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+@_no_lib
 def test_library_engine_bad_voice_and_library():
     from icml_lalm_judge.speech import EspeakLibrary
 

@@ -209,6 +209,11 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
                 for rep in reports.values() for m, r in rep.modalities.items()]
     tables.append(icml.Table("Sensitivity per severity", ["judge", "mode"] +
                              [f"sev {k}" for k in range(1, 6)], sev_rows))
+    cats = sorted({c for rep in reports.values() for r in rep.modalities.values()
+                   for c in r.per_category})
+    cat_rows = [[rep.judge, m] + [r.per_category.get(c, float("nan")) for c in cats]
+                for rep in reports.values() for m, r in rep.modalities.items()]
+    tables.append(icml.Table("Sensitivity per category", ["judge", "mode"] + cats, cat_rows))
     metrics.update({k: float(v) for k, v in timings.items()})
     errs = sum(len(r.errors) for r in reports.values())
     notes.append("Sensitivity = mean paired drop s(base) - s(variant) (> 0: the unsafe turn is "

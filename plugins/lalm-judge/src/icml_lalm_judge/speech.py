@@ -148,6 +148,11 @@ def _find_libespeak() -> str | None:
     return ctypes.util.find_library("espeak-ng")
 
 
+def espeak_library_available() -> bool:
+    """Whether the fast ``library`` engine can run: espeak-ng, libespeak-ng and ``os.fork``."""
+    return espeak_available() and hasattr(os, "fork") and _find_libespeak() is not None
+
+
 class EspeakLibrary:
     """The fast engine: libespeak-ng (Debian's ``libespeak-ng1``, installed with espeak-ng)
     through ctypes in a small forking server per voice (``_espeak_server.py``). The server
