@@ -221,3 +221,13 @@ def test_library_engine_bad_voice_and_library():
     with EspeakLibrary("/nonexistent/libespeak-ng.so") as eng, \
             pytest.raises(RuntimeError, match="cannot load"):
         eng.synth(("hello", "en", 175, 50, 100))
+
+
+@pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+def test_auto_engine_falls_back_to_the_program(monkeypatch):
+    from icml_lalm_judge import speech
+
+    monkeypatch.setattr(speech, "_find_libespeak", lambda: None)
+    assert isinstance(speech.espeak_engine("auto"), speech.EspeakCLI)
+    with pytest.raises(RuntimeError, match="libespeak-ng is not found"):
+        speech.espeak_engine("library")
