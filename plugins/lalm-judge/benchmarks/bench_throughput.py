@@ -1,58 +1,108 @@
-"""Generation and synthesis throughput: N dialogues (bases + variants) generated and spoken by
-the tone codec, and a sample spoken by espeak-ng when installed; every arm timed the same way
-(dialogue objects in, float32 waveforms out, wall clock, one process).
+"""Generation and synthesis throughput: N variants (plus their bases) generated and spoken by
+the tone codec and by espeak-ng through every path, in one run. Every arm is timed the same
+way: dialogue objects in, float32 16 kHz waveforms out, wall clock and CPU seconds (this
+process plus its finished child processes: espeak-ng programs, synthesis servers and their
+forks), with the 1-minute load average before and after, since the machine is shared.
 
-    OMP_NUM_THREADS=1 python plugins/lalm-judge/benchmarks/bench_throughput.py --n 1000
+espeak-ng arms (``--espeak-n`` dialogues, all spoken with prosody on):
+  cli/nocache/wK   the original per-turn path: one ``espeak-ng`` process per turn, K threads
+  library/nocache  libespeak-ng in a forking server (one fork per turn), every turn spoken
+  library/cache    the same, each distinct utterance (text, voice, prosody) spoken once
+Every arm's waveforms are checked against the first arm's (SHA-256 of samples and turn spans).
+
+    OMP_NUM_THREADS=1 python plugins/lalm-judge/benchmarks/bench_throughput.py --n 1000 \
+        --espeak-n 1025 --workers 2
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import time
 
 from icml_lalm_judge import espeak_available, make_dialogues, synthesize
+
+ARMS = ("cli/nocache/w1", "cli/nocache/wK", "library/nocache/w1", "library/nocache/wK",
+        "library/cache/w1", "library/cache/wK")
+
+
+def _digest(w) -> str:
+    h = hashlib.sha256(w.samples.tobytes())
+    h.update(repr(w.turn_spans).encode())
+    return h.hexdigest()
+
+
+def _timed(fn):
+    load0 = os.getloadavg()[0]
+    c0, t0 = os.times(), time.perf_counter()
+    out = fn()
+    wall, c1 = time.perf_counter() - t0, os.times()
+    own = (c1.user - c0.user) + (c1.system - c0.system)
+    kids = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+    return out, {"wall_s": wall, "cpu_own_s": own, "cpu_children_s": kids,
+                 "cpu_total_s": own + kids, "load1_before": load0,
+                 "load1_after": os.getloadavg()[0]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000, help="variants to generate and speak")
     ap.add_argument("--espeak-n", type=int, default=40, help="dialogues spoken by espeak-ng")
-    ap.add_argument("--workers", type=int, default=2, help="threads for the parallel espeak arm")
+    ap.add_argument("--workers", type=int, default=2, help="K: workers of the parallel arms")
+    ap.add_argument("--arms", default=",".join(ARMS), help="espeak arms to run, in order")
     args = ap.parse_args()
     n_base = max(1, round(args.n / 40))
     t0 = time.perf_counter()
     bench = make_dialogues(n_base, seed=0)
     gen_s = time.perf_counter() - t0
     ds = bench.all_dialogues
-    t0 = time.perf_counter()
-    waves = [synthesize(d, "tones", 16000, prosody=True, noise=0.05) for d in ds]
-    tones_s = time.perf_counter() - t0
+    waves, tm = _timed(lambda: [synthesize(d, "tones", 16000, prosody=True, noise=0.05)
+                                for d in ds])
     audio_s = sum(w.seconds for w in waves)
-    res = {"dialogues": len(ds), "variants": len(bench), "generate_s": gen_s,
-           "tones_s": tones_s, "tones_dialogues_per_s": len(ds) / tones_s,
-           "tones_realtime_factor": audio_s / tones_s, "audio_hours": audio_s / 3600,
-           "total_s": gen_s + tones_s}
+    res = {"cpus": os.cpu_count(), "dialogues": len(ds), "variants": len(bench),
+           "turns": sum(d.n_turns for d in ds), "generate_s": gen_s,
+           "audio_hours": audio_s / 3600,
+           "tones": {**tm, "dialogues_per_s": len(ds) / tm["wall_s"]}}
+    print(f"{len(ds)} dialogues, {res['turns']} turns, {audio_s / 3600:.3f} h of audio; "
+          f"generate {gen_s:.3f} s; tones {tm['wall_s']:.2f} s wall, "
+          f"{tm['cpu_total_s']:.2f} s CPU", flush=True)
     if espeak_available():
-        sub = ds[:args.espeak_n]
-        t0 = time.perf_counter()
-        ew = [synthesize(d, "espeak-ng", 16000, prosody=True) for d in sub]
-        es = time.perf_counter() - t0
-        res.update({"espeak_dialogues": len(sub), "espeak_s": es,
-                    "espeak_dialogues_per_s": len(sub) / es,
-                    "espeak_realtime_factor": sum(w.seconds for w in ew) / es,
-                    "tones_vs_espeak_speedup": (len(ds) / tones_s) / (len(sub) / es)})
-        from icml_lalm_judge import Benchmark, synthesize_benchmark
+        from icml_lalm_judge.speech import SpeechCache, synthesize_espeak_many
 
-        part = Benchmark([d for d in sub if d.is_base], [d for d in sub if not d.is_base])
-        t0 = time.perf_counter()
-        synthesize_benchmark(part, "espeak-ng", 16000, prosody=True, workers=args.workers)
-        ep = time.perf_counter() - t0
-        res.update({f"espeak_{args.workers}_workers_s": ep,
-                    f"espeak_{args.workers}_workers_dialogues_per_s": len(sub) / ep,
-                    "espeak_parallel_speedup": es / ep})
-    for k, v in res.items():
-        print(f"{k:28s} {v:.4g}" if isinstance(v, float) else f"{k:28s} {v}")
+        sub = ds[:args.espeak_n]
+        res["espeak_dialogues"] = len(sub)
+        res["espeak_turns"] = sum(d.n_turns for d in sub)
+        ref = None
+        for arm in [a for a in args.arms.split(",") if a]:
+            engine, cache_mode, w = arm.split("/")
+            workers = 1 if w == "w1" else args.workers
+            store = SpeechCache() if cache_mode == "cache" else False
+            if arm == "cli/nocache/w1":  # exactly the original loop: synthesize() per dialogue
+                def run(sub=sub):
+                    return [synthesize(d, "espeak-ng", 16000, prosody=True, espeak_engine="cli")
+                            for d in sub]
+            else:
+                def run(sub=sub, engine=engine, store=store, workers=workers):
+                    return synthesize_espeak_many(sub, 16000, prosody=True, engine=engine,
+                                                  cache=store, workers=workers)
+            out, tm = _timed(run)
+            digests = [_digest(x) for x in out]
+            del out
+            ref = ref or digests
+            name = arm.replace("wK", f"w{args.workers}")
+            tm.update({"workers": workers, "dialogues_per_s": len(sub) / tm["wall_s"],
+                       "same_audio_as_first_arm": digests == ref})
+            if store:
+                tm.update({"utterances_spoken": store.misses, "cache_hits": store.hits})
+            res[name] = tm
+            print(f"{name:22s} wall {tm['wall_s']:7.2f} s  {tm['dialogues_per_s']:7.1f} dlg/s  "
+                  f"CPU {tm['cpu_total_s']:7.2f} s (own {tm['cpu_own_s']:.2f}, children "
+                  f"{tm['cpu_children_s']:.2f})  load {tm['load1_before']:.1f}->"
+                  f"{tm['load1_after']:.1f}  same audio {tm['same_audio_as_first_arm']}"
+                  + (f"  spoken {store.misses}, hits {store.hits}" if store else ""),
+                  flush=True)
     print(json.dumps(res))
 
 

@@ -15,6 +15,7 @@ _TINY = ["--set", "n_base=1", "--set", "n_train_base=1", "--set", "cnn_steps=2",
     (["--set", "min_turns=2"], "min_turns"),
     (["--set", "min_turns=6", "--set", "max_turns=4"], "min_turns"),
     (["--set", "backend=say"], "backend"),
+    (["--set", "espeak_engine=festival"], "espeak_engine"),
 ])
 def test_bad_config_is_one_line(args, needle):
     proc = icml_cli("run", "lalm-judge", *args)
@@ -29,12 +30,17 @@ def test_lalm_judge_in_the_job(tmp_path):
     res = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert res["metrics"]["oracle_AT_specificity"] == 1.0
     assert "lalm_A_sensitivity" in res["metrics"] and "lalm_T_sensitivity" not in res["metrics"]
+    cat = next(t for t in res["tables"] if t["title"] == "Sensitivity per category")
+    assert len(cat["columns"]) == 2 + 8
+    oracle = [r for r in cat["rows"] if r[0] == "oracle"]
+    assert len(oracle) == 3 and all(abs(v - 0.6) < 1e-9 for r in oracle for v in r[2:])
 
 
 @pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
 def test_espeak_job(tmp_path):
     proc = icml_cli("run", "lalm-judge", *_TINY, "--set", "backend=espeak-ng",
-                    "--set", 'judges=["oracle","audio-cnn"]', "--out", str(tmp_path))
+                    "--set", "workers=2", "--set", 'judges=["oracle","audio-cnn"]',
+                    "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     res = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert res["metrics"]["synthesise_s"] > 0 and "audio-cnn_A_sensitivity" in res["metrics"]

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from icml_lalm_judge import ToneASR, espeak_available, read_wav, synthesize, write_wav
+from icml_lalm_judge.speech import espeak_library_available
 
 
 def test_same_seed_same_audio_bytes(bench, tmp_path):
@@ -79,3 +80,154 @@ def test_parallel_synthesis_is_identical(bench):
     assert all(np.array_equal(a[k].samples, b[k].samples) for k in a)
     with pytest.raises(ValueError, match="workers"):
         synthesize_benchmark(small, workers=0)
+
+
+# --- espeak-ng engines, batching and the utterance cache -------------------------------------
+
+def _turns_covering(bench):
+    """A few dialogues covering both voices, every severity and safe turns."""
+    base = min(bench.bases, key=lambda b: (b.n_turns, b.id))
+    vs = [v for v in bench.variants if v.base_id == base.id and v.category == "threat"]
+    return [base, vs[0], vs[2], vs[4]]  # severities 1, 3, 5
+
+
+def test_speech_cache_keys_never_collide(bench):
+    from icml_lalm_judge.dialogue import Turn
+    from icml_lalm_judge.speech import SpeechCache, espeak_request
+
+    safe0, safe1 = Turn(0, "Morning please."), Turn(1, "Morning please.")
+    bad3, bad4 = (Turn(0, "Morning please.", "threat", 3), Turn(0, "Morning please.", "threat", 4))
+    other = Turn(0, "Morning, please.")
+    reqs = {
+        "speaker 0": espeak_request(safe0, prosody=True),
+        "speaker 1 (other voice)": espeak_request(safe1, prosody=True),
+        "severity 3 with prosody": espeak_request(bad3, prosody=True),
+        "severity 4 with prosody": espeak_request(bad4, prosody=True),
+        "other text": espeak_request(other, prosody=True),
+        "other rate": espeak_request(safe0, prosody=True, rate=160),
+        "other voices": espeak_request(safe0, prosody=True, voices=("en+m1", "en+f2")),
+    }
+    keys = {name: SpeechCache.key(r, 16000) for name, r in reqs.items()}
+    assert len(set(keys.values())) == len(keys)
+    assert SpeechCache.key(reqs["speaker 0"], 8000) != keys["speaker 0"]
+    # without prosody the severity changes nothing audible, so it is (rightly) the same entry
+    assert espeak_request(bad3) == espeak_request(bad4) == espeak_request(safe0)
+    assert espeak_request(bad3, prosody=True) != espeak_request(bad3)
+
+    cache = SpeechCache()
+    for i, r in enumerate(reqs.values()):
+        cache.put(r, 16000, np.full(10, i, np.float32))
+    for i, r in enumerate(reqs.values()):
+        got = cache.get(r, 16000)
+        assert np.all(got == i) and not got.flags.writeable
+    assert cache.get(reqs["speaker 0"], 8000) is None
+    assert (cache.hits, cache.misses, len(cache)) == (len(reqs), 1, len(reqs))
+    small = SpeechCache(max_bytes=100)
+    for i, r in enumerate(reqs.values()):
+        small.put(r, 16000, np.full(10, i, np.float32))  # 40 bytes each: two fit
+    assert len(small) == 2 and small.nbytes <= 100
+    assert small.peek(reqs["other voices"], 16000) is not None
+    assert small.peek(reqs["speaker 0"], 16000) is None
+
+
+def test_bad_espeak_engine_name(bench):
+    from icml_lalm_judge.speech import espeak_engine, synthesize_espeak_many
+
+    with pytest.raises(ValueError, match="espeak_engine"):
+        espeak_engine("festival")
+    with pytest.raises(ValueError, match="espeak_engine"):
+        synthesize_espeak_many(bench.bases[:1], engine="festival")
+
+
+@pytest.fixture(scope="module")
+def per_turn_cli(bench):
+    """The reference: the original per-turn path (one espeak-ng process per turn)."""
+    if not espeak_available():
+        pytest.skip("espeak-ng is not installed")
+    ds = _turns_covering(bench)
+    return ds, {p: [synthesize(d, "espeak-ng", 16000, prosody=p, espeak_engine="cli")
+                    for d in ds] for p in (False, True)}
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(
+        np.array_equal(x.samples, y.samples) and x.turn_spans == y.turn_spans
+        for x, y in zip(a, b))
+
+
+_no_lib = pytest.mark.skipif(not espeak_library_available(),
+                             reason="espeak-ng with libespeak-ng and os.fork is not available")
+
+
+@_no_lib
+def test_library_engine_equals_per_turn_cli_bytes(per_turn_cli, tmp_path):
+    from icml_lalm_judge.speech import EspeakLibrary
+
+    ds, ref = per_turn_cli
+    with EspeakLibrary() as eng:
+        for p in (True, False):
+            new = [synthesize(d, "espeak-ng", 16000, prosody=p, espeak_engine=eng) for d in ds]
+            assert _same(new, ref[p])
+        w = write_wav(tmp_path / "lib.wav", new[1])
+        c = write_wav(tmp_path / "cli.wav", ref[False][1])
+        assert w.read_bytes() == c.read_bytes()
+
+
+@_no_lib
+def test_library_engine_is_order_independent():
+    """One library process speaking several utterances in a row would carry synthesis state
+    over (the samples change); the forking server starts each from the same state."""
+    from icml_lalm_judge.speech import EspeakLibrary
+
+    reqs = [("It works now, thank you.", "en+m3", 175, 50, 100),
+            ("[THREAT:5] (severe threat remark, placeholder)", "en+f2", 225, 90, 200),
+            ("-minus at the start is text, not an option", "en+m3", 175, 50, 100)]
+    with EspeakLibrary() as eng:
+        fwd = [eng.synth(r)[0] for r in reqs]
+        again = [eng.synth(r)[0] for r in reqs[::-1]][::-1]
+    assert all(np.array_equal(a, b) for a, b in zip(fwd, again))
+    assert all(len(a) > 1000 for a in fwd)
+
+
+@pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+@pytest.mark.parametrize("engine, cache, workers", [("library", True, 1), ("library", False, 2),
+                                                     ("library", True, 2), ("cli", True, 2)])
+def test_batched_paths_equal_per_turn(per_turn_cli, engine, cache, workers):
+    from icml_lalm_judge.speech import SpeechCache, synthesize_espeak_many
+
+    if engine == "library" and not espeak_library_available():
+        pytest.skip("libespeak-ng or os.fork is not available")
+
+    ds, ref = per_turn_cli
+    store = SpeechCache() if cache else False
+    for p in (True, False):  # one cache across both prosody settings: no cross-talk
+        got = synthesize_espeak_many(ds, 16000, prosody=p, engine=engine, cache=store,
+                                     workers=workers)
+        assert _same(got, ref[p])
+    if cache:
+        n_turns = 2 * sum(d.n_turns for d in ds)
+        assert store.hits + store.misses == n_turns and 0 < store.misses < n_turns
+        # a second call is served from the cache alone, with the same samples
+        again = synthesize_espeak_many(ds, 16000, prosody=True, engine=engine, cache=store)
+        assert _same(again, ref[True]) and store.misses < n_turns
+
+
+@_no_lib
+def test_library_engine_bad_voice_and_library():
+    from icml_lalm_judge.speech import EspeakLibrary
+
+    with EspeakLibrary() as eng, pytest.raises(RuntimeError, match="no-such-voice"):
+        eng.synth(("hello", "no-such-voice", 175, 50, 100))
+    with EspeakLibrary("/nonexistent/libespeak-ng.so") as eng, \
+            pytest.raises(RuntimeError, match="cannot load"):
+        eng.synth(("hello", "en", 175, 50, 100))
+
+
+@pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+def test_auto_engine_falls_back_to_the_program(monkeypatch):
+    from icml_lalm_judge import speech
+
+    monkeypatch.setattr(speech, "_find_libespeak", lambda: None)
+    assert isinstance(speech.espeak_engine("auto"), speech.EspeakCLI)
+    with pytest.raises(RuntimeError, match="libespeak-ng is not found"):
+        speech.espeak_engine("library")

@@ -29,8 +29,15 @@ class EvaluateConfig:
                            "non-lexical cue audio can carry)")
     noise: float = option(0.05, help="white-noise level of the tone codec (drives ASR errors)",
                           ge=0)
-    workers: int = option(1, help="threads speaking dialogues in parallel (helps espeak-ng, "
-                          "whose work runs in subprocesses)", ge=1)
+    workers: int = option(1, help="parallel speech workers (tone codec: threads; espeak-ng: "
+                          "one synthesis server per worker); the audio does not depend on it",
+                          ge=1)
+    espeak_engine: str = option("auto", help="espeak-ng engine: library (libespeak-ng in a "
+                                "forking server, fast), cli (one espeak-ng process per turn, "
+                                "the original path) or auto (library if it loads); same audio",
+                                choices=("auto", "library", "cli"))
+    speech_cache: bool = option(True, help="speak each distinct espeak-ng utterance (text, "
+                                "voice, prosody) once and reuse it; same audio")
     silence_s: float = option(0.25, help="silence between turns (s)", ge=0)
     judges: list[str] = option(list(DEFAULT_JUDGES), help="judges to run: " + ", ".join(JUDGES)
                                + " (lalm: a tiny random Qwen2-Audio through the LALM adapter, "

@@ -13,18 +13,26 @@ from icml_lalm_judge.config import EvaluateConfig
 
 def synthesize_benchmark(bench: Any, backend: str = "tones", sr: int = 16000, *,
                          prosody: bool = True, noise: float = 0.05, silence_s: float = 0.25,
-                         seed: int = 0, progress: Any = None,
-                         workers: int = 1) -> dict[str, Any]:
+                         seed: int = 0, progress: Any = None, workers: int = 1,
+                         espeak_engine: str = "auto", cache: Any = True) -> dict[str, Any]:
     """Waveforms of every dialogue of ``bench`` (bases and variants) by dialogue id.
-    ``workers > 1`` speaks dialogues in parallel threads (useful for espeak-ng, whose work runs
-    in subprocesses); the result does not depend on it."""
+    ``workers > 1`` speaks in parallel (tone codec: threads over dialogues; espeak-ng: one
+    engine per worker); the result does not depend on it. espeak-ng only: ``espeak_engine``
+    (``auto``: libespeak-ng in a forking server when it loads, else ``cli``, one ``espeak-ng``
+    process per turn; same samples) and ``cache`` (each distinct utterance spoken once: ``True``,
+    a shared :class:`~icml_lalm_judge.speech.SpeechCache`, or ``False`` to speak every turn)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from icml_lalm_judge.speech import synthesize
+    from icml_lalm_judge.speech import synthesize, synthesize_espeak_many
 
     if workers < 1:
         raise ValueError(f"workers={workers}: use 1 or more")
     ds = bench.all_dialogues
+    if backend == "espeak-ng":
+        waves = synthesize_espeak_many(ds, sr, silence_s=silence_s, prosody=prosody,
+                                       engine=espeak_engine, cache=cache, workers=workers,
+                                       progress=progress)
+        return {d.id: w for d, w in zip(ds, waves)}
 
     def one(d: Any) -> Any:
         return synthesize(d, backend, sr, prosody=prosody, noise=noise, silence_s=silence_s,
@@ -104,12 +112,16 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
         any(m != "T" for m in cfg.modalities)
     timings["generate_s"] = time.perf_counter() - t0
     audio = None
+    from icml_lalm_judge.speech import SpeechCache
+
+    cache = SpeechCache() if cfg.speech_cache else False  # shared by the eval and train sets
     syn = dict(prosody=cfg.prosody, noise=cfg.noise, silence_s=cfg.silence_s, seed=ctx.seed,
-               workers=cfg.workers)
+               workers=cfg.workers, espeak_engine=cfg.espeak_engine, cache=cache)
     if needs_audio:
         t0 = time.perf_counter()
-        audio = synthesize_benchmark(bench, cfg.backend, cfg.sr, progress=lambda it: ctx.progress(
-            it, desc="synthesising speech"), **syn)
+        audio = synthesize_benchmark(
+            bench, cfg.backend, cfg.sr,
+            progress=lambda it, **kw: ctx.progress(it, desc="synthesising speech", **kw), **syn)
         timings["synthesise_s"] = time.perf_counter() - t0
     judges: dict[str, Any] = {}
     notes = []
@@ -197,6 +209,11 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
                 for rep in reports.values() for m, r in rep.modalities.items()]
     tables.append(icml.Table("Sensitivity per severity", ["judge", "mode"] +
                              [f"sev {k}" for k in range(1, 6)], sev_rows))
+    cats = sorted({c for rep in reports.values() for r in rep.modalities.values()
+                   for c in r.per_category})
+    cat_rows = [[rep.judge, m] + [r.per_category.get(c, float("nan")) for c in cats]
+                for rep in reports.values() for m, r in rep.modalities.items()]
+    tables.append(icml.Table("Sensitivity per category", ["judge", "mode"] + cats, cat_rows))
     metrics.update({k: float(v) for k, v in timings.items()})
     errs = sum(len(r.errors) for r in reports.values())
     notes.append("Sensitivity = mean paired drop s(base) - s(variant) (> 0: the unsafe turn is "
