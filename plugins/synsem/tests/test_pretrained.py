@@ -61,4 +61,5 @@ def test_cli_real_model_english_data(smollm, tmp_path):
     assert res.status == "ok" and res.metrics["n_queries"] == 96
     assert "[" in res.tables[0].rows[0][1]  # "recall [low, high]" cells
     assert res.tables[-1].columns == ["layer", "es"]
-    assert (tmp_path / "run" / "profile_syntax.png").is_file()
+    assert res.artifacts["syntax profile"] == "profile_syntax.png"
+    assert any(p.name == "profile_syntax.png" for p in (tmp_path / "run").rglob("*.png"))
