@@ -260,8 +260,8 @@ def main() -> None:
                     if "extract" in saved[v]:
                         de = (saved[v]["extract"] - saved["naive"]["extract"]).abs().max()
                         diff += f" / {float(de):.1e}"
-                rows.append([kind, label, f"{args.n / r['full']:.0f}",
-                             f"{args.n / r['extract']:.0f}" if "extract" in r else "-",
+                rows.append([kind, label, f"{args.n / r['full']:.3g}",
+                             f"{args.n / r['extract']:.3g}" if "extract" in r else "-",
                              f"{r['extra_peak_mb']:.0f}", diff])
             b = res["batched"]
             ratios.append([kind] + [f"{nv[k] / b[k]:.1f}x / {nv[k + '_cpu'] / b[k + '_cpu']:.1f}x"

@@ -46,3 +46,20 @@ def test_profiles_on_smollm(smollm):
         for cond in vals:
             assert all(lo <= v <= hi for v, (lo, hi) in zip(vals[cond], cis[cond], strict=True))
     assert set(res.translation_recall) == {"es", "en1"}
+
+
+@pytest.mark.pretrained
+def test_cli_real_model_english_data(smollm, tmp_path):
+    """``icml run synsem --set model=smollm2-135m-instruct --set data=english``: the packaged
+    model by name, the controlled English data, intervals and the translation table."""
+    from icml.runner import run
+
+    res = run("synsem", "evaluate", overrides=[
+        "model=smollm2-135m-instruct", "data=english", "english.per_template=2",
+        "english.languages=[es]", "layers=[1,30]", "imbalance_resamples=5", "n_boot=20"],
+        out=tmp_path / "run", device="cpu", show_progress=False)
+    assert res.status == "ok" and res.metrics["n_queries"] == 96
+    assert "[" in res.tables[0].rows[0][1]  # "recall [low, high]" cells
+    assert res.tables[-1].columns == ["layer", "es"]
+    assert res.artifacts["syntax profile"] == "profile_syntax.png"
+    assert any(p.name == "profile_syntax.png" for p in (tmp_path / "run").rglob("*.png"))
