@@ -49,9 +49,16 @@ def test_reward_funcs():
              "<reason> r </reason> <answer> paris </answer>"]
     assert mmsearch_r1_reward_func(None, None, responses=[right], answer=["paris"]) == \
         pytest.approx([0.91])
-    g = GaussianTurnRewardFunc()
+    from icml_dr_mmsearch.grpo import RewardConfig
+
+    g = GaussianTurnRewardFunc(RewardConfig(kind="gaussian", mu="ema"))
     assert g.__name__ == "gaussian_turn_reward"
     g(None, None, responses=[right], answer=["paris"], required_searches=[1])
     assert g.target.value == pytest.approx(0.9 * 3 + 0.1 * 2)        # EMA moved toward 2 turns
+    hop = GaussianTurnRewardFunc()                                   # default mu: the hop count
+    assert hop(None, None, responses=[right], answer=["paris"], required_searches=[1]) == \
+        pytest.approx([0.9 + 0.1])                                   # 2 turns = 1 search + 1
+    with pytest.raises(ValueError, match="required_searches"):
+        hop(None, None, responses=[right], answer=["paris"])
     with pytest.raises(ValueError, match="responses"):
         mmsearch_r1_reward_func(None, None)

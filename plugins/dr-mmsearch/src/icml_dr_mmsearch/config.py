@@ -23,8 +23,9 @@ class RewardSection:
     format_mode: str = option("general", help="format check: 'official' (MMSearch-R1's "
                               "1-3 turn table) or 'general' (any depth within the limits)",
                               choices=("official", "general"))
-    mu: str = option("ema", help="Gaussian centre: EMA of correct turns, annotated hops+1, "
-                     "or fixed (= mu_init)", choices=("ema", "hop", "fixed"))
+    mu: str = option("hop", help="Gaussian centre: the question's annotated depth "
+                     "(required searches + 1), EMA of correct turns, or fixed (= mu_init)",
+                     choices=("hop", "ema", "fixed"))
     mu_init: float = option(3.0, help="initial / fixed Gaussian centre (turns)", gt=0)
     mu_momentum: float = option(0.9, help="EMA momentum of mu", ge=0, lt=1)
     sigma_pos: float = option(1.0, help="Gaussian width for correct trajectories", gt=0)

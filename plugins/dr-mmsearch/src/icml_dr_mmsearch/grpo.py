@@ -40,7 +40,7 @@ class RewardConfig:
     per_call_penalty: bool = False
     match: str = "EM"
     format_mode: str = "general"
-    mu: str = "ema"
+    mu: str = "hop"
     mu_init: float = 3.0
     mu_momentum: float = 0.9
     sigma_pos: float = 1.0

@@ -140,6 +140,9 @@ class GaussianTurnRewardFunc:
                  required_searches: Any = None, **kwargs: Any) -> list[float]:
         c = self.config
         rs, golds = _need("responses", responses), _need("answer", answer)
+        if required_searches is None and c.mu == "hop":
+            raise ValueError("mu='hop' needs the dataset column required_searches (the "
+                             "rollout_func of make_rollout_func provides it), or use mu='ema'")
         req = required_searches or [0] * len(rs)
         out = []
         for r, a, k in zip(rs, golds, req, strict=True):
