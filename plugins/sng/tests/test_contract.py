@@ -73,7 +73,7 @@ def test_closure_step_is_the_levenberg_marquardt_step_of_the_batch_loss():
         net2 = _net()
         before = _flat(net2)
         SNG(net2.parameters(), damping=lam, line_search=None).step(
-            lambda n=net2: least_squares_loss(n(x).reshape(-1) - y, reduction=reduction))
+            lambda n=net2, red=reduction: least_squares_loss(n(x).reshape(-1) - y, reduction=red))
         torch.testing.assert_close(_flat(net2), before - ref, rtol=1e-9, atol=1e-12)
 
 
@@ -204,3 +204,26 @@ def test_class_defaults_reach_1e_6_on_the_1d_pinn(cls, steps):
         if step % 10 == 0 and pinn.relative_l2() <= 1e-6:
             break
     assert pinn.relative_l2() <= 1e-6, (step, pinn.relative_l2())
+
+
+def test_short_2d_run_with_the_class_defaults():
+    """2D Poisson (the ENGD paper's 30 x 30 grid + 120 boundary points, [2, 32, 1] tanh MLP),
+    SNG with its class defaults on the PINN's default batch (256 interior + 120 boundary rows),
+    60 steps: relative L2 <= 5e-4 (measured 1.7e-4 after 50 steps, 5.7e-5 after 100). The same
+    60 steps of Adam (lr 1e-3, full batch) stay above 1e-2: the 2D problem is not trivial."""
+    pinn = PoissonPINN(mlp(2, [32], seed=0), dim=2, n_interior=30, n_boundary=30)
+    start = pinn.relative_l2()
+    opt = SNG(pinn.model.parameters())
+    g = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        idx = pinn.sample_batch(generator=g)
+        opt.step(lambda idx=idx: pinn.batch_loss(idx))
+    assert pinn.relative_l2() <= 5e-4, pinn.relative_l2()
+    ref = PoissonPINN(mlp(2, [32], seed=0), dim=2, n_interior=30, n_boundary=30)
+    adam = torch.optim.Adam(ref.model.parameters(), lr=1e-3)
+    for _ in range(60):
+        adam.zero_grad()
+        loss = ref.batch_loss()
+        loss.backward()
+        adam.step()
+    assert ref.relative_l2() > 1e-2 and start > 0.1

@@ -242,6 +242,13 @@ class _SketchProjectOptimizer(Optimizer):
                                  "left at their last good values")
 
     # -- the two calling modes -------------------------------------------------------------
+    def _remember(self, line_search_closure: Closure | None) -> None:
+        """After a step: cache the accepted line-search loss of a separate closure."""
+        best = getattr(self, "_ls_best", None)
+        self._ls_cache = (None if line_search_closure is None or best is None else
+                          (line_search_closure, self._versions(), best))
+        self._ls_best = None
+
     def _linearise(self, closure: Any, jacobian_fn: JacobianFn | None,
                    residual_fn: ResidualFn | None, num_residuals: int | None,
                    line_search_closure: Closure | None
@@ -292,7 +299,8 @@ class _SketchProjectOptimizer(Optimizer):
             with torch.enable_grad():
                 return float(ls().detach())
 
-        self._ls_loss0 = float(loss.detach()) if line_search_closure is None else -math.inf
+        self._ls_loss0 = (float(loss.detach()) if line_search_closure is None
+                          else self._cached_loss0(line_search_closure))
         return loss.detach(), r * scale, J * scale, evaluate
 
     def _linearise_indexed(self, residual_fn: ResidualFn, jacobian_fn: JacobianFn | None,
@@ -353,6 +361,19 @@ class _SketchProjectOptimizer(Optimizer):
                           g["line_search_on"] == "batch" else -math.inf)
         return loss, r_s, J * s_col, evaluate
 
+    def _versions(self) -> tuple[int, ...]:
+        return tuple(p._version for p in self._params)
+
+    def _cached_loss0(self, line_search_closure: Closure) -> float:
+        """The separate line-search loss at the current parameters, if known: the value this
+        optimizer accepted last step for the same closure object, when no parameter has been
+        modified since (``Tensor._version``); else ``-inf`` (the grid is then searched in
+        full, which is always correct)."""
+        cache = getattr(self, "_ls_cache", None)
+        if cache and cache[0] is line_search_closure and cache[1] == self._versions():
+            return cache[2]
+        return -math.inf
+
     def _checked(self, jac: JacobianFn, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r, J = jac(idx)
         _check_residual(r, idx.shape[0])
@@ -394,6 +415,7 @@ class _SketchProjectOptimizer(Optimizer):
                                  "parameters were left at their last good values")
         self._set_flat(theta + best_eta * direction)
         self.last["line_search_evals"] = evals
+        self._ls_best = best
         return best_eta
 
 
@@ -476,6 +498,7 @@ class SNG(_SketchProjectOptimizer):
         d = sketch_direction(J_S, r_S, g["damping"], g["solve"])
         self.last = {}
         eta = self._apply(evaluate, -d, g["lr"], self._ls_loss0)
+        self._remember(line_search_closure)
         self._count_step()
         self.last.update(loss=float(loss), lr=eta, step_norm=eta * float(d.norm()),
                          rows=float(r_S.shape[0]))
@@ -552,6 +575,7 @@ class SPRING(_SketchProjectOptimizer):
             lr = min(lr, math.sqrt(g["norm_constraint"]) / norm)
         self.last = {}
         eta = self._apply(evaluate, phi, lr, self._ls_loss0)
+        self._remember(line_search_closure)
         # A rejected step (line search chose 0) restarts the momentum: keeping a direction
         # that was not taken would only grow it.
         self._store_phi(phi if eta > 0 else torch.zeros_like(phi))
