@@ -8,8 +8,10 @@ and stops at the target or the budget. Ratios are ``other / method`` (above 1 = 
 is faster); ``>x`` when the other arm never reached the target within its budget (then its
 time is at least the budget).
 
-    python benchmarks/goals.py --parts goals --dims 1
-    python benchmarks/goals.py --parts goals --dims 2
+    python benchmarks/goals.py --parts goals,cost --dims 1 --tune1d 5
+    python benchmarks/goals.py --parts goals --dims 2 --seeds 0 --max-steps 400 \
+        --base-budget 20 --adam-lr 1e-3        # one process per seed (0, 1, 2)
+    python benchmarks/goals.py --parts cost --dims 2
     python benchmarks/goals.py --parts cost
 """
 
@@ -25,9 +27,6 @@ from icml_sng import SNG, SPRING, PoissonPINN, mlp
 from icml_sng.train import fit_pinn
 
 ADAM_GRID = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
-ARMS = ["sng", "spring", "engd", "lbfgs", "adam"]
-#: extra arm: SNG with the ENGD paper's line search (every grid point, full loss)
-EXTRA = {"sng, full-loss line search": ("sng", {"line_search_on": "full"})}
 CLOCK = time.process_time  # CPU seconds of this process (README: the machine was shared)
 
 
@@ -36,9 +35,13 @@ def problem(dim: int, seed: int) -> PoissonPINN:
                        n_boundary=30)
 
 
+MAX_STEPS = 10**8
+
+
 def run(method: str, dim: int, seed: int, budget: float, target: float, **kw: object) -> dict:
     every = 20 if method == "adam" else 5
-    h = fit_pinn(problem(dim, seed), method, steps=10**8, time_limit=budget, eval_every=every,
+    steps = MAX_STEPS if method in ("sng", "spring", "engd") else 10**8
+    h = fit_pinn(problem(dim, seed), method, steps=steps, time_limit=budget, eval_every=every,
                  seed=seed, target=target, clock=CLOCK, **kw)
     hit = [(s, t) for s, t, e in zip(h.steps, h.times, h.errors) if e <= target]
     return {"steps": h.steps[-1], "time": h.times[-1], "final": h.final,
@@ -62,42 +65,52 @@ def _ratio(other: dict, mine: dict, key: str, budget_key: str) -> str:
 
 
 def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: list[int],
-          extra: bool) -> None:
+          arms_wanted: list[str], adam_lr: float | None, base_budget: float) -> None:
+    """``arms_wanted`` from sng, spring, engd, sng-full, lbfgs, adam; Adam's lr is tuned on
+    :data:`ADAM_GRID` unless ``adam_lr`` is given; Adam and L-BFGS get ``base_budget``."""
     t0 = time.perf_counter()
     print(f"\n### {dim}D Poisson: CPU seconds and iterations to {target:g}, budget {budget:g} "
-          "CPU s per run\n")
+          f"CPU s per run (Adam, L-BFGS: {base_budget:g}), at most {MAX_STEPS} steps for "
+          "SNG/SPRING/ENGD\n")
     print("| method | seed | steps to target | CPU s to target | final rel L2 | steps run |")
     print("|---|---|---|---|---|---|", flush=True)
-    arms = {m: (m, {}) for m in ARMS if m != "adam"}
-    if extra:
-        arms.update(EXTRA)
+    table = {"sng": ("sng", {}), "spring": ("spring", {}), "engd": ("engd", {}),
+             "sng-full": ("sng", {"line_search_on": "full"}), "lbfgs": ("lbfgs", {})}
     res: dict[str, list[dict]] = {}
-    for label, (m, kw) in arms.items():
+    for label in [a for a in arms_wanted if a != "adam"]:
+        m, kw = table[label]
         res[label] = []
         for s in seeds:
-            r = run(m, dim, s, budget, target, **kw)
+            r = run(m, dim, s, base_budget if m == "lbfgs" else budget, target, **kw)
             res[label].append(r)
             print(f"| {label} | {s} | {r['steps_to']} | {r['time_to']:.2f} | {r['final']:.2e} | "
                   f"{r['steps']} |", flush=True)
-    lr, scores = tune_adam(dim, tune_budget)
-    res["adam"] = []
-    for s in seeds:
-        r = run("adam", dim, s, budget, target, adam_lr=lr)
-        res["adam"].append(r)
-        print(f"| adam (lr {lr:g}) | {s} | {r['steps_to']} | {r['time_to']:.2f} | "
-              f"{r['final']:.2e} | {r['steps']} |", flush=True)
-    print(f"\nAdam lr grid {ADAM_GRID}, chosen by the late-run median error after "
-          f"{tune_budget:g} CPU s on seed 0: "
-          + ", ".join(f"{k:g}: {v:.2e}" for k, v in scores.items()) + f" -> lr {lr:g}\n")
-    print("| method | seed | CPU-time ratio Adam/method | CPU-time ratio ENGD/method | "
-          "iteration ratio Adam/method | iteration ratio ENGD/method |")
-    print("|---|---|---|---|---|---|")
-    for label in res:
-        for i, s in enumerate(seeds):
-            r, a, e = res[label][i], res["adam"][i], res["engd"][i]
-            print(f"| {label} | {s} | {_ratio(a, r, 'time_to', 'time')} | "
-                  f"{_ratio(e, r, 'time_to', 'time')} | {_ratio(a, r, 'steps_to', 'steps')} | "
-                  f"{_ratio(e, r, 'steps_to', 'steps')} |")
+    if "adam" in arms_wanted:
+        scores: dict[float, float] = {}
+        lr = adam_lr
+        if lr is None:
+            lr, scores = tune_adam(dim, tune_budget)
+        res["adam"] = []
+        for s in seeds:
+            r = run("adam", dim, s, base_budget, target, adam_lr=lr)
+            res["adam"].append(r)
+            print(f"| adam (lr {lr:g}) | {s} | {r['steps_to']} | {r['time_to']:.2f} | "
+                  f"{r['final']:.2e} | {r['steps']} |", flush=True)
+        if scores:
+            print(f"\nAdam lr grid {ADAM_GRID}, chosen by the late-run median error after "
+                  f"{tune_budget:g} CPU s on seed 0: "
+                  + ", ".join(f"{k:g}: {v:.2e}" for k, v in scores.items()) + f" -> lr {lr:g}")
+    if "adam" in res and "engd" in res:
+        print("\n| method | seed | CPU-time ratio Adam/method | CPU-time ratio ENGD/method | "
+              "iteration ratio Adam/method | iteration ratio ENGD/method |")
+        print("|---|---|---|---|---|---|")
+        for label in res:
+            for i, s in enumerate(seeds):
+                r, a, e = res[label][i], res["adam"][i], res["engd"][i]
+                print(f"| {label} | {s} | {_ratio(a, r, 'time_to', 'time')} | "
+                      f"{_ratio(e, r, 'time_to', 'time')} | "
+                      f"{_ratio(a, r, 'steps_to', 'steps')} | "
+                      f"{_ratio(e, r, 'steps_to', 'steps')} |")
     print(f"\n({time.perf_counter() - t0:.0f} s wall for this table)", flush=True)
 
 
@@ -132,8 +145,10 @@ def cost(dim: int, rounds: int, steps: int) -> None:
         state[label] = (pinn, opt, m, mode, torch.Generator().manual_seed(0), [], [])
     rows = None
     for _ in range(rounds):
-        for label, (pinn, opt, m, mode, g, ms, ev) in state.items():
-            full = (lambda p=pinn: p.batch_loss(None))
+        for pinn, opt, m, mode, g, ms, ev in state.values():
+            def full(p: PoissonPINN = pinn) -> torch.Tensor:
+                return p.batch_loss(None)
+
             t0 = CLOCK()
             for _ in range(steps):
                 if m == "engd":
@@ -151,7 +166,7 @@ def cost(dim: int, rounds: int, steps: int) -> None:
           f"rows), median of {rounds} interleaved rounds of {steps} steps\n")
     print("| arm | CPU ms per step | / ENGD (12-point grid) | line-search evaluations per step |")
     print("|---|---|---|---|")
-    for label, (pinn, opt, m, mode, g, ms, ev) in state.items():
+    for label, (*_, ms, ev) in state.items():
         med = statistics.median(ms)
         print(f"| {label} | {med:.2f} | {med / ref:.2f} | {sum(ev) / len(ev):.1f} |", flush=True)
 
@@ -166,8 +181,12 @@ def main() -> None:
     ap.add_argument("--tune2d", type=float, default=20.0, help="Adam tuning budget per lr (2D)")
     ap.add_argument("--target", type=float, default=1e-6)
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--no-extra", action="store_true",
-                    help="leave out the SNG arm with the full-loss line search")
+    ap.add_argument("--arms", default="sng,spring,engd,sng-full,lbfgs,adam")
+    ap.add_argument("--adam-lr", type=float, default=None, help="skip the tuning, use this")
+    ap.add_argument("--base-budget", type=float, default=0.0,
+                    help="CPU s per Adam / L-BFGS run (0 = the budget)")
+    ap.add_argument("--max-steps", type=int, default=10**8,
+                    help="step cap for SNG/SPRING/ENGD runs")
     ap.add_argument("--cost-rounds", type=int, default=5)
     ap.add_argument("--cost-steps", type=int, default=20)
     args = ap.parse_args()
@@ -175,11 +194,14 @@ def main() -> None:
     t0 = time.perf_counter()
     print(f"torch {torch.__version__}, 1 thread, times in CPU seconds (time.process_time)")
     seeds = [int(s) for s in args.seeds.split(",")]
+    global MAX_STEPS
+    MAX_STEPS = args.max_steps
     for dim in (int(d) for d in args.dims.split(",")):
         if "goals" in args.parts:
-            goals(dim, args.budget1d if dim == 1 else args.budget2d,
-                  args.tune1d if dim == 1 else args.tune2d, args.target, seeds,
-                  extra=not args.no_extra)
+            budget = args.budget1d if dim == 1 else args.budget2d
+            goals(dim, budget, args.tune1d if dim == 1 else args.tune2d, args.target, seeds,
+                  args.arms.split(","), args.adam_lr,
+                  args.base_budget if args.base_budget else budget)
         if "cost" in args.parts:
             cost(dim, args.cost_rounds, args.cost_steps)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")

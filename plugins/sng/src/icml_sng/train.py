@@ -83,7 +83,10 @@ def make_optimizer(method: str, problem: PoissonPINN, *, damping: float | None =
     if method == "sgd":
         return torch.optim.SGD(params, lr=sgd_lr)
     if method == "lbfgs":
-        return torch.optim.LBFGS(params, lr=lbfgs_lr, max_iter=1, history_size=50,
+        # one iteration per step; tolerances 0 so it never stops on its own (torch's defaults
+        # end every later call at once after a stall, and max_iter=1 alone caps max_eval at 1)
+        return torch.optim.LBFGS(params, lr=lbfgs_lr, max_iter=1, max_eval=25, history_size=50,
+                                 tolerance_grad=0.0, tolerance_change=0.0,
                                  line_search_fn="strong_wolfe")
     given = dict(damping=damping, line_search=line_search, lr=lr,
                  line_search_early_stop=line_search_early_stop)
