@@ -1,9 +1,12 @@
-"""The PINN batch defaults per dimension (2D: rows per step well above the parameter count),
-their config plumbing, and the late-run median the benchmark reports."""
+"""The classes' own defaults are the ones the drivers use (no hidden settings), the PINN batch
+defaults per dimension (2D: rows per step well above the parameter count), config plumbing,
+and the late-run median the benchmark reports."""
 
 import pytest
+import torch
 from icml_sng import SNG, SPRING, PoissonPINN, mlp
 from icml_sng.config import TrainConfig
+from icml_sng.optim import DEFAULTS, SPRING_DEFAULTS, SPRING_VMC
 from icml_sng.train import DEFAULT_BATCH, History, make_optimizer
 
 from icml.config import ConfigError, build_config
@@ -14,39 +17,65 @@ def _problem(dim):
                        n_boundary=30)
 
 
-def test_2d_defaults_take_all_boundary_rows_and_about_3p_rows_per_step():
-    prob = _problem(2)
-    assert prob.num_params == 129 and prob.n_bdy == 120
-    sng = make_optimizer("sng", prob)
-    assert isinstance(sng, SNG)
-    assert sng.batch_size == DEFAULT_BATCH[2] + prob.n_bdy == 376
-    assert sng.batch_size > 2.5 * prob.num_params
-    spring = make_optimizer("spring", prob)
-    assert isinstance(spring, SPRING)
-    assert spring.batch_size == 376 and spring.param_groups[0]["momentum"] == 0.5
-    # explicit values win over the defaults (the old 2D setting: 64 + 64 rows)
-    old = make_optimizer("spring", prob, batch_size=64, boundary_batch_size=64, momentum=0.3)
-    assert old.batch_size == 128 and old.param_groups[0]["momentum"] == 0.3
+def _group(opt):
+    return {k: v for k, v in opt.param_groups[0].items() if k != "params"}
 
 
-def test_1d_defaults_are_unchanged():
+@pytest.mark.parametrize("method,cls", [("sng", SNG), ("spring", SPRING)])
+def test_the_driver_uses_the_class_defaults(method, cls):
+    """Issue 23: the job's driver passes nothing the class does not already default to."""
     prob = _problem(1)
-    sng = make_optimizer("sng", prob)
-    assert sng.batch_size == 32 + 2
-    assert make_optimizer("spring", prob).param_groups[0]["momentum"] == 0.5
-    assert make_optimizer("sng", prob, sampler="uniform", batch_size=40).batch_size == 40
+    bare = cls(prob.model.parameters())
+    assert _group(make_optimizer(method, prob)) == _group(bare)
+    cfg = TrainConfig()
+    via_config = make_optimizer(method, prob, damping=cfg.damping, momentum=cfg.momentum,
+                                norm_constraint=cfg.norm_constraint,
+                                line_search=cfg.line_search, line_search_on=cfg.line_search_on,
+                                line_search_early_stop=cfg.line_search_early_stop, lr=cfg.lr)
+    assert _group(via_config) == _group(bare)
 
 
-def test_stratified_batches_have_the_requested_interior_and_boundary_counts():
-    import torch
+def test_class_defaults_and_the_public_vmc_preset():
+    x = torch.zeros(3, requires_grad=True)
+    g = _group(SPRING([x]))
+    assert g["damping"] == DEFAULTS["damping"] == 1e-10
+    assert g["momentum"] == SPRING_DEFAULTS["momentum"] == 0.5
+    assert g["norm_constraint"] is None and g["line_search_on"] == "batch"
+    assert len(g["line_search"]) == 12 and g["line_search_early_stop"]
+    vmc = _group(SPRING([x], **SPRING_VMC))
+    assert (vmc["damping"], vmc["momentum"], vmc["norm_constraint"], vmc["line_search"]) == \
+        (1e-3, 0.99, 1e-3, None)
+    engd = make_optimizer("engd", _problem(1))
+    assert not engd.param_groups[0]["line_search_early_stop"]  # the ENGD paper's full grid
 
-    prob = _problem(2)
-    opt = make_optimizer("sng", prob, batch_size=50, boundary_batch_size=7)
-    idx, scale = opt.sampler(prob.n, opt.batch_size, torch.Generator().manual_seed(0))
-    assert int((idx < prob.n_int).sum()) == 50 and int((idx >= prob.n_int).sum()) == 7
-    assert len(set(idx.tolist())) == 57 and opt.batch_size == 57
-    with pytest.raises(ValueError, match="boundary_batch_size must be >= 0"):
-        make_optimizer("sng", prob, boundary_batch_size=-1)
+
+@pytest.mark.parametrize("dim,rows", [(1, 32 + 2), (2, 256 + 120)])
+def test_default_batches_take_all_boundary_rows(dim, rows):
+    prob = _problem(dim)
+    idx = prob.sample_batch(generator=torch.Generator().manual_seed(0))
+    assert idx.numel() == rows == DEFAULT_BATCH[dim] + prob.n_bdy
+    assert int((idx < prob.n_int).sum()) == DEFAULT_BATCH[dim]
+    assert len(set(idx.tolist())) == rows
+    if dim == 2:
+        assert rows > 2.5 * prob.num_params  # well away from p = 129 (README, 2D study)
+    idx = prob.sample_batch(50 if dim == 2 else 20, 1, torch.Generator().manual_seed(1))
+    assert int((idx >= prob.n_int).sum()) == 1 and idx.numel() == (51 if dim == 2 else 21)
+    with pytest.raises(ValueError, match="k_interior must be in"):
+        prob.sample_batch(prob.n_int + 1)
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+def test_batch_loss_is_the_pinn_loss_on_the_batch(dim):
+    prob = _problem(dim)
+    assert prob.batch_loss().item() == pytest.approx(prob.loss(), rel=1e-12)
+    idx = prob.sample_batch(generator=torch.Generator().manual_seed(0))
+    full = prob.residual_fn(torch.arange(prob.n)).detach()
+    ri = full[idx[idx < prob.n_int]] / prob.w_int
+    rb = full[idx[idx >= prob.n_int]] / prob.w_bdy
+    want = 0.5 * (ri**2).mean() + 0.5 * (rb**2).mean()
+    loss = prob.batch_loss(idx)
+    assert float(loss) == pytest.approx(float(want), rel=1e-12)
+    assert loss.residuals.shape == (idx.numel(),)
 
 
 def test_config_auto_values_and_bounds():
@@ -74,25 +103,22 @@ def test_late_median_is_taken_over_the_last_tenth_of_the_iterations():
 def test_cli_2d_run_is_the_engd_paper_grid_with_376_rows(tmp_path, monkeypatch):
     """`icml run sng --set dim=2` trains on the 30 x 30 grid + 4 x 30 boundary points (1020
     residuals, not 200 x 200) with 256 + 120 rows per SNG step."""
-    import icml_sng.train
     from icml_sng import plugin
 
     import icml
 
-    seen = {}
-    real = icml_sng.train.fit_pinn
+    seen = []
+    real = PoissonPINN.sample_batch
 
-    def spy(problem, method, **kw):
-        opt = make_optimizer(method, problem, **{k: v for k, v in kw.items()
-                                                 if k not in ("steps", "time_limit",
-                                                              "eval_every", "progress")})
-        seen[method] = (problem.n, opt.batch_size)
-        return real(problem, method, **kw)
+    def spy(self, *a, **kw):
+        idx = real(self, *a, **kw)
+        seen.append((self.n, idx.numel()))
+        return idx
 
-    monkeypatch.setattr(icml_sng.train, "fit_pinn", spy)
+    monkeypatch.setattr(PoissonPINN, "sample_batch", spy)
     cfg = build_config(TrainConfig, {}, ["dim=2", "methods=sng", "steps=1", "eval_every=1",
                                          "time_limit=0"])
     ctx = icml.RunContext(out_dir=tmp_path, device="cpu", show_progress=False)
     result = plugin.icml_train(ctx, cfg)
-    assert seen == {"sng": (1020, 376)}
+    assert seen == [(1020, 376)]
     assert "256 interior points" in result.notes

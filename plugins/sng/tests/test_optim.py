@@ -1,5 +1,6 @@
 """SNG / SPRING optimizer identities, the accelerated sketch-and-project view, bad input."""
 
+import io
 import math
 
 import pytest
@@ -54,14 +55,15 @@ def test_full_batch_sng_is_the_levenberg_marquardt_step(regression, lam):
     J, rs = Jr / math.sqrt(n), r / math.sqrt(n)  # the 1/(2n) sum r^2 scaling
     lm = -torch.linalg.solve(J.T @ J + lam * torch.eye(J.shape[1], dtype=D), J.T @ rs)
     before = _flat(net)
-    opt = SNG(net.parameters(), num_residuals=n, batch_size=None, damping=lam, lr=1.0)
+    opt = SNG(net.parameters(), num_residuals=n, batch_size=None, damping=lam, lr=1.0,
+              line_search=None)
     opt.step(residual_fn)
     torch.testing.assert_close(_flat(net) - before, lm, rtol=1e-8, atol=1e-12)
 
 
 def test_linear_full_batch_gauss_newton_converges_in_one_step(ls_problem):
     x = torch.zeros(12, dtype=D, requires_grad=True)
-    opt = SNG([x], ls_problem.n, batch_size=None, damping=0.0)
+    opt = SNG([x], ls_problem.n, batch_size=None, damping=0.0, line_search=None)
     opt.step(ls_problem.residual_fn(x))
     assert ls_problem.relative_error(x) < 1e-10
 
@@ -70,7 +72,8 @@ def test_undamped_unit_step_zeroes_the_sampled_residual_with_min_norm_step(ls_pr
     x = torch.randn(12, dtype=D).requires_grad_(True)
     x0 = x.detach().clone()
     idx = torch.tensor([1, 5, 9, 30, 44])
-    opt = SNG([x], ls_problem.n, batch_size=5, damping=0.0, sampler=_replay([idx]))
+    opt = SNG([x], ls_problem.n, batch_size=5, damping=0.0, sampler=_replay([idx]),
+              line_search=None)
     opt.step(ls_problem.residual_fn(x))
     A_S = ls_problem.A[idx]
     assert float((A_S @ x.detach() - ls_problem.b[idx]).abs().max()) < 1e-12
@@ -104,7 +107,7 @@ def test_spring_is_nesterov_kaczmarz_and_accelerated_sketch_project(ls_problem, 
     batches = [torch.randperm(ls_problem.n, generator=g)[:4] for _ in range(25)]
     x = torch.zeros(12, dtype=D, requires_grad=True)
     opt = SPRING([x], ls_problem.n, batch_size=4, damping=lam, momentum=mu,
-                 norm_constraint=None, sampler=_replay(batches))
+                 norm_constraint=None, sampler=_replay(batches), line_search=None)
     traj = [x.detach().clone()]
     for _ in batches:
         opt.step(ls_problem.residual_fn(x))
@@ -146,7 +149,8 @@ def test_norm_constraint_bounds_every_step(regression):
 def test_line_search_with_zero_step_never_increases_the_loss(regression):
     net, residual_fn, n = regression
     opt = SPRING(net.parameters(), n, batch_size=5, damping=1e-6, momentum=0.9,
-                 norm_constraint=None, line_search=4, line_search_include_zero=True, lr=4.0)
+                 norm_constraint=None, line_search=4, line_search_include_zero=True, lr=4.0,
+                 line_search_on="full")
     full = torch.arange(n)
     losses = [float(0.5 * (residual_fn(full).detach() ** 2).mean())]
     for _ in range(15):
@@ -233,12 +237,15 @@ def test_state_dict_round_trip_resumes_exactly(ls_problem):
     opt = make(x)
     for _ in range(3):
         opt.step(ls_problem.residual_fn(x))
-    saved, x_saved = opt.state_dict(), x.detach().clone()
+    buf = io.BytesIO()  # a real checkpoint: state_dict() holds live references, as in torch
+    torch.save(opt.state_dict(), buf)
+    x_saved = x.detach().clone()
     for _ in range(3):
         opt.step(ls_problem.residual_fn(x))
     x2 = x_saved.clone().requires_grad_(True)
     opt2 = make(x2)
-    opt2.load_state_dict(saved)
+    buf.seek(0)
+    opt2.load_state_dict(torch.load(buf, weights_only=True))
     for _ in range(3):
         opt2.step(ls_problem.residual_fn(x2))
     torch.testing.assert_close(x2.detach(), x.detach(), rtol=0, atol=0)
@@ -287,14 +294,15 @@ def test_sng_step_matches_a_hand_built_levenberg_marquardt_step(n, lam):
                                                                   J.T @ r)
     xt, yt = torch.tensor(x), torch.tensor(y)
     th = torch.tensor(th0, requires_grad=True)
-    opt = SNG([th], n, batch_size=None, damping=lam, lr=1.0)
+    opt = SNG([th], n, batch_size=None, damping=lam, lr=1.0, line_search=None)
     opt.step(lambda i: th[0] * torch.exp(th[1] * xt[i]) + th[2] * xt[i] ** 2 - yt[i])
     np.testing.assert_allclose(th.detach().numpy(), th0 - d, rtol=1e-10, atol=1e-12)
     # a sampled batch of k rows is the LM step of the batch loss 1/(2k) sum_S r^2
     idx = torch.tensor([0, 1]) if n == 2 else torch.tensor([2, 5, 11, 13])
     k, s = len(idx), idx.numpy()
     th = torch.tensor(th0, requires_grad=True)
-    opt = SNG([th], n, batch_size=k, damping=max(lam, 1e-2), sampler=_replay([idx]))
+    opt = SNG([th], n, batch_size=k, damping=max(lam, 1e-2), sampler=_replay([idx]),
+              line_search=None)
     opt.step(lambda i: th[0] * torch.exp(th[1] * xt[i]) + th[2] * xt[i] ** 2 - yt[i])
     Js, rs = J[s] * math.sqrt(n / k), r[s] * math.sqrt(n / k)
     ds = np.linalg.solve(Js.T @ Js + max(lam, 1e-2) * np.eye(3), Js.T @ rs)
@@ -307,7 +315,7 @@ def test_custom_sampler_rows_are_scaled_by_the_number_it_returns(ls_problem):
     idx = torch.tensor([1, 5, 9, 30])
     x = torch.randn(12, dtype=D).requires_grad_(True)
     x0 = x.detach().clone()
-    opt = SNG([x], ls_problem.n, damping=0.1, sampler=_replay([idx]))
+    opt = SNG([x], ls_problem.n, damping=0.1, sampler=_replay([idx]), line_search=None)
     assert opt.batch_size == 32
     opt.step(ls_problem.residual_fn(x))
     A, r = ls_problem.A[idx] / 2.0, (ls_problem.A[idx] @ x0 - ls_problem.b[idx]) / 2.0

@@ -75,8 +75,8 @@ def test_config_errors_name_the_key():
 
     from icml.config import ConfigError, build_config
 
-    with pytest.raises(ConfigError, match="methods: unknown \\['lbfgs'\\]"):
-        build_config(TrainConfig, {}, ["methods=adam,lbfgs"])
+    with pytest.raises(ConfigError, match="methods: unknown \\['bfgs'\\]"):
+        build_config(TrainConfig, {}, ["methods=adam,bfgs"])
     with pytest.raises(ConfigError, match="momentum"):
         build_config(TrainConfig, {}, ["momentum=1.0"])
     with pytest.raises(ConfigError, match="batch_size=50 is larger than n=40"):

@@ -2,7 +2,7 @@
 
 Public API (loaded lazily, so ``import icml_sng`` does not import torch)::
 
-    from icml_sng import SNG, SPRING                       # torch.optim optimizers
+    from icml_sng import SNG, SPRING, least_squares_loss   # torch.optim optimizers
     from icml_sng import sketch_direction                  # the k x k damped solve
     from icml_sng import sample_svs, svs_preconditioner    # squared volume sampling
     from icml_sng import nesterov_kaczmarz, accelerated_sketch_project, spring_parameters
@@ -14,10 +14,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "SNG": "optim", "SPRING": "optim", "NonFiniteError": "optim",
+    "least_squares_loss": "optim", "DEFAULTS": "optim", "SPRING_DEFAULTS": "optim",
+    "SPRING_VMC": "optim", "forward_laplacian": "pinn",
+    "one_hidden_layer_jacobian": "pinn",
     "residual_jacobian": "optim", "uniform_sampler": "optim",
     "sketch_direction": "sketch", "projection_matrix": "sketch",
     "sample_svs": "svs", "sample_svs_many": "svs", "svs_preconditioner": "svs",

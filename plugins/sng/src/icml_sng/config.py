@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from icml import option
 
-METHODS = ("adam", "sgd", "engd", "sng", "spring")
+METHODS = ("adam", "sgd", "lbfgs", "engd", "sng", "spring")
 #: Steps per method when ``steps`` is 0: what each method reached in 8 s of wall-clock on the
 #: 2 shared CPU cores the README's table was measured on (1D defaults), so the default job
 #: compares methods at roughly equal time but with an iteration budget that does not depend on
 #: the machine's load. ``--set time_limit=8 --set steps=100000`` is the wall-clock comparison.
-STEP_BUDGET = {"adam": 1600, "sgd": 1500, "engd": 140, "sng": 200, "spring": 200}
+STEP_BUDGET = {"adam": 1600, "sgd": 1500, "lbfgs": 300, "engd": 140, "sng": 200, "spring": 200}
 #: ``n_interior`` when it is 0, by dimension (2D: per axis, the ENGD paper's 30 x 30 grid).
 DEFAULT_N_INTERIOR = {1: 200, 2: 30}
 
@@ -23,8 +23,9 @@ class TrainConfig:
     """Poisson PINN trained by each method in turn (same init, same collocation points)."""
 
     methods: list[str] = option(["adam", "sgd", "engd", "sng", "spring"],
-                                help="methods to run, any of adam, sgd, engd (full-batch "
-                                     "natural gradient / Gauss-Newton), sng, spring")
+                                help="methods to run, any of adam, sgd, lbfgs (torch L-BFGS, "
+                                     "strong Wolfe, full batch), engd (full-batch natural "
+                                     "gradient / Gauss-Newton), sng, spring")
     dim: int = option(1, help="Poisson dimension: 1 or 2", choices=(1, 2))
     n_interior: int = option(0, help="interior collocation points (per axis in 2D); 0 = 200 "
                                      "in 1D, 30 in 2D (the ENGD paper's 30 x 30 grid)", ge=0)
@@ -43,20 +44,30 @@ class TrainConfig:
                                      "parameter count, see README)", ge=0)
     boundary_batch_size: int = option(0, help="SNG/SPRING boundary points per step (0 = all: "
                                               "the 2 ends in 1D, 4 x n_boundary in 2D)", ge=0)
-    sampler: str = option("stratified", help="SNG/SPRING batch sampler: stratified "
-                                             "(interior + boundary), uniform or svs",
+    sampler: str = option("stratified", help="SNG/SPRING batches: stratified (interior + "
+                                             "boundary, the driver samples, closure mode) or "
+                                             "the optimizer's own uniform / svs sampler over "
+                                             "all residuals (indexed mode)",
                           choices=("stratified", "uniform", "svs"))
-    damping: float = option(1e-10, help="SNG/SPRING/ENGD damping lambda", ge=0)
-    momentum: float = option(0.5, help="SPRING momentum mu", ge=0, lt=1)
-    norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off)", ge=0)
+    damping: float = option(1e-10, help="SNG/SPRING/ENGD damping lambda (the class default)",
+                            ge=0)
+    momentum: float = option(0.5, help="SPRING momentum mu (the class default)", ge=0, lt=1)
+    norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off, the class "
+                                              "default)", ge=0)
     line_search: int = option(12, help="grid line search points lr*0.5**j (0 = fixed lr)",
                               ge=0)
-    line_search_on: str = option("full", help="loss the line search compares: full (all "
-                                              "collocation points) or batch (the sampled ones)",
+    line_search_on: str = option("batch", help="loss the SNG/SPRING line search compares: "
+                                               "batch (the step's own rows, the class "
+                                               "default) or full (all collocation points, "
+                                               "the pre-0.2 default; every grid point)",
                                  choices=("full", "batch"))
+    line_search_early_stop: bool = option(True, help="stop the grid at its first local "
+                                                     "minimum below the current batch loss "
+                                                     "(class default); false = every point")
     lr: float = option(1.0, help="SNG/SPRING/ENGD step size (largest line-search step)", gt=0)
     adam_lr: float = option(1e-3, help="Adam learning rate", gt=0)
     sgd_lr: float = option(1e-4, help="SGD learning rate", gt=0)
+    lbfgs_lr: float = option(1.0, help="L-BFGS learning rate (strong Wolfe line search)", gt=0)
     target: float = option(1e-6, help="relative L2 error reported as 'time to target'", gt=0)
     dtype: str = option("float64", help="float64 (the high-precision setting), float32, or "
                                         "'context' to follow the run's --dtype",

@@ -1,26 +1,42 @@
-"""SNG and SPRING as ``torch.optim.Optimizer`` subclasses stepping on a residual function.
+"""SNG and SPRING as ``torch.optim.Optimizer`` subclasses for least-squares losses.
 
-The loss is least squares, ``L(theta) = 1/(2n) sum_i r_i(theta)^2``. Each step samples ``k`` of
-the ``n`` residuals, forms the sketched Jacobian with rows ``grad r_i / sqrt(k)`` (the ``1/sqrt(n)``
-row scaling of the full Jacobian times the ``sqrt(n/k)`` mini-batch rescaling) and solves the
-``k x k`` damped system (Woodbury form).
+The loss is least squares over a vector of residuals. Each step linearises the residuals of a
+batch (``J_S``: one row per residual, scaled like the loss) and solves the damped ``k x k``
+(Woodbury) or ``p x p`` system:
 
 * :class:`SNG`: ``d = J_S^T (J_S J_S^T + lambda I)^{-1} r_S``, ``theta <- theta - eta d``
   (regularised block Kaczmarz / sketch-and-project).
 * :class:`SPRING`:
   ``phi = mu phi_prev + J_S^T (J_S J_S^T + lambda I)^{-1}(-r_S - mu J_S phi_prev)``,
-  ``theta <- theta + eta phi`` with ``eta = min(lr, sqrt(C) / ||phi||)`` under the norm
-  constraint ``C`` (accelerated sketch-and-project, see :mod:`icml_sng.accelerated`).
+  ``theta <- theta + eta phi``, optionally with the norm constraint
+  ``eta = min(lr, sqrt(C) / ||phi||)`` (accelerated sketch-and-project,
+  :mod:`icml_sng.accelerated`).
 
-Usage::
+Two ways to call ``step``:
 
-    opt = SNG(model.parameters(), num_residuals=n, batch_size=32)
-    for _ in range(steps):
-        opt.step(residual_fn)          # residual_fn(idx) -> residuals r_idx, shape (len(idx),)
+1. **torch's closure contract** (the batch is yours, any size, any step)::
 
-``residual_fn`` must compute the residuals from the optimizer's parameters (autograd graph
-intact); the Jacobian rows come from one batched backward pass (``torch.func`` vmap). A faster
-``jacobian_fn(idx) -> (r_idx, J_idx)`` (e.g. ``torch.func.jacrev`` + ``vmap``) may be passed too.
+       opt = SPRING(model.parameters())
+       def closure():
+           return least_squares_loss(model(x_batch).squeeze(-1) - y_batch)
+       loss = opt.step(closure)
+
+   The closure returns the loss ``0.5 * mean(r^2)`` made by :func:`least_squares_loss`, which
+   carries the residual vector to the optimizer (``loss.residuals``; ``reduction="sum"`` for
+   ``0.5 * sum(r^2)`` with rows you weighted yourself; ``jacobian=`` a tensor or a zero-argument
+   callable giving ``d r / d theta`` if you have a faster one). The same closure works with
+   Adam or L-BFGS (``loss.backward()``). The line search calls the closure again at trial
+   parameters, so by default it compares the loss on your batch (``line_search_closure=`` to
+   compare another loss, e.g. over all points, as ENGD does).
+2. **indexed residuals** (the optimizer samples): ``opt.step(residual_fn, num_residuals=n)``
+   with ``residual_fn(idx) -> r_idx`` (shape ``(len(idx),)``), loss ``1/(2n) sum_i r_i^2``;
+   needed for the optimizer's own samplers (``"uniform"``, squared volume sampling ``"svs"``,
+   a callable). ``num_residuals`` may change from step to step; giving it to the constructor
+   makes indexed mode the default (then ``opt.step(residual_fn, jacobian_fn)``).
+
+State lives in ``self.state[p]`` as tensors (``step``, SPRING's ``momentum_buffer``, the
+sampler's generator state ``sampler_rng``), so ``state_dict()``/``load_state_dict()`` resume a
+run bit for bit.
 """
 
 from __future__ import annotations
@@ -38,10 +54,54 @@ from icml_sng.svs import sample_svs
 ResidualFn = Callable[[torch.Tensor], torch.Tensor]
 JacobianFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 Sampler = Callable[[int, int, torch.Generator], torch.Tensor]
+Closure = Callable[[], torch.Tensor]
+
+#: The class defaults (shared by SNG and SPRING): what reaches relative L2 1e-6 on the plugin's
+#: 1D and 2D Poisson PINNs (README, "Defaults"). ``line_search=12``: grid ``0.5**j, j < 12``;
+#: ``line_search_on="batch"``: the grid compares the loss on the step's own batch (the closure),
+#: ``"full"`` (indexed mode) or ``line_search_closure=`` give the ENGD-style full-loss search.
+DEFAULTS: dict[str, Any] = dict(lr=1.0, damping=1e-10, line_search=12, line_search_on="batch",
+                                line_search_early_stop=True, line_search_include_zero=False,
+                                solve="auto")
+#: SPRING's momentum and norm constraint for the PINNs (README).
+SPRING_DEFAULTS: dict[str, Any] = dict(momentum=0.5, norm_constraint=None)
+#: The public SPRING defaults used for variational Monte Carlo (vmcnet / the SPRING paper):
+#: ``SPRING(params, **SPRING_VMC)``; fixed step (no line search) under the norm constraint.
+SPRING_VMC: dict[str, Any] = dict(damping=1e-3, momentum=0.99, norm_constraint=1e-3,
+                                  line_search=None, lr=1.0)
 
 
 class NonFiniteError(FloatingPointError):
     """Residuals or Jacobian are not finite; the parameters were left at their last good values."""
+
+
+def least_squares_loss(residuals: torch.Tensor, *, reduction: str = "mean",
+                       jacobian: torch.Tensor | Callable[[], torch.Tensor] | None = None
+                       ) -> torch.Tensor:
+    """The least-squares loss of ``residuals`` with the residuals attached for SNG/SPRING.
+
+    ``reduction="mean"``: ``0.5 * mean(r^2)``; ``"sum"``: ``0.5 * sum(r^2)`` (scale the rows
+    yourself, e.g. ``r_i / sqrt(k_i)`` for a sum of per-term means). Returns a 0-d tensor
+    usable as any loss (``.backward()``), with attributes ``residuals`` (the vector, graph
+    intact), ``row_scale`` (``1/sqrt(k)`` or 1) and ``jacobian`` (optional: a ``(k, p)`` tensor
+    or a zero-argument callable returning it, columns in parameter order, unscaled)."""
+    if not isinstance(residuals, torch.Tensor):
+        raise TypeError(f"least_squares_loss needs a tensor of residuals, got "
+                        f"{type(residuals).__name__}")
+    r = residuals.reshape(-1)
+    if r.numel() < 1:
+        raise ValueError("least_squares_loss got an empty residual vector: the batch is empty")
+    if reduction == "mean":
+        scale = 1.0 / math.sqrt(r.numel())
+    elif reduction == "sum":
+        scale = 1.0
+    else:
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    loss = 0.5 * (r * scale).pow(2).sum()
+    loss.residuals = r  # type: ignore[attr-defined]
+    loss.row_scale = scale  # type: ignore[attr-defined]
+    loss.jacobian = jacobian  # type: ignore[attr-defined]
+    return loss
 
 
 def residual_jacobian(residual_fn: ResidualFn, params: Sequence[torch.Tensor],
@@ -50,8 +110,18 @@ def residual_jacobian(residual_fn: ResidualFn, params: Sequence[torch.Tensor],
     (flattened in order), by one vmapped backward pass (row-by-row fallback)."""
     with torch.enable_grad():
         r = residual_fn(idx)
-        _check_residual(r, idx)
-        k = r.shape[0]
+        _check_residual(r, idx.shape[0])
+    return r.detach(), _jacobian_of(r, params)
+
+
+def _jacobian_of(r: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``d r / d params`` (``(k, p)``) for a residual vector with its graph intact."""
+    k = r.shape[0]
+    if not r.requires_grad:
+        raise ValueError("the residuals do not depend on the parameters (no autograd graph): "
+                         "compute them from the optimizer's parameters with grad enabled, or "
+                         "pass jacobian= to least_squares_loss")
+    with torch.enable_grad():
         eye = torch.eye(k, dtype=r.dtype, device=r.device)
         try:
             grads = torch.autograd.grad(r, list(params), grad_outputs=eye, allow_unused=True,
@@ -64,17 +134,17 @@ def residual_jacobian(residual_fn: ResidualFn, params: Sequence[torch.Tensor],
                      else None for j, p in enumerate(params)]
     cols = [(g if g is not None else torch.zeros(k, *p.shape, dtype=r.dtype, device=r.device))
             .reshape(k, -1) for g, p in zip(grads, params)]
-    return r.detach(), torch.cat(cols, dim=1).detach()
+    return torch.cat(cols, dim=1).detach()
 
 
-def _check_residual(r: Any, idx: torch.Tensor) -> None:
+def _check_residual(r: Any, k: int) -> None:
     if not isinstance(r, torch.Tensor):
         raise TypeError(f"residual_fn must return a torch.Tensor of residuals, got "
                         f"{type(r).__name__}")
-    if r.shape != (idx.shape[0],):
-        raise ValueError(f"residual_fn returned shape {tuple(r.shape)} for {idx.shape[0]} "
+    if r.shape != (k,):
+        raise ValueError(f"residual_fn returned shape {tuple(r.shape)} for {k} "
                          f"indices: it must return one residual per index, shape "
-                         f"({idx.shape[0]},) (not a scalar loss; flatten vector residuals)")
+                         f"({k},) (not a scalar loss; flatten vector residuals)")
 
 
 def uniform_sampler(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
@@ -83,53 +153,62 @@ def uniform_sampler(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
 
 
 class _SketchProjectOptimizer(Optimizer):
-    """Shared machinery: sampling, Jacobian, checks, line search."""
+    """Shared machinery: both calling modes, sampling, Jacobian, checks, line search, state."""
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], defaults: dict,
-                 num_residuals: int, batch_size: int | None, sampler: str | Sampler,
+                 num_residuals: int | None, batch_size: int | None, sampler: str | Sampler,
                  seed: int | None) -> None:
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
             raise ValueError(f"{type(self).__name__} supports one parameter group (the step "
                              "is a joint solve over all parameters); pass a flat list")
-        if not isinstance(num_residuals, int) or num_residuals < 1:
-            raise ValueError(f"num_residuals must be a positive int, got {num_residuals!r}")
-        k = num_residuals if batch_size is None else batch_size
-        if not isinstance(k, int) or k < 1:
+        if num_residuals is not None:
+            _check_n(num_residuals)
+        if batch_size is not None and (not isinstance(batch_size, int)
+                                       or isinstance(batch_size, bool) or batch_size < 1):
             raise ValueError(f"batch_size must be a positive int or None (full batch), "
                              f"got {batch_size!r}")
-        if k > num_residuals:
-            raise ValueError(f"batch_size={k} is larger than num_residuals={num_residuals}: "
-                             f"use batch_size <= {num_residuals} (or None for full batch)")
+        if num_residuals is not None and batch_size is not None and batch_size > num_residuals:
+            raise ValueError(f"batch_size={batch_size} is larger than num_residuals="
+                             f"{num_residuals}: use batch_size <= {num_residuals} (or None for "
+                             "full batch)")
         if isinstance(sampler, str) and sampler not in ("uniform", "svs"):
             raise ValueError(f"sampler must be 'uniform', 'svs' or a callable "
                              f"(n, k, generator) -> indices, got {sampler!r}")
-        self.num_residuals, self.batch_size, self.sampler = num_residuals, k, sampler
+        if not isinstance(sampler, str) and not callable(sampler):
+            raise ValueError(f"sampler must be 'uniform', 'svs' or a callable, got {sampler!r}")
+        self.num_residuals, self.sampler = num_residuals, sampler
+        self.batch_size = batch_size
         self.generator = torch.Generator()
         self.generator.manual_seed(int(torch.initial_seed() if seed is None else seed)
                                    % 2**63)
         g = self.param_groups[0]
         check_damping(g["damping"])
-        if not g["lr"] > 0:
+        if not (isinstance(g["lr"], (int, float)) and g["lr"] > 0):
             raise ValueError(f"lr must be > 0, got {g['lr']!r}")
         g["line_search"] = _line_search_grid(g["line_search"])
         if g["line_search_on"] not in ("full", "batch"):
-            raise ValueError(f"line_search_on must be 'full' or 'batch', "
-                             f"got {g['line_search_on']!r}")
+            raise ValueError(f"line_search_on must be 'batch' (the step's own rows) or 'full' "
+                             f"(all residuals; indexed mode), got {g['line_search_on']!r}")
+        if g["solve"] not in ("auto", "woodbury", "param"):
+            raise ValueError(f"solve must be 'auto', 'woodbury' or 'param', got {g['solve']!r}")
         self.last: dict[str, float] = {}
 
-    def state_dict(self) -> dict[str, Any]:
-        """The usual optimizer state plus the batch generator's state (exact resumption)."""
-        sd = super().state_dict()
-        sd["generator"] = self.generator.get_state()
-        return sd
-
+    # -- torch state ---------------------------------------------------------------------
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state_dict = dict(state_dict)
-        gen = state_dict.pop("generator", None)
+        """torch's ``load_state_dict`` (which casts floating state to the parameters' dtype),
+        then the sampler's generator state is restored from ``state[p0]["sampler_rng"]``."""
         super().load_state_dict(state_dict)
-        if gen is not None:
-            self.generator.set_state(gen)
+        st = self.state.get(self._params[0], {})
+        if "sampler_rng" in st:
+            rng = st["sampler_rng"].to(device="cpu", dtype=torch.uint8)
+            st["sampler_rng"] = rng
+            self.generator.set_state(rng)
+
+    def _count_step(self) -> None:
+        for p in self._params:
+            st = self.state[p]
+            st["step"] = st.get("step", torch.tensor(0.0)) + 1
 
     # -- helpers -----------------------------------------------------------------------
     @property
@@ -146,21 +225,107 @@ class _SketchProjectOptimizer(Optimizer):
             p.copy_(vec[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
 
-    def _sample_and_linearise(self, residual_fn: ResidualFn, jacobian_fn: JacobianFn | None
-                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        n, k = self.num_residuals, self.batch_size
-        jac = jacobian_fn or (lambda i: residual_jacobian(residual_fn, self._params, i))
-        if self.sampler == "svs":
-            r_all, J_all = self._checked(jac, torch.arange(n))
-            idx = sample_svs(J_all / math.sqrt(k), k, self.param_groups[0]["damping"],
-                             self.generator)
-            r, J = r_all[idx], J_all[idx]
+    def _num_params(self) -> int:
+        return sum(q.numel() for q in self._params)
+
+    def _check_finite(self, r: torch.Tensor, J: torch.Tensor) -> None:
+        p = self._num_params()
+        if J.shape != (r.shape[0], p):
+            raise ValueError(f"Jacobian has shape {tuple(J.shape)}, expected "
+                             f"({r.shape[0]}, {p}) = (batch, number of parameters)")
+        if not torch.isfinite(r).all():
+            raise NonFiniteError("the residuals are not finite; the parameters were left at "
+                                 "their last good values (lower lr, raise damping or enable "
+                                 "the line search)")
+        if not torch.isfinite(J).all():
+            raise NonFiniteError("the residual Jacobian is not finite; the parameters were "
+                                 "left at their last good values")
+
+    # -- the two calling modes -------------------------------------------------------------
+    def _remember(self, line_search_closure: Closure | None) -> None:
+        """After a step: cache the accepted line-search loss of a separate closure."""
+        best = getattr(self, "_ls_best", None)
+        self._ls_cache = (None if line_search_closure is None or best is None else
+                          (line_search_closure, self._versions(), best))
+        self._ls_best = None
+
+    def _linearise(self, closure: Any, jacobian_fn: JacobianFn | None,
+                   residual_fn: ResidualFn | None, num_residuals: int | None,
+                   line_search_closure: Closure | None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                              Callable[[], float]]:
+        """Return ``(loss, r_S, J_S, evaluate)``: the loss before the step, the scaled sampled
+        residuals and Jacobian rows, and the line search's loss at the current parameters."""
+        n = num_residuals if num_residuals is not None else self.num_residuals
+        if residual_fn is None and n is not None and closure is not None:
+            residual_fn, closure = closure, None  # legacy positional: step(residual_fn, jac)
+        if residual_fn is not None:
+            if n is None:
+                raise ValueError("indexed mode (residual_fn) needs num_residuals: pass "
+                                 "step(residual_fn, num_residuals=n) or construct with it")
+            _check_n(n)
+            return self._linearise_indexed(residual_fn, jacobian_fn, n, line_search_closure)
+        if closure is None:
+            raise ValueError(f"{type(self).__name__}.step needs a closure returning "
+                             "least_squares_loss(residuals) (or residual_fn= with "
+                             "num_residuals=)")
+        if jacobian_fn is not None:
+            raise ValueError("jacobian_fn belongs to indexed mode; in closure mode pass "
+                             "jacobian= to least_squares_loss")
+        return self._linearise_closure(closure, line_search_closure)
+
+    def _linearise_closure(self, closure: Closure, line_search_closure: Closure | None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                      Callable[[], float]]:
+        with torch.enable_grad():
+            loss = closure()
+        r = getattr(loss, "residuals", None)
+        if r is None:
+            raise TypeError(f"{type(self).__name__} needs the residual vector: return "
+                            "icml_sng.least_squares_loss(residuals) from the closure (a plain "
+                            "scalar loss has lost the least-squares structure)")
+        scale = loss.row_scale
+        jac = loss.jacobian
+        if jac is None:
+            J = _jacobian_of(r, self._params)
         else:
-            scale = None
+            J = jac() if callable(jac) else jac
+            J = J.detach()
+        r = r.detach()
+        self._check_finite(r, J)
+        ls = line_search_closure or closure
+
+        def evaluate() -> float:
+            with torch.enable_grad():
+                return float(ls().detach())
+
+        self._ls_loss0 = (float(loss.detach()) if line_search_closure is None
+                          else self._cached_loss0(line_search_closure))
+        return loss.detach(), r * scale, J * scale, evaluate
+
+    def _linearise_indexed(self, residual_fn: ResidualFn, jacobian_fn: JacobianFn | None,
+                           n: int, line_search_closure: Closure | None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                      Callable[[], float]]:
+        k = n if self.batch_size is None else self.batch_size
+        if k > n:
+            raise ValueError(f"batch_size={k} is larger than num_residuals={n}: use "
+                             f"batch_size <= {n} (or None for full batch)")
+        jac = jacobian_fn or (lambda i: residual_jacobian(residual_fn, self._params, i))
+        dev = self._params[0].device
+        scale: torch.Tensor | float
+        if self.sampler == "svs":
+            r_all, J_all = self._checked(jac, torch.arange(n, device=dev))
+            idx = sample_svs(J_all / math.sqrt(k), k, self.param_groups[0]["damping"],
+                             self.generator).to(dev)
+            r, J = r_all[idx], J_all[idx]
+            scale = 1.0 / math.sqrt(k)
+        else:
+            scale = None  # type: ignore[assignment]
             if self.sampler == "uniform" or (k == n and isinstance(self.sampler, str)):
                 idx = torch.arange(n) if k == n else uniform_sampler(n, k, self.generator)
             else:
-                out = self.sampler(n, k, self.generator)
+                out = self.sampler(n, k, self.generator)  # type: ignore[operator]
                 idx, scale = out if isinstance(out, tuple) else (out, None)
                 idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)
                 if idx.numel() < 1 or (scale is not None and
@@ -168,62 +333,95 @@ class _SketchProjectOptimizer(Optimizer):
                     raise ValueError(f"the sampler returned {idx.numel()} indices and scales "
                                      f"of shape {tuple(torch.as_tensor(scale).shape)}: return "
                                      "a non-empty index tensor, optionally with one scale each")
+            idx = idx.to(dev)
             r, J = self._checked(jac, idx)
-            if scale is not None:
+            if scale is None:  # a custom sampler may return != batch_size rows
+                scale = 1.0 / math.sqrt(idx.numel())
+            else:
                 scale = torch.as_tensor(scale, dtype=r.dtype, device=r.device)
-                return idx, r * scale, J * scale[:, None]
-        scale = 1.0 / math.sqrt(idx.numel())  # a custom sampler may return != batch_size rows
-        return idx, r * scale, J * scale
+        self.state[self._params[0]]["sampler_rng"] = self.generator.get_state()
+        s_col = scale[:, None] if isinstance(scale, torch.Tensor) else scale
+        g = self.param_groups[0]
+        full = torch.arange(n, device=dev)
+
+        def evaluate() -> float:
+            if line_search_closure is not None:
+                with torch.enable_grad():
+                    return float(line_search_closure())
+            with torch.enable_grad():  # residuals may need input derivatives (PINNs)
+                if g["line_search_on"] == "full":
+                    rr = residual_fn(full).detach()
+                    return float(0.5 * (rr**2).mean())
+                rr = residual_fn(idx).detach() * scale
+            return float(0.5 * (rr**2).sum())
+
+        r_s = r * scale
+        loss = 0.5 * (r_s**2).sum()
+        self._ls_loss0 = (float(loss) if line_search_closure is None and
+                          g["line_search_on"] == "batch" else -math.inf)
+        return loss, r_s, J * s_col, evaluate
+
+    def _versions(self) -> tuple[int, ...]:
+        return tuple(p._version for p in self._params)
+
+    def _cached_loss0(self, line_search_closure: Closure) -> float:
+        """The separate line-search loss at the current parameters, if known: the value this
+        optimizer accepted last step for the same closure object, when no parameter has been
+        modified since (``Tensor._version``); else ``-inf`` (the grid is then searched in
+        full, which is always correct)."""
+        cache = getattr(self, "_ls_cache", None)
+        if cache and cache[0] is line_search_closure and cache[1] == self._versions():
+            return cache[2]
+        return -math.inf
 
     def _checked(self, jac: JacobianFn, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        dev = self._params[0].device
-        idx = idx.to(dev)
         r, J = jac(idx)
-        _check_residual(r, idx)
-        p = sum(q.numel() for q in self._params)
-        if J.shape != (idx.shape[0], p):
-            raise ValueError(f"Jacobian has shape {tuple(J.shape)}, expected "
-                             f"({idx.shape[0]}, {p}) = (batch, number of parameters)")
-        if not torch.isfinite(r).all():
-            raise NonFiniteError("residual_fn returned non-finite residuals; the parameters "
-                                 "were left at their last good values (lower lr, raise "
-                                 "damping or enable the line search)")
-        if not torch.isfinite(J).all():
-            raise NonFiniteError("the residual Jacobian is not finite; the parameters were "
-                                 "left at their last good values")
-        return r.detach(), J.detach()
+        _check_residual(r, idx.shape[0])
+        r, J = r.detach(), J.detach()
+        self._check_finite(r, J)
+        return r, J
 
-    def _loss_at(self, residual_fn: ResidualFn, idx: torch.Tensor) -> float:
-        with torch.enable_grad():  # residuals may need input derivatives (PINNs)
-            r = residual_fn(idx).detach()
-        return float(0.5 * (r**2).mean())
+    def _apply(self, evaluate: Callable[[], float], direction: torch.Tensor, lr: float,
+               loss0: float) -> float:
+        """Move along ``direction`` by ``lr`` (or the best grid step); return the step size.
 
-    def _apply(self, residual_fn: ResidualFn, direction: torch.Tensor, lr: float,
-               idx: torch.Tensor) -> float:
-        """Move along ``direction`` by ``lr`` (or the best grid step); return the step size."""
+        ``loss0`` is the compared loss at the current parameters when known (batch line
+        search), else ``-inf``. With ``line_search_early_stop`` the grid (largest step first)
+        stops at its first local minimum once that is below ``loss0``; otherwise every grid
+        point is evaluated (the ENGD-style search)."""
         g = self.param_groups[0]
         theta = self._flat()
         grid = g["line_search"]
         if grid is None:
             self._set_flat(theta + lr * direction)
             return lr
-        n = self.num_residuals
-        ls_idx = (torch.arange(n) if g["line_search_on"] == "full" else idx)
-        ls_idx = ls_idx.to(theta.device)
-        best_eta, best = 0.0, math.inf
+        best_eta, best, evals, prev = 0.0, math.inf, 0, math.inf
         if g["line_search_include_zero"]:
-            best = self._loss_at(residual_fn, ls_idx)
+            best = evaluate()
+            evals += 1
         for factor in grid:
             self._set_flat(theta + lr * factor * direction)
-            val = self._loss_at(residual_fn, ls_idx)
+            val = evaluate()
+            evals += 1
             if math.isfinite(val) and val < best:
                 best_eta, best = lr * factor, val
+            elif g["line_search_early_stop"] and prev == best < loss0 and val > best:
+                # past the grid's first local minimum, which already lowers the loss
+                break
+            prev = val if math.isfinite(val) else math.inf
         if not math.isfinite(best):
             self._set_flat(theta)
             raise NonFiniteError("every line-search step gave a non-finite loss; the "
                                  "parameters were left at their last good values")
         self._set_flat(theta + best_eta * direction)
+        self.last["line_search_evals"] = evals
+        self._ls_best = best
         return best_eta
+
+
+def _check_n(n: Any) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"num_residuals must be a positive int, got {n!r}")
 
 
 def _line_search_grid(value: Any) -> tuple[float, ...] | None:
@@ -240,47 +438,73 @@ def _line_search_grid(value: Any) -> tuple[float, ...] | None:
     return grid
 
 
+_STEP_DOC = """
+        ``closure()`` returns :func:`least_squares_loss` of the batch's residuals (torch's
+        contract; called again by the line search). Indexed mode instead:
+        ``step(residual_fn, num_residuals=n)`` (``residual_fn(idx) -> r_idx``), optionally with
+        ``jacobian_fn(idx) -> (r_idx, J_idx)``. ``line_search_closure`` replaces the loss the
+        line search compares (e.g. the loss over all points). Returns the loss before the step.
+"""
+
+
 class SNG(_SketchProjectOptimizer):
     """Subsampled natural gradient (regularised sketch-and-project / block Kaczmarz).
 
     Args:
         params: the parameters (one group).
-        num_residuals: ``n``, the number of residuals ``residual_fn`` can index.
+        num_residuals: optional; ``n`` for indexed mode (see the module docstring). Leave it
+            out for torch's closure mode, where each step's batch may have any size.
         lr: step size ``eta`` (the largest one when ``line_search`` is set).
         damping: ``lambda >= 0`` in ``(J_S J_S^T + lambda I)``; 0 = minimum-norm projection.
-        batch_size: ``k`` residuals per step; ``None`` = all (Levenberg-Marquardt).
-        sampler: ``"uniform"``, ``"svs"`` (exact squared volume sampling; needs the full
-            Jacobian each step, ``O(n^3)``) or a callable ``(n, k, generator) -> indices``.
+        batch_size: indexed mode: ``k`` residuals per step; ``None`` = all
+            (Levenberg-Marquardt / ENGD).
+        sampler: indexed mode: ``"uniform"``, ``"svs"`` (exact squared volume sampling; needs
+            the full Jacobian each step, ``O(n^3)``) or a callable ``(n, k, generator) ->
+            indices`` (or ``(indices, row_scales)``).
         line_search: ``None`` (fixed ``lr``), an int ``m`` (grid ``lr * 0.5**j``, ``j < m``,
             as in ENGD) or a sequence of factors; the step with the lowest loss is taken.
-        line_search_on: ``"full"`` loss over all ``n`` residuals or the sampled ``"batch"``.
-        line_search_include_zero: also consider not moving (the loss never increases).
+        line_search_on: ``"batch"`` (the step's own rows: the closure, or ``residual_fn`` on
+            the sampled indices) or ``"full"`` (indexed mode: all ``n`` residuals, the ENGD
+            paper's choice and this plugin's default before 0.2.0).
+        line_search_include_zero: also consider not moving (the compared loss never increases).
         solve: ``"auto"``, ``"woodbury"`` (``k x k``) or ``"param"`` (``p x p``).
-        seed: seed of the optimizer's own batch generator.
+        seed: seed of the optimizer's own batch generator (indexed mode).
+
+    Defaults (:data:`DEFAULTS`) are the ones that train the plugin's PINNs to 1e-6.
     """
 
-    def __init__(self, params: Iterable[torch.Tensor], num_residuals: int, lr: float = 1.0,
-                 damping: float = 1e-8, batch_size: int | None = 32,
-                 sampler: str | Sampler = "uniform",
-                 line_search: int | Sequence[float] | None = None,
-                 line_search_on: str = "full", line_search_include_zero: bool = False,
-                 solve: str = "auto", seed: int | None = None) -> None:
+    def __init__(self, params: Iterable[torch.Tensor], num_residuals: int | None = None,
+                 lr: float = DEFAULTS["lr"], damping: float = DEFAULTS["damping"],
+                 batch_size: int | None = 32, sampler: str | Sampler = "uniform",
+                 line_search: int | Sequence[float] | None = DEFAULTS["line_search"],
+                 line_search_on: str = DEFAULTS["line_search_on"],
+                 line_search_early_stop: bool = DEFAULTS["line_search_early_stop"],
+                 line_search_include_zero: bool = DEFAULTS["line_search_include_zero"],
+                 solve: str = DEFAULTS["solve"], seed: int | None = None) -> None:
         defaults = dict(lr=lr, damping=damping, line_search=line_search,
                         line_search_on=line_search_on,
+                        line_search_early_stop=bool(line_search_early_stop),
                         line_search_include_zero=line_search_include_zero, solve=solve)
         super().__init__(params, defaults, num_residuals, batch_size, sampler, seed)
 
-    def step(self, residual_fn: ResidualFn, jacobian_fn: JacobianFn | None = None
-             ) -> torch.Tensor:  # type: ignore[override]
-        """One SNG step. Returns the sampled loss ``0.5 * mean(r_S^2)`` before the step."""
+    @torch.no_grad()
+    def step(self, closure: Closure | ResidualFn | None = None,  # type: ignore[override]
+             jacobian_fn: JacobianFn | None = None, *, residual_fn: ResidualFn | None = None,
+             num_residuals: int | None = None, line_search_closure: Closure | None = None
+             ) -> torch.Tensor:
         g = self.param_groups[0]
-        idx, r_S, J_S = self._sample_and_linearise(residual_fn, jacobian_fn)
+        loss, r_S, J_S, evaluate = self._linearise(closure, jacobian_fn, residual_fn,
+                                                   num_residuals, line_search_closure)
         d = sketch_direction(J_S, r_S, g["damping"], g["solve"])
-        eta = self._apply(residual_fn, -d, g["lr"], idx)
-        self.state["step"] = self.state.get("step", 0) + 1
-        loss = 0.5 * (r_S**2).sum()
-        self.last = {"loss": float(loss), "lr": eta, "step_norm": eta * float(d.norm())}
+        self.last = {}
+        eta = self._apply(evaluate, -d, g["lr"], self._ls_loss0)
+        self._remember(line_search_closure)
+        self._count_step()
+        self.last.update(loss=float(loss), lr=eta, step_norm=eta * float(d.norm()),
+                         rows=float(r_S.shape[0]))
         return loss
+
+    step.__doc__ = "One SNG step." + _STEP_DOC
 
 
 class SPRING(_SketchProjectOptimizer):
@@ -289,21 +513,26 @@ class SPRING(_SketchProjectOptimizer):
 
     ``phi_t = mu phi_{t-1} + J_S^T (J_S J_S^T + lambda I)^{-1} (-r_S - mu J_S phi_{t-1})``,
     ``theta <- theta + eta_t phi_t`` with ``eta_t = min(lr, sqrt(C) / ||phi_t||)`` when
-    ``norm_constraint=C`` is set. ``momentum=0`` is :class:`SNG`. When the line search
-    includes step 0 and takes it, the momentum restarts (``phi`` is reset to zero).
-    Defaults are the public SPRING defaults (``lambda=1e-3``, ``mu=0.99``, ``C=1e-3``) used for
-    VMC; for the PINNs here ``lambda=1e-10``, ``mu=0.5``, no norm constraint and a 12-point
-    line search worked best (see README).
-    Other arguments as in :class:`SNG`.
+    ``norm_constraint=C`` is set, then the line search (if any) over ``eta_t * grid``.
+    ``momentum=0`` is :class:`SNG`. When the line search includes step 0 and takes it, the
+    momentum restarts (``phi`` is reset to zero).
+
+    Defaults (:data:`DEFAULTS`, :data:`SPRING_DEFAULTS`: ``damping=1e-10``, ``momentum=0.5``,
+    no norm constraint, 12-point grid line search on the batch) train the plugin's PINNs to
+    1e-6. The public VMC defaults (``lambda=1e-3``, ``mu=0.99``, ``C=1e-3``, fixed step) are
+    ``SPRING(params, **SPRING_VMC)``. Other arguments as in :class:`SNG`.
     """
 
-    def __init__(self, params: Iterable[torch.Tensor], num_residuals: int, lr: float = 1.0,
-                 damping: float = 1e-3, momentum: float = 0.99,
-                 norm_constraint: float | None = 1e-3, batch_size: int | None = 32,
-                 sampler: str | Sampler = "uniform",
-                 line_search: int | Sequence[float] | None = None,
-                 line_search_on: str = "full", line_search_include_zero: bool = False,
-                 solve: str = "auto", seed: int | None = None) -> None:
+    def __init__(self, params: Iterable[torch.Tensor], num_residuals: int | None = None,
+                 lr: float = DEFAULTS["lr"], damping: float = DEFAULTS["damping"],
+                 momentum: float = SPRING_DEFAULTS["momentum"],
+                 norm_constraint: float | None = SPRING_DEFAULTS["norm_constraint"],
+                 batch_size: int | None = 32, sampler: str | Sampler = "uniform",
+                 line_search: int | Sequence[float] | None = DEFAULTS["line_search"],
+                 line_search_on: str = DEFAULTS["line_search_on"],
+                 line_search_early_stop: bool = DEFAULTS["line_search_early_stop"],
+                 line_search_include_zero: bool = DEFAULTS["line_search_include_zero"],
+                 solve: str = DEFAULTS["solve"], seed: int | None = None) -> None:
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r} (mu = 1 can "
                              "diverge; the paper's analysis needs mu < 1)")
@@ -312,29 +541,47 @@ class SPRING(_SketchProjectOptimizer):
         defaults = dict(lr=lr, damping=damping, momentum=float(momentum),
                         norm_constraint=norm_constraint, line_search=line_search,
                         line_search_on=line_search_on,
+                        line_search_early_stop=bool(line_search_early_stop),
                         line_search_include_zero=line_search_include_zero, solve=solve)
         super().__init__(params, defaults, num_residuals, batch_size, sampler, seed)
 
-    def step(self, residual_fn: ResidualFn, jacobian_fn: JacobianFn | None = None
-             ) -> torch.Tensor:  # type: ignore[override]
-        """One SPRING step. Returns the sampled loss ``0.5 * mean(r_S^2)`` before the step."""
+    def _phi_prev(self, like: torch.Tensor) -> torch.Tensor:
+        bufs = [self.state[p].get("momentum_buffer") for p in self._params]
+        if any(b is None for b in bufs):
+            return torch.zeros_like(like)
+        return torch.cat([b.reshape(-1) for b in bufs]).to(like)
+
+    def _store_phi(self, phi: torch.Tensor) -> None:
+        offset = 0
+        for p in self._params:
+            self.state[p]["momentum_buffer"] = phi[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+
+    @torch.no_grad()
+    def step(self, closure: Closure | ResidualFn | None = None,  # type: ignore[override]
+             jacobian_fn: JacobianFn | None = None, *, residual_fn: ResidualFn | None = None,
+             num_residuals: int | None = None, line_search_closure: Closure | None = None
+             ) -> torch.Tensor:
         g = self.param_groups[0]
-        idx, r_S, J_S = self._sample_and_linearise(residual_fn, jacobian_fn)
+        loss, r_S, J_S, evaluate = self._linearise(closure, jacobian_fn, residual_fn,
+                                                   num_residuals, line_search_closure)
         mu = g["momentum"]
-        phi_prev = self.state.get("phi")
-        if phi_prev is None:
-            phi_prev = torch.zeros(J_S.shape[1], dtype=J_S.dtype, device=J_S.device)
+        phi_prev = self._phi_prev(J_S[0])
         phi = mu * phi_prev + sketch_direction(J_S, -r_S - mu * (J_S @ phi_prev),
                                                g["damping"], g["solve"])
         lr = g["lr"]
         norm = float(phi.norm())
         if g["norm_constraint"] is not None and norm > 0:
             lr = min(lr, math.sqrt(g["norm_constraint"]) / norm)
-        eta = self._apply(residual_fn, phi, lr, idx)
+        self.last = {}
+        eta = self._apply(evaluate, phi, lr, self._ls_loss0)
+        self._remember(line_search_closure)
         # A rejected step (line search chose 0) restarts the momentum: keeping a direction
         # that was not taken would only grow it.
-        self.state["phi"] = phi if eta > 0 else torch.zeros_like(phi)
-        self.state["step"] = self.state.get("step", 0) + 1
-        loss = 0.5 * (r_S**2).sum()
-        self.last = {"loss": float(loss), "lr": eta, "step_norm": eta * norm}
+        self._store_phi(phi if eta > 0 else torch.zeros_like(phi))
+        self._count_step()
+        self.last.update(loss=float(loss), lr=eta, step_norm=eta * norm,
+                         rows=float(r_S.shape[0]))
         return loss
+
+    step.__doc__ = "One SPRING step." + _STEP_DOC

@@ -65,10 +65,11 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     opt_kwargs = dict(batch_size=config.batch_size,
                       boundary_batch_size=config.boundary_batch_size, sampler=config.sampler,
                       damping=config.damping, momentum=config.momentum,
-                      norm_constraint=config.norm_constraint or None,
+                      norm_constraint=config.norm_constraint,
                       line_search=config.line_search, line_search_on=config.line_search_on,
-                      lr=config.lr, adam_lr=config.adam_lr,
-                      sgd_lr=config.sgd_lr, seed=ctx.seed)
+                      line_search_early_stop=config.line_search_early_stop,
+                      lr=config.lr, adam_lr=config.adam_lr, sgd_lr=config.sgd_lr,
+                      lbfgs_lr=config.lbfgs_lr, seed=ctx.seed)
     histories = {}
     title = f"{config.dim}D Poisson PINN, relative L2 error (target {config.target:g})"
     columns = ["method", "steps", "seconds", "final rel L2", "best rel L2",
@@ -107,8 +108,9 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     notes = (f"Tanh MLP {[config.dim, *config.hidden, 1]}, {config.dtype}; SNG/SPRING take "
              f"{k_int} interior points per step ({config.sampler} sampler; boundary points: "
              f"{config.boundary_batch_size or 'all'}), damping {config.damping:g}, SPRING "
-             f"momentum {config.momentum:g}, {config.line_search}-point grid line search; ENGD is "
-             "the full-batch step (Levenberg-Marquardt / Gauss-Newton with line search).")
+             f"momentum {config.momentum:g}, {config.line_search}-point grid line search on the "
+             f"{config.line_search_on} loss (early stop: {config.line_search_early_stop}); ENGD "
+             "is the full-batch step (Levenberg-Marquardt / Gauss-Newton with line search).")
     return icml.RunResult(metrics=metrics, tables=[table], artifacts=artifacts, notes=notes)
 
 

@@ -58,80 +58,118 @@ class History:
         return math.inf
 
 
-#: Interior points per SNG/SPRING step when ``batch_size`` is not given, by dimension (all
-#: boundary points are added). 2D: 256 interior + 120 boundary = 376 rows, about 2.9 x the 129
-#: parameters. With the 64 + 64 = 128 rows used before (about p) the line search cut half of
-#: the late steps to its smallest factor 2^-11 and SNG stalled near 1e-5; with 376 rows its step
-#: sizes look like full-batch ENGD's (2^-4..2^-7). See README, "2D study".
-DEFAULT_BATCH = {1: 32, 2: 256}
+#: Interior points per SNG/SPRING batch when ``batch_size`` is 0, by dimension (all boundary
+#: points are added): :data:`icml_sng.pinn.PoissonPINN.DEFAULT_BATCH`. 2D: 256 interior + 120
+#: boundary = 376 rows, about 2.9 x the 129 parameters (64 + 64 = 128 rows, about p, stalled
+#: near 1e-5; README, "2D study").
+DEFAULT_BATCH = PoissonPINN.DEFAULT_BATCH
+
+_UNSET = None
 
 
-def make_optimizer(method: str, problem: PoissonPINN, *, batch_size: int | None = None,
-                   boundary_batch_size: int = 0, sampler: str = "stratified",
-                   damping: float = 1e-10, momentum: float = 0.5,
-                   norm_constraint: float | None = None, line_search: int = 12,
-                   line_search_on: str = "full", lr: float = 1.0,
-                   adam_lr: float = 1e-3, sgd_lr: float = 1e-4, seed: int = 0
-                   ) -> torch.optim.Optimizer:
-    """The optimizer for ``method`` on ``problem`` (see :class:`icml_sng.config.TrainConfig`).
-
-    ``batch_size`` (interior points per SNG/SPRING step; ``None`` or 0 = :data:`DEFAULT_BATCH`
-    for the problem's dimension) and ``boundary_batch_size`` (boundary points per step; 0 = all)
-    feed the stratified sampler; the uniform and SVS samplers draw ``batch_size`` rows of the
-    joint residual vector."""
+def make_optimizer(method: str, problem: PoissonPINN, *, damping: float | None = _UNSET,
+                   momentum: float | None = _UNSET, norm_constraint: float | None = _UNSET,
+                   line_search: int | None = _UNSET, line_search_on: str | None = _UNSET,
+                   line_search_early_stop: bool | None = _UNSET, lr: float | None = _UNSET,
+                   adam_lr: float = 1e-3, sgd_lr: float = 1e-4, lbfgs_lr: float = 1.0,
+                   sampler: str = "stratified", batch_size: int = 0, seed: int = 0,
+                   **_ignored: object) -> torch.optim.Optimizer:
+    """The optimizer for ``method`` on ``problem``. SNG, SPRING and ENGD (= SNG on the full
+    batch) get their class defaults except for the settings passed here (``None`` = class
+    default; ``norm_constraint=0`` = off). Batches are the driver's (:func:`fit_pinn`)."""
     params = list(problem.model.parameters())
     if method == "adam":
         return torch.optim.Adam(params, lr=adam_lr)
     if method == "sgd":
         return torch.optim.SGD(params, lr=sgd_lr)
-    common = dict(damping=damping, line_search=line_search or None, lr=lr, seed=seed,
-                  line_search_on=line_search_on)
-    if method == "engd":
-        return SNG(params, problem.n, batch_size=None, **common)
-    if boundary_batch_size < 0:
-        raise ValueError(f"boundary_batch_size must be >= 0 (0 = all boundary points), got "
-                         f"{boundary_batch_size}")
-    batch_size = batch_size or DEFAULT_BATCH[problem.dim]
-    if sampler == "stratified":
-        kb = boundary_batch_size or problem.n_bdy
-        samp = problem.stratified_sampler(min(batch_size, problem.n_int), kb)
-        k = samp.batch_size  # type: ignore[attr-defined]
-    else:
-        samp, k = sampler, min(batch_size, problem.n)
+    if method == "lbfgs":
+        # one iteration per step; tolerances 0 so it never stops on its own (torch's defaults
+        # end every later call at once after a stall, and max_iter=1 alone caps max_eval at 1)
+        return torch.optim.LBFGS(params, lr=lbfgs_lr, max_iter=1, max_eval=25, history_size=50,
+                                 tolerance_grad=0.0, tolerance_change=0.0,
+                                 line_search_fn="strong_wolfe")
+    given = dict(damping=damping, line_search=line_search, lr=lr,
+                 line_search_early_stop=line_search_early_stop)
+    if line_search_on == "full":
+        given["line_search_early_stop"] = False if line_search_early_stop is None \
+            else line_search_early_stop
+    kw: dict = {k: v for k, v in given.items() if v is not None}
+    if sampler != "stratified" and method != "engd":  # indexed mode: the optimizer samples
+        kw.update(num_residuals=problem.n, sampler=sampler, seed=seed,
+                  batch_size=min(batch_size or DEFAULT_BATCH[problem.dim], problem.n))
+    if "line_search" in kw:
+        kw["line_search"] = kw["line_search"] or None  # 0 = fixed step
+    if method == "engd":  # the ENGD paper's search: every grid point on the full loss
+        kw["line_search_early_stop"] = False
+        return SNG(params, **kw)  # type: ignore[arg-type]
     if method == "sng":
-        return SNG(params, problem.n, batch_size=k, sampler=samp, **common)
+        return SNG(params, **kw)  # type: ignore[arg-type]
     if method == "spring":
-        return SPRING(params, problem.n, batch_size=k, sampler=samp, momentum=momentum,
-                      norm_constraint=norm_constraint, **common)
-    raise ValueError(f"unknown method {method!r}: use adam, sgd, engd, sng or spring")
+        if momentum is not None:
+            kw["momentum"] = momentum
+        if norm_constraint is not None:
+            kw["norm_constraint"] = norm_constraint or None
+        return SPRING(params, **kw)  # type: ignore[arg-type]
+    raise ValueError(f"unknown method {method!r}: use adam, sgd, lbfgs, engd, sng or spring")
 
 
 def fit_pinn(problem: PoissonPINN, method: str, *, steps: int = 3000, time_limit: float = 0.0,
-             eval_every: int = 10, progress: Callable[[Iterable[int]], Iterable[int]] | None
-             = None, **opt_kwargs: object) -> History:
-    """Train ``problem.model`` in place with ``method``; evaluation time is not counted."""
-    opt = make_optimizer(method, problem, **opt_kwargs)  # type: ignore[arg-type]
+             eval_every: int = 10, batch_size: int = 0, boundary_batch_size: int = 0,
+             line_search_on: str | None = None, seed: int = 0, target: float | None = None,
+             progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
+             clock: Callable[[], float] = time.perf_counter,
+             **opt_kwargs: object) -> History:
+    """Train ``problem.model`` in place with ``method``; evaluation time is not counted.
+
+    SNG/SPRING step on a fresh stratified batch each step (``batch_size`` interior points, 0 =
+    :data:`DEFAULT_BATCH`; ``boundary_batch_size`` boundary points, 0 = all), drawn from a
+    generator seeded by ``seed``, through torch's closure contract
+    (``opt.step(lambda: problem.batch_loss(idx))``); ``line_search_on="full"`` makes their line
+    search compare the loss over all points. ENGD, Adam, SGD and L-BFGS use every point each
+    step. ``target``: stop once the relative L2 error reaches it (checked every
+    ``eval_every`` steps). ``clock``: the timer (``time.process_time`` for CPU seconds, which
+    a machine shared with other jobs inflates far less than wall-clock time)."""
+    if batch_size < 0 or boundary_batch_size < 0:
+        raise ValueError(f"batch_size and boundary_batch_size must be >= 0 (0 = default), got "
+                         f"{batch_size}, {boundary_batch_size}")
+    opt = make_optimizer(method, problem, line_search_on=line_search_on, batch_size=batch_size,
+                         seed=seed, **opt_kwargs)  # type: ignore[arg-type]
+    indexed = getattr(opt, "num_residuals", None) is not None
     hist = History(method)
     hist.steps.append(0), hist.times.append(0.0)
     hist.errors.append(problem.relative_l2()), hist.losses.append(problem.loss())
-    full = torch.arange(problem.n, device=problem.device)
+    gen = torch.Generator().manual_seed(seed)
+    ki = min(batch_size or DEFAULT_BATCH[problem.dim], problem.n_int)
+    kb = min(boundary_batch_size or problem.n_bdy, problem.n_bdy)
+    full_loss = (lambda: problem.batch_loss(None)) if line_search_on == "full" else None
     elapsed = 0.0
     it: Iterable[int] = range(1, steps + 1)
     for step in (progress(it) if progress else it):
-        t0 = time.perf_counter()
-        if isinstance(opt, (SNG, SPRING)):
-            opt.step(problem.residual_fn, problem.jacobian_fn)
+        t0 = clock()
+        if indexed:
+            opt.step(residual_fn=problem.residual_fn, jacobian_fn=problem.jacobian_fn,
+                     line_search_closure=full_loss)
+        elif method in ("sng", "spring"):
+            idx = problem.sample_batch(ki, kb, generator=gen)
+            opt.step(lambda idx=idx: problem.batch_loss(idx), line_search_closure=full_loss)
+        elif method == "engd":
+            opt.step(lambda: problem.batch_loss(None))
         else:
-            opt.zero_grad()
-            loss = 0.5 * (problem.residual_fn(full) ** 2).mean()
-            loss.backward()
-            opt.step()
-        elapsed += time.perf_counter() - t0
+            def closure() -> torch.Tensor:
+                opt.zero_grad()
+                loss = problem.batch_loss(None)
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+        elapsed += clock() - t0
         last = step == steps or (time_limit and elapsed >= time_limit)
         if step % eval_every == 0 or last:
             hist.steps.append(step), hist.times.append(elapsed)
             hist.errors.append(problem.relative_l2()), hist.losses.append(problem.loss())
             if not math.isfinite(hist.errors[-1]):
+                break
+            if target is not None and hist.errors[-1] <= target:
                 break
         if last:
             break
@@ -141,7 +179,8 @@ def fit_pinn(problem: PoissonPINN, method: str, *, steps: int = 3000, time_limit
 def fresh_problem(template: PoissonPINN) -> PoissonPINN:
     """A copy of ``template`` with its own copy of the model (same initial weights)."""
     return PoissonPINN(copy.deepcopy(template.model), dim=template.dim,
-                       n_interior=template._n_interior, n_boundary=template._n_boundary)
+                       n_interior=template._n_interior, n_boundary=template._n_boundary,
+                       laplacian=template._laplacian_arg)
 
 
 # -- least squares ---------------------------------------------------------------------------
@@ -169,10 +208,10 @@ def fit_least_squares(problem: LeastSquaresProblem, method: str, *, steps: int,
         return hist
     if method == "sng":
         opt: SNG | SPRING = SNG([x], problem.n, lr=lr, damping=damping, batch_size=batch_size,
-                                seed=seed)
+                                line_search=None, seed=seed)
     elif method == "spring":
         opt = SPRING([x], problem.n, lr=lr, damping=damping, momentum=momentum,
-                     norm_constraint=None, batch_size=batch_size, seed=seed)
+                     norm_constraint=None, batch_size=batch_size, line_search=None, seed=seed)
     else:
         raise ValueError(f"unknown method {method!r}: use sgd, sng or spring")
     jac = problem.jacobian_fn(x)

@@ -1,0 +1,211 @@
+"""Issue 23 benchmark: iterations and time to relative L2 1e-6, SNG / SPRING at their class
+defaults against ENGD, Adam (learning rate tuned on a stated grid) and L-BFGS, 1D and 2D
+Poisson PINNs, 3 seeds, all in one run; plus the per-step cost at equal rows.
+
+Seeds: seed s initialises the network (``mlp(seed=s)``) and the batch sampler (SNG/SPRING).
+Every arm is timed the same way (training steps only; the error evaluation is not counted)
+and stops at the target or the budget. Ratios are ``other / method`` (above 1 = the method
+is faster); ``>x`` when the other arm never reached the target within its budget (then its
+time is at least the budget).
+
+    python benchmarks/goals.py --parts goals,cost --dims 1 --tune1d 5
+    python benchmarks/goals.py --parts goals --dims 2 --seeds 0 --max-steps 400 \
+        --base-budget 20 --adam-lr 1e-3        # one process per seed (0, 1, 2)
+    python benchmarks/goals.py --parts cost --dims 2
+    python benchmarks/goals.py --parts cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+from icml_sng import SNG, SPRING, PoissonPINN, mlp
+from icml_sng.train import fit_pinn
+
+ADAM_GRID = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
+CLOCK = time.process_time  # CPU seconds of this process (README: the machine was shared)
+
+
+def problem(dim: int, seed: int) -> PoissonPINN:
+    return PoissonPINN(mlp(dim, [32], seed=seed), dim=dim, n_interior=200 if dim == 1 else 30,
+                       n_boundary=30)
+
+
+MAX_STEPS = 10**8
+
+
+def run(method: str, dim: int, seed: int, budget: float, target: float, **kw: object) -> dict:
+    every = 20 if method == "adam" else 5
+    steps = MAX_STEPS if method in ("sng", "spring", "engd") else 10**8
+    h = fit_pinn(problem(dim, seed), method, steps=steps, time_limit=budget, eval_every=every,
+                 seed=seed, target=target, clock=CLOCK, **kw)
+    hit = [(s, t) for s, t, e in zip(h.steps, h.times, h.errors) if e <= target]
+    return {"steps": h.steps[-1], "time": h.times[-1], "final": h.final,
+            "late_median": h.late_median(),
+            "steps_to": hit[0][0] if hit else math.inf, "time_to": hit[0][1] if hit else math.inf}
+
+
+def tune_adam(dim: int, budget: float) -> tuple[float, dict[float, float]]:
+    """The grid learning rate with the lowest late-run median error on seed 0."""
+    scores = {lr: run("adam", dim, 0, budget, 0.0, adam_lr=lr)["late_median"]
+              for lr in ADAM_GRID}
+    return min(scores, key=lambda lr: scores[lr]), scores
+
+
+def _ratio(other: dict, mine: dict, key: str, budget_key: str) -> str:
+    if not math.isfinite(mine[key]):
+        return "n/a"
+    if math.isfinite(other[key]):
+        return f"{other[key] / mine[key]:.3g}"
+    return f">{other[budget_key] / mine[key]:.3g}"
+
+
+def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: list[int],
+          arms_wanted: list[str], adam_lr: float | None, base_budget: float) -> None:
+    """``arms_wanted`` from sng, spring, engd, sng-full, lbfgs, adam; Adam's lr is tuned on
+    :data:`ADAM_GRID` unless ``adam_lr`` is given; Adam and L-BFGS get ``base_budget``."""
+    t0 = time.perf_counter()
+    print(f"\n### {dim}D Poisson: CPU seconds and iterations to {target:g}, budget {budget:g} "
+          f"CPU s per run (Adam, L-BFGS: {base_budget:g}), at most {MAX_STEPS} steps for "
+          "SNG/SPRING/ENGD\n")
+    print("| method | seed | steps to target | CPU s to target | final rel L2 | steps run |")
+    print("|---|---|---|---|---|---|", flush=True)
+    table = {"sng": ("sng", {}), "spring": ("spring", {}), "engd": ("engd", {}),
+             "sng-full": ("sng", {"line_search_on": "full"}), "lbfgs": ("lbfgs", {})}
+    res: dict[str, list[dict]] = {}
+    for label in [a for a in arms_wanted if a != "adam"]:
+        m, kw = table[label]
+        res[label] = []
+        for s in seeds:
+            r = run(m, dim, s, base_budget if m == "lbfgs" else budget, target, **kw)
+            res[label].append(r)
+            print(f"| {label} | {s} | {r['steps_to']} | {r['time_to']:.2f} | {r['final']:.2e} | "
+                  f"{r['steps']} |", flush=True)
+    if "adam" in arms_wanted:
+        scores: dict[float, float] = {}
+        lr = adam_lr
+        if lr is None:
+            lr, scores = tune_adam(dim, tune_budget)
+        res["adam"] = []
+        for s in seeds:
+            r = run("adam", dim, s, base_budget, target, adam_lr=lr)
+            res["adam"].append(r)
+            print(f"| adam (lr {lr:g}) | {s} | {r['steps_to']} | {r['time_to']:.2f} | "
+                  f"{r['final']:.2e} | {r['steps']} |", flush=True)
+        if scores:
+            print(f"\nAdam lr grid {ADAM_GRID}, chosen by the late-run median error after "
+                  f"{tune_budget:g} CPU s on seed 0: "
+                  + ", ".join(f"{k:g}: {v:.2e}" for k, v in scores.items()) + f" -> lr {lr:g}")
+    if "adam" in res and "engd" in res:
+        print("\n| method | seed | CPU-time ratio Adam/method | CPU-time ratio ENGD/method | "
+              "iteration ratio Adam/method | iteration ratio ENGD/method |")
+        print("|---|---|---|---|---|---|")
+        for label in res:
+            for i, s in enumerate(seeds):
+                r, a, e = res[label][i], res["adam"][i], res["engd"][i]
+                print(f"| {label} | {s} | {_ratio(a, r, 'time_to', 'time')} | "
+                      f"{_ratio(e, r, 'time_to', 'time')} | "
+                      f"{_ratio(a, r, 'steps_to', 'steps')} | "
+                      f"{_ratio(e, r, 'steps_to', 'steps')} |")
+    print(f"\n({time.perf_counter() - t0:.0f} s wall for this table)", flush=True)
+
+
+def cost(dim: int, rounds: int, steps: int) -> None:
+    """ms per optimizer step at equal rows k: SNG/SPRING on k sampled rows of the full problem
+    vs ENGD on a problem whose data are exactly k rows; interleaved rounds, median."""
+    k_int = PoissonPINN.DEFAULT_BATCH[dim]
+    small = dict(n_interior=32, n_boundary=30) if dim == 1 else dict(n_interior=16,
+                                                                     n_boundary=30)
+    arms = {
+        "SNG, class defaults (batch line search, early stop)": ("sng", "default"),
+        "SPRING, class defaults": ("spring", "default"),
+        "SNG, 0.1 line search (12 points on the full loss)": ("sng", "full12"),
+        "SPRING, 0.1 line search (12 points on the full loss)": ("spring", "full12"),
+        "SNG as in 0.1 (12-point full-loss search, autograd Laplacian and Jacobian)":
+            ("sng", "v01"),
+        "ENGD on k rows, 12-point grid (the ENGD paper)": ("engd", "official"),
+        "ENGD on k rows, early-stopped grid": ("engd", "early"),
+    }
+    state = {}
+    for label, (m, mode) in arms.items():
+        if m == "engd":
+            pinn = PoissonPINN(mlp(dim, [32], seed=0), dim=dim, **small)
+            opt = SNG(pinn.model.parameters(), line_search_early_stop=(mode == "early"))
+        else:
+            pinn = problem(dim, 0)
+            if mode == "v01":
+                pinn = PoissonPINN(mlp(dim, [32], seed=0), dim=dim,
+                                   n_interior=200 if dim == 1 else 30, laplacian="autograd")
+            kw = {"line_search_early_stop": False} if mode in ("full12", "v01") else {}
+            opt = (SNG if m == "sng" else SPRING)(pinn.model.parameters(), **kw)
+        state[label] = (pinn, opt, m, mode, torch.Generator().manual_seed(0), [], [])
+    rows = None
+    for _ in range(rounds):
+        for pinn, opt, m, mode, g, ms, ev in state.values():
+            def full(p: PoissonPINN = pinn) -> torch.Tensor:
+                return p.batch_loss(None)
+
+            t0 = CLOCK()
+            for _ in range(steps):
+                if m == "engd":
+                    opt.step(full)
+                else:
+                    idx = pinn.sample_batch(generator=g)
+                    opt.step(lambda idx=idx, p=pinn: p.batch_loss(idx),
+                             line_search_closure=full if mode in ("full12", "v01") else None)
+                ev.append(opt.last["line_search_evals"])
+                rows = rows or int(opt.last["rows"])
+            ms.append(1e3 * (CLOCK() - t0) / steps)
+    ref = statistics.median(state["ENGD on k rows, 12-point grid (the ENGD paper)"][5])
+    print(f"\n### {dim}D: CPU ms per step at equal rows (k = {k_int} interior + all boundary = "
+          f"{state[next(iter(state))][0].sample_batch(generator=torch.Generator()).numel()} "
+          f"rows), median of {rounds} interleaved rounds of {steps} steps\n")
+    print("| arm | CPU ms per step | / ENGD (12-point grid) | line-search evaluations per step |")
+    print("|---|---|---|---|")
+    for label, (*_, ms, ev) in state.items():
+        med = statistics.median(ms)
+        print(f"| {label} | {med:.2f} | {med / ref:.2f} | {sum(ev) / len(ev):.1f} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="goals,cost")
+    ap.add_argument("--dims", default="1,2")
+    ap.add_argument("--budget1d", type=float, default=10.0)
+    ap.add_argument("--budget2d", type=float, default=60.0)
+    ap.add_argument("--tune1d", type=float, default=10.0, help="Adam tuning budget per lr (1D)")
+    ap.add_argument("--tune2d", type=float, default=20.0, help="Adam tuning budget per lr (2D)")
+    ap.add_argument("--target", type=float, default=1e-6)
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--arms", default="sng,spring,engd,sng-full,lbfgs,adam")
+    ap.add_argument("--adam-lr", type=float, default=None, help="skip the tuning, use this")
+    ap.add_argument("--base-budget", type=float, default=0.0,
+                    help="CPU s per Adam / L-BFGS run (0 = the budget)")
+    ap.add_argument("--max-steps", type=int, default=10**8,
+                    help="step cap for SNG/SPRING/ENGD runs")
+    ap.add_argument("--cost-rounds", type=int, default=5)
+    ap.add_argument("--cost-steps", type=int, default=20)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    print(f"torch {torch.__version__}, 1 thread, times in CPU seconds (time.process_time)")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    global MAX_STEPS
+    MAX_STEPS = args.max_steps
+    for dim in (int(d) for d in args.dims.split(",")):
+        if "goals" in args.parts:
+            budget = args.budget1d if dim == 1 else args.budget2d
+            goals(dim, budget, args.tune1d if dim == 1 else args.tune2d, args.target, seeds,
+                  args.arms.split(","), args.adam_lr,
+                  args.base_budget if args.base_budget else budget)
+        if "cost" in args.parts:
+            cost(dim, args.cost_rounds, args.cost_steps)
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
