@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cost-tokens", type=int, default=12)
     ap.add_argument("--cost-reps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: quality,cost")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: quality,profile,cost")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     ap.add_argument("--merge", nargs="*", default=[],
                     help="also take the pass@k runs of these real_model.json files (runs made "
@@ -296,8 +296,9 @@ def main(argv: list[str] | None = None) -> None:
         report += [f"## pass@k ({args.problems} prompts x {args.samples} samples, max "
                    f"{args.max_new_tokens} new tokens)", "", quality_tables(res, args), ""]
         pass_at_k_plot(res, args)
-        report += ["## entropy profile (nats, mean over reply tokens)", "",
-                   profiles(model, tok, res, args), ""]
+        if "profile" not in skip:
+            report += ["## entropy profile (nats, mean over reply tokens)", "",
+                       profiles(model, tok, res, args), ""]
         log("quality + profiles done")
     if "cost" not in skip:
         report += [f"## decoding cost ({args.cost_tokens} new tokens, KV cache, T="

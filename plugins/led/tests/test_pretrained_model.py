@@ -85,6 +85,7 @@ def test_default_led_is_batch_and_cache_invariant_on_the_real_model(smollm):
 
     dec = LEDDecoding(LEDConfig(), gens(range(3)))        # every default: d=8, k=8, T=0.6
     batched = model.generate(**enc, custom_generate=dec, **kw)
+    assert dec.stats["explored"] > 0     # the random gate fired (3 of 15 tokens with these seeds)
     for i, t in enumerate(texts):
         one = tok([t], return_tensors="pt", add_special_tokens=False)
         single = model.generate(**one, custom_generate=LEDDecoding(LEDConfig(), gens([i])),
