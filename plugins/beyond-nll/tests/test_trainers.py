@@ -224,11 +224,13 @@ def test_multi_process_scaling_only_for_num_items(tiny_llama, tmp_path, monkeypa
         kept = prob_objective_loss(out.logits, batch["labels"], "p")
         per_item = prob_objective_loss(out.logits, batch["labels"], "p", normalize="num_items",
                                        num_items_in_batch=n_items)
-    sub_kept = make_trainer("p", model=tiny_llama, args=_args(tmp_path),
+    args = _args(tmp_path)
+    args.average_tokens_across_devices = True  # transformers 4.x resets it on one process
+    sub_kept = make_trainer("p", model=tiny_llama, args=args,
                             parent_metrics=parent_metrics)
-    sub_items = make_trainer("p", normalize="num_items", model=tiny_llama, args=_args(tmp_path),
+    sub_items = make_trainer("p", normalize="num_items", model=tiny_llama, args=args,
                              parent_metrics=parent_metrics)
-    plain = Trainer(model=tiny_llama, args=_args(tmp_path),
+    plain = Trainer(model=tiny_llama, args=args,
                     compute_loss_func=ProbObjectiveLoss("p"))
     monkeypatch.setattr(type(sub_kept.accelerator), "num_processes", property(lambda self: 2))
     with torch.no_grad():
@@ -257,8 +259,6 @@ def _rows(n, t=10, v=64, ragged=True, seed=11):
 
 def _train_one_step(model, tmp_path, rows, *, batch, ga, normalize, objective="logp"):
     """One SGD step of the subclass through Trainer.train(); returns the updated weights."""
-    pytest.importorskip("datasets")
-    from datasets import Dataset
     from icml_beyond_nll import ProbObjectiveTrainer
     from torch.utils.data import SequentialSampler
 
@@ -270,7 +270,7 @@ def _train_one_step(model, tmp_path, rows, *, batch, ga, normalize, objective="l
                  max_steps=1, optim="sgd", learning_rate=0.5, weight_decay=0.0,
                  max_grad_norm=0.0, lr_scheduler_type="constant", warmup_steps=0)
     trainer = InOrder(objective=objective, normalize=normalize, model=model, args=args,
-                      train_dataset=Dataset.from_list(rows))
+                      train_dataset=[{k: torch.tensor(v) for k, v in r.items()} for r in rows])
     trainer.train()
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
