@@ -241,6 +241,36 @@ def msd(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
 
 
+def tables(before: dict, runs: list[dict]) -> str:
+    """Markdown: accuracy before training per task; accuracy after training per objective and
+    task (mean ± sd over the seeds that ran) and per-seed comparisons with NLL."""
+    tasks = [t for t in TASKS if t in before]
+    objectives = list(dict.fromkeys(r["objective"] for r in runs))
+    acc = {(r["task"], r["objective"], r["seed"]): r["acc"] for r in runs}
+    out = ["| task | accuracy before training (held-out) | mean target p before (train) |",
+           "|---|---|---|"]
+    for task in tasks:
+        b = before[task]
+        out.append(f"| {task} | {msd([x[0] for x in b])} | {msd([x[1] for x in b])} |")
+    out += ["", "| objective | " + " | ".join(f"{t} (n seeds)" for t in tasks) + " | "
+            + " | ".join(f"{t}: seeds > / < NLL" for t in tasks) + " |",
+            "|---|" + "---|" * (2 * len(tasks))]
+    for obj in objectives:
+        cells, cmp = [], []
+        for t in tasks:
+            seeds = sorted(s for (tt, o, s) in acc if tt == t and o == obj)
+            cells.append(f"{msd([acc[(t, obj, s)] for s in seeds])} ({len(seeds)})"
+                         if seeds else "not run")
+            both = [s for s in seeds if (t, "logp", s) in acc]
+            if obj == "logp" or not both:
+                cmp.append("-")
+                continue
+            d = [acc[(t, obj, s)] - acc[(t, "logp", s)] for s in both]
+            cmp.append(f"{sum(x > 0 for x in d)}/{len(d)} / {sum(x < 0 for x in d)}/{len(d)}")
+        out.append(f"| {obj} | " + " | ".join(cells) + " | " + " | ".join(cmp) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--objectives", default=DEFAULT_OBJECTIVES)
@@ -259,7 +289,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default="")
+    ap.add_argument("--from-json", nargs="*", default=None,
+                    help="print the tables of earlier --json files (merged) and exit")
     a = ap.parse_args(argv)
+    if a.from_json:
+        before, runs = {}, []
+        for path in a.from_json:
+            with open(path) as f:
+                d = json.load(f)
+            for t, b in d["before"].items():
+                before.setdefault(t, []).extend(b)
+            runs += d["runs"]
+        print(tables(before, runs))
+        return 0
     torch.set_num_threads(a.threads)
     t0 = time.time()
     from icml.models import load_pretrained
@@ -317,27 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                     with open(a.json, "w") as f:
                         json.dump({"args": vars(a), "before": before, "runs": runs}, f, indent=1)
     print()
-    print("| task | accuracy before training (held-out) | mean target p before (train) |")
-    print("|---|---|---|")
-    for task in tasks:
-        b = before[task]
-        print(f"| {task} | {msd([x[0] for x in b])} | {msd([x[1] for x in b])} |")
-    print()
-    head = " | ".join(f"{t}" for t in tasks)
-    print(f"| objective | {head} | " + " | ".join(f"{t}: seeds > NLL / < NLL" for t in tasks)
-          + " |")
-    print("|---|" + "---|" * (2 * len(tasks)))
-    acc = {(r["task"], r["objective"], r["seed"]): r["acc"] for r in runs}
-    for obj in objectives:
-        cells = [msd([acc[(t, obj, s)] for s in range(a.seeds)]) for t in tasks]
-        cmp = []
-        for t in tasks:
-            if obj == "logp" or "logp" not in objectives:
-                cmp.append("-")
-                continue
-            d = [acc[(t, obj, s)] - acc[(t, "logp", s)] for s in range(a.seeds)]
-            cmp.append(f"{sum(x > 0 for x in d)}/{a.seeds} / {sum(x < 0 for x in d)}/{a.seeds}")
-        print(f"| {obj} | " + " | ".join(cells) + " | " + " | ".join(cmp) + " |")
+    print(tables(before, runs))
     print(f"\ntotal {time.time() - t0:.0f} s", flush=True)
     if a.json:
         with open(a.json, "w") as f:
