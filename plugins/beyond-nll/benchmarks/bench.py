@@ -190,6 +190,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args()
     if args.part in ("claim", "both"):
         text, secs = claim(args.seeds, args.objectives, args.steps)
@@ -198,12 +199,12 @@ def main() -> None:
     if args.part in ("cost", "both"):
         head = ["loss", "logits dtype", "ms / fwd+bwd (CPU time)", "time vs CE",
                 "time vs chunked CE", "peak extra MiB", "memory vs CE", "memory vs chunked CE"]
-        rows = [head]
-        for dt in ("float32", "bfloat16"):
-            rows += cost(args.tokens, args.vocab, dt, args.reps, args.device, args.rounds)
         print(f"## Cost: {args.tokens} tokens x vocabulary {args.vocab}, {args.device}, "
-              f"fastest of {args.reps} x {args.rounds} rounds\n")
-        print(md(rows))
+              f"fastest of {args.reps} x {args.rounds} rounds\n", flush=True)
+        for dt in args.dtypes.split(","):
+            rows = [head] + cost(args.tokens, args.vocab, dt, args.reps, args.device,
+                                 args.rounds)
+            print(md(rows) + "\n", flush=True)
 
 
 if __name__ == "__main__":
