@@ -117,6 +117,16 @@ def bench_tipex(session: nox.Session) -> None:
 
 
 @nox.session
+def min_transformers_beyond_nll(session: nox.Session) -> None:
+    """beyond-nll's Trainer tests (gradient accumulation, process scaling) with the plugin's
+    declared minimum transformers (not part of CI; the helper ran the same tests with 4.56.0)."""
+    session.install(TORCH, "./core[test,models]", "./plugins/beyond-nll", "pytest",
+                    "transformers==4.56.0")
+    session.run("pytest", "plugins/beyond-nll/tests/test_trainers.py", "-q", "-k",
+                "accumulation or multi_process_scaling or same_loss", *session.posargs, env=ENV)
+
+
+@nox.session
 def build(session: nox.Session) -> None:
     """Build an sdist and a wheel of every distribution into dist/."""
     session.install("build")

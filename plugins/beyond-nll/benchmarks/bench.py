@@ -1,9 +1,10 @@
 """Benchmark: (1) the paper's claim at small scale, regime x objective over several seeds;
 (2) cost of each objective's loss (forward + backward over the logits) against HF's
-cross-entropy path and the official implementation's log-softmax path, at a large vocabulary.
+cross-entropy path, a chunked (checkpointed) cross-entropy, TRL's DFT formula and the official
+implementation's log-softmax path, at SmolLM2's vocabulary (49152).
 
     python plugins/beyond-nll/benchmarks/bench.py                # both parts
-    python plugins/beyond-nll/benchmarks/bench.py --part cost --tokens 1024 --vocab 32000
+    python plugins/beyond-nll/benchmarks/bench.py --part cost --tokens 1024 --vocab 49152
 
 Cost is measured per variant in a fresh subprocess: fastest time (CPU time of the one-thread
 process on CPU, wall time on CUDA) of ``--reps`` forward +
@@ -23,8 +24,13 @@ from pathlib import Path
 
 VARIANTS = {
     "hf_cross_entropy": "HF ForCausalLMLoss path: F.cross_entropy(logits.float())",
+    "chunked_cross_entropy": "cross-entropy over 4M-element row chunks, each checkpointed "
+                             "(recomputed in the backward), as chunked/fused CE losses do",
     "official_logsoftmax_p": "official code path for 'p': log_softmax(logits.float()).gather",
-    "ours:logp": "", "ours:p": "", "ours:GeneralFamily-10": "", "ours:OnlyTopP-0.1": "",
+    "trl_dft": "TRL's loss_type='dft' formula on the logits: -sg(p) log p, token mean",
+    "ours:logp": "", "ours:p": "", "ours:GeneralFamily-10": "", "ours:GeneralFamily-0.5": "",
+    "ours:OnlyTopP-0.1": "", "ours:OnlyBottomP-0.5": "", "ours:OnlyTopLogP-0.1": "",
+    "ours:OnlyBottomLogP-0.5": "",
 }
 
 WORKER = r'''
@@ -39,9 +45,21 @@ z = torch.empty(n, v, device=device, dtype=dtype).normal_(0, 3).requires_grad_(T
 y = torch.randint(0, v, (n,), device=device)
 y[: n // 8] = -100
 
+def _ce_sum(a, b):
+    return F.cross_entropy(a.float(), b, ignore_index=-100, reduction="sum")
+
 def step():
     if variant == "hf_cross_entropy":
         loss = F.cross_entropy(z.float(), y, ignore_index=-100)
+    elif variant == "chunked_cross_entropy":
+        rows = max(1, (1 << 22) // v)
+        loss = sum(torch.utils.checkpoint.checkpoint(_ce_sum, z[i:i + rows], y[i:i + rows],
+                                                     use_reentrant=False)
+                   for i in range(0, n, rows)) / (y != -100).sum()
+    elif variant == "trl_dft":
+        logp = F.log_softmax(z.float(), -1).gather(1, y.clamp(min=0)[:, None]).squeeze(-1)
+        m = (y != -100).float()
+        loss = -(logp * logp.detach().exp() * m).sum() / m.sum().clamp(min=1)
     elif variant == "official_logsoftmax_p":
         logp = F.log_softmax(z.float(), -1).gather(1, y.clamp(min=0)[:, None]).squeeze(-1)
         m = (y != -100).float()
@@ -105,11 +123,15 @@ def cost(tokens: int, vocab: int, dtype: str, reps: int, device: str,
                     r = {"time": min(r["time"], res[var]["time"]),
                          "peak": max(r["peak"], res[var]["peak"])}
                 res[var] = r
-    ref = res["hf_cross_entropy"]
+    ref, chk = res["hf_cross_entropy"], res["chunked_cross_entropy"]
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}" if b > 0 else "n/a"
+
     for var, r in res.items():
-        rows.append([var, dtype, f"{r['time'] * 1e3:.1f}", f"{r['time'] / ref['time']:.2f}",
-                     f"{r['peak'] / 2**20:.0f}",
-                     f"{r['peak'] / ref['peak']:.2f}" if ref["peak"] > 0 else "n/a"])
+        rows.append([var, dtype, f"{r['time'] * 1e3:.1f}", ratio(r["time"], ref["time"]),
+                     ratio(r["time"], chk["time"]), f"{r['peak'] / 2**20:.0f}",
+                     ratio(r["peak"], ref["peak"]), ratio(r["peak"], chk["peak"])])
     return rows
 
 
@@ -164,24 +186,25 @@ def main() -> None:
                     "OnlyBottomLogP-0.5")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--tokens", type=int, default=1024)
-    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--vocab", type=int, default=49152)  # SmolLM2's
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args()
     if args.part in ("claim", "both"):
         text, secs = claim(args.seeds, args.objectives, args.steps)
         print(f"## Claim: greedy exact match, {args.seeds} seeds (mean ± sd), {secs:.0f} s\n")
         print(text + "\n")
     if args.part in ("cost", "both"):
-        head = ["loss", "logits dtype", "ms / fwd+bwd (CPU time)", "time vs CE", "peak extra MiB",
-                "memory vs CE"]
-        rows = [head]
-        for dt in ("float32", "bfloat16"):
-            rows += cost(args.tokens, args.vocab, dt, args.reps, args.device, args.rounds)
+        head = ["loss", "logits dtype", "ms / fwd+bwd (CPU time)", "time vs CE",
+                "time vs chunked CE", "peak extra MiB", "memory vs CE", "memory vs chunked CE"]
         print(f"## Cost: {args.tokens} tokens x vocabulary {args.vocab}, {args.device}, "
-              f"fastest of {args.reps} x {args.rounds} rounds\n")
-        print(md(rows))
+              f"fastest of {args.reps} x {args.rounds} rounds\n", flush=True)
+        for dt in args.dtypes.split(","):
+            rows = [head] + cost(args.tokens, args.vocab, dt, args.reps, args.device,
+                                 args.rounds)
+            print(md(rows) + "\n", flush=True)
 
 
 if __name__ == "__main__":

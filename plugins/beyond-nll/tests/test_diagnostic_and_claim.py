@@ -43,24 +43,38 @@ def test_prior_strength_matches_a_direct_computation(tiny_llama):
         prior_strength(tiny_llama, [{"input_ids": ids, "labels": torch.full_like(ids, -100)}])
 
 
-def test_sign_flip_at_small_scale(prior, tok):
-    """Pretrained prior: the diagnostic puts the noisy rule task at the strong end and the cipher
-    at the weak end; -p keeps the prior under label noise better than NLL, and NLL learns the
-    cipher where -p cannot (its gradient weight p is ~0 there)."""
+def test_sign_flip_at_small_scale(tok):
+    """The claim with margins that can fail. The prior is pretrained only part of the way (50
+    NLL steps), so before fine-tuning it is right on about half of the clean test set: a
+    prior-leaning objective cannot pass by standing still. Model-strong (the prior's task, SFT
+    data with 30% label noise): -p must beat NLL by >= 0.1 exact match; model-weak (a new cipher):
+    NLL must beat -p by >= 0.5 (-p's gradient weight p is ~1/V there)."""
+    from icml.models import tiny_causal_lm
+
+    prior = tiny_causal_lm("qwen2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                           seed=0)
+    train_loop(prior, batch_iterator(encode(make_examples("rule", 2000, seed=1), tok), 64,
+                                     seed=0), "logp", steps=50, lr=3e-3, cpu=True)
+    prior.eval()
     strong = encode(make_examples("rule", 128, noise=0.3, seed=3), tok)
     strong_test = encode(make_examples("rule", 300, seed=4), tok)
     weak = encode(make_examples("weak", 1000, seed=5), tok)
     weak_test = encode(make_examples("weak", 300, seed=6), tok)
-    assert prior_strength(prior, [strong]).regime == "model-strong"
-    assert prior_strength(prior, [weak]).regime == "model-weak"
+    before = exact_match(prior, strong_test)
+    assert 0.3 <= before <= 0.8, before  # imperfect prior: the strong-end check can fail
+    assert exact_match(prior, weak_test) == 0.0
+    # the diagnostic orders the two ends (the half-trained prior is below its strong cut-off)
+    rs, rw = prior_strength(prior, [strong]), prior_strength(prior, [weak])
+    assert rs.mean_p > 2 * rw.mean_p and rs.median_p > 100 * rw.median_p
     acc = {}
     for key in ("logp", "p"):
         for name, tr, te in (("strong", strong, strong_test), ("weak", weak, weak_test)):
             m = copy.deepcopy(prior).train()
             train_loop(m, batch_iterator(tr, 64, seed=1), key, steps=40, lr=3e-3, cpu=True)
             acc[key, name] = exact_match(m, te)
-    assert acc["p", "strong"] >= acc["logp", "strong"]
-    assert acc["logp", "weak"] - acc["p", "weak"] > 0.5, acc
+    assert acc["p", "strong"] - acc["logp", "strong"] >= 0.1, acc
+    assert acc["p", "strong"] > before, acc  # -p improved on the prior, not just kept it
+    assert acc["logp", "weak"] - acc["p", "weak"] >= 0.5, acc
 
 
 def test_exact_match_is_teacher_forced_greedy(prior, tok):

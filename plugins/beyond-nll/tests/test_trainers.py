@@ -71,7 +71,6 @@ def test_subclass_reproduces_official_gradient_accumulation(tiny_llama, tmp_path
     trainer.current_gradient_accumulation_steps = 2
     for b in (b1, b2):
         trainer.training_step(tiny_llama, dict(b), num_items_in_batch=torch.tensor(50))
-    assert trainer.loss_is_scaled_for_ga is False
     for (n, p), q in zip(tiny_llama.named_parameters(), ref.parameters()):
         assert torch.allclose(p.grad, q.grad, atol=1e-6), n
 
@@ -132,6 +131,11 @@ def test_trl_sft_trainer_with_the_objective(tok, tmp_path):
     assert isinstance(trainer, SFTTrainer)
     out = trainer.train()
     assert out.global_step == 2 and torch.isfinite(torch.tensor(out.training_loss))
+    # TRL's own metrics survive: the objective goes through SFTTrainer.compute_loss
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logged) == 2
+    for h in logged:
+        assert 0.0 <= h["mean_token_accuracy"] <= 1.0 and h["entropy"] > 0.0
     # and the plain compute_loss_func route gives the same loss as the subclass on one batch
     batch = next(iter(trainer.get_train_dataloader()))
     fn_trainer = SFTTrainer(model=model, args=cfg, train_dataset=ds, processing_class=tok,
@@ -206,7 +210,9 @@ def test_two_process_accelerate_run_on_cpu(tmp_path):
     assert res[0]["wsum"] == pytest.approx(res[1]["wsum"], abs=1e-9)  # DDP kept them in sync
 
 
-def test_multi_process_scaling_only_for_num_items(tiny_llama, tmp_path, monkeypatch):
+@pytest.mark.parametrize("parent_metrics", [True, False])
+def test_multi_process_scaling_only_for_num_items(tiny_llama, tmp_path, monkeypatch,
+                                                  parent_metrics):
     """With average_tokens_across_devices, Trainer multiplies a compute_loss_func loss by the
     number of processes (right for "num_items" only); the subclass scales only "num_items"."""
     from transformers import Trainer
@@ -218,18 +224,113 @@ def test_multi_process_scaling_only_for_num_items(tiny_llama, tmp_path, monkeypa
         kept = prob_objective_loss(out.logits, batch["labels"], "p")
         per_item = prob_objective_loss(out.logits, batch["labels"], "p", normalize="num_items",
                                        num_items_in_batch=n_items)
-    sub_kept = make_trainer("p", model=tiny_llama, args=_args(tmp_path))
-    sub_items = make_trainer("p", normalize="num_items", model=tiny_llama, args=_args(tmp_path))
-    plain = Trainer(model=tiny_llama, args=_args(tmp_path),
+    args = _args(tmp_path)
+    args.average_tokens_across_devices = True  # transformers 4.x resets it on one process
+    sub_kept = make_trainer("p", model=tiny_llama, args=args,
+                            parent_metrics=parent_metrics)
+    sub_items = make_trainer("p", normalize="num_items", model=tiny_llama, args=args,
+                             parent_metrics=parent_metrics)
+    plain = Trainer(model=tiny_llama, args=args,
                     compute_loss_func=ProbObjectiveLoss("p"))
     monkeypatch.setattr(type(sub_kept.accelerator), "num_processes", property(lambda self: 2))
     with torch.no_grad():
         a = sub_kept.compute_loss(tiny_llama, dict(batch), num_items_in_batch=n_items)
         b = sub_items.compute_loss(tiny_llama, dict(batch), num_items_in_batch=n_items)
         c = plain.compute_loss(tiny_llama, dict(batch), num_items_in_batch=n_items)
-    assert torch.allclose(a, kept, atol=1e-6) and sub_kept.loss_is_scaled_for_ga is False
-    assert torch.allclose(b, 2 * per_item, atol=1e-6) and sub_items.loss_is_scaled_for_ga is True
+    assert torch.allclose(a, kept, atol=1e-6)
+    assert torch.allclose(b, 2 * per_item, atol=1e-6)
     assert torch.allclose(c, 2 * kept, atol=1e-6)  # the documented compute_loss_func pitfall
+
+
+def _rows(n, t=10, v=64, ragged=True, seed=11):
+    """n training rows; with ragged=True their numbers of supervised tokens differ."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(n):
+        ids = torch.randint(4, v, (t,), generator=g)
+        labels = ids.clone()
+        labels[:3] = -100
+        if ragged:
+            labels[t - 2 * (i % 4):] = -100  # 7, 5, 3, 1 supervised tokens
+        rows.append({"input_ids": ids.tolist(), "attention_mask": [1] * t,
+                     "labels": labels.tolist()})
+    return rows
+
+
+def _train_one_step(model, tmp_path, rows, *, batch, ga, normalize, objective="logp"):
+    """One SGD step of the subclass through Trainer.train(); returns the updated weights."""
+    from icml_beyond_nll import ProbObjectiveTrainer
+    from torch.utils.data import SequentialSampler
+
+    class InOrder(ProbObjectiveTrainer):  # rows in order, so micro-batches are known
+        def _get_train_sampler(self, *args, **kwargs):
+            return SequentialSampler(self.train_dataset)
+
+    args = _args(tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=ga,
+                 max_steps=1, optim="sgd", learning_rate=0.5, weight_decay=0.0,
+                 max_grad_norm=0.0, lr_scheduler_type="constant", warmup_steps=0)
+    trainer = InOrder(objective=objective, normalize=normalize, model=model, args=args,
+                      train_dataset=[{k: torch.tensor(v) for k, v in r.items()} for r in rows])
+    trainer.train()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _micro_batch_reference(model, rows, order, objective, normalize, micro):
+    """The official accumulation by hand: each micro-batch's loss / #micro-batches ("kept"),
+    or the token sum over all / total token count ("num_items"); one SGD step of lr 0.5."""
+    import copy
+
+    ref = copy.deepcopy(model)
+    chunks = [order[i:i + micro] for i in range(0, len(order), micro)]
+    labels_all = torch.tensor([rows[i]["labels"] for i in order])
+    total = int((labels_all[:, 1:] != -100).sum())
+    for idx in chunks:
+        ids = torch.tensor([rows[i]["input_ids"] for i in idx])
+        lab = torch.tensor([rows[i]["labels"] for i in idx])
+        logits = ref(input_ids=ids).logits
+        if normalize == "kept":
+            loss = prob_objective_loss(logits, lab, objective) / len(chunks)
+        else:
+            loss = prob_objective_loss(logits, lab, objective, normalize="sum") / total
+        loss.backward()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p -= 0.5 * p.grad
+    return {n: p.detach() for n, p in ref.named_parameters()}
+
+
+@pytest.mark.parametrize("normalize", ["num_items", "kept"])
+def test_gradient_accumulation_equals_one_big_batch_through_trainer(tiny_llama, tmp_path,
+                                                                     normalize):
+    """Trainer.train() with 2 micro-batches of 2 accumulated == one batch of 4, for "num_items"
+    with ragged token counts (HF's token mean over the whole batch) and for "kept" with equal
+    token counts per micro-batch (where the official mean of micro-batch means is the mean)."""
+    import copy
+
+    rows = _rows(4, ragged=normalize == "num_items")
+    m_big, m_ga = copy.deepcopy(tiny_llama), copy.deepcopy(tiny_llama)
+    big = _train_one_step(m_big, tmp_path / "big", rows, batch=4, ga=1, normalize=normalize)
+    ga = _train_one_step(m_ga, tmp_path / "ga", rows, batch=2, ga=2, normalize=normalize)
+    moved = max(float((big[n] - p).abs().max()) for n, p in tiny_llama.named_parameters())
+    assert moved > 1e-3  # the step did something
+    for n in big:
+        assert torch.allclose(big[n], ga[n], atol=1e-6, rtol=1e-5), n
+
+
+def test_kept_accumulation_is_the_official_mean_of_micro_batch_means(tiny_llama, tmp_path):
+    """Ragged token counts: with "kept", GA=2 through Trainer.train() equals the official
+    per-micro-batch mean / 2 (and differs from one big batch's mean)."""
+    import copy
+
+    rows = _rows(4, ragged=True)
+    m_ga = copy.deepcopy(tiny_llama)
+    order = list(range(4))
+    got = _train_one_step(m_ga, tmp_path / "ga", rows, batch=2, ga=2, normalize="kept")
+    want = _micro_batch_reference(tiny_llama, rows, order, "logp", "kept", 2)
+    whole = _micro_batch_reference(tiny_llama, rows, order, "logp", "kept", 4)
+    for n in want:
+        assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-5), n
+    assert any(not torch.allclose(want[n], whole[n], atol=1e-6) for n in want)
 
 
 def test_plain_loop_skips_a_non_finite_update_like_the_official_trainer(tiny_llama):

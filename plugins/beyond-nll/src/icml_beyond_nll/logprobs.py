@@ -7,7 +7,9 @@
   the per-row log-sum-exp, the backward recomputes softmax chunk by chunk and writes the gradient
   ``g * (e_y - softmax z)`` straight into a tensor of the logits' dtype. Peak memory is the
   logits, their gradient and one float32 chunk, which is no more than cross-entropy needs;
-* rows whose label is ``ignore_index`` get log p = 0 and a zero gradient.
+* rows whose label is ``ignore_index`` get log p = 0 and a zero gradient;
+* the target entry of the gradient, ``g (1 - p_y)``, is formed as minus the sum of the row's
+  other entries, so it keeps its relative precision as p_y -> 1 (``g - g p_y`` would not).
 
 Every objective of the family is then an elementwise function of these log-probabilities
 (:mod:`icml_beyond_nll.loss`).
@@ -61,7 +63,10 @@ def _function() -> Any:
                 buf = grad[i:i + rows] if same else None
                 sm = torch.sub(logits[i:i + rows], lse[i:i + rows].unsqueeze(-1), out=buf)
                 sm.exp_().mul_(-gi)
-                sm.scatter_add_(-1, idx[i:i + rows], gi)
+                # target entry g (1 - p_y) as minus the sum of the other entries: exact as p_y -> 1,
+                # where g - g p_y would cancel (and the row sums to zero, like the true gradient)
+                sm.scatter_(-1, idx[i:i + rows], 0.0)
+                sm.scatter_(-1, idx[i:i + rows], -sm.sum(-1, keepdim=True))
                 if not same:
                     grad[i:i + rows].copy_(sm)
             return grad, None, None, None

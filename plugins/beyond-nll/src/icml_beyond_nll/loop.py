@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,7 +87,7 @@ def train_loop(model: Any, batches: Iterable[Any], objective: str | ProbObjectiv
             batch = next(it)
             batch = {k: v.to(acc.device) for k, v in batch.items() if hasattr(v, "to")}
             sync = micro == grad_accum - 1
-            ctx = acc.no_sync(model) if not sync and acc.num_processes > 1 else _null()
+            ctx = acc.no_sync(model) if not sync and acc.num_processes > 1 else nullcontext()
             with ctx:
                 logits = model(input_ids=batch["input_ids"],
                                attention_mask=batch.get("attention_mask")).logits
@@ -112,14 +113,6 @@ def train_loop(model: Any, batches: Iterable[Any], objective: str | ProbObjectiv
         if on_step:
             on_step(step, out.losses[-1])
     return out
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def batch_iterator(data: dict[str, Any], batch_size: int, *, seed: int = 0,

@@ -189,15 +189,14 @@ class ProbObjective:
 
     def per_token(self, logp: Any) -> Any:
         """f as a function of log p (a float tensor), *before* thresholding. Working in log p
-        keeps every branch finite (-log p never sees p = 0) and the power family stable for
-        small alpha (``-expm1(alpha log p)/alpha``)."""
-        import torch
+        keeps every branch finite (-log p never sees p = 0) and the power family exact for
+        small alpha: the value is ``-expm1(alpha log p)/alpha`` and its gradient ``-p^alpha`` is
+        computed directly (autograd through ``expm1`` would form ``expm1(x) + 1``, which is
+        exactly 0 in float32 once p^alpha < 6e-8, and inexact above that)."""
 
         if self.kind == "nll" or (self.kind == "threshold" and self.base == "logp"):
             return -logp
-        if self.kind == "power":
-            return -torch.expm1(self.alpha * logp) / self.alpha
-        return -torch.expm1(logp)  # 1 - p
+        return _one_minus_pow(logp, self.alpha if self.kind == "power" else 1.0)
 
     def value(self, p: float) -> float:
         """f(p) for a scalar probability, thresholds included (closed form)."""
@@ -224,6 +223,31 @@ class ProbObjective:
             k = self.keep(p)
             w = w * (k.to(w.dtype) if hasattr(k, "to") else k * 1.0)
         return w
+
+
+_POW_FN: Any = None
+
+
+def _one_minus_pow(logp: Any, alpha: float) -> Any:
+    """(1 - p^alpha)/alpha from log p, with the exact gradient -p^alpha = -exp(alpha log p)."""
+    global _POW_FN
+    if _POW_FN is None:
+        import torch
+
+        class _OneMinusPow(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, logp: Any, alpha: float) -> Any:
+                ctx.save_for_backward(logp)
+                ctx.alpha = alpha
+                return -torch.expm1(alpha * logp) / alpha
+
+            @staticmethod
+            def backward(ctx: Any, grad: Any) -> Any:
+                (logp,) = ctx.saved_tensors
+                return -grad * torch.exp(ctx.alpha * logp), None
+
+        _POW_FN = _OneMinusPow
+    return _POW_FN.apply(logp, float(alpha))
 
 
 def parse_objectives(names: str | list[str] | tuple[str, ...]) -> list[ProbObjective]:
