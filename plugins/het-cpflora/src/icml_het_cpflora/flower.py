@@ -75,7 +75,10 @@ class FlowerRun:
     ``fn(partition_id, num_partitions, seed, **task_kwargs)`` and returns ``(base_model,
     ClientDataset)`` for that node (see :func:`synthetic_task`). ``out_dir`` is where the
     ServerApp writes ``flower_result.json`` and each ClientApp its final adapter
-    ``client<i>.pt`` (on its own machine); empty = nothing written."""
+    ``client<i>.pt`` (on its own machine); empty = nothing written. ``num_threads`` (0 =
+    leave torch's setting alone) is applied on the server and on every node: the server's
+    aggregation must use the thread count the reference ran with for bit-equal results
+    (MKL may pick a different reduction order under load otherwise)."""
 
     r_shared: list[int]
     r_personal: list[int]
@@ -424,7 +427,9 @@ class PerNodeStrategy(FlowerStrategy):
             got[i] = msg
             if self.capture:
                 self.received.append(serialized_bytes(msg))
-        return got
+        # replies come in arrival order; aggregate in partition order, as the simulator does,
+        # so that float sums do not depend on which node finished first
+        return dict(sorted(got.items()))
 
     # -- the Flower Strategy interface
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -482,6 +487,10 @@ class PerNodeStrategy(FlowerStrategy):
 
 def serve(grid: Grid, run: FlowerRun, *, capture: bool = False) -> PerNodeStrategy:
     """The ServerApp's body: run ``run.rounds`` rounds; write the result to ``run.out_dir``."""
+    if run.num_threads:
+        import torch
+
+        torch.set_num_threads(run.num_threads)
     strategy = PerNodeStrategy(run, capture=capture)
     strategy.start(grid, ArrayRecord(), num_rounds=run.rounds, timeout=run.node_timeout)
     if run.out_dir:
