@@ -9,7 +9,6 @@ it), which turns the skip into a failure.
 from __future__ import annotations
 
 import json
-import os
 import random
 import warnings
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from icml import pretrained
 from icml.pretrained import PACKAGED_MODELS, PackagedModel, PretrainedModelError
+from icml.testing import pretrained_or_skip
 
 NAME = "smollm2-135m-instruct"
 # Measured on SmolLM2-135M-Instruct (Q4_1 de-quantised): 50.3 on the first 2,048 tokens of the
@@ -31,12 +31,7 @@ def smollm() -> tuple[Any, Any]:
     """The model and tokenizer, loaded once per session through the user's cache."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    try:
-        return pretrained.load_pretrained(NAME)
-    except PretrainedModelError as exc:
-        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
-            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
-        pytest.skip(f"packaged model not installed: {exc}")
+    return pretrained_or_skip(NAME)
 
 
 def _logits(model: Any, ids: list[int]) -> Any:
@@ -390,3 +385,31 @@ def test_readme_example_runs(smollm: tuple[Any, Any], capsys: pytest.CaptureFixt
     exec(compile(code, "README.md", "exec"), {})
     answer, ppl = capsys.readouterr().out.strip().splitlines()[-2:]
     assert "Paris" in answer and float(ppl) < PPL_BOUND
+
+
+def _missing() -> Any:
+    raise PretrainedModelError("the distribution smollm2-fake is not installed")
+
+
+def test_pretrained_or_skip_skips_a_missing_model(monkeypatch):
+    monkeypatch.delenv("ICML_REQUIRE_PRETRAINED", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="packaged model not installed: .*smollm2-fake"):
+        pretrained_or_skip(load=_missing)
+
+
+def test_pretrained_or_skip_fails_where_ci_requires_the_model(monkeypatch):
+    monkeypatch.setenv("ICML_REQUIRE_PRETRAINED", "1")
+    with pytest.raises(pytest.fail.Exception, match="ICML_REQUIRE_PRETRAINED=1 but"):
+        pretrained_or_skip(load=_missing)
+
+
+def test_pretrained_or_skip_returns_what_the_loader_gives_and_lets_other_errors_through():
+    assert pretrained_or_skip(load=lambda: ("model", "tok")) == ("model", "tok")
+    with pytest.raises(ValueError, match="unknown packaged model"):  # a typo is not a skip
+        pretrained_or_skip("gpt-5")
+
+    def broken() -> Any:
+        raise RuntimeError("a bug in the plugin's loader")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        pretrained_or_skip(load=broken)

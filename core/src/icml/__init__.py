@@ -21,7 +21,7 @@ from icml.hookspecs import CAPABILITY_HOOKS, hookimpl, hookspec
 from icml.loader import API_VERSION
 from icml.types import Paper, PluginInfo, RunContext, RunResult, Table
 
-__version__ = "0.1.4"
+__version__ = "0.1.5"
 CAPABILITIES = tuple(CAPABILITY_HOOKS)
 
 __all__ = [

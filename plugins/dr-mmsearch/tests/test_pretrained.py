@@ -2,7 +2,6 @@
 the tag check, rollout log-probs equal to a full forward (cache across turns, left padding), tool
 outputs masked, and one GRPO step that trains only the last block."""
 
-import os
 
 import pytest
 import torch
@@ -10,14 +9,9 @@ import torch
 
 @pytest.fixture(scope="module")
 def smollm():
-    from icml.pretrained import PretrainedModelError, load_pretrained
+    from icml.testing import pretrained_or_skip
 
-    try:
-        return load_pretrained("smollm2-135m-instruct")
-    except PretrainedModelError as exc:
-        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
-            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
-        pytest.skip(f"packaged model not installed: {exc}")
+    return pretrained_or_skip("smollm2-135m-instruct")
 
 
 @pytest.mark.pretrained

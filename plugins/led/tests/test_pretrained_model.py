@@ -3,8 +3,6 @@ against a direct computation, and LED's invariances with the default configurati
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -13,14 +11,9 @@ pytestmark = pytest.mark.pretrained
 
 @pytest.fixture(scope="module")
 def smollm():
-    from icml.models import load_pretrained
+    from icml.testing import pretrained_or_skip
 
-    try:
-        model, tok = load_pretrained("smollm2-135m-instruct")
-    except Exception as exc:  # the packaged weights are an optional install
-        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
-            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
-        pytest.skip(f"packaged model not installed: {exc}")
+    model, tok = pretrained_or_skip("smollm2-135m-instruct")
     tok.padding_side = "left"
     return model.eval(), tok
 

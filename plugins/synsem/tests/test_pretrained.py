@@ -1,21 +1,15 @@
 """The protocol on the real pretrained SmolLM2-135M-Instruct (Llama, 30 blocks), small: the
 cross-layer profiles have the loose shape that the full run (README) shows."""
 
-import os
 
 import pytest
 
 
 @pytest.fixture(scope="module")
 def smollm():
-    from icml.pretrained import PretrainedModelError, load_pretrained
+    from icml.testing import pretrained_or_skip
 
-    try:
-        return load_pretrained("smollm2-135m-instruct")
-    except PretrainedModelError as exc:
-        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
-            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
-        pytest.skip(f"packaged model not installed: {exc}")
+    return pretrained_or_skip("smollm2-135m-instruct")
 
 
 @pytest.mark.pretrained

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,7 +25,8 @@ from icml.config import ConfigError, build_config, schema_rows, to_dict
 from icml.hookspecs import CAPABILITY_HOOKS
 from icml.loader import GROUP, HEAVY_MODULES, PluginHost, PluginRecord, discover, load_plugins
 
-__all__ = ["PluginConformance", "assert_light_import", "icml_cli", "one_line_error"]
+__all__ = ["PluginConformance", "assert_light_import", "icml_cli", "one_line_error",
+           "pretrained_or_skip"]
 
 
 def icml_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -34,6 +36,32 @@ def icml_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "icml.cli"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def pretrained_or_skip(name: str = "smollm2-135m-instruct", *,
+                       load: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+    """A packaged pretrained model for a test: ``load_pretrained(name, **kwargs)`` (or
+    ``load()``, for a plugin's own loader that raises ``PretrainedModelError``). Where the
+    model's distribution is not installed the test is skipped, unless
+    ``ICML_REQUIRE_PRETRAINED=1`` (CI sets it), where it fails: a model CI cannot load must not
+    turn into silently skipped tests.
+
+    Use it in a module-scoped fixture so the model loads once per test file::
+
+        @pytest.fixture(scope="module")
+        def smollm():
+            return pretrained_or_skip()
+    """
+    import pytest
+
+    from icml.pretrained import PretrainedModelError, load_pretrained
+
+    try:
+        return load() if load is not None else load_pretrained(name, **kwargs)
+    except PretrainedModelError as exc:
+        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
+            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
+        pytest.skip(f"packaged model not installed: {exc}")
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
