@@ -119,7 +119,8 @@ def test_rubric_edge_cases_wording_duplicates_unknown_nodes() -> None:
     judge, scm = RuleJudge(), ITEM.model
     nodes = [scm.nodes[scm.index(g)] for g in GOLD]
     # nodes written with their states ("domino 1 falls") name the same scene nodes
-    worded = " -> ".join(f"The {n.name} {n.on}" for n in nodes)
+    worded = " -> ".join(f"The {n.name} {n.phrase(ITEM.answer == 'yes' or n is not nodes[-1])}"
+                         for n in nodes)
     assert judge.score_chain(f"CHAIN: {worded}\nANSWER: {ITEM.answer}", ITEM) == \
         pytest.approx(10.0)
     upper = " -> ".join(g.upper() for g in GOLD)
