@@ -182,10 +182,10 @@ def test_oracle_chains_are_consistent_and_bare_chains_uncheckable() -> None:
     from icml_cage.responders import FluentUnfaithfulResponder, OracleResponder
 
     bench = generate_benchmark(6, seed=2)
-    oracle = next(r for r in evaluate(OracleResponder(), bench).summary(n_boot=10)
+    oracle = next(r for r in evaluate(OracleResponder(bench), bench).summary(n_boot=10)
                   if r["rung"] == "overall")
     assert oracle["consistency"] == 1.0 and oracle["n_consistency"] == len(bench)
     assert oracle["S_chain"] == pytest.approx(10.0)
-    fluent = next(r for r in evaluate(FluentUnfaithfulResponder(), bench).summary(n_boot=10)
+    fluent = next(r for r in evaluate(FluentUnfaithfulResponder(bench), bench).summary(n_boot=10)
                   if r["rung"] == "overall")
     assert fluent["n_consistency"] == 0 and math.isnan(fluent["consistency"])
