@@ -7,6 +7,7 @@ import itertools
 import random
 
 import pytest
+from icml_cage.dataset import caption
 from icml_cage.scenes import FAMILIES
 from icml_cage.scm import ChainSCM, Node
 
@@ -81,6 +82,7 @@ def test_each_family_draws_its_states_and_hides_the_covered_enabler(family: str)
             ia, ib = fam.draw(a, 128), fam.draw(b, 128)
             assert ia.size == (128, 128) and ia.mode == "RGB"
             assert ia.tobytes() == ib.tobytes(), (family, h)
+            assert caption(a) == caption(b)  # the text-only view hides it too
             shown = ChainSCM(tuple(nodes), tuple(exo), family=family)
             vis = ChainSCM(tuple(nodes), tuple(not u if i == h else u for i, u in enumerate(exo)),
                            family=family)

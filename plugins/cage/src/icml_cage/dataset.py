@@ -16,7 +16,7 @@ from icml_cage.scenes import Family, get_family
 from icml_cage.scm import ChainSCM
 
 MIN_SIDE = 32
-SEARCH = 32  # candidate scenes drawn per image; the one meeting most answer targets is kept
+SEARCH = 16  # candidate scenes drawn per image; the one meeting most answer targets is kept
 P_ENABLED = (0.6, 0.8, 0.95)  # a candidate's visible enablers work with one of these odds
 PRIORS = (0.25, 0.75)  # stated odds that the covered part works
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from icml_cage.scm import ChainSCM
@@ -66,6 +67,7 @@ def _enabler(scm: ChainSCM, j: int, value: bool) -> str:
     return node.enabler if value else node.enabler_off
 
 
+@lru_cache(maxsize=64)
 def _odds(prior: float) -> str:
     from fractions import Fraction
 

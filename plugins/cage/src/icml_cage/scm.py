@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class ChainSCM:
     meta: Mapping[str, object] = field(default_factory=dict)
     hidden: int | None = None  # the covered enabler's index (1..n-1), if any
     prior: float = 0.75  # P(U_hidden = 1): how often a covered part works
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.hidden is not None and not 1 <= self.hidden < len(self.nodes):
@@ -77,20 +79,22 @@ class ChainSCM:
               exogenous: Mapping[int, bool] | None = None) -> list[bool]:
         """Node states under interventions ``do`` (node index -> value) and exogenous
         overrides (index -> value)."""
-        do, ex = dict(do or {}), dict(exogenous or {})
-        u = [ex.get(i, v) for i, v in enumerate(self.exogenous)]
+        u = list(self.exogenous)
+        for i, v in (exogenous or {}).items():
+            u[i] = v
+        do = do or {}
         states: list[bool] = []
-        for i in range(len(self.nodes)):
-            if i in do:
-                states.append(bool(do[i]))
-            elif i == 0:
-                states.append(u[0])
-            else:
-                states.append(states[i - 1] and u[i])
+        prev = False
+        for i, ui in enumerate(u):
+            prev = bool(do[i]) if i in do else (ui if i == 0 else prev and ui)
+            states.append(prev)
         return states
 
     def factual(self) -> list[bool]:
-        return self.solve()
+        cached = self._cache.get("factual")
+        if cached is None:
+            cached = self._cache["factual"] = self.solve()
+        return list(cached)
 
     def visible_exogenous(self) -> dict[int, bool]:
         """The enablers the picture shows (all but the hidden one)."""
