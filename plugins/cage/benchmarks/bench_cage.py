@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import torch
+from icml_cage import dataset
 from icml_cage.dataset import balance, generate_benchmark, rung_disagreement
 from icml_cage.evaluate import evaluate
 from icml_cage.responders import OracleResponder, VLMResponder
@@ -39,6 +40,14 @@ def main() -> None:
     print(f"| generate {len(bench)} items ({n_images} images) | {len(bench)} | {gen_s:.2f} | "
           f"{len(bench) / gen_s:,.0f} |")
     print(f"| write JSONL + PNG | {len(bench)} | {save_s:.2f} | {len(bench) / save_s:,.0f} |")
+    search = dataset.SEARCH
+    dataset.SEARCH = 1  # no balancing search: what the 16 candidates per scene cost
+    t0 = time.perf_counter()
+    unbalanced = generate_benchmark(n_images, seed=0)
+    one_s = time.perf_counter() - t0
+    dataset.SEARCH = search
+    print(f"| generate, 1 candidate per scene (no balancing) | {len(unbalanced)} | {one_s:.2f} | "
+          f"{len(unbalanced) / one_s:,.0f} |")
     print("\n| rung | template | n | share yes |\n|---|---|---|---|")
     for row in balance(bench.items):
         print(f"| {row['rung']} | {row['template']} | {row['n']} | {row['yes']:.2f} |")

@@ -31,8 +31,8 @@ class EvaluateConfig:
                                               "(drawn independently of the chain)", ge=0, le=1)
     judge: str = option("rule", help="rule, llm (the packaged SmolLM2-135M-Instruct) or both "
                                      "(agreement reported)", choices=JUDGES)
-    judge_items: int = option(36, help="items per responder the llm judge scores (0 = all)",
-                              ge=0)
+    judge_items: int = option(36, help="items per responder the llm judge scores (0 = all; "
+                                       "with judge=llm, the items answered)", ge=0)
     lm_items: int = option(36, help="items the caption-lm responder answers (0 = all)", ge=0)
     model: str = option("", help="a transformers VLM folder or hub name (responder 'model')")
     vlm_items: int = option(36, help="items the VLM responders answer (0 = all)", ge=0)

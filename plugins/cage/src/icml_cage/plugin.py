@@ -166,6 +166,8 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
             subset = bench
             limit = (0 if key in _REFERENCE else
                      config.lm_items if key == "caption-lm" else config.vlm_items)
+            if config.judge == "llm" and config.judge_items:
+                limit = min(limit or config.judge_items, config.judge_items)
             if limit:
                 subset = bench.subset(limit=limit)
             first = next(iter(judges.values()))
