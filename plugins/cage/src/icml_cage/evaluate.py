@@ -88,7 +88,8 @@ class CageReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"responder": self.responder, "norm": self.norm, "failures": self.failures,
-                "scores": [asdict(s) for s in self.scores]}
+                "scores": [{**asdict(s), "item_AG": g}
+                           for s, g in zip(self.scores, self.item_gaps())]}
 
 
 def _distribution(gaps: Sequence[float]) -> dict[str, float]:
