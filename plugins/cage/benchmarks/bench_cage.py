@@ -15,7 +15,8 @@ import tempfile
 import time
 
 import torch
-from icml_cage.dataset import generate_benchmark
+from icml_cage import dataset
+from icml_cage.dataset import balance, generate_benchmark, rung_disagreement
 from icml_cage.evaluate import evaluate
 from icml_cage.responders import OracleResponder, VLMResponder
 from icml_cage.tiny_vlm import tiny_llava, tiny_qwen2vl
@@ -39,12 +40,26 @@ def main() -> None:
     print(f"| generate {len(bench)} items ({n_images} images) | {len(bench)} | {gen_s:.2f} | "
           f"{len(bench) / gen_s:,.0f} |")
     print(f"| write JSONL + PNG | {len(bench)} | {save_s:.2f} | {len(bench) / save_s:,.0f} |")
+    search = dataset.SEARCH
+    dataset.SEARCH = 1  # no balancing search: what the 16 candidates per scene cost
+    t0 = time.perf_counter()
+    unbalanced = generate_benchmark(n_images, seed=0)
+    one_s = time.perf_counter() - t0
+    dataset.SEARCH = search
+    print(f"| generate, 1 candidate per scene (no balancing) | {len(unbalanced)} | {one_s:.2f} | "
+          f"{len(unbalanced) / one_s:,.0f} |")
+    print("\n| rung | template | n | share yes |\n|---|---|---|---|")
+    for row in balance(bench.items):
+        print(f"| {row['rung']} | {row['template']} | {row['n']} | {row['yes']:.2f} |")
+    print("\n| answers that differ (same scene) | share |\n|---|---|")
+    for key, value in rung_disagreement(bench.items).items():
+        print(f"| {key} | {value:.2f} |")
     sub = bench.subset(limit=args.vlm_items)
     rows = []
     for name, make in (("oracle", None), ("tiny-llava", tiny_llava),
                        ("tiny-qwen2vl", tiny_qwen2vl)):
         if make is None:
-            responder = OracleResponder()
+            responder = OracleResponder(sub)
         else:
             model, proc = make(seed=0)
             responder = VLMResponder(model, proc, max_new_tokens=24, batch_size=16)

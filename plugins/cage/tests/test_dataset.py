@@ -38,10 +38,9 @@ def test_gold_answers_follow_the_scm() -> None:
         assert scm.path(scm.index(it.cause), scm.index(it.effect)) == it.gold_chain
         if it.template == "observe_effect":
             assert it.answer == ("yes" if f[last] else "no")
-        if it.template == "cf_consistency":  # factual antecedent -> factual outcome
-            assert it.answer == ("yes" if f[last] else "no")
-        if it.template == "dependence":
-            assert it.answer == ("yes" if all(scm.exogenous[1:]) else "no")
+        if it.template == "abduce_hidden":  # what happened shows the covered part
+            assert it.answer == ("yes" if scm.exogenous[scm.hidden] else "no")
+        assert scm.hidden is not None and f[0]  # every scene shows a run with a covered part
 
 
 def test_save_load_round_trip_and_sft_export(tmp_path: Path) -> None:
@@ -103,22 +102,31 @@ def test_off_phrases_negate_and_enablers_name_the_drawn_object() -> None:
     rng = random.Random(0)
     for family in FAMILIES.values():
         for _ in range(20):
-            scm, _img = family(rng, 64)
-            for i, node in enumerate(scm.nodes):
+            nodes = family.build(rng)
+            for i, node in enumerate(nodes):
                 # the False phrase must read as the negation ("stops nothing" did not)
                 assert NEGATIONS & set(node.off.split()), (node.name, node.off)
                 if i:
                     obj = drawn.get(node.name, "domino")
                     assert obj in node.enabler and obj in node.enabler_off, node
+                    covered = family.cover_node(node, i)
+                    assert covered.enabler and covered.enabler_off
 
 
 def test_custom_family_with_a_two_node_chain_is_explained() -> None:
-    from icml_cage.scm import ChainSCM, Node
+    from icml_cage.scenes import Family
+    from icml_cage.scm import Node
 
-    def pair(rng, size):  # would give do(effect) questions with one-node gold chains
-        scm = ChainSCM((Node("a", "on", "off"), Node("b", "on", "off", "u", "not u")),
-                       (True, True), family="pair")
-        return scm, Image.new("RGB", (size, size))
+    def draw(scm, size):
+        return Image.new("RGB", (size, size))
 
+    pair = Family("pair", lambda rng: [Node("a", "on", "off"), Node("b", "on", "off", "u", "no u")],
+                  draw, coverable=lambda nodes: [1])
     with pytest.raises(ValueError, match="at least 3 nodes"):
         generate_benchmark(1, families=[pair])
+    nothing = Family("bare", lambda rng: [Node(f"x{i}", "on", "off", "u", "no u")
+                                          for i in range(3)], draw, coverable=lambda nodes: [])
+    with pytest.raises(ValueError, match="no enabler a cover may hide"):
+        generate_benchmark(1, families=[nothing])
+    with pytest.raises(TypeError, match="Family"):
+        generate_benchmark(1, families=[lambda rng, size: None])

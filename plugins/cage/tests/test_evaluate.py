@@ -10,6 +10,7 @@ import pytest
 from icml_cage.dataset import generate_benchmark
 from icml_cage.evaluate import evaluate
 from icml_cage.judges import LLMJudge
+from icml_cage.probes import Query, chain_text_probe, text_only_probe
 from icml_cage.responders import (
     CallableResponder,
     FluentUnfaithfulResponder,
@@ -25,13 +26,13 @@ def overall(report) -> dict:
 
 
 def test_metric_separates_oracle_from_unfaithful() -> None:
-    oracle = overall(evaluate(OracleResponder(), BENCH))
-    fluent = overall(evaluate(FluentUnfaithfulResponder(seed=0), BENCH))
+    oracle = overall(evaluate(OracleResponder(BENCH), BENCH))
+    fluent = overall(evaluate(FluentUnfaithfulResponder(BENCH, seed=0), BENCH))
     assert oracle["AG"] == pytest.approx(0.0, abs=0.02) and oracle["S_text"] > 9.5
     assert fluent["AG"] > 0.5 and fluent["AG_lo"] > 0.5
     assert fluent["S_text"] == pytest.approx(oracle["S_text"])  # same fluent text
     assert fluent["AG"] - oracle["AG"] > 0.5
-    rungs = {r["rung"] for r in evaluate(OracleResponder(), BENCH).summary(n_boot=10)}
+    rungs = {r["rung"] for r in evaluate(OracleResponder(BENCH), BENCH).summary(n_boot=10)}
     assert rungs == {"association", "intervention", "counterfactual", "overall"}
 
 
@@ -53,7 +54,7 @@ def test_unparseable_output_and_failures_never_crash() -> None:
         judge_calls["n"] += 1
         return "nonsense" if judge_calls["n"] == 2 else "SCORE: 5"
 
-    report = evaluate(OracleResponder(), BENCH.subset(limit=4), judge=LLMJudge(flaky_judge))
+    report = evaluate(OracleResponder(BENCH), BENCH.subset(limit=4), judge=LLMJudge(flaky_judge))
     assert len([f for f in report.failures if f["stage"].startswith("judge")]) == 1
     assert sum(s.text_score is None or s.chain_score is None for s in report.scores) == 1
     assert overall(report)["n"] == 3
@@ -93,7 +94,7 @@ def test_saved_vlm_loads_through_model_path(tmp_path: Path) -> None:
 
 def test_empty_benchmark_is_an_error() -> None:
     with pytest.raises(ValueError, match="benchmark is empty"):
-        evaluate(OracleResponder(), BENCH.subset(rungs=["nope"]))
+        evaluate(OracleResponder(BENCH), BENCH.subset(rungs=["nope"]))
 
 
 def test_hook_uses_configured_prompts_and_writes_files(tmp_path: Path) -> None:
@@ -102,13 +103,17 @@ def test_hook_uses_configured_prompts_and_writes_files(tmp_path: Path) -> None:
     from icml.runner import run
 
     res = run("cage", overrides=["n_images=2", "responders=oracle", "n_bootstrap=20",
-                                 "chain_prompt=Q: {question}", "save_benchmark=true"],
+                                 "chain_prompt=Q: {question} CHAIN:", "save_benchmark=true"],
               out=tmp_path, device="cpu", show_progress=False)
-    # without "CHAIN:" in the prompt the oracle writes prose, so there is no chain to score
-    assert res.metrics["oracle.overall.S_chain"] == 0.0
-    assert res.metrics["oracle.overall.AG"] == 1.0
+    assert res.metrics["oracle.overall.AG"] == 0.0
+    assert res.metrics["balance.counterfactual.all.yes"] > 0
+    seen = []
+    evaluate(CallableResponder(lambda img, p: seen.append(p) or ""), BENCH.subset(limit=1),
+             chain_probe=chain_text_probe("Q: {question} CHAIN:"))
+    assert seen == [text_only_probe().prompt(BENCH.items[0].question),
+                    f"Q: {BENCH.items[0].question} CHAIN:"]
     run_dir = Path(res.run_dir)
-    assert len(json.loads((run_dir / "items.json").read_text())["oracle"]["scores"]) == 18
+    assert len(json.loads((run_dir / "items.json").read_text())["oracle"]["rule"]["scores"]) == 18
     assert (run_dir / "benchmark" / "items.jsonl").is_file()
 
 
@@ -135,24 +140,35 @@ def test_package_evaluate_is_the_function_not_the_submodule() -> None:
 
     assert callable(icml_cage.evaluate) and icml_cage.evaluate.__name__ == "evaluate"
     code = ("from icml_cage import generate_benchmark, evaluate, OracleResponder\n"
-            "print(evaluate(OracleResponder(), generate_benchmark(1)).summary(n_boot=5)[-1]['AG'])")
+            "b = generate_benchmark(1)\n"
+            "print(evaluate(OracleResponder(b), b).summary(n_boot=5)[-1]['AG'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "0.0"
 
 
-def test_default_generation_budget_fits_the_longest_gold_chain() -> None:
-    """A fixed short budget cut six-domino chains mid-node (scored 0, inflating AG)."""
+def test_probe_budget_fits_the_longest_chain_any_family_makes() -> None:
+    """Budgets come from the probe, never from an item's gold: the chain probe's budget must
+    hold the longest chain (six dominoes, with the effect's state, plus ANSWER) in the tiny
+    VLMs' byte-level tokenizer; a short fixed budget cut such chains mid-node."""
     from icml_cage.judges import RuleJudge
-    from icml_cage.sft_export import sft_target
+    from icml_cage.probes import chain_text_probe, text_only_probe
+    from icml_cage.responders import OracleResponder
     from icml_cage.tiny_vlm import tiny_llava
 
-    model, proc = tiny_llava(seed=0)
+    _, proc = tiny_llava(seed=0)
     bench = generate_benchmark(12, seed=0, families=["domino"])
     longest = max(bench, key=lambda it: len(it.gold_chain))
     assert len(longest.gold_chain) == 6
-    need = len(proc.tokenizer(sft_target(longest), add_special_tokens=False)["input_ids"])
-    cut = proc.tokenizer.decode(proc.tokenizer(sft_target(longest))["input_ids"][:24])
+    probe = chain_text_probe()
+    query = Query(longest.id, None, longest.question, probe.prompt(longest.question), "chain",
+                  probe.max_new_tokens)
+    target = OracleResponder(bench).respond([query])[0]
+    need = len(proc.tokenizer(target, add_special_tokens=False)["input_ids"])
+    assert probe.max_new_tokens >= need
+    cut = proc.tokenizer.decode(proc.tokenizer(target)["input_ids"][:24])
     assert RuleJudge().score_chain(cut, longest) < 5  # what 24 new tokens could write
-    responder = VLMResponder(model, proc)
-    assert responder.budget([longest]) >= need and responder.budget(bench.items) >= need
-    assert VLMResponder(model, proc, max_new_tokens=7).budget([longest]) == 7
+    model = object()
+    assert VLMResponder(model, proc).budget([query]) == probe.max_new_tokens
+    text_q = Query("x", None, "q", "p", "text", text_only_probe().max_new_tokens)
+    assert VLMResponder(model, proc).budget([text_q]) == 64
+    assert VLMResponder(model, proc, max_new_tokens=7).budget([query]) == 7

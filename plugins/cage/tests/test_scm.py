@@ -7,6 +7,7 @@ import itertools
 import random
 
 import pytest
+from icml_cage.dataset import caption
 from icml_cage.scenes import FAMILIES
 from icml_cage.scm import ChainSCM, Node
 
@@ -61,12 +62,32 @@ def test_round_trip_and_bad_input() -> None:
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_each_family_draws_its_states(family: str) -> None:
+def test_each_family_draws_its_states_and_hides_the_covered_enabler(family: str) -> None:
+    """Two scenes that differ only in the covered enabler's value, with the same node states
+    (the link before it off, so nothing shows), give identical pictures: the cover hides it."""
+    fam = FAMILIES[family]
     rng = random.Random(0)
     for _ in range(10):
-        scm, img = FAMILIES[family](rng, 128)
-        assert img.size == (128, 128) and img.mode == "RGB"
-        assert len(scm.nodes) >= 3 and scm.family == family
+        nodes = fam.build(rng)
+        n = len(nodes)
+        for h in fam.coverable(nodes):
+            exo = [True] * n
+            exo[h - 1] = h - 1 == 0  # break the link before h (for h > 1): X_(h-1) off
+            if h == 1:
+                exo[0] = False  # the trigger off: only possible in this test
+            a = ChainSCM(tuple(nodes), tuple(exo), family=family, hidden=h)
+            b = ChainSCM(tuple(nodes), tuple(not u if i == h else u for i, u in enumerate(exo)),
+                         family=family, hidden=h)
+            assert a.factual() == b.factual()
+            ia, ib = fam.draw(a, 128), fam.draw(b, 128)
+            assert ia.size == (128, 128) and ia.mode == "RGB"
+            assert ia.tobytes() == ib.tobytes(), (family, h)
+            assert caption(a) == caption(b)  # the text-only view hides it too
+            shown = ChainSCM(tuple(nodes), tuple(exo), family=family)
+            vis = ChainSCM(tuple(nodes), tuple(not u if i == h else u for i, u in enumerate(exo)),
+                           family=family)
+            if h > 1 or family != "domino":  # an uncovered enabler shows in the picture
+                assert fam.draw(shown, 128).tobytes() != fam.draw(vis, 128).tobytes()
 
 
 @pytest.mark.parametrize("n", [3, 4, 5, 6])
@@ -79,6 +100,9 @@ def test_domino_picture_matches_the_scm(n: int) -> None:
         states = chain(n, exo).factual()
         for size in (64, 128):
             xs, polys = domino_layout(exo, states, size)
+            covered = domino_layout(exo, states, size, hidden=n - 1)[0]
+            flipped = tuple(not u if i == n - 1 else u for i, u in enumerate(exo))
+            assert covered == domino_layout(flipped, states, size, hidden=n - 1)[0]
             assert all(0 <= x <= size and 0 <= y <= size for p in polys for x, y in p)
             for i in range(n - 1):
                 if states[i]:

@@ -119,7 +119,8 @@ def test_rubric_edge_cases_wording_duplicates_unknown_nodes() -> None:
     judge, scm = RuleJudge(), ITEM.model
     nodes = [scm.nodes[scm.index(g)] for g in GOLD]
     # nodes written with their states ("domino 1 falls") name the same scene nodes
-    worded = " -> ".join(f"The {n.name} {n.on}" for n in nodes)
+    worded = " -> ".join(f"The {n.name} {n.phrase(ITEM.answer == 'yes' or n is not nodes[-1])}"
+                         for n in nodes)
     assert judge.score_chain(f"CHAIN: {worded}\nANSWER: {ITEM.answer}", ITEM) == \
         pytest.approx(10.0)
     upper = " -> ".join(g.upper() for g in GOLD)
@@ -181,10 +182,10 @@ def test_oracle_chains_are_consistent_and_bare_chains_uncheckable() -> None:
     from icml_cage.responders import FluentUnfaithfulResponder, OracleResponder
 
     bench = generate_benchmark(6, seed=2)
-    oracle = next(r for r in evaluate(OracleResponder(), bench).summary(n_boot=10)
+    oracle = next(r for r in evaluate(OracleResponder(bench), bench).summary(n_boot=10)
                   if r["rung"] == "overall")
     assert oracle["consistency"] == 1.0 and oracle["n_consistency"] == len(bench)
     assert oracle["S_chain"] == pytest.approx(10.0)
-    fluent = next(r for r in evaluate(FluentUnfaithfulResponder(), bench).summary(n_boot=10)
+    fluent = next(r for r in evaluate(FluentUnfaithfulResponder(bench), bench).summary(n_boot=10)
                   if r["rung"] == "overall")
     assert fluent["n_consistency"] == 0 and math.isnan(fluent["consistency"])

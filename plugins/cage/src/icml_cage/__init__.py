@@ -2,7 +2,7 @@
 
     from icml_cage import generate_benchmark, evaluate, OracleResponder
     bench = generate_benchmark(30, seed=0)
-    report = evaluate(OracleResponder(), bench)
+    report = evaluate(OracleResponder(bench), bench)
     print(report.summary())
 
 Imports are lazy: nothing heavy loads until a name is used.
@@ -27,7 +27,10 @@ _EXPORTS = {
     "make_questions": "questions", "RUNGS": "questions",
     "CageItem": "dataset", "CageBenchmark": "dataset", "generate_benchmark": "dataset",
     "text_only_probe": "probes", "chain_text_probe": "probes", "parse_chain": "probes",
-    "parse_answer": "probes",
+    "parse_answer": "probes", "Query": "probes",
+    "GradedResponder": "responders", "CaptionLMResponder": "responders",
+    "PretrainedJudge": "judges", "balance": "dataset", "rung_disagreement": "dataset",
+    "caption": "dataset", "score_responses": "evaluate", "judge_agreement": "evaluate",
     "RuleJudge": "judges", "LLMJudge": "judges", "JudgeError": "judges",
     "abstraction_gap": "metrics", "bootstrap_ci": "metrics", "per_item_gap": "metrics",
     "OracleResponder": "responders", "FluentUnfaithfulResponder": "responders",

@@ -1,5 +1,9 @@
 """Run both probes on a benchmark with one responder, judge every response, and report S_T,
-S_C and the Abstraction Gap overall and per rung with bootstrap intervals.
+S_C and the Abstraction Gap overall and per rung with bootstrap intervals, and the distribution
+of the per-item AG.
+
+The responder is given :class:`~icml_cage.probes.Query` objects only (image, question, the
+probe's prompt and budget, the picture's caption), never the items with their gold fields.
 
 A responder that fails on a batch gets empty responses for it (scored as the rubric scores
 unparseable output, 0 for chains); a judge that fails on an item leaves that item out of that
@@ -14,8 +18,15 @@ from typing import Any
 
 from icml_cage.dataset import CageBenchmark, CageItem, check_image
 from icml_cage.judges import JudgeError, RuleJudge, answer_chain_consistency
-from icml_cage.metrics import abstraction_gap, bootstrap_ci
-from icml_cage.probes import Probe, chain_text_probe, parse_answer, parse_chain, text_only_probe
+from icml_cage.metrics import abstraction_gap, bootstrap_ci, item_gap
+from icml_cage.probes import (
+    Probe,
+    Query,
+    chain_text_probe,
+    parse_answer,
+    parse_chain,
+    text_only_probe,
+)
 from icml_cage.questions import RUNGS
 
 
@@ -53,6 +64,7 @@ class CageReport:
                 continue
             t, c = [p[0] for p in pairs], [p[1] for p in pairs]
             s_t, s_c = sum(t) / len(t), sum(c) / len(c)
+            gaps = sorted(g for g in (item_gap(a, b) for a, b in pairs) if g == g)
             lo, hi = bootstrap_ci(t, c, self.norm, n_boot=n_boot, seed=seed)
             rows.append({"responder": self.responder, "rung": rung, "n": len(pairs),
                          "S_text": s_t, "S_chain": s_c, "AG": abstraction_gap(s_t, s_c, self.norm),
@@ -60,12 +72,37 @@ class CageReport:
                          "text_acc": sum(s.text_correct for s in group) / len(group),
                          "chain_acc": sum(s.chain_correct for s in group) / len(group),
                          "blank_chains": sum(s.chain_blank for s in group) / len(group),
-                         **_consistency(group)})
+                         **_distribution(gaps), **_consistency(group)})
         return rows
+
+    def responses(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Item id -> response under the Text-Only and the Chain-Text probe."""
+        return ({s.id: s.text_response for s in self.scores},
+                {s.id: s.chain_response for s in self.scores})
+
+    def item_gaps(self) -> list[float]:
+        """Per-item AG, ``(t - c) / t`` (NaN when undefined), in item order."""
+        return [item_gap(s.text_score, s.chain_score)
+                if s.text_score is not None and s.chain_score is not None else float("nan")
+                for s in self.scores]
 
     def to_json(self) -> dict[str, Any]:
         return {"responder": self.responder, "norm": self.norm, "failures": self.failures,
-                "scores": [asdict(s) for s in self.scores]}
+                "scores": [{**asdict(s), "item_AG": g}
+                           for s, g in zip(self.scores, self.item_gaps())]}
+
+
+def _distribution(gaps: Sequence[float]) -> dict[str, float]:
+    """Per-item AG: mean, quartiles and the share of items above 0.5 (NaN when none)."""
+    import numpy as np
+
+    if not gaps:
+        return {k: float("nan") for k in ("AG_item_mean", "AG_item_q25", "AG_item_median",
+                                          "AG_item_q75", "AG_item_gt_half")} | {"n_item_AG": 0}
+    q25, q50, q75 = np.quantile(gaps, [0.25, 0.5, 0.75])
+    return {"AG_item_mean": float(np.mean(gaps)), "AG_item_q25": float(q25),
+            "AG_item_median": float(q50), "AG_item_q75": float(q75),
+            "AG_item_gt_half": float(np.mean(np.asarray(gaps) > 0.5)), "n_item_AG": len(gaps)}
 
 
 def _consistency(group: Sequence[ItemScore]) -> dict[str, float]:
@@ -96,9 +133,11 @@ def evaluate(responder: Any, bench: CageBenchmark, judge: Any = None,
     for batch in (progress or (lambda x: x))(batches):
         images = [check_image(bench.image(it), it.image_id) for it in batch]
         for probe in (text_probe, chain_probe):
-            prompts = [probe.prompt(it.question) for it in batch]
+            queries = [Query(it.id, img, it.question, probe.prompt(it.question), probe.name,
+                             probe.max_new_tokens, bench.captions.get(it.image_id, ""))
+                       for it, img in zip(batch, images)]
             try:
-                texts = responder.respond(images, prompts, batch)
+                texts = responder.respond(queries)
                 if len(texts) != len(batch):
                     raise ValueError(f"returned {len(texts)} responses for {len(batch)} prompts")
             except Exception as exc:  # keep going: the failed items score as blank output
@@ -107,18 +146,42 @@ def evaluate(responder: Any, bench: CageBenchmark, judge: Any = None,
                 texts = [""] * len(batch)
             for it, text in zip(batch, texts):
                 responses[probe.name][it.id] = text if isinstance(text, str) else ""
+    report = score_responses(getattr(responder, "name", type(responder).__name__), bench,
+                             responses[text_probe.name], responses[chain_probe.name], judge,
+                             norm)
+    report.failures[:0] = failures
+    return report
+
+
+def score_responses(name: str, bench: CageBenchmark, text: dict[str, str], chain: dict[str, str],
+                    judge: Any = None, norm: str = "relative") -> CageReport:
+    """Judge stored responses (item id -> text under each probe); rejudging a report with
+    another judge: ``score_responses(r.responder, bench, *r.responses(), judge)``."""
+    judge = judge or RuleJudge()
+    failures: list[dict[str, str]] = []
     scores = []
-    for it in bench.items:
-        t_resp, c_resp = responses[text_probe.name][it.id], responses[chain_probe.name][it.id]
-        t_score = _judge(judge.score_text, t_resp, it, failures, "judge:text")
-        c_score = _judge(judge.score_chain, c_resp, it, failures, "judge:chain")
+    batched: dict[str, list[float | None]] = {}
+    if hasattr(judge, "score_many"):  # one batched pass per probe (model judges)
+        for probe, resp in (("text", text), ("chain", chain)):
+            try:
+                batched[probe] = list(judge.score_many([resp[it.id] for it in bench.items],
+                                                       bench.items, probe))
+            except Exception as exc:
+                failures.append({"stage": f"judge:{probe}", "items": bench.items[0].id,
+                                 "error": f"{type(exc).__name__}: {exc}"})
+                batched[probe] = [None] * len(bench.items)
+    for n, it in enumerate(bench.items):
+        t_resp, c_resp = text[it.id], chain[it.id]
+        t_score = (batched["text"][n] if batched else
+                   _judge(judge.score_text, t_resp, it, failures, "judge:text"))
+        c_score = (batched["chain"][n] if batched else
+                   _judge(judge.score_chain, c_resp, it, failures, "judge:chain"))
         scores.append(ItemScore(it.id, it.rung, it.family, t_score, c_score,
                                 parse_answer(t_resp) == it.answer,
                                 parse_answer(c_resp) == it.answer, not parse_chain(c_resp),
                                 answer_chain_consistency(c_resp, it),
                                 t_resp, c_resp))
-    return CageReport(getattr(responder, "name", type(responder).__name__), norm, scores,
-                      failures)
+    return CageReport(name, norm, scores, failures)
 
 
 def _judge(fn: Callable[[str, CageItem], float], response: str, item: CageItem,
@@ -128,3 +191,40 @@ def _judge(fn: Callable[[str, CageItem], float], response: str, item: CageItem,
     except (JudgeError, Exception) as exc:
         failures.append({"stage": stage, "items": item.id, "error": f"{exc}"})
         return None
+
+
+def _ranks(v: Any) -> Any:
+    """Average ranks (ties share their mean rank), for Spearman's correlation."""
+    import numpy as np
+
+    order = np.argsort(v, kind="stable")
+    ranks = np.empty(len(v), dtype=float)
+    ranks[order] = np.arange(len(v), dtype=float)
+    for value in np.unique(v):
+        tie = v == value
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def judge_agreement(a: CageReport, b: CageReport) -> dict[str, float]:
+    """How two judges of the same responses agree: Pearson and Spearman correlation of the
+    item scores per probe, the mean absolute difference, and both judges' AG."""
+    import numpy as np
+
+    out: dict[str, float] = {}
+    sb = {s.id: s for s in b.scores}
+    for probe in ("text", "chain"):
+        pairs = [(getattr(s, f"{probe}_score"), getattr(sb[s.id], f"{probe}_score"))
+                 for s in a.scores if s.id in sb]
+        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+        x, y = np.asarray([p[0] for p in pairs]), np.asarray([p[1] for p in pairs])
+        out[f"{probe}_n"] = float(len(pairs))
+        out[f"{probe}_mad"] = float(np.mean(np.abs(x - y))) if pairs else float("nan")
+        ok = len(pairs) > 2 and x.std() > 0 and y.std() > 0
+        out[f"{probe}_pearson"] = float(np.corrcoef(x, y)[0, 1]) if ok else float("nan")
+        rx, ry = _ranks(x), _ranks(y)
+        out[f"{probe}_spearman"] = float(np.corrcoef(rx, ry)[0, 1]) if ok else float("nan")
+    for tag, rep in (("a", a), ("b", b)):
+        row = next((r for r in rep.summary(n_boot=0) if r["rung"] == "overall"), None)
+        out[f"AG_{tag}"] = row["AG"] if row else float("nan")
+    return out

@@ -3,7 +3,9 @@
 The paper fine-tunes on 45,000 chain-annotated examples; for real models use the exported data
 (:mod:`icml_cage.sft_export`) with TRL's ``SFTTrainer``. This loop is the small, dependency-free
 version used by the default job's ``tiny-llava-sft`` responder: the loss is computed on the
-answer tokens only (the prompt and image tokens are masked with -100).
+answer tokens only (the prompt and image tokens are masked with -100). Prompts are formatted by
+:func:`icml_cage.responders.format_prompt`, exactly as :class:`~icml_cage.responders.VLMResponder`
+formats them at evaluation.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from icml_cage.dataset import CageBenchmark
 from icml_cage.probes import CHAIN_PROMPT, chain_text_probe
+from icml_cage.responders import format_prompt
 from icml_cage.sft_export import sft_target
 
 
@@ -36,7 +39,8 @@ def chain_sft(model: Any, processor: Any, bench: CageBenchmark, steps: int = 100
     losses = []
     for _ in (progress or (lambda x: x))(range(steps)):
         items = rng.sample(bench.items, min(batch_size, len(bench)))
-        prompts = [f"{image_token}\n{probe.prompt(it.question)}\n" for it in items]
+        prompts = [format_prompt(processor, probe.prompt(it.question), image_token)
+                   for it in items]
         targets = [sft_target(it) + tok.eos_token for it in items]
         tok.padding_side = "right"
         batch = processor(images=[bench.image(it) for it in items],

@@ -2,8 +2,11 @@
 
 ``RuleJudge`` (the offline, deterministic default; the rubric is reconstructed, see README):
 
-* Text: answer correct against the SCM (0-4), the gold chain's variables mentioned (0-3),
-  coherence (0-3: a sentence of sensible length, terminal punctuation, little repetition).
+* Text: answer correct against the SCM (0-4); the explanation's causal content: the share of
+  the gold chain's variables it names (0-3) and the share of the gold chain's links whose cause
+  it names before the effect (0-3, causal order). It measures whether the prose answer is
+  right and lays out the causal path; it does not judge fluency, grammar or the states the
+  prose claims (an LLM judge does; see ``PretrainedJudge``).
 * Chain: ``10 * (w * similarity + (1 - w) * answer_correct)`` where similarity is the F1 of
   directed edges against the gold chain (or ``1 - normalised edit distance`` of the node
   sequences) and ``w = chain_weight``, multiplied by ``1 - inconsistency_penalty`` when the
@@ -13,7 +16,10 @@
   with multiplicity, so repeating a chain or adding unknown nodes costs precision.
 
 ``LLMJudge`` wraps any text generator (a judge model you have) with the same rubric as a prompt
-and reads back ``SCORE: x``.
+and reads back ``SCORE: x``. ``PretrainedJudge`` runs a causal LM (the packaged
+SmolLM2-135M-Instruct) on the rubric and reads its next-token distribution over the digits
+0-9 after ``SCORE:``: the expected digit, times 10/9, is the score (deterministic, never
+unparseable).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from icml_cage.dataset import CageItem
 from icml_cage.probes import normalise_node, parse_answer, parse_chain
@@ -91,6 +98,23 @@ def edit_similarity(predicted: Sequence[str], gold: Sequence[str]) -> float:
     return 1.0 - prev[-1] / max(len(a), len(b))
 
 
+def first_mention(text: str, node: str) -> int | None:
+    """Where ``node`` is first named in ``text`` (whole words, case-insensitive), or None."""
+    m = re.search(rf"(?<![\w]){re.escape(normalise_node(node))}(?![\w])", text.lower())
+    return m.start() if m else None
+
+
+def text_causal_content(text: str, gold: Sequence[str]) -> tuple[float, float]:
+    """``(named, ordered)``: the share of gold-chain variables the text names, and the share of
+    gold links ``a -> b`` whose cause ``a`` the text names before the effect ``b``."""
+    pos = [first_mention(text, n) for n in gold]
+    named = sum(p is not None for p in pos) / len(gold)
+    links = list(zip(pos, pos[1:]))
+    ordered = (sum(a is not None and b is not None and a < b for a, b in links) / len(links)
+               if links else float(named == 1.0))
+    return named, ordered
+
+
 def stated_effect_state(chain: Sequence[str], item: CageItem) -> bool | None:
     """The state the chain's last step gives the queried effect (``"lamp (is lit)"`` -> True,
     ``"the lamp is dark"`` -> False), or None when the chain does not end at the effect or
@@ -139,17 +163,8 @@ class RuleJudge:
     def score_text(self, response: str, item: CageItem) -> float:
         response = response if isinstance(response, str) else ""
         correct = 4.0 if parse_answer(response) == item.answer else 0.0
-        text = response.lower()
-        mentioned = sum(normalise_node(n) in text for n in item.gold_chain) / len(item.gold_chain)
-        words = re.findall(r"[a-z0-9']+", text)
-        coherence = 0.0
-        if 4 <= len(words) <= 80:
-            coherence += 1.0
-        if response.strip()[-1:] in (".", "!", "?"):
-            coherence += 1.0
-        if words and len(set(words)) / len(words) >= 0.5:
-            coherence += 1.0
-        return correct + 3.0 * mentioned + coherence
+        named, ordered = text_causal_content(response, item.gold_chain)
+        return correct + 3.0 * named + 3.0 * ordered
 
     def chain_similarity(self, chain: Sequence[str], item: CageItem) -> float:
         if not chain:
@@ -215,3 +230,76 @@ class LLMJudge:
         if not parse_chain(response):
             return 0.0  # the rubric: blank chains score 0, no judge call needed
         return self._score(response, item, CHAIN_CRITERIA)
+
+
+JUDGE_PROMPT = """Grade a model's answer to a causal question about a picture.
+Question: {question}
+Correct answer: {answer}. Correct causal chain: {chain}.
+Model response: {response}
+{criteria}
+Reply with one digit from 0 (worst) to 9 (best) as SCORE: <digit>."""
+
+
+@dataclass
+class PretrainedJudge:
+    """A causal LM as judge: ``JUDGE_PROMPT`` in the tokenizer's chat template, followed by the
+    assistant's ``SCORE: ``; the score is ``10/9`` times the expected digit under the model's
+    next-token distribution restricted to ``0``-``9``. One forward pass per response, batched;
+    blank chains score 0 (the rubric) without a call."""
+
+    model: Any
+    tokenizer: Any
+    batch_size: int = 8
+    prompt: str = JUDGE_PROMPT
+    _digits: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        ids = [self.tokenizer(str(d), add_special_tokens=False)["input_ids"] for d in range(10)]
+        if any(len(i) != 1 for i in ids):
+            raise ValueError("PretrainedJudge needs a tokenizer with one token per digit")
+        self._digits = [i[0] for i in ids]
+
+    def _text(self, response: str, item: CageItem, criteria: str) -> str:
+        body = self.prompt.format(question=item.question, answer=item.answer,
+                                  chain=" -> ".join(item.gold_chain),
+                                  response=(response or "(empty)")[:600], criteria=criteria)
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            body = tok.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
+                                           add_generation_prompt=True)
+        return body + "SCORE: "
+
+    def score_many(self, responses: Sequence[str], items: Sequence[CageItem],
+                   probe: str) -> list[float]:
+        """Scores of ``responses`` under ``probe`` ("text" or "chain"), in order."""
+        import torch
+
+        criteria = TEXT_CRITERIA if probe == "text" else CHAIN_CRITERIA
+        out: list[float | None] = [None] * len(responses)
+        todo = [i for i, r in enumerate(responses) if probe == "text" or parse_chain(r)]
+        for i in range(len(responses)):
+            if i not in todo:
+                out[i] = 0.0
+        tok = self.tokenizer
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        device = next(self.model.parameters()).device
+        digits = torch.tensor(self._digits, device=device)
+        values = torch.arange(10, dtype=torch.float32, device=device)
+        for start in range(0, len(todo), self.batch_size):
+            idx = todo[start:start + self.batch_size]
+            enc = tok([self._text(responses[i], items[i], criteria) for i in idx],
+                      return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            with torch.no_grad():
+                logits = self.model(**enc).logits[:, -1, :].float()
+            p = torch.softmax(logits[:, digits], dim=-1)
+            for i, v in zip(idx, (p * values).sum(-1).tolist()):
+                out[i] = v * MAX_SCORE / 9.0
+        return [float(v) for v in out]  # type: ignore[arg-type]
+
+    def score_text(self, response: str, item: CageItem) -> float:
+        return self.score_many([response], [item], "text")[0]
+
+    def score_chain(self, response: str, item: CageItem) -> float:
+        return self.score_many([response], [item], "chain")[0]

@@ -30,6 +30,13 @@ def abstraction_gap(s_text: float, s_chain: float, norm: str = "relative",
     return diff / z if z > 0 else math.nan
 
 
+def item_gap(t: float, c: float, eps: float = 1e-6) -> float:
+    """One item's relative AG ``(t - c) / t``: 0 when equal, NaN when ``t <= eps < c``."""
+    if t == c:
+        return 0.0
+    return (t - c) / t if t > eps else math.nan
+
+
 def per_item_gap(text: Sequence[float], chain: Sequence[float], eps: float = 1e-6) -> float:
     """Mean over items of ``(t_i - c_i) / t_i``; items with t_i = c_i give 0, and items whose
     text score is 0 (``t_i <= eps``) but chain score is not are left out, like the NaN of the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 TEXT_PROMPT = ("Look at the picture and answer the question in one or two sentences, starting "
                "with yes or no.\nQuestion: {question}")
@@ -29,12 +30,18 @@ _ANY_YN = re.compile(r"\b(yes|no)\b", re.I)
 _ARROW_MARK = re.compile(r"-+>|→|⟶|=+>")
 
 
+TEXT_BUDGET = 64  # new tokens: room for a two-sentence answer
+CHAIN_BUDGET = 128  # room for the longest chain the scene families make (six dominoes, with
+# states, plus ANSWER) in a byte-level tokenizer; a budget is the probe's, never the item's
+
+
 @dataclass(frozen=True)
 class Probe:
-    """A prompt template and how to read the model's response."""
+    """A prompt template, the generation budget it allows, and how to read the response."""
 
     name: str
     template: str
+    max_new_tokens: int = TEXT_BUDGET
 
     def prompt(self, question: str) -> str:
         if "{question}" not in self.template:
@@ -47,12 +54,26 @@ class Probe:
                              "{{ and }}") from None
 
 
-def text_only_probe(template: str = TEXT_PROMPT) -> Probe:
-    return Probe("text", template)
+def text_only_probe(template: str = TEXT_PROMPT, max_new_tokens: int = TEXT_BUDGET) -> Probe:
+    return Probe("text", template, max_new_tokens)
 
 
-def chain_text_probe(template: str = CHAIN_PROMPT) -> Probe:
-    return Probe("chain", template)
+def chain_text_probe(template: str = CHAIN_PROMPT, max_new_tokens: int = CHAIN_BUDGET) -> Probe:
+    return Probe("chain", template, max_new_tokens)
+
+
+@dataclass(frozen=True)
+class Query:
+    """Everything a responder is given: what a model would see. ``caption`` is the picture in
+    words (for text-only models; :func:`icml_cage.dataset.caption`), never an answer."""
+
+    id: str
+    image: Any
+    question: str
+    prompt: str
+    probe: str
+    max_new_tokens: int
+    caption: str = ""
 
 
 def normalise_node(text: str) -> str:
