@@ -19,7 +19,7 @@ from typing import Any
 from icml_cage.evaluate import CageReport as CageReport
 from icml_cage.evaluate import evaluate as evaluate
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "ChainSCM": "scm", "Node": "scm",
