@@ -145,7 +145,8 @@ def merge(paths: list[str]) -> None:
         with open(path) as f:
             for dim, part in json.load(f).items():
                 d = by_dim.setdefault(dim, {"arms": {}})
-                d["arms"].update(part.get("arms", {}))
+                for label, rows in part.get("arms", {}).items():
+                    d["arms"].setdefault(label, {}).update(rows)
                 for key in ("adam_lr", "adam_scores"):
                     if key in part:
                         d[key] = part[key]
