@@ -9,8 +9,12 @@ is faster); ``>x`` when the other arm never reached the target within its budget
 time is at least the budget).
 
     python benchmarks/goals.py --parts goals,cost --dims 1 --tune1d 5
-    python benchmarks/goals.py --parts goals --dims 2 --seeds 0 --max-steps 400 \
-        --base-budget 20 --adam-lr 1e-3        # one process per seed (0, 1, 2)
+    # 2D, 60 CPU s per run, one process per arm (and per seed), merged into one table:
+    python benchmarks/goals.py --parts goals --dims 2 --arms sng --seeds 0 --json sng0.json
+    python benchmarks/goals.py --parts goals --dims 2 --arms engd --json engd.json
+    python benchmarks/goals.py --parts goals --dims 2 --arms adam --base-budget 20 \
+        --tune2d 4 --json adam.json
+    python benchmarks/goals.py --merge sng0.json,engd.json,adam.json
     python benchmarks/goals.py --parts cost --dims 2
     python benchmarks/goals.py --parts cost
 """
@@ -18,6 +22,7 @@ time is at least the budget).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import time
@@ -64,6 +69,14 @@ def _ratio(other: dict, mine: dict, key: str, budget_key: str) -> str:
     return f">{other[budget_key] / mine[key]:.3g}"
 
 
+RESULTS: dict = {}
+
+
+def _to(value: float, spec: str = "") -> str:
+    """A step count or time to the target, ``never`` when it was not reached."""
+    return format(value, spec) if math.isfinite(value) else "never"
+
+
 def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: list[int],
           arms_wanted: list[str], adam_lr: float | None, base_budget: float) -> None:
     """``arms_wanted`` from sng, spring, engd, sng-full, lbfgs, adam; Adam's lr is tuned on
@@ -83,8 +96,8 @@ def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: lis
         for s in seeds:
             r = run(m, dim, s, base_budget if m == "lbfgs" else budget, target, **kw)
             res[label].append(r)
-            print(f"| {label} | {s} | {r['steps_to']} | {r['time_to']:.2f} | {r['final']:.2e} | "
-                  f"{r['steps']} |", flush=True)
+            print(f"| {label} | {s} | {_to(r['steps_to'])} | {_to(r['time_to'], '.2f')} | "
+                  f"{r['final']:.2e} | {r['steps']} |", flush=True)
     if "adam" in arms_wanted:
         scores: dict[float, float] = {}
         lr = adam_lr
@@ -94,12 +107,23 @@ def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: lis
         for s in seeds:
             r = run("adam", dim, s, base_budget, target, adam_lr=lr)
             res["adam"].append(r)
-            print(f"| adam (lr {lr:g}) | {s} | {r['steps_to']} | {r['time_to']:.2f} | "
-                  f"{r['final']:.2e} | {r['steps']} |", flush=True)
+            print(f"| adam (lr {lr:g}) | {s} | {_to(r['steps_to'])} | "
+                  f"{_to(r['time_to'], '.2f')} | {r['final']:.2e} | {r['steps']} |", flush=True)
+        RESULTS.setdefault(dim, {})["adam_lr"] = lr
+        RESULTS[dim]["adam_scores"] = {str(k): v for k, v in scores.items()}
         if scores:
             print(f"\nAdam lr grid {ADAM_GRID}, chosen by the late-run median error after "
                   f"{tune_budget:g} CPU s on seed 0: "
                   + ", ".join(f"{k:g}: {v:.2e}" for k, v in scores.items()) + f" -> lr {lr:g}")
+    for label, rows in res.items():
+        RESULTS.setdefault(dim, {}).setdefault("arms", {})[label] = dict(zip(map(str, seeds),
+                                                                                rows))
+    ratio_table(res, seeds)
+    print(f"\n({time.perf_counter() - t0:.0f} s wall for this table)", flush=True)
+
+
+def ratio_table(res: dict[str, list[dict]], seeds: list[int]) -> None:
+    """Time and iteration ratios to Adam and ENGD, per method and seed."""
     if "adam" in res and "engd" in res:
         print("\n| method | seed | CPU-time ratio Adam/method | CPU-time ratio ENGD/method | "
               "iteration ratio Adam/method | iteration ratio ENGD/method |")
@@ -111,7 +135,38 @@ def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: lis
                       f"{_ratio(e, r, 'time_to', 'time')} | "
                       f"{_ratio(a, r, 'steps_to', 'steps')} | "
                       f"{_ratio(e, r, 'steps_to', 'steps')} |")
-    print(f"\n({time.perf_counter() - t0:.0f} s wall for this table)", flush=True)
+
+
+def merge(paths: list[str]) -> None:
+    """One table from the ``--json`` files of processes run side by side (e.g. one per arm):
+    the same rows and ratios as one process would print."""
+    by_dim: dict[str, dict] = {}
+    for path in paths:
+        with open(path) as f:
+            for dim, part in json.load(f).items():
+                d = by_dim.setdefault(dim, {"arms": {}})
+                for label, rows in part.get("arms", {}).items():
+                    d["arms"].setdefault(label, {}).update(rows)
+                for key in ("adam_lr", "adam_scores"):
+                    if key in part:
+                        d[key] = part[key]
+    for dim, d in sorted(by_dim.items()):
+        seeds = sorted({int(s) for rows in d["arms"].values() for s in rows})
+        print(f"\n### {dim}D Poisson (merged from {len(paths)} files)\n")
+        print("| method | seed | steps to target | CPU s to target | final rel L2 | steps run |")
+        print("|---|---|---|---|---|---|")
+        res = {}
+        for label, rows in d["arms"].items():
+            res[label] = [rows[str(s)] for s in seeds]
+            name = f"adam (lr {d['adam_lr']:g})" if label == "adam" and "adam_lr" in d \
+                else label
+            for s, r in zip(seeds, res[label]):
+                print(f"| {name} | {s} | {_to(r['steps_to'])} | {_to(r['time_to'], '.2f')} | "
+                      f"{r['final']:.2e} | {r['steps']} |")
+        if d.get("adam_scores"):
+            print("\nAdam lr grid scores (late-run median): " + ", ".join(
+                f"{k}: {v:.2e}" for k, v in d["adam_scores"].items()))
+        ratio_table(res, seeds)
 
 
 def cost(dim: int, rounds: int, steps: int) -> None:
@@ -187,9 +242,15 @@ def main() -> None:
                     help="CPU s per Adam / L-BFGS run (0 = the budget)")
     ap.add_argument("--max-steps", type=int, default=10**8,
                     help="step cap for SNG/SPRING/ENGD runs")
+    ap.add_argument("--json", default="", help="also write the goal results to this file")
+    ap.add_argument("--merge", default="",
+                    help="comma-separated --json files: print their merged tables and exit")
     ap.add_argument("--cost-rounds", type=int, default=5)
     ap.add_argument("--cost-steps", type=int, default=20)
     args = ap.parse_args()
+    if args.merge:
+        merge(args.merge.split(","))
+        return
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     print(f"torch {torch.__version__}, 1 thread, times in CPU seconds (time.process_time)")
@@ -204,7 +265,10 @@ def main() -> None:
                   args.base_budget if args.base_budget else budget)
         if "cost" in args.parts:
             cost(dim, args.cost_rounds, args.cost_steps)
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(RESULTS, f, indent=1)
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s wall, {time.process_time():.0f} s CPU")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def test_the_driver_uses_the_class_defaults(method, cls):
 def test_class_defaults_and_the_public_vmc_preset():
     x = torch.zeros(3, requires_grad=True)
     g = _group(SPRING([x]))
-    assert g["damping"] == DEFAULTS["damping"] == 1e-10
+    assert g["damping"] == DEFAULTS["damping"] == 1e-9
     assert g["momentum"] == SPRING_DEFAULTS["momentum"] == 0.5
     assert g["norm_constraint"] is None and g["line_search_on"] == "batch"
     assert len(g["line_search"]) == 12 and g["line_search_early_stop"]
@@ -122,3 +122,24 @@ def test_cli_2d_run_is_the_engd_paper_grid_with_376_rows(tmp_path, monkeypatch):
     result = plugin.icml_train(ctx, cfg)
     assert seen == [(1020, 376)]
     assert "256 interior points" in result.notes
+
+
+def test_spring_and_sng_share_one_keyword_signature():
+    """The shared keywords are declared once (the base class); SPRING adds momentum and C.
+    Both are keyword-only after ``num_residuals`` and SPRING's signature lists them all."""
+    import inspect
+
+    sng, spring = inspect.signature(SNG), inspect.signature(SPRING)
+    shared = {k: v.default for k, v in sng.parameters.items()}
+    assert {k: v.default for k, v in spring.parameters.items() if k in shared} == shared
+    assert set(spring.parameters) - set(shared) == {"momentum", "norm_constraint"}
+    assert all(v.kind is v.KEYWORD_ONLY for k, v in spring.parameters.items()
+               if k not in ("params", "num_residuals"))
+    x = torch.zeros(3, requires_grad=True)
+    with pytest.raises(TypeError):
+        SNG([x], momentum=0.5)  # SNG has no momentum: not silently accepted
+    with pytest.raises(TypeError):
+        SPRING([x], None, 1.0)  # lr is keyword-only
+    opt = SPRING([x], lr=0.5, damping=1e-3, momentum=0.2, batch_size=4)
+    g = _group(opt)
+    assert (g["lr"], g["damping"], g["momentum"], opt.batch_size) == (0.5, 1e-3, 0.2, 4)

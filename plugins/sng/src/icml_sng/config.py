@@ -49,7 +49,7 @@ class TrainConfig:
                                              "the optimizer's own uniform / svs sampler over "
                                              "all residuals (indexed mode)",
                           choices=("stratified", "uniform", "svs"))
-    damping: float = option(1e-10, help="SNG/SPRING/ENGD damping lambda (the class default)",
+    damping: float = option(1e-9, help="SNG/SPRING/ENGD damping lambda (the class default)",
                             ge=0)
     momentum: float = option(0.5, help="SPRING momentum mu (the class default)", ge=0, lt=1)
     norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off, the class "

@@ -41,6 +41,7 @@ run bit for bit.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -60,7 +61,8 @@ Closure = Callable[[], torch.Tensor]
 #: 1D and 2D Poisson PINNs (README, "Defaults"). ``line_search=12``: grid ``0.5**j, j < 12``;
 #: ``line_search_on="batch"``: the grid compares the loss on the step's own batch (the closure),
 #: ``"full"`` (indexed mode) or ``line_search_closure=`` give the ENGD-style full-loss search.
-DEFAULTS: dict[str, Any] = dict(lr=1.0, damping=1e-10, line_search=12, line_search_on="batch",
+#: ``damping=1e-9`` since 0.3.0 (0.2.x: 1e-10, which stalls in 2D: README, "Why 2D stalled").
+DEFAULTS: dict[str, Any] = dict(lr=1.0, damping=1e-9, line_search=12, line_search_on="batch",
                                 line_search_early_stop=True, line_search_include_zero=False,
                                 solve="auto")
 #: SPRING's momentum and norm constraint for the PINNs (README).
@@ -155,9 +157,20 @@ def uniform_sampler(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
 class _SketchProjectOptimizer(Optimizer):
     """Shared machinery: both calling modes, sampling, Jacobian, checks, line search, state."""
 
-    def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], defaults: dict,
-                 num_residuals: int | None, batch_size: int | None, sampler: str | Sampler,
-                 seed: int | None) -> None:
+    def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict],
+                 num_residuals: int | None = None, *, lr: float = DEFAULTS["lr"],
+                 damping: float = DEFAULTS["damping"], batch_size: int | None = 32,
+                 sampler: str | Sampler = "uniform",
+                 line_search: int | Sequence[float] | None = DEFAULTS["line_search"],
+                 line_search_on: str = DEFAULTS["line_search_on"],
+                 line_search_early_stop: bool = DEFAULTS["line_search_early_stop"],
+                 line_search_include_zero: bool = DEFAULTS["line_search_include_zero"],
+                 solve: str = DEFAULTS["solve"], seed: int | None = None) -> None:
+        defaults = dict(lr=lr, damping=damping, line_search=line_search,
+                        line_search_on=line_search_on,
+                        line_search_early_stop=bool(line_search_early_stop),
+                        line_search_include_zero=line_search_include_zero, solve=solve,
+                        **self._extra_defaults())
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
             raise ValueError(f"{type(self).__name__} supports one parameter group (the step "
@@ -193,6 +206,10 @@ class _SketchProjectOptimizer(Optimizer):
         if g["solve"] not in ("auto", "woodbury", "param"):
             raise ValueError(f"solve must be 'auto', 'woodbury' or 'param', got {g['solve']!r}")
         self.last: dict[str, float] = {}
+
+    def _extra_defaults(self) -> dict[str, Any]:
+        """Group settings a subclass adds to the shared ones (SPRING: momentum, C)."""
+        return {}
 
     # -- torch state ---------------------------------------------------------------------
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -473,20 +490,6 @@ class SNG(_SketchProjectOptimizer):
     Defaults (:data:`DEFAULTS`) are the ones that train the plugin's PINNs to 1e-6.
     """
 
-    def __init__(self, params: Iterable[torch.Tensor], num_residuals: int | None = None,
-                 lr: float = DEFAULTS["lr"], damping: float = DEFAULTS["damping"],
-                 batch_size: int | None = 32, sampler: str | Sampler = "uniform",
-                 line_search: int | Sequence[float] | None = DEFAULTS["line_search"],
-                 line_search_on: str = DEFAULTS["line_search_on"],
-                 line_search_early_stop: bool = DEFAULTS["line_search_early_stop"],
-                 line_search_include_zero: bool = DEFAULTS["line_search_include_zero"],
-                 solve: str = DEFAULTS["solve"], seed: int | None = None) -> None:
-        defaults = dict(lr=lr, damping=damping, line_search=line_search,
-                        line_search_on=line_search_on,
-                        line_search_early_stop=bool(line_search_early_stop),
-                        line_search_include_zero=line_search_include_zero, solve=solve)
-        super().__init__(params, defaults, num_residuals, batch_size, sampler, seed)
-
     @torch.no_grad()
     def step(self, closure: Closure | ResidualFn | None = None,  # type: ignore[override]
              jacobian_fn: JacobianFn | None = None, *, residual_fn: ResidualFn | None = None,
@@ -517,33 +520,26 @@ class SPRING(_SketchProjectOptimizer):
     ``momentum=0`` is :class:`SNG`. When the line search includes step 0 and takes it, the
     momentum restarts (``phi`` is reset to zero).
 
-    Defaults (:data:`DEFAULTS`, :data:`SPRING_DEFAULTS`: ``damping=1e-10``, ``momentum=0.5``,
+    Defaults (:data:`DEFAULTS`, :data:`SPRING_DEFAULTS`: ``damping=1e-9``, ``momentum=0.5``,
     no norm constraint, 12-point grid line search on the batch) train the plugin's PINNs to
     1e-6. The public VMC defaults (``lambda=1e-3``, ``mu=0.99``, ``C=1e-3``, fixed step) are
     ``SPRING(params, **SPRING_VMC)``. Other arguments as in :class:`SNG`.
     """
 
-    def __init__(self, params: Iterable[torch.Tensor], num_residuals: int | None = None,
-                 lr: float = DEFAULTS["lr"], damping: float = DEFAULTS["damping"],
+    def __init__(self, params: Iterable[torch.Tensor], num_residuals: int | None = None, *,
                  momentum: float = SPRING_DEFAULTS["momentum"],
                  norm_constraint: float | None = SPRING_DEFAULTS["norm_constraint"],
-                 batch_size: int | None = 32, sampler: str | Sampler = "uniform",
-                 line_search: int | Sequence[float] | None = DEFAULTS["line_search"],
-                 line_search_on: str = DEFAULTS["line_search_on"],
-                 line_search_early_stop: bool = DEFAULTS["line_search_early_stop"],
-                 line_search_include_zero: bool = DEFAULTS["line_search_include_zero"],
-                 solve: str = DEFAULTS["solve"], seed: int | None = None) -> None:
+                 **kwargs: Any) -> None:
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r} (mu = 1 can "
                              "diverge; the paper's analysis needs mu < 1)")
         if norm_constraint is not None and not float(norm_constraint) > 0:
             raise ValueError(f"norm_constraint must be > 0 or None, got {norm_constraint!r}")
-        defaults = dict(lr=lr, damping=damping, momentum=float(momentum),
-                        norm_constraint=norm_constraint, line_search=line_search,
-                        line_search_on=line_search_on,
-                        line_search_early_stop=bool(line_search_early_stop),
-                        line_search_include_zero=line_search_include_zero, solve=solve)
-        super().__init__(params, defaults, num_residuals, batch_size, sampler, seed)
+        self._spring = dict(momentum=float(momentum), norm_constraint=norm_constraint)
+        super().__init__(params, num_residuals, **kwargs)
+
+    def _extra_defaults(self) -> dict[str, Any]:
+        return self._spring
 
     def _phi_prev(self, like: torch.Tensor) -> torch.Tensor:
         bufs = [self.state[p].get("momentum_buffer") for p in self._params]
@@ -585,3 +581,17 @@ class SPRING(_SketchProjectOptimizer):
         return loss
 
     step.__doc__ = "One SPRING step." + _STEP_DOC
+
+
+def _shared_signature(init: Callable[..., None]) -> None:
+    """Show the shared keywords in ``init``'s signature (``help(SPRING)``, IDEs) in place of
+    ``**kwargs``: they are declared once, on the base class."""
+    own = inspect.signature(init)
+    mine = [q for q in own.parameters.values() if q.kind is not q.VAR_KEYWORD]
+    names = {q.name for q in mine}
+    shared = [q for q in inspect.signature(_SketchProjectOptimizer.__init__).parameters.values()
+              if q.name not in names]
+    init.__signature__ = own.replace(parameters=mine + shared)  # type: ignore[attr-defined]
+
+
+_shared_signature(SPRING.__init__)
