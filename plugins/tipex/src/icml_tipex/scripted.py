@@ -95,13 +95,13 @@ class ScriptedModel:
         self._roles: dict[str, str] = {}                # system prompt -> role
         self._heads: dict[tuple[int, float], bytes] = {}  # (seed, T) -> the key's head
         self._prefix: dict[tuple[bytes, str, str], Any] = {}  # head + system + user hashed
-        self._tokens: dict[int, tuple[Message, int]] = {}  # id(last message) -> tokens so far
+        self._tokens: dict[int, tuple[list[Message], int]] = {}  # id(last msg) -> (chat, n)
         self._plans: dict[tuple[str, int, int], str] = {}  # (task, g, dropped fact) -> JSON
 
     def count_tokens(self, messages: list[Message]) -> int:
         """``messages_tokens(messages)``, counted incrementally: a worker's next prompt is its
         previous one plus two messages, so the count of the prefix is reused (found by the
-        identity of its last message, kept alive by the cache)."""
+        identity of its last message and checked equal to this prompt's head)."""
         last = self._last_count
         k = len(messages)
         if last is not None and last[0] is messages and last[1] == k:
@@ -109,7 +109,7 @@ class ScriptedModel:
         n = None
         if k > 2:
             hit = self._tokens.get(id(messages[-3]))
-            if hit is not None and hit[0] is messages[-3]:
+            if hit is not None and len(hit[0]) == k - 2 and hit[0] == messages[:-2]:
                 a, b = messages[-2]["content"], messages[-1]["content"]
                 n = hit[1] + ((len(a) + 3) // 4 or 1) + ((len(b) + 3) // 4 or 1) + 6
         if n is None:
@@ -117,7 +117,7 @@ class ScriptedModel:
         if k:
             if len(self._tokens) >= 8192:
                 self._tokens.clear()
-            self._tokens[id(messages[-1])] = (messages[-1], n)
+            self._tokens[id(messages[-1])] = (messages, n)
         self._last_count = (messages, k, n)
         return n
 
