@@ -5,6 +5,8 @@ import hashlib
 import random
 
 from icml_tipex.chat import messages_tokens
+from icml_tipex.plan import Subtask
+from icml_tipex.roles import worker_messages
 from icml_tipex.runner import ExecutionConfig, TipexRunner
 from icml_tipex.scripted import ScriptedModel
 from icml_tipex.synthgaia import SynthGAIA
@@ -74,3 +76,13 @@ def test_warm_caches_give_the_replies_of_a_cold_model() -> None:
         assert ScriptedModel(suite, seed=1).reply(msgs, temperature, seed) == text
     warm = ScriptedModel(suite, seed=1)
     assert [warm.reply(m, t, s) for m, t, s, _ in prompts] == [p[3] for p in prompts]
+
+
+def test_payload_is_read_from_the_first_user_message() -> None:
+    suite = SynthGAIA(seed=0)
+    task = suite.tasks(1, 1)[0]
+    model = ScriptedModel(suite)
+    sys_msg, user = worker_messages(task.task_id, task.question, Subtask("agent", "x"), {})
+    other = {"role": "user", "content": 'note ```json\n{"task_id": "nope"}\n```'}
+    assert model._payload([user, other])["task_id"] == task.task_id  # no system message
+    assert model._payload([sys_msg, user, other])["task_id"] == task.task_id

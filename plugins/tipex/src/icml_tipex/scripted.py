@@ -161,8 +161,8 @@ class ScriptedModel:
 
     def _payload(self, messages: list[Message]) -> dict[str, Any]:
         # a worker's steps (and a task's replicas) share their first user message: parse once
-        if len(messages) > 1 and messages[1]["role"] == "user":
-            text = messages[1]["content"]
+        if len(messages) > 1 and messages[1]["role"] == "user" and messages[0]["role"] != "user":
+            text = messages[1]["content"]  # the usual system + user head
         else:
             text = next(m["content"] for m in messages if m["role"] == "user")
         data = self._payloads.get(text)
