@@ -4,7 +4,8 @@ model, virtual-clock throughput, and 64 concurrent HTTP requests to a local serv
 
     OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...]
 
-Parts: sweep, overhead, throughput, ceiling (the scripted model's own cost), http, batch
+Parts: sweep, overhead, throughput, ceiling (the scripted model's own cost), cap (what caps
+throughput: full run, free model, model alone, loop floor), http, batch
 (batched transformers generation).
 """
 
@@ -123,21 +124,23 @@ def part_overhead(n_tasks: int, seed: int, repeats: int = 3) -> tuple[str, dict]
         calls = {}
         for _ in range(repeats):  # arms interleaved, best of `repeats`
             for name, spec in arms.items():
-                t = time.perf_counter()
+                # CPU time of this process: the model and tools take zero time, so on an idle
+                # machine it equals the wall time, and on a shared one it leaves out the waits
+                t = time.process_time()
                 if spec is None:
                     calls[name] = run(bare(), "wall")
                 else:
                     # all tasks at once, as the bare arm's gather does
                     out = runner.run(tasks, spec[0], trace=spec[1], concurrency=len(tasks))
                     calls[name] = sum(r.calls for r in out)
-                best[name] = min(best[name], time.perf_counter() - t)
+                best[name] = min(best[name], time.process_time() - t)
         base = best["bare asyncio.gather"] / calls["bare asyncio.gather"]
         for name in arms:
             per = best[name] / calls[name]
             rows.append([level, name, calls[name], per * 1e6, (per - base) * 1e6, per / base])
             res[f"L{level}:{name}"] = {"calls": calls[name], "us_per_call": per * 1e6}
     md = table(f"Framework overhead per model call (scripted model, zero latency, wall clock, "
-               f"{n_tasks} tasks x 4 replicas, best of {repeats})",
+               f"{n_tasks} tasks x 4 replicas, CPU time of one process, best of {repeats})",
                ["level", "arm", "model calls", "us per call", "overhead us per call",
                 "ratio to bare"], rows)
     return md, res
@@ -248,6 +251,129 @@ def part_ceiling(n_tasks: int, seed: int) -> tuple[str, dict]:
     return md, res
 
 
+def part_cap(n_tasks: int, seed: int, rounds: int = 2) -> tuple[str, dict]:
+    """What caps virtual-clock throughput, per row of the throughput grid, in one process:
+    the full run (scripted model, engine ``sim``); the same run with the model's replies
+    replayed from a table (same prompts, same simulated latencies, so the same schedule,
+    checked: same results) -- the runner, roles, tools and loop with a model that costs
+    nothing; the model alone (its replies replayed without runner or loop); and a lower bound
+    of the event loop alone: the timers that fire per task times the CPU cost of one bare
+    ``sleep`` cycle on the same loop (one timer, one future, one task wake-up), measured in
+    this process. Tasks per CPU second of one core; best of ``rounds`` (rows alternate arms)."""
+    import hashlib
+
+    from icml_tipex.clock import SimEventLoop
+    from icml_tipex.synthgaia import _sleep
+    from throughput_ab import GRID
+
+    def sleep_cost() -> float:  # CPU s per bare sleep cycle, 16 concurrent sleepers
+        async def one(k: int) -> None:
+            for _ in range(k):
+                await _sleep(0.1)
+
+        async def many() -> None:
+            await asyncio.gather(*(one(1250) for _ in range(16)))
+        best = float("inf")
+        for _ in range(3):
+            c = time.process_time()
+            run(many(), "virtual", "sim")
+            best = min(best, time.process_time() - c)
+        return best / 20000
+
+    class Counting(SimEventLoop):  # counts the timers whose callback runs (not timed)
+        fired = 0
+
+        def call_at(self, when, callback, *args, context=None):  # type: ignore[override]
+            def cb(*a: object) -> None:
+                Counting.fired += 1
+                callback(*a)
+            return super().call_at(when, cb, *args, context=context)
+
+    class Replay:
+        """Returns the recorded reply for a prompt after the model's simulated latency."""
+        virtual_time, name = True, "replay"
+
+        def __init__(self, model: ScriptedModel, replies: dict) -> None:
+            self.m, self.replies = model, replies
+
+        def count_tokens(self, messages: list) -> int:
+            return self.m.count_tokens(messages)
+
+        async def generate(self, messages: list, *, temperature: float, seed: int,
+                           max_tokens: int):
+            c = self.replies[(seed, temperature, *[m["content"] for m in messages])]
+            await _sleep(self.m.latency(c.prompt_tokens, c.completion_tokens))
+            return c
+
+    def digest(out: list) -> str:
+        return hashlib.sha256(json.dumps([[r.answer, repr(r.latency_s), r.tokens, r.calls]
+                                          for r in out]).encode()).hexdigest()
+
+    suite = SynthGAIA(seed=seed)
+    tasks = {lvl: suite.tasks(lvl, n_tasks) for lvl in (1, 2, 3)}
+    c_sleep = sleep_cost()
+    rows, res = [], {}
+    for lvl, planner, n, w, g, k in GRID:
+        cfg = ExecutionConfig(planner=planner, n_replicas=n, width=w, granularity=g,
+                              max_inflight=k, seed=seed)
+        model = ScriptedModel(suite, seed=seed)
+        rec: list = []
+        inner = model.generate
+
+        async def recording(messages: list, rec: list = rec, inner=inner, **kw: object):
+            c = await inner(messages, **kw)
+            rec.append(((kw["seed"], kw["temperature"], *[m["content"] for m in messages]),
+                        messages, c))
+            return c
+
+        model.generate = recording  # type: ignore[method-assign]
+        full = TipexRunner(model, suite.tools(), engine="sim")
+        want = digest(full.run(tasks[lvl], cfg))  # also warms the model's caches
+        model.generate = inner  # type: ignore[method-assign]
+        replies = {key: c for key, _, c in rec}
+        replay = TipexRunner(Replay(ScriptedModel(suite, seed=seed), replies), suite.tools(),
+                             engine="sim")
+        Counting.fired = 0
+        with asyncio.Runner(loop_factory=Counting) as r:
+            same = digest(r.run(replay.solve_many(tasks[lvl], cfg))) == want
+        fired = Counting.fired / n_tasks
+        cpu = {"full": float("inf"), "free model": float("inf"), "model alone": float("inf")}
+        for _ in range(rounds):
+            c = time.process_time()
+            same &= digest(full.run(tasks[lvl], cfg)) == want
+            cpu["full"] = min(cpu["full"], time.process_time() - c)
+            c = time.process_time()
+            same &= digest(replay.run(tasks[lvl], cfg)) == want
+            cpu["free model"] = min(cpu["free model"], time.process_time() - c)
+            c = time.process_time()
+            for (s_, temp, *_), msgs, _ in rec:
+                model.reply(msgs, temp, s_)
+                model.count_tokens(msgs)
+            cpu["model alone"] = min(cpu["model alone"], time.process_time() - c)
+        calls = len(rec) / n_tasks
+        floor = 1 / (fired * c_sleep)
+        dag = planner == "dag"
+        tps = {a: n_tasks / v for a, v in cpu.items()}
+        rows.append([lvl, "DAG" if dag else "bare agent", n, w if dag else "-",
+                     g if dag else "-", k or "none", round(calls, 1), round(fired, 1),
+                     round(tps["full"]), round(tps["free model"]), round(tps["model alone"]),
+                     round(floor), round(1e6 * cpu["full"] / len(rec), 1),
+                     round(1e6 * cpu["model alone"] / len(rec), 1),
+                     "yes" if same else "NO"])
+        res[f"L{lvl}:{planner}:N{n}:w{w}:g{g}:K{k}"] = {
+            "calls_per_task": calls, "fired_timers_per_task": fired, "tasks_per_cpu_s": tps,
+            "loop_floor_tasks_per_cpu_s": floor, "same_results": same}
+    md = table(f"What caps throughput: tasks per CPU s of one core, {n_tasks} tasks per row, "
+               f"engine sim, best of {rounds}; loop floor = 1 / (timers fired per task x "
+               f"{1e6 * c_sleep:.2f} us per bare sleep cycle, measured in the same run)",
+               ["level", "structure", "N", "w", "g", "K", "model calls per task",
+                "timers fired per task", "full run", "free model (replies replayed)",
+                "model alone", "loop floor", "full us per call", "model us per call",
+                "same results"], rows)
+    res["sleep_cycle_us"] = 1e6 * c_sleep
+    return md, res
+
+
 def part_http(seed: int) -> tuple[str, dict]:
     from icml_tipex.hf import TransformersChatModel, load_chat_model
     from icml_tipex.openai_http import OpenAIChatModel
@@ -355,13 +481,15 @@ def main() -> None:
                                    a.rounds)
         elif part == "ceiling":
             m, r = part_ceiling(a.throughput_tasks, a.seed)
+        elif part == "cap":
+            m, r = part_cap(a.throughput_tasks, a.seed, a.rounds)
         elif part == "http":
             m, r = part_http(a.seed)
         elif part == "batch":
             m, r = part_batch(a.seed)
         else:
             raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, "
-                             "ceiling, http, batch")
+                             "ceiling, cap, http, batch")
         md.append(m)
         res[part] = r
     if a.out:

@@ -1,26 +1,15 @@
 """Bad input: each fault is handled without hanging, reported in the trace, and the other
 replicas are unaffected."""
 
-import os
 import time
-from collections.abc import Iterator
 
 import pytest
 from icml_tipex.clock import run
 from icml_tipex.faults import FaultyModel, on_role
 from icml_tipex.runner import ExecutionConfig, TipexRunner
 
-
-@pytest.fixture(scope="module", autouse=True, params=["sim", "asyncio"])
-def engine(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every test of this module runs on both virtual-clock engines (``TIPEX_ENGINE``)."""
-    old = os.environ.get("TIPEX_ENGINE")
-    os.environ["TIPEX_ENGINE"] = request.param
-    yield request.param
-    if old is None:
-        os.environ.pop("TIPEX_ENGINE", None)
-    else:
-        os.environ["TIPEX_ENGINE"] = old
+# every test of this module runs on both virtual-clock engines (conftest.py)
+pytestmark = pytest.mark.usefixtures("both_engines")
 
 
 CYCLIC = ('{"subtasks": [{"id": "a", "goal": "x", "deps": ["b"]}, '

@@ -2,9 +2,8 @@
 schedule validity, replica additivity and quorum, and the bare agent reproduced."""
 
 import asyncio
-import os
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import pytest
 from icml_tipex.bare import bare_agent
@@ -13,17 +12,8 @@ from icml_tipex.plan import Plan, Subtask
 from icml_tipex.runner import ExecutionConfig, TipexRunner
 from icml_tipex.scheduler import run_dag
 
-
-@pytest.fixture(scope="module", autouse=True, params=["sim", "asyncio"])
-def engine(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every test of this module runs on both virtual-clock engines (``TIPEX_ENGINE``)."""
-    old = os.environ.get("TIPEX_ENGINE")
-    os.environ["TIPEX_ENGINE"] = request.param
-    yield request.param
-    if old is None:
-        os.environ.pop("TIPEX_ENGINE", None)
-    else:
-        os.environ["TIPEX_ENGINE"] = old
+# every test of this module runs on both virtual-clock engines (conftest.py)
+pytestmark = pytest.mark.usefixtures("both_engines")
 
 
 def _random_plan(rng: random.Random, n: int) -> tuple[Plan, dict[str, float]]:

@@ -39,8 +39,12 @@ _FINAL = re.compile(r"FINAL ANSWER:\s*(.*)", re.S)
 _CHOICE = re.compile(r"CHOICE:\s*(\d+)")
 
 
+_ENCODE = json.JSONEncoder(sort_keys=True).encode  # = json.dumps(data, sort_keys=True), one
+# encoder for all prompts instead of a new one per call
+
+
 def _payload(data: Mapping[str, Any]) -> str:
-    return "```json\n" + json.dumps(data, sort_keys=True) + "\n```"
+    return "```json\n" + _ENCODE(data) + "\n```"
 
 
 def payload_of(messages: list[Message]) -> dict[str, Any]:
@@ -71,7 +75,17 @@ async def plan(call: Call, task_id: str, question: str, granularity: int,
                tools: Mapping[str, Any]) -> Plan:
     """Ask the planner for a DAG; raises :class:`~icml_tipex.plan.PlanError` if unusable."""
     c = await call("planner", "plan", planner_messages(task_id, question, granularity))
-    return parse_plan(c.text, tools=tools, max_subtasks=granularity + 1)
+    key = (c.text, tuple(tools), granularity)
+    p = _PLANS.get(key)
+    if p is None:  # replicas often get the same plan text: parse and validate it once
+        p = parse_plan(c.text, tools=tools, max_subtasks=granularity + 1)  # raises if unusable
+        if len(_PLANS) >= 1024:
+            _PLANS.clear()
+        _PLANS[key] = p
+    return p
+
+
+_PLANS: dict[tuple[str, tuple[str, ...], int], Plan] = {}  # plans are immutable
 
 
 def worker_messages(task_id: str, question: str, sub: Subtask,

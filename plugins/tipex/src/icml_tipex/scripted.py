@@ -17,6 +17,7 @@ import json
 import random
 import re
 import threading
+from _random import Random as _CRandom
 from asyncio.futures import _set_result_unless_cancelled
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from icml_tipex.synthgaia import ATTRS, SynthGAIA, Task
 
 _FV = re.compile(r"f(\d+)=(-?\d+)")
 _INT = re.compile(r"-?\d+")
+_seed = _CRandom.seed
 
 
 class _LazyRandom:
@@ -89,13 +91,34 @@ class ScriptedModel:
         self._last_count: tuple[list[Message], int, int] | None = None
         self._payloads: dict[str, dict[str, Any]] = {}  # read-only parsed prompt payloads
         self._local = threading.local()
+        # caches that make a reply cheaper without changing it (bounded; cleared when full)
+        self._roles: dict[str, str] = {}                # system prompt -> role
+        self._heads: dict[tuple[int, float], bytes] = {}  # (seed, T) -> the key's head
+        self._prefix: dict[tuple[bytes, str, str], Any] = {}  # head + system + user hashed
+        self._tokens: dict[int, tuple[list[Message], int]] = {}  # id(last msg) -> (chat, n)
+        self._plans: dict[tuple[str, int, int], str] = {}  # (task, g, dropped fact) -> JSON
 
     def count_tokens(self, messages: list[Message]) -> int:
+        """``messages_tokens(messages)``, counted incrementally: a worker's next prompt is its
+        previous one plus two messages, so the count of the prefix is reused (found by the
+        identity of its last message and checked equal to this prompt's head)."""
         last = self._last_count
-        if last is not None and last[0] is messages and last[1] == len(messages):
+        k = len(messages)
+        if last is not None and last[0] is messages and last[1] == k:
             return last[2]
-        n = messages_tokens(messages)
-        self._last_count = (messages, len(messages), n)
+        n = None
+        if k > 2:
+            hit = self._tokens.get(id(messages[-3]))
+            if hit is not None and len(hit[0]) == k - 2 and hit[0] == messages[:-2]:
+                a, b = messages[-2]["content"], messages[-1]["content"]
+                n = hit[1] + ((len(a) + 3) // 4 or 1) + ((len(b) + 3) // 4 or 1) + 6
+        if n is None:
+            n = messages_tokens(messages)
+        if k:
+            if len(self._tokens) >= 8192:
+                self._tokens.clear()
+            self._tokens[id(messages[-1])] = (messages, n)
+        self._last_count = (messages, k, n)
         return n
 
     def latency(self, prompt_tokens: int, completion_tokens: int) -> float:
@@ -107,18 +130,41 @@ class ScriptedModel:
         """The reply's generator, seeded by a hash of the model seed, the replica seed (when
         sampling), the temperature and every message. One generator per thread is reseeded
         (the same state as ``random.Random(key)``, at half the cost)."""
-        head = f"{self.seed}|{seed if temperature > 0 else 0}|{temperature}\x00"
-        key = hashlib.blake2b((head + "\x00".join([m["content"] for m in messages])).encode(),
-                              digest_size=8).digest()
+        hk = (seed if temperature > 0 else 0, temperature)
+        head = self._heads.get(hk)
+        if head is None:
+            if len(self._heads) >= 4096:
+                self._heads.clear()
+            head = self._heads[hk] = f"{self.seed}|{hk[0]}|{temperature}\x00".encode()
+        # blake2b(head + "\x00".join(contents)), with the state after head + system + user
+        # kept: a worker's steps (and a task's replicas) share those two messages
+        if len(messages) >= 2:
+            pk = (head, messages[0]["content"], messages[1]["content"])
+            pre = self._prefix.get(pk)
+            if pre is None:
+                if len(self._prefix) >= 4096:
+                    self._prefix.clear()
+                pre = self._prefix[pk] = hashlib.blake2b(
+                    head + (pk[1] + "\x00" + pk[2]).encode(), digest_size=8)
+            h = pre.copy()
+            if len(messages) > 2:
+                h.update(("\x00" + "\x00".join([m["content"] for m in messages[2:]])).encode())
+        else:
+            h = hashlib.blake2b(head + "\x00".join([m["content"] for m in messages]).encode(),
+                                digest_size=8)
         rng = getattr(self._local, "rng", None)
         if rng is None:
             rng = self._local.rng = random.Random()
-        rng.seed(int.from_bytes(key, "little"))
+        _seed(rng, int.from_bytes(h.digest(), "little"))  # = rng.seed(int): no type checks
+        rng.gauss_next = None
         return rng
 
     def _payload(self, messages: list[Message]) -> dict[str, Any]:
         # a worker's steps (and a task's replicas) share their first user message: parse once
-        text = next(m["content"] for m in messages if m["role"] == "user")
+        if len(messages) > 1 and messages[1]["role"] == "user" and messages[0]["role"] != "user":
+            text = messages[1]["content"]  # the usual system + user head
+        else:
+            text = next(m["content"] for m in messages if m["role"] == "user")
         data = self._payloads.get(text)
         if data is None:
             if len(self._payloads) >= 4096:
@@ -129,7 +175,12 @@ class ScriptedModel:
     def reply(self, messages: list[Message], temperature: float = 0.0, seed: int = 0) -> str:
         """The reply text (no latency): what :meth:`generate` returns."""
         rng = _LazyRandom(self, messages, temperature, seed)  # answer steps draw nothing
-        role = role_of(messages)
+        first = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+        role = self._roles.get(first)
+        if role is None:
+            if len(self._roles) >= 256:
+                self._roles.clear()
+            role = self._roles[first] = role_of(messages)
         data = self._payload(messages)
         task = self.suite.task(data["task_id"])
         if role == "planner":
@@ -165,8 +216,20 @@ class ScriptedModel:
     def _plan(self, task: Task, g: int, rng: random.Random) -> str:
         facts = list(range(len(task.facts)))
         n_leaf = min(g, len(facts))
+        dropped = -1
         if rng.random() < self.p.plan_err * (n_leaf - 1):
-            facts.pop(rng.randrange(len(facts)))  # mis-decomposition: a fact is forgotten
+            dropped = rng.randrange(len(facts))
+            facts.pop(dropped)  # mis-decomposition: a fact is forgotten
+        key = (task.task_id, g, dropped)
+        text = self._plans.get(key)  # the same plan for every replica that draws the same
+        if text is None:
+            if len(self._plans) >= 4096:
+                self._plans.clear()
+            text = self._plans[key] = self._plan_json(task, g, facts)
+        return text
+
+    @staticmethod
+    def _plan_json(task: Task, g: int, facts: list[int]) -> str:
         steps = sum(2 if task.facts[i].query else 1 for i in facts)
         subs: list[dict[str, Any]] = []
         leaves: list[str] = []
@@ -203,6 +266,31 @@ class ScriptedModel:
 
     def _work(self, task: Task, data: dict[str, Any], messages: list[Message],
               rng: random.Random) -> str:
+        script = data.get("\x00script")
+        if script is None:  # what this subtask's prompt asks for, parsed once per prompt
+            script = data["\x00script"] = self._script(task, data)
+        step, actions, parent_vals, parent = script
+        results = [m["content"].removeprefix("RESULT: ").strip() for m in messages[2:]
+                   if m["role"] == "user"]
+        done = len(results)
+        values = dict(parent_vals)  # = _values(actions, results, parents)
+        for (kind, i), r in zip(actions, results):
+            if kind.startswith("lookup"):
+                values[i] = r
+        if done < len(actions):
+            return self._action(task, actions[done], results, values, rng,
+                                rng.random() < self._eps(messages), parent)
+        if step == "search":
+            return f"ANSWER: {results[0]}"
+        if step in ("combine", "all"):
+            return f"ANSWER: {results[-1]}"
+        return "ANSWER: " + "; ".join(f"f{i}={values[i]}" for i in sorted(values))
+
+    @staticmethod
+    def _script(task: Task, data: dict[str, Any]
+                ) -> tuple[str, list[tuple[str, int]], dict[int, str], str]:
+        """A worker prompt's step kind, its tool actions, the fact values its parents found,
+        and the first parent's result."""
         sub = data["subtask"]
         step = sub.get("step", "all")
         facts = sub.get("facts", list(range(len(task.facts))))
@@ -223,30 +311,11 @@ class ScriptedModel:
                     actions.append(("lookup", i))
             if step == "all":
                 actions.append(("calc", -1))
-        results = [m["content"].removeprefix("RESULT: ").strip() for m in messages[2:]
-                   if m["role"] == "user"]
-        done = len(results)
-        values = self._values(actions, results, data.get("parents", {}))
-        if done < len(actions):
-            parent = next(iter(data.get("parents", {}).values()), "")
-            return self._action(task, actions[done], results, values, rng,
-                                rng.random() < self._eps(messages), str(parent))
-        if step == "search":
-            return f"ANSWER: {results[0]}"
-        if step in ("combine", "all"):
-            return f"ANSWER: {results[-1]}"
-        return "ANSWER: " + "; ".join(f"f{i}={values[i]}" for i in sorted(values))
-
-    @staticmethod
-    def _values(actions: list[tuple[str, int]], results: list[str],
-                parents: dict[str, str]) -> dict[int, str]:
-        vals: dict[int, str] = {}
+        parents = data.get("parents", {})
+        parent_vals: dict[int, str] = {}
         for p in parents.values():
-            vals.update((int(i), v) for i, v in _FV.findall(p))
-        for (kind, i), r in zip(actions, results):
-            if kind.startswith("lookup"):
-                vals[i] = r
-        return vals
+            parent_vals.update((int(i), v) for i, v in _FV.findall(p))
+        return step, actions, parent_vals, str(next(iter(parents.values()), ""))
 
     def _action(self, task: Task, action: tuple[str, int], results: list[str],
                 values: dict[int, str], rng: random.Random, err: bool, parent: str) -> str:
