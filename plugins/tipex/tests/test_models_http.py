@@ -3,7 +3,6 @@ against a local server on loopback that serves a transformers model (real concur
 cancellation over HTTP)."""
 
 import asyncio
-import os
 
 import pytest
 from icml_tipex.clock import run
@@ -155,14 +154,9 @@ def test_pretrained_model_runs_a_task_end_to_end(suite) -> None:
     from icml_tipex.plan import Subtask
     from icml_tipex.roles import worker_messages
 
-    from icml.pretrained import PretrainedModelError
+    from icml.testing import pretrained_or_skip
 
-    try:
-        m = load_chat_model("pretrained")
-    except PretrainedModelError as exc:
-        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
-            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
-        pytest.skip(f"packaged model not installed: {exc}")
+    m = pretrained_or_skip(load=lambda: load_chat_model("pretrained"))
     task = suite.tasks(1, 1)[0]
     r = TipexRunner(m, suite.tools(), clock="wall")
     res = r.run([task], ExecutionConfig(n_replicas=2, planner="chain", max_tokens=24,
