@@ -4,10 +4,11 @@
     python plugins/capkv/benchmarks/longctx_bench.py table --inp lc.jsonl
 
 ``run`` appends one JSON line per item (every policy x ratio x mode), so a cut run keeps what it
-finished and a rerun skips items already there. ``table`` pools them into the README tables: exact
-accuracy and KL (mean over the answer tokens, teacher-forced) per task, policy, ratio, context length and mode, with
-95% bootstrap intervals over items, and the tied-best verdict (rule in the README, fixed before
-the runs). ``fidelity`` runs continuation fidelity on the core's evaluation text.
+finished and a rerun skips items already there. ``table`` pools them into the README tables:
+exact accuracy and KL (mean over the answer tokens, teacher-forced) per task, policy, ratio,
+context length and mode, with 95% bootstrap intervals over items, and the tied-best verdict
+(rule in the README, fixed before the runs). ``fidelity`` runs continuation fidelity on the
+core's evaluation text.
 """
 
 from __future__ import annotations
