@@ -369,20 +369,27 @@ class StreamingLLMPress(KVPress):
 
 @dataclass
 class SnapKVPress(KVPress):
-    """SnapKV: attention from the observation window (last ``window`` prefill queries)."""
+    """SnapKV: attention from the observation window (last ``window`` prefill queries).
+
+    ``pooling="kvpress"`` with ``n_sink=0`` and ``window=64`` is kvpress's ``SnapKVPress``
+    (see :func:`scorers.snapkv_scores`); the default pools over the window edge and keeps sinks.
+    """
 
     window: int = 16
     kernel: int = 5
+    pooling: str = "full"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.window < 1 or self.kernel < 1:
             raise ValueError("window and kernel must be >= 1")
+        if self.pooling not in ("full", "kvpress"):
+            raise ValueError(f"pooling must be 'full' or 'kvpress', got {self.pooling!r}")
         self.needs = ("queries",)
         self.name = "snapkv"
 
     def score(self, inputs: ScoreInputs) -> torch.Tensor:
-        return scorers.snapkv_scores(inputs, self.window, self.kernel)
+        return scorers.snapkv_scores(inputs, self.window, self.kernel, self.pooling)
 
 
 @dataclass
