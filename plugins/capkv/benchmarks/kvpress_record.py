@@ -46,7 +46,8 @@ def kept_positions(full: torch.Tensor, kept: torch.Tensor) -> list[list[int]]:
     for h in range(full.shape[1]):
         d = torch.cdist(kept[0, h].double(), full[0, h].double())
         pos = d.argmin(-1)
-        assert float(d.min(-1).values.max()) < 1e-4, f"a kept key matches no full key ({float(d.min(-1).values.max())})"
+        gap = float(d.min(-1).values.max())
+        assert gap < 1e-4, f"a kept key matches no full key (distance {gap})"
         out.append(sorted(int(p) for p in pos))
     return out
 
