@@ -69,52 +69,36 @@ def fidelity(args) -> None:
     Path(args.out).write_text(json.dumps({"context": args.context, "rows": rows}))
 
 
-def verdict_rows(cells: dict, ratio: float, lower: bool) -> tuple[str, str]:
-    from icml_capkv.fidelity import verdict
-
-    return verdict(cells, ratio, lower=lower, exclude=("full",))
-
-
 def table(args) -> None:
-    from icml_capkv.fidelity import bootstrap_ci
+    from icml_capkv.longctx import capkv_verdicts, summarize_items
 
-    recs = [json.loads(x) for x in Path(args.inp).read_text().splitlines()]
-    by: dict = {}
-    for rec in recs:
-        for r in rec["rows"]:
-            key = (rec["task"], rec["length"], r["question_aware"])
-            by.setdefault(key, {}).setdefault((r["policy"], r["ratio"]), []).append(r)
+    recs = [json.loads(x) for f in args.inp.split(",") for x in Path(f).read_text().splitlines()]
     lines = []
-    for (task, length, aware), cells in sorted(by.items()):
-        n = len(cells["full", 0.0])
-        full_acc = sum(r["correct"] for r in cells["full", 0.0]) / n
+    for (task, length, aware), s in sorted(summarize_items(recs).items()):
         lines.append(f"\n**{task}, {length} tokens, question-{'aware' if aware else 'agnostic'}"
-                     f"** ({n} items; full-cache accuracy {full_acc:.2f})\n")
+                     f"** ({s['n']} items; full-cache accuracy {s['full_accuracy']:.2f})\n")
         lines.append("| policy | " + " | ".join(f"acc r={r}" for r in RATIOS) + " | " +
                      " | ".join(f"KL r={r}" for r in RATIOS) + " |")
         lines.append("|---" * (1 + 2 * len(RATIOS)) + "|")
-        summ = {"correct": {}, "kl": {}}
         for p in POLICIES:
-            cells_txt = []
-            for key in ("correct", "kl"):
+            cells = []
+            for metric in ("correct", "kl"):
                 for r in RATIOS:
-                    vals = [x[key] for x in cells.get((p, r), [])]
-                    if not vals:
-                        cells_txt.append("-")
-                        continue
-                    m, lo, hi = bootstrap_ci([vals], n_boot=1000, seed=0)
-                    summ[key][p, r] = (m, lo, hi)
-                    cells_txt.append(f"{m:.2f} [{lo:.2f}, {hi:.2f}]" if key == "correct"
-                                     else f"{m:.3g} [{lo:.2g}, {hi:.2g}]")
-            lines.append(f"| {p} | " + " | ".join(cells_txt) + " |")
-        ver = []
-        for r in RATIOS:
-            if ("capkv", r) not in summ["correct"]:
-                continue
-            va, ba = verdict_rows(summ["correct"], r, lower=False)
-            vk, bk = verdict_rows(summ["kl"], r, lower=True)
-            ver.append(f"r={r}: acc {va} (best other {ba}), KL {vk} (best other {bk})")
-        lines.append("\nCapKV: " + "; ".join(ver))
+                    m, lo, hi = s[metric][p, r]
+                    cells.append(f"{m:.2f} [{lo:.2f}, {hi:.2f}]" if metric == "correct"
+                                 else f"{m:.3g} [{lo:.2g}, {hi:.2g}]")
+            lines.append(f"| {p} | " + " | ".join(cells) + " |")
+        lines.append("\nCapKV verdicts: " + "; ".join(
+            f"r={r} {m}: {v} (best other {b})" for r, m, v, b in capkv_verdicts(s, RATIOS)))
+    t = [(r["rows"], r["length"]) for r in recs]
+    for L in sorted({x[1] for x in t}):
+        cap = [row["scoring_s"] for rows, ln in t if ln == L for row in rows
+               if row["policy"] == "capkv" and row["ratio"] == RATIOS[0]]
+        pre = [row["prefill_s"] for rows, ln in t if ln == L for row in rows
+               if row["policy"] == "full"]
+        if cap and pre:
+            lines.append(f"\nCapKV scoring / full prefill at {L} tokens (same process, loaded "
+                         f"machine): {sum(cap) / sum(pre):.3f}")
     text = "\n".join(lines)
     print(text)
     if args.md:

@@ -104,3 +104,21 @@ def test_compressed_cache_decoding_equals_masked_full_cache(smol) -> None:
     # and eviction matters: the unmasked full cache gives other logits
     logits_f = continuation_logits(model, prefill(model, ctx), cont)
     assert (logits_f - logits_c).abs().max() > 1e-2
+
+
+def test_cli_runs_the_needle_table_on_the_pretrained_model(tmp_path) -> None:
+    import json
+
+    from icml.testing import icml_cli
+
+    proc = icml_cli("run", "capkv", "--set", "model=smollm2-135m-instruct", "--set",
+                    "long_items=1", "--set", "long_context_len=256", "--set", "ratios=[0.5]",
+                    "--set", "policies=capkv,streaming", "--set", "question_aware=agnostic",
+                    "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(next(tmp_path.rglob("result.json")).read_text())
+    m = res["metrics"]
+    assert m["full_accuracy/niah_single/agnostic"] == 1.0
+    assert {"accuracy/niah_single/agnostic/capkv/0.5",
+            "kl/niah_single/agnostic/streaming/0.5"} <= set(m)
+    assert 0 < m["capkv_scoring_over_prefill"] < 1

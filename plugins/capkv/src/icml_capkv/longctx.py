@@ -370,3 +370,46 @@ def continuation_fidelity_text(model: Any, tokenizer: Any, context_len: int, n_d
                 rows.append({"policy": p, "ratio": float(r), "kl": float(kl[b]),
                              "top1": float(top1[b]), "doc": d})
     return rows
+
+
+def summarize_items(records: list[dict], n_boot: int = 1000, seed: int = 0) -> dict:
+    """Pool :func:`evaluate_item` rows of many items (``records``: dicts with ``task``,
+    ``length`` and ``rows``) into ``{(task, length, question_aware): {"n", "full_accuracy",
+    "correct": {(policy, ratio): (mean, lo, hi)}, "kl": {...}, "top1": {...}}}`` with 95%
+    percentile-bootstrap intervals over items."""
+    from icml_capkv.fidelity import bootstrap_ci
+
+    cells: dict = {}
+    for rec in records:
+        for r in rec["rows"]:
+            key = (rec["task"], rec["length"], r["question_aware"])
+            cells.setdefault(key, {}).setdefault((r["policy"], r["ratio"]), []).append(r)
+    out: dict = {}
+    for key, by in cells.items():
+        full = by.get(("full", 0.0), [])
+        s: dict = {"n": len(full), "full_accuracy": (sum(r["correct"] for r in full) /
+                                                     max(len(full), 1))}
+        for metric in ("correct", "kl", "top1"):
+            s[metric] = {pr: bootstrap_ci([[r[metric] for r in rows]], n_boot, seed=seed)
+                         for pr, rows in by.items() if pr[0] != "full"}
+        out[key] = s
+    return out
+
+
+def capkv_verdicts(summary: dict, ratios: list[float]) -> list[tuple[float, str, str, str]]:
+    """``(ratio, metric, verdict, best other)`` for CapKV by the README's tied-best rule;
+    ``verdict`` is ``"no signal"`` for accuracy where every policy has the same mean."""
+    from icml_capkv.fidelity import verdict
+
+    out = []
+    for r in ratios:
+        for metric, lower in (("correct", False), ("kl", True)):
+            s = summary[metric]
+            if ("capkv", float(r)) not in s:
+                continue
+            v, best = verdict(s, r, lower=lower, exclude=("full",))
+            means = {round(m[0], 9) for (p, rr), m in s.items() if rr == float(r)}
+            if metric == "correct" and len(means) == 1:
+                v = "no signal"
+            out.append((float(r), "accuracy" if metric == "correct" else "KL", v, best))
+    return out
