@@ -50,7 +50,7 @@ def run(args) -> None:
                 if (task, length, i) in done:
                     continue
                 t0 = time.perf_counter()
-                rows = evaluate_item(model, it, POLICIES, RATIOS)
+                rows = evaluate_item(model, it, args.policies.split(","), RATIOS)
                 with out.open("a") as f:
                     f.write(json.dumps({"task": task, "length": length, "item": i,
                                         "answer": it.answer_text, "rows": rows,
@@ -72,7 +72,16 @@ def fidelity(args) -> None:
 def table(args) -> None:
     from icml_capkv.longctx import capkv_verdicts, summarize_items
 
-    recs = [json.loads(x) for f in args.inp.split(",") for x in Path(f).read_text().splitlines()]
+    merged: dict = {}
+    for f in args.inp.split(","):  # several files: rows of one item are merged, full row once
+        for x in Path(f).read_text().splitlines():
+            r = json.loads(x)
+            key = (r["task"], r["length"], r["item"])
+            if key in merged:
+                merged[key]["rows"] += [row for row in r["rows"] if row["policy"] != "full"]
+            else:
+                merged[key] = r
+    recs = list(merged.values())
     lines = []
     for (task, length, aware), s in sorted(summarize_items(recs).items()):
         lines.append(f"\n**{task}, {length} tokens, question-{'aware' if aware else 'agnostic'}"
@@ -80,7 +89,9 @@ def table(args) -> None:
         lines.append("| policy | " + " | ".join(f"acc r={r}" for r in RATIOS) + " | " +
                      " | ".join(f"KL r={r}" for r in RATIOS) + " |")
         lines.append("|---" * (1 + 2 * len(RATIOS)) + "|")
-        for p in POLICIES:
+        present = sorted({p for p, _ in s["correct"]}, key=lambda p: (
+            POLICIES.index(p) if p in POLICIES else len(POLICIES), p))
+        for p in present:
             cells = []
             for metric in ("correct", "kl"):
                 for r in RATIOS:
@@ -137,6 +148,8 @@ def main() -> None:
     a.add_argument("--lengths", default="1024,2048,4096")
     a.add_argument("--tasks", default="")
     a.add_argument("--n", type=int, default=4)
+    a.add_argument("--policies", default=",".join(POLICIES),
+                   help="also snapkv_kvpress, knorm_kvpress (kvpress's own settings)")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     a.add_argument("--out", default="longctx.jsonl")

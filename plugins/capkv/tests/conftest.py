@@ -43,3 +43,18 @@ def tiny_model():
 def ids():
     g = torch.Generator().manual_seed(0)
     return torch.randint(4, 64, (2, 40), generator=g), torch.randint(4, 64, (2, 3), generator=g)
+
+
+@pytest.fixture(scope="session")
+def smol():
+    """SmolLM2-135M-Instruct ``(model, tokenizer)``, loaded once; skipped where the packaged
+    weights are not installed, unless ``ICML_REQUIRE_PRETRAINED=1`` (CI)."""
+    from icml.models import load_pretrained
+
+    try:
+        model, tok = load_pretrained("smollm2-135m-instruct")
+    except Exception as exc:  # the packaged weights are an optional install
+        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
+            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
+        pytest.skip(f"packaged model not installed: {exc}")
+    return model.eval(), tok

@@ -71,12 +71,10 @@ def test_snapkv_pooling_differs_only_at_the_edges() -> None:
 
 
 @pytest.mark.pretrained
-def test_same_kept_positions_as_kvpress_on_the_pretrained_model() -> None:
+def test_same_kept_positions_as_kvpress_on_the_pretrained_model(smol) -> None:
     from icml.data import eval_text
-    from icml.models import load_pretrained
 
-    torch.manual_seed(0)
-    model, tok = load_pretrained("smollm2-135m-instruct")
+    model, tok = smol
     n = DATA["pretrained"]["n_tokens"]
     ids = tok(eval_text()[:20000], add_special_tokens=False, return_tensors="pt")["input_ids"]
     ids = ids[:, :n]

@@ -12,14 +12,6 @@ import torch
 pytestmark = pytest.mark.pretrained
 
 
-@pytest.fixture(scope="module")
-def smol():
-    from icml.models import load_pretrained
-
-    model, tok = load_pretrained("smollm2-135m-instruct")
-    return model, tok
-
-
 def test_short_needle_full_cache_answers_and_grading_is_greedy_decoding(smol) -> None:
     from icml_capkv import CapKVPress, StreamingLLMPress, prefill
     from icml_capkv.longctx import evaluate_item, make_items
@@ -106,7 +98,7 @@ def test_compressed_cache_decoding_equals_masked_full_cache(smol) -> None:
     assert (logits_f - logits_c).abs().max() > 1e-2
 
 
-def test_cli_runs_the_needle_table_on_the_pretrained_model(tmp_path) -> None:
+def test_cli_runs_the_needle_table_on_the_pretrained_model(smol, tmp_path) -> None:
     import json
 
     from icml.testing import icml_cli

@@ -44,8 +44,21 @@ from icml_capkv.cache import CapKVCache
 from icml_capkv.presses import KVPress, make_press, post_rope_queries, query_anchor
 from icml_capkv.scorers import ScoreInputs
 
-__all__ = ["TASKS", "LongItem", "capture_prefill", "continuation_fidelity_text",
+__all__ = ["KVPRESS_ARMS", "TASKS", "LongItem", "capture_prefill", "continuation_fidelity_text",
            "evaluate_item", "make_items"]
+
+# kvpress's own settings for the presses where ours differ on purpose (same kept positions as
+# kvpress 0.5.5, see tests/test_kvpress_parity.py): usable as policy names here.
+KVPRESS_ARMS = {"snapkv_kvpress": ("snapkv", {"n_sink": 0, "window": 64, "pooling": "kvpress"}),
+                "knorm_kvpress": ("knorm", {"n_sink": 0})}
+
+
+def _press(policy: str, press_kwargs: dict | None) -> KVPress:
+    if policy in KVPRESS_ARMS:
+        name, opts = KVPRESS_ARMS[policy]
+        return make_press(name, 0.5, **opts)
+    return make_press(policy, 0.5, strict=False, **(press_kwargs or {}))
+
 
 TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "vartrack", "docqa")
 
@@ -317,7 +330,7 @@ def evaluate_item(model: Any, item: LongItem, policies: list[str], ratios: list[
                      "scoring_s": 0.0, "prefill_s": pre.seconds, "T": T})
         scores: dict[str, list[torch.Tensor]] = {}
         secs: dict[str, float] = {}
-        presses = {p: make_press(p, 0.5, strict=False, **(press_kwargs or {})) for p in policies}
+        presses = {p: _press(p, press_kwargs) for p in policies}
         for p, press in presses.items():
             t0 = time.perf_counter()
             scores[p] = [press.score(_layer_inputs(press, model, pre, li, T))
@@ -358,7 +371,7 @@ def continuation_fidelity_text(model: Any, tokenizer: Any, context_len: int, n_d
         ctx, cont = ids[d: d + 1, :context_len].to(dev), ids[d: d + 1, context_len:].to(dev)
         pre = capture_prefill(model, ctx)
         full = _decode_batch(model, pre, context_len, [None], cont)
-        presses = {p: make_press(p, 0.5, strict=False, **(press_kwargs or {})) for p in policies}
+        presses = {p: _press(p, press_kwargs) for p in policies}
         scores = {p: [pr.score(_layer_inputs(pr, model, pre, li, context_len))
                       for li in range(len(pre.cache.layers))] for p, pr in presses.items()}
         for r in ratios:
