@@ -126,6 +126,20 @@ def min_transformers_beyond_nll(session: nox.Session) -> None:
                 "accumulation or multi_process_scaling or same_loss", *session.posargs, env=ENV)
 
 
+# kvpress (the authors' CapPress lives there) pins transformers<5.3, so it only ever enters this
+# benchmark-only session: it records what kvpress keeps; kvpress_compare.py (our environment)
+# and plugins/capkv/tests/test_kvpress_parity.py check ours against the record.
+@nox.session
+def bench_capkv_kvpress(session: nox.Session) -> None:
+    session.install(TORCH, "kvpress==0.5.5", "transformers>=4.56,<5.3", "./core[pretrained]")
+    session.install(*PRETRAINED)
+    out = Path(session.create_tmp()) / "kvpress_parity.json"
+    session.run("python", "plugins/capkv/benchmarks/kvpress_record.py", "--out", str(out),
+                *session.posargs, env=ENV)
+    session.log(f"now, in the main environment: python plugins/capkv/benchmarks/"
+                f"kvpress_compare.py --inp {out}")
+
+
 @nox.session
 def build(session: nox.Session) -> None:
     """Build an sdist and a wheel of every distribution into dist/."""

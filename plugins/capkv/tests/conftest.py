@@ -3,9 +3,18 @@ import os
 import pytest
 import torch
 
-# One thread unless OMP_NUM_THREADS says otherwise: on a shared, loaded machine two spinning
-# OpenMP threads made the training tests 5-25x slower than one.
-torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread per test unless OMP_NUM_THREADS says otherwise (on a shared, loaded
+    machine two spinning OpenMP threads made the training tests 5-25x slower than one); the
+    previous count is restored after each test, so nothing leaks into other plugins' tests."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def _tiny(arch: str, attn: str = "sdpa"):
@@ -34,3 +43,18 @@ def tiny_model():
 def ids():
     g = torch.Generator().manual_seed(0)
     return torch.randint(4, 64, (2, 40), generator=g), torch.randint(4, 64, (2, 3), generator=g)
+
+
+@pytest.fixture(scope="session")
+def smol():
+    """SmolLM2-135M-Instruct ``(model, tokenizer)``, loaded once; skipped where the packaged
+    weights are not installed, unless ``ICML_REQUIRE_PRETRAINED=1`` (CI)."""
+    from icml.models import load_pretrained
+
+    try:
+        model, tok = load_pretrained("smollm2-135m-instruct")
+    except Exception as exc:  # the packaged weights are an optional install
+        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
+            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
+        pytest.skip(f"packaged model not installed: {exc}")
+    return model.eval(), tok

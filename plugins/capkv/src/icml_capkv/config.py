@@ -10,6 +10,9 @@ from icml import option
 ALL_POLICIES = ("capkv", "greedy_logdet", "leverage", "snapkv", "h2o", "streaming", "knorm",
                 "random")
 
+# icml_capkv.longctx.TASKS (kept here too so the CLI's config needs no torch import)
+LONG_TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "vartrack", "docqa")
+
 
 def _check_policies(policies: list[str]) -> None:
     bad = [p for p in policies if p not in ALL_POLICIES]
@@ -50,7 +53,8 @@ class PressConfig:
 @dataclass
 class InferConfig:
     model: str = option("", help="model name or folder (empty = train the built-in tiny model "
-                        "on associative recall in-process)")
+                        "on associative recall in-process; a packaged pretrained model such as "
+                        "smollm2-135m-instruct runs the long-context needle table instead)")
     arch: str = option("llama", help="built-in tiny model architecture",
                        choices=("llama", "qwen2"))
     policies: list[str] = option(list(ALL_POLICIES), help="eviction policies to compare")
@@ -70,11 +74,23 @@ class InferConfig:
     batch_size: int = option(16, help="training batch size", ge=1)
     lr: float = option(3e-3, help="training learning rate", gt=0)
     hidden_size: int = option(64, help="hidden size of the built-in tiny model", ge=16)
+    long_tasks: list[str] = option(["niah_single"], help="long-context tasks for a packaged "
+                                   "pretrained model (niah_single, niah_multikey, "
+                                   "niah_multivalue, vartrack, docqa)")
+    long_context_len: int = option(1024, help="context tokens of the long-context tasks", ge=128)
+    long_items: int = option(3, help="items per long-context task", ge=1)
+    question_aware: str = option("both", help="long-context setting: compress the context only "
+                                 "(agnostic), context + question (aware), or both",
+                                 choices=("agnostic", "aware", "both"))
     press: PressConfig = option(default_factory=PressConfig, help="press parameters")
 
     def __post_init__(self) -> None:
         _check_policies(self.policies)
         _check_ratios(self.ratios)
+        bad = [t for t in self.long_tasks if t not in LONG_TASKS]
+        if bad or not self.long_tasks:
+            raise ValueError(f"long_tasks {bad or '[]'} not allowed: choose from "
+                             f"{', '.join(LONG_TASKS)}")
 
 
 @dataclass

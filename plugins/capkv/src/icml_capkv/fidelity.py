@@ -54,7 +54,7 @@ def fidelity_table(model: Any, contexts: torch.Tensor, questions: torch.Tensor,
     rows = []
     jobs = [(p, r) for r in ratios for p in policies]
     for policy, ratio in (progress(jobs) if progress else jobs):
-        press = make_press(policy, ratio, **kw)
+        press = make_press(policy, ratio, strict=False, **kw)
         logits, scoring, kept, t_pre = [], 0.0, [], 0.0
         for sl in chunks:
             t0 = time.perf_counter()
@@ -214,7 +214,7 @@ def tensor_benchmark(ratios: Sequence[float] = (0.5, 0.75, 0.9),
             err_s, cap_s = [], []
             for seed in seeds:
                 st = planted_redundancy(seed=seed, **setup)
-                press = make_press(policy, ratio, **kw)
+                press = make_press(policy, ratio, strict=False, **kw)
                 k, v, idx = press.compress_tensors(st["keys"], st["values"],
                                                    queries=st["observed"],
                                                    query_anchor=st["anchor"])

@@ -52,12 +52,24 @@ def prefill(model: Any, context_ids: torch.Tensor, press: KVPress | None = None,
     ``press`` (None = full cache)."""
     _check_ids("context_ids", context_ids, attention_mask, model)
     cache = CapKVCache()
+    kw: dict = {"input_ids": context_ids, "cache": cache, "use_cache": True}
+    if _takes_logits_to_keep(model):
+        kw["logits_to_keep"] = 1  # only the cache is kept: no (T, vocab) logits in memory
     if press is None:
-        model(input_ids=context_ids, cache=cache, use_cache=True)
+        model(**kw)
     else:
         with press(model):
-            model(input_ids=context_ids, cache=cache, use_cache=True)
+            model(**kw)
     return cache
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    import inspect
+
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 @torch.no_grad()

@@ -231,7 +231,7 @@ def continuation_fidelity(model: Any, documents: torch.Tensor, context_len: int,
     rows = []
     jobs = [(p, r) for r in ratios for p in policies]
     for policy, ratio in (progress(jobs) if progress else jobs):
-        logits, kept, ent = run(make_press(policy, ratio, **kw))
+        logits, kept, ent = run(make_press(policy, ratio, strict=False, **kw))
         kl, nll_p, nll_q = _per_doc(full_logits, logits, targets)
         pr = (nll_q - nll_p).exp()
         rows.append({"policy": policy, "ratio": float(ratio), "kept": kept,

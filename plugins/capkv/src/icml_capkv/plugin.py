@@ -73,9 +73,74 @@ def _verdicts(summaries: dict, ratios: list[float], metrics: dict) -> list[list]
     return out
 
 
+def _packaged(name: str) -> bool:
+    from icml.pretrained import PACKAGED_MODELS
+
+    return name in PACKAGED_MODELS
+
+
+def _infer_long_context(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
+    """A packaged pretrained chat model: the long-context needle table (policy x ratio, exact
+    accuracy and KL with 95% bootstrap intervals over items, CapKV's tied-best verdicts)."""
+    from icml.models import load_pretrained
+    from icml_capkv.longctx import capkv_verdicts, evaluate_item, make_items, summarize_items
+
+    with ctx.step(f"loading {config.model}"):
+        model, tok = load_pretrained(config.model, device=ctx.torch_device(),
+                                     dtype=ctx.torch_dtype())
+    policies = [p for p in config.policies if p != "greedy_logdet"]  # O(T^2 d) per step
+    modes = {"agnostic": (False,), "aware": (True,), "both": (False, True)}[
+        config.question_aware]
+    kw = dataclasses.asdict(config.press)
+    ratios = [float(r) for r in config.ratios]
+    jobs = [(t, it) for t in config.long_tasks
+            for it in make_items(tok, t, config.long_context_len, config.long_items,
+                                 seed=ctx.seed)]
+    recs = []
+    for task, item in ctx.progress(jobs, desc="long-context items"):
+        recs.append({"task": task, "length": config.long_context_len,
+                     "rows": evaluate_item(model, item, policies, ratios, modes, kw)})
+    metrics: dict[str, float] = {}
+    tables = []
+    cols = ["policy"] + [f"acc r={r}" for r in ratios] + [f"KL r={r}" for r in ratios]
+    for (task, length, aware), s in sorted(summarize_items(recs, seed=ctx.seed).items()):
+        mode = "aware" if aware else "agnostic"
+        metrics[f"full_accuracy/{task}/{mode}"] = s["full_accuracy"]
+        rows = []
+        for p in policies:
+            row = [p]
+            for metric in ("correct", "kl"):
+                for r in ratios:
+                    m, lo, hi = s[metric][p, r]
+                    row.append(f"{m:.3g} [{lo:.3g}, {hi:.3g}]")
+                    metrics[f"{'accuracy' if metric == 'correct' else 'kl'}/{task}/{mode}/"
+                            f"{p}/{r}"] = m
+            rows.append(row)
+        tables.append(icml.Table(
+            f"{task}, {length} tokens, question-{mode}: exact accuracy and KL [95% CI] "
+            f"({s['n']} items, full-cache accuracy {s['full_accuracy']:.2f})", cols, rows))
+        vrows = [[r, m, v, b] for r, m, v, b in capkv_verdicts(s, ratios)]
+        for r, m, v, _ in vrows:
+            metrics[f"capkv_best_or_tied/{task}/{mode}/{m}/{r}"] = float(v in ("best", "tied"))
+        tables.append(icml.Table(f"{task}, question-{mode}: is CapKV best or tied-best? (tied "
+                                 "= 95% intervals overlap with the best other policy's)",
+                                 ["ratio", "metric", "verdict", "best other"], vrows))
+    cap = [r["scoring_s"] for rec in recs for r in rec["rows"]
+           if r["policy"] == "capkv" and r["ratio"] == ratios[0]]
+    pre = [r["prefill_s"] for rec in recs for r in rec["rows"] if r["policy"] == "full"]
+    if cap and pre:
+        metrics["capkv_scoring_over_prefill"] = sum(cap) / max(sum(pre), 1e-9)
+    return icml.RunResult(metrics=metrics, tables=tables,
+                          notes=f"{config.model}, {len(jobs)} items; exact grading = greedy "
+                                "decoding reproduces the answer tokens.")
+
+
 @icml.hookimpl
 def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
     import torch
+
+    if config.model and _packaged(config.model):
+        return _infer_long_context(ctx, config)
 
     from icml.models import load_causal_lm
     from icml.report import line_plot

@@ -369,20 +369,27 @@ class StreamingLLMPress(KVPress):
 
 @dataclass
 class SnapKVPress(KVPress):
-    """SnapKV: attention from the observation window (last ``window`` prefill queries)."""
+    """SnapKV: attention from the observation window (last ``window`` prefill queries).
+
+    ``pooling="kvpress"`` with ``n_sink=0`` and ``window=64`` is kvpress's ``SnapKVPress``
+    (see :func:`scorers.snapkv_scores`); the default pools over the window edge and keeps sinks.
+    """
 
     window: int = 16
     kernel: int = 5
+    pooling: str = "full"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.window < 1 or self.kernel < 1:
             raise ValueError("window and kernel must be >= 1")
+        if self.pooling not in ("full", "kvpress"):
+            raise ValueError(f"pooling must be 'full' or 'kvpress', got {self.pooling!r}")
         self.needs = ("queries",)
         self.name = "snapkv"
 
     def score(self, inputs: ScoreInputs) -> torch.Tensor:
-        return scorers.snapkv_scores(inputs, self.window, self.kernel)
+        return scorers.snapkv_scores(inputs, self.window, self.kernel, self.pooling)
 
 
 @dataclass
@@ -432,15 +439,24 @@ POLICIES: dict[str, type[KVPress]] = {
 }
 
 
-def make_press(policy: str, compression_ratio: float, **kwargs: Any) -> KVPress:
-    """Build a press by name (see ``POLICIES``); ``kwargs`` not accepted by it are ignored."""
+def make_press(policy: str, compression_ratio: float, *, strict: bool = True,
+               **kwargs: Any) -> KVPress:
+    """Build a press by name (see ``POLICIES``). A keyword the policy does not take raises
+    ``ValueError`` naming it; ``strict=False`` drops such keywords instead (used when one shared
+    set of press options, e.g. ``window`` and ``tau``, is handed to every policy of a table)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
     cls = POLICIES[policy]
     import dataclasses
 
     names = {f.name for f in dataclasses.fields(cls) if f.init}
+    names.discard("compression_ratio")
     if cls is LeveragePress:
         names.discard("tau")  # pure leverage is CapKV with tau = 0 by definition
+    unknown = sorted(set(kwargs) - names)
+    if unknown and strict:
+        raise ValueError(f"policy {policy!r} takes no option(s) {', '.join(unknown)}: its "
+                         f"options are {', '.join(sorted(names))} (pass strict=False to drop "
+                         "options meant for other policies)")
     return cls(compression_ratio=compression_ratio,
                **{k: v for k, v in kwargs.items() if k in names})

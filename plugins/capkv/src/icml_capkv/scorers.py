@@ -149,17 +149,38 @@ def _attention_probs(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return logits.softmax(-1)
 
 
-def snapkv_scores(inputs: ScoreInputs, window: int = 16, kernel: int = 5) -> torch.Tensor:
+def snapkv_scores(inputs: ScoreInputs, window: int = 16, kernel: int = 5,
+                  pooling: str = "full") -> torch.Tensor:
     """SnapKV: attention of the last ``window`` queries (the observation window), averaged over
     window queries and the query heads of a KV head, smoothed by average pooling of width
-    ``kernel``; the window itself scores highest (always kept)."""
+    ``kernel``; the window itself scores highest (always kept).
+
+    ``pooling="full"`` (default) pools over all ``T`` positions and averages over the positions
+    inside the sequence only (``count_include_pad=False``), so the tokens just before the window
+    are smoothed with the window's own attention. ``pooling="kvpress"`` is kvpress's
+    ``SnapKVPress``: only the ``T - window`` keys before the window are scored and pooled, with
+    zero padding counted in the average at both ends (the first and the last ``kernel // 2``
+    scores before the window are shrunk), and the window gets ``max + 1``."""
+    if pooling not in ("full", "kvpress"):
+        raise ValueError(f"pooling must be 'full' or 'kvpress', got {pooling!r}")
     q = inputs.need("queries", "snapkv")
     T = inputs.keys.shape[2]
     window = max(1, min(window, q.shape[2], T))
     probs = _attention_probs(q[:, :, -window:], inputs.keys)  # (B, H_kv, r, w, T)
     s = probs.mean(3).mean(2)  # (B, H_kv, T)
+    B, H, _ = s.shape
+    if pooling == "kvpress":
+        if T <= window:
+            raise ValueError(f"kvpress pooling needs more than window={window} tokens, got {T}")
+        s = s[..., : T - window]
+        if kernel > 1:
+            s = torch.nn.functional.avg_pool1d(s.reshape(B * H, 1, T - window), kernel,
+                                               stride=1, padding=kernel // 2,
+                                               count_include_pad=True).reshape(B, H, -1)
+            s = s[..., : T - window]
+        top = s.amax() + 1.0  # kvpress pads with the global max + 1
+        return torch.cat([s, top.expand(B, H, window)], -1)
     if kernel > 1:
-        B, H, _ = s.shape
         s = torch.nn.functional.avg_pool1d(s.reshape(B * H, 1, T), kernel, stride=1,
                                            padding=kernel // 2, count_include_pad=False)
         s = s.reshape(B, H, -1)[..., :T]

@@ -1,0 +1,132 @@
+"""Run NVIDIA kvpress's presses and record what they keep (benchmark-only environment).
+
+Runs where kvpress and the transformers it pins are installed (``nox -s bench_capkv_kvpress``),
+never next to icml-capkv: it imports only torch, transformers and kvpress (plus icml-core to find
+the pretrained model). Writes a JSON with, per press and model, the kept positions per layer and KV
+head (sorted) and the layer-0 scores, and kvpress's prefill+compression time per press.
+``kvpress_compare.py`` (our environment) reads it and runs ours on the same inputs.
+
+Fixed tensors: a tiny Llama (hidden 64, 2 layers, 4/2 heads, vocab 64) whose parameters are set
+from a seeded generator by name (see ``fixed_tiny_params``), so both transformers versions build the
+very same model; ids from the same generator. The pretrained model: SmolLM2-135M-Instruct from the
+icml cache folder, on the first tokens of the core's evaluation text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=64, max_position_embeddings=1024,
+            rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)
+
+
+def fixed_tiny_params(model: torch.nn.Module) -> None:
+    """Every parameter from one seeded generator, in name order (norm weights near 1)."""
+    g = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            x = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            p.copy_(1.0 + 0.1 * x if "norm" in name else 0.2 * x)
+
+
+def tiny_ids(T: int = 160) -> torch.Tensor:
+    g = torch.Generator().manual_seed(99)
+    return torch.randint(0, 64, (1, T), generator=g)
+
+
+def kept_positions(full: torch.Tensor, kept: torch.Tensor) -> list[list[int]]:
+    """For (1, H, T, d) full keys and (1, H, K, d) kept keys: the sorted original positions."""
+    out = []
+    for h in range(full.shape[1]):
+        d = torch.cdist(kept[0, h].double(), full[0, h].double())
+        pos = d.argmin(-1)
+        gap = float(d.min(-1).values.max())
+        assert gap < 1e-4, f"a kept key matches no full key (distance {gap})"
+        out.append(sorted(int(p) for p in pos))
+    return out
+
+
+def presses(ratio: float) -> dict:
+    from kvpress import CapPress, KnormPress, SnapKVPress, StreamingLLMPress
+
+    return {"capkv": CapPress(compression_ratio=ratio),
+            "snapkv": SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5),
+            "streaming": StreamingLLMPress(compression_ratio=ratio, n_sink=4),
+            "knorm": KnormPress(compression_ratio=ratio)}
+
+
+@torch.no_grad()
+def record(model, ids: torch.Tensor, ratios: list[float]) -> dict:
+    from transformers import DynamicCache
+
+    full = DynamicCache()
+    model(input_ids=ids, past_key_values=full, use_cache=True)
+    fk = [layer.keys for layer in full.layers]
+    out: dict = {}
+    for r in ratios:
+        for name, press in presses(r).items():
+            scores: list = []
+            orig = press.score
+
+            def spy(*a, _orig=orig, _s=scores, **k):
+                s = _orig(*a, **k)
+                _s.append(s.detach().clone())
+                return s
+
+            press.score = spy
+            cache = DynamicCache()
+            t0 = time.perf_counter()
+            with press(model):
+                model(input_ids=ids, past_key_values=cache, use_cache=True)
+            secs = time.perf_counter() - t0
+            kept = [kept_positions(fk[i], layer.keys) for i, layer in enumerate(cache.layers)]
+            out[f"{name}@{r}"] = {"kept": kept, "scores_layer0": scores[0][0].tolist(),
+                                  "seconds": secs}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="kvpress_parity.json")
+    ap.add_argument("--pretrained-dir", default="")
+    ap.add_argument("--pretrained-T", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    import kvpress
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    res: dict = {"versions": {"kvpress": kvpress.__version__ if hasattr(kvpress, "__version__")
+                              else "?", "transformers": transformers.__version__,
+                              "torch": torch.__version__}}
+    m = LlamaForCausalLM(LlamaConfig(**TINY)).eval()
+    m.set_attn_implementation("sdpa")
+    fixed_tiny_params(m)
+    res["tiny"] = {"ids": tiny_ids().tolist(), **record(m, tiny_ids(), [0.25, 0.5, 0.75])}
+    folder = args.pretrained_dir
+    if not folder:
+        from icml.pretrained import _entry, _locate
+
+        folder = str(_locate(_entry("smollm2-135m-instruct")).cache_dir)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    pm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    from icml.data import eval_text
+
+    ids = tok(eval_text()[:20000], add_special_tokens=False, return_tensors="pt")["input_ids"]
+    ids = ids[:, : args.pretrained_T]
+    res["pretrained"] = {"ids": ids.tolist(), **record(pm, ids, [0.5])}
+    Path(args.out).write_text(json.dumps(res))
+    print("wrote", args.out, res["versions"])
+
+
+if __name__ == "__main__":
+    main()
