@@ -49,12 +49,7 @@ def ids():
 def smol():
     """SmolLM2-135M-Instruct ``(model, tokenizer)``, loaded once; skipped where the packaged
     weights are not installed, unless ``ICML_REQUIRE_PRETRAINED=1`` (CI)."""
-    from icml.models import load_pretrained
+    from icml.testing import pretrained_or_skip
 
-    try:
-        model, tok = load_pretrained("smollm2-135m-instruct")
-    except Exception as exc:  # the packaged weights are an optional install
-        if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
-            pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
-        pytest.skip(f"packaged model not installed: {exc}")
+    model, tok = pretrained_or_skip("smollm2-135m-instruct")
     return model.eval(), tok
