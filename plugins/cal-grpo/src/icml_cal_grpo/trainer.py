@@ -181,8 +181,9 @@ class AttemptGRPOTrainer:
             att = att[:, :w].to(dev)
             mb = {"ids": ids, "att": att, "mask": mask_all[lo:hi, :w - 1].to(dev),
                   "adv": token_adv[lo:hi, 1:w].to(dev)}
-            with torch.no_grad():
-                mb["old"] = self._logps(self.model, ids, att)
+            if a.num_iterations > 1:         # else the policy is the sampling one: old = logps
+                with torch.no_grad():
+                    mb["old"] = self._logps(self.model, ids, att)
             mb["ref"] = self._ref_logps(ids, att) if a.beta > 0 else None
             micro.append(mb)
         stats: dict[str, float] = {}
@@ -195,7 +196,8 @@ class AttemptGRPOTrainer:
                 ctx = self.accelerator.no_sync(self.model) if not sync else _nullcontext()
                 with ctx:
                     logps = self._logps(self.model, mb["ids"], mb["att"])
-                    loss, st = clipped_pg_loss(logps, mb["old"], mb["adv"], mb["mask"],
+                    old = mb["old"] if "old" in mb else logps.detach()
+                    loss, st = clipped_pg_loss(logps, old, mb["adv"], mb["mask"],
                                                epsilon=a.epsilon, epsilon_high=a.epsilon_high,
                                                loss_type=a.loss_type, ref_logps=mb["ref"],
                                                beta=a.beta, num_items=num_items)
