@@ -111,17 +111,23 @@ def _cache_kwarg(model: Any) -> str:
     import inspect
 
     try:
-        params = inspect.signature(model.forward).parameters
+        params = inspect.signature(_inner(model).forward).parameters
     except (TypeError, ValueError):
         return "past_key_values"
     return "cache" if "cache" in params else "past_key_values"
+
+
+def _inner(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper (which passes keyword arguments through)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
 
 
 def _accepts(model: Any, name: str) -> bool:
     import inspect
 
     try:
-        return name in inspect.signature(model.forward).parameters
+        return name in inspect.signature(_inner(model).forward).parameters
     except (TypeError, ValueError):
         return False
 
