@@ -62,6 +62,9 @@ class InferConfig:
     on_length: str = option("fail", help="an attempt cut by the limit: fail or verify",
                             choices=("fail", "verify"))
     temperature: float = option(1.0, help="sampling temperature", gt=0)
+    backend: str = option("cache", help="rollout sampler: cache (ours, one KV cache across "
+                          "attempts) or generate (transformers generate per attempt)",
+                          choices=("cache", "generate"))
 
 
 @dataclass

@@ -181,6 +181,7 @@ def _rollout_setup(ctx: icml.RunContext, config: Any) -> tuple[Any, Any, Any, An
         prompts = list(config.prompts)
     if config.feedback and task is not None:
         rc.feedback = config.feedback
+    rc.backend = config.backend
     gen = torch.Generator(device=ctx.torch_device()).manual_seed(ctx.seed)
     return model, tok, verifier, (rc, gen, task), prompts
 
