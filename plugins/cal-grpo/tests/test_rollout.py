@@ -194,3 +194,30 @@ def test_chat_qa_task_feedback_turn_verifier_and_splits():
     assert not task(q, "Munich", []) and not task(q, "Berlin or Paris", [])
     with pytest.raises(KeyError):
         task("not a prompt", "Berlin", [])
+
+
+@pytest.mark.pretrained
+def test_chat_qa_task_on_the_pretrained_model():
+    """SmolLM2-135M-Instruct: the feedback is a user turn of its chat template, and the
+    training sequences are prompt, attempt (ending in <|im_end|> when it ended), feedback turn,
+    attempt, ...; one LoRA update runs."""
+    from icml_cal_grpo.tasks import ChatQATask
+    from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
+    from peft import LoraConfig, get_peft_model
+
+    from icml.models import load_pretrained
+
+    model, tok = load_pretrained("smollm2-135m-instruct")
+    task = ChatQATask(tok, max_attempt_tokens=4)
+    assert task.feedback == ("\n<|im_start|>user\nIncorrect. Try again.<|im_end|>\n"
+                             "<|im_start|>assistant\n")
+    prompts = task.prompts("test")[:2]
+    b = multi_attempt_rollout(model, tok, prompts, lambda p, a, e: False, task.rollout_config(),
+                              num_generations=2, generator=torch.Generator().manual_seed(0))
+    text = tok.decode(b.input_ids[0][b.attention_mask[0].bool()])
+    assert text.startswith(prompts[0]) and text.count("Incorrect. Try again.") == 2
+    lora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    tr = AttemptGRPOTrainer(lora, tok, task, prompts, AttemptGRPOConfig(num_generations=2),
+                            task.rollout_config())
+    m = tr.step()
+    assert 0.0 <= m["ver@3"] <= 1.0 and m["mean_attempts"] >= 1.0
