@@ -56,6 +56,27 @@ def table1(groups: int) -> None:
                   f"{r['rel_variance']:.3f} |")
 
 
+def table0(seeds: int = 5, steps: int = 100) -> None:
+    from icml_cal_grpo.tabular import exact_objective, train_tabular
+
+    env = probe_env()
+    tr1 = enumerate_trajectories(env, 1)
+    print(f"\n#### Tabular probe env, policy-gradient training ({seeds} seeds x {steps} steps, "
+          "G=8, lr 1, leave-one-out; exact Ver@k)\n")
+    print("| estimator | scaling | Ver@3 (mean +- sd) | min | Ver@1 (mean) |")
+    print("|---|---|---|---|---|")
+    for sc in SCALES:
+        for mode in ("naive", "trajectory", "cal"):
+            v3, v1 = [], []
+            for s in range(seeds):
+                keep: list = []
+                v3.append(train_tabular(env, mode, steps=steps, lr=1.0, seed=s, scale=sc,
+                                        keep=keep)[-1])
+                v1.append(float(exact_objective(keep[0][:1], tr1)))
+            print(f"| {mode} | {sc} | {statistics.fmean(v3):.3f} +- {statistics.stdev(v3):.3f} "
+                  f"| {min(v3):.3f} | {statistics.fmean(v1):.3f} |")
+
+
 def table1b(groups: int) -> None:
     from icml_cal_grpo.tabular import exact_estimator_moments
 
@@ -179,6 +200,7 @@ def main() -> None:
     a = ap.parse_args()
     with torch_threads(1):
         t0 = time.perf_counter()
+        table0()
         table1(a.groups)
         table1b(a.groups)
         table2(a.seeds, a.steps)

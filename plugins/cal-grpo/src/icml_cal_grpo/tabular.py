@@ -327,9 +327,9 @@ def monte_carlo_estimator(logits: Any, env: TabularEnv, tr: Trajectories, group_
 
 def train_tabular(env: TabularEnv, mode: str, *, max_attempts: int = 3, group_size: int = 8,
                   steps: int = 200, lr: float = 0.5, seed: int = 0, shared: bool = False,
-                  **adv_kwargs: Any) -> list[float]:
+                  keep: list[Any] | None = None, **adv_kwargs: Any) -> list[float]:
     """Plain policy-gradient ascent of a tabular policy with the chosen estimator; returns the
-    exact Verification@K after each step."""
+    exact Verification@K after each step (``keep``: a list that receives the final logits)."""
     import torch
 
     tr = enumerate_trajectories(env, max_attempts, shared)
@@ -343,4 +343,6 @@ def train_tabular(env: TabularEnv, mode: str, *, max_attempts: int = 3, group_si
         g = group_gradients(logits, tr, idx, adv, group_size)[0]
         logits = logits + lr * g.reshape(logits.shape)
         curve.append(float(exact_objective(logits, tr)))
+    if keep is not None:
+        keep.append(logits)
     return curve
