@@ -1,6 +1,11 @@
 import pytest
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: starts two processes under accelerate (about 30 s "
+                            "on 2 cores); deselect with -m 'not slow'")
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     """Tiny models run fastest single-threaded (and the test machine is shared)."""

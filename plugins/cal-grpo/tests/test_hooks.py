@@ -16,12 +16,14 @@ def not_bool(prompt, attempt, earlier):
 '''
 
 
-def test_infer_with_user_verifier(tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["cache", "generate"])
+def test_infer_with_user_verifier(tmp_path, monkeypatch, backend):
     (tmp_path / "calgrpo_user_checks.py").write_text(VERIFIER_SRC)
     monkeypatch.syspath_prepend(str(tmp_path))
     res = run("cal-grpo", "infer", overrides=["verifier=calgrpo_user_checks:check",
                                               'prompts=["ab", "cd"]', "max_attempt_tokens=3",
-                                              "on_length=verify", "num_generations=2"],
+                                              "on_length=verify", "num_generations=2",
+                                              f"backend={backend}"],
               out=tmp_path / "o", device="cpu", show_progress=False)
     assert res.metrics["ver@1"] == 0.0 and res.metrics["ver@2"] == 1.0
     assert res.metrics["mean_attempts"] == 2.0

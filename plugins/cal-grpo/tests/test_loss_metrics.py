@@ -100,7 +100,7 @@ def test_model_logits_for_prompt_and_feedback_tokens_get_zero_gradient(tok):
         kept["o"] = out
 
     h = model.lm_head.register_forward_hook(keep)
-    logps = sequence_logprobs(model, b.input_ids, b.attention_mask)
+    logps = sequence_logprobs(model, b.input_ids, b.attention_mask, chunk_size=None)
     h.remove()
     mask = b.attempt_index[:, 1:] >= 0
     loss, _ = clipped_pg_loss(logps, logps.detach(), token_advantages(adv, b.attempt_index)[:, 1:],
@@ -149,3 +149,85 @@ def test_constrained_score_is_that_of_the_sampling_distribution(tok, monkeypatch
                                         task.rollout_config(tok))
     tr.step()
     assert seen and all(tuple(s) == arms for s in seen)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_chunked_logprobs_equal_full_forward_without_a_full_logit_block(arch):
+    """Values and parameter gradients equal the one-pass log-probs; the output layer never
+    returns more than ``chunk_size`` positions at once (forward or recomputation)."""
+    from icml_cal_grpo.loss import sequence_logprobs
+
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm(arch, seed=0, hidden_size=32)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 200, (3, 21), generator=g)
+    att = torch.ones_like(ids)
+    att[1, 15:] = 0
+    keep = att[:, 1:] > 0
+    params = list(model.parameters())
+    full = sequence_logprobs(model, ids, att, 0.7, chunk_size=None)
+    g_full = torch.autograd.grad(full[keep].sum(), params)
+    widths = []
+    h = model.lm_head.register_forward_hook(lambda m, a, o: widths.append(o.shape[1]))
+    chunked = sequence_logprobs(model, ids, att, 0.7, chunk_size=6)
+    g_chunk = torch.autograd.grad(chunked[keep].sum(), params)
+    h.remove()
+    assert torch.allclose(full, chunked, atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_full, g_chunk, strict=True))
+    assert max(widths) == 6 and len(widths) == 2 * 4       # 20 positions: 4 chunks, recomputed
+    allowed = (5, 7, 9)
+    assert torch.allclose(sequence_logprobs(model, ids, att, allowed_token_ids=allowed,
+                                            chunk_size=None),
+                          sequence_logprobs(model, ids, att, allowed_token_ids=allowed,
+                                            chunk_size=7), atol=1e-6)
+
+
+def test_k3_kl_value_and_gradient_by_enumeration():
+    """A categorical policy over 6 tokens: E_pi[k3] = KL(pi || ref) and, differentiating
+    through log pi only as the loss does, E_pi[grad k3] = autograd of KL(ref || pi)."""
+    from icml_cal_grpo.loss import kl_k3
+
+    g = torch.Generator().manual_seed(1)
+    theta = torch.randn(6, dtype=torch.float64, generator=g).requires_grad_(True)
+    ref = torch.log_softmax(torch.randn(6, dtype=torch.float64, generator=g), -1)
+    logp = torch.log_softmax(theta, -1)
+    pi = logp.exp().detach()
+    k3 = kl_k3(logp, ref)                                   # one value per sampled token
+    kl_fwd = (pi * (logp.detach() - ref)).sum()
+    assert float((pi * k3).sum().detach()) == pytest.approx(float(kl_fwd), rel=1e-12)
+    (est,) = torch.autograd.grad((pi * k3).sum(), theta)    # sum_a pi(a) grad k3(a)
+    kl_rev = (ref.exp() * (ref - torch.log_softmax(theta, -1))).sum()
+    (exact,) = torch.autograd.grad(kl_rev, theta)
+    assert torch.allclose(est, exact, atol=1e-12)
+    (fwd_grad,) = torch.autograd.grad((torch.softmax(theta, -1) *
+                                       (torch.log_softmax(theta, -1) - ref)).sum(), theta)
+    assert float((est - fwd_grad).norm()) > 1e-3            # it is not grad KL(pi || ref)
+
+
+def test_kl_term_enters_the_loss_gradient():
+    """With zero advantages the loss gradient is beta * (1 - exp(ref - logp)) / n_tokens on
+    unmasked tokens and 0 elsewhere; beta > 0 without ref_logps is an error."""
+    logps, adv, mask = _case()
+    ref = logps.detach() + 0.3 * torch.randn(3, 6, generator=torch.Generator().manual_seed(2))
+    loss, stats = clipped_pg_loss(logps, logps.detach(), torch.zeros_like(adv), mask,
+                                  ref_logps=ref, beta=0.1)
+    loss.backward()
+    m = mask.float()
+    expect = 0.1 * (1 - torch.exp(ref - logps.detach())) * m / m.sum()
+    assert torch.allclose(logps.grad, expect, atol=1e-7) and stats["kl"] > 0
+    with pytest.raises(ValueError, match="ref_logps"):
+        clipped_pg_loss(logps, logps.detach(), adv, mask, beta=0.1)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_loss_num_items_makes_micro_batches_sum_to_the_big_batch(loss_type):
+    logps, adv, mask = _case()
+    ref = logps.detach() - 0.2
+    big, _ = clipped_pg_loss(logps, logps.detach() + 0.05, adv, mask, loss_type=loss_type,
+                             ref_logps=ref, beta=0.05)
+    n_items = {"dapo": float(mask.sum()), "grpo": 3.0, "dr_grpo": 18.0}[loss_type]
+    parts = [clipped_pg_loss(logps[s], logps.detach()[s] + 0.05, adv[s], mask[s],
+                             loss_type=loss_type, ref_logps=ref[s], beta=0.05,
+                             num_items=n_items)[0] for s in (slice(0, 1), slice(1, 3))]
+    assert float(sum(parts)) == pytest.approx(float(big), rel=1e-6)

@@ -67,8 +67,9 @@ def test_spans_prompt_and_feedback_are_masked(model, tok):
 
 
 @pytest.mark.parametrize("with_eos", [False, True])
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_cached_batched_sampling_matches_full_forward(arch, with_eos, tok):
+@pytest.mark.parametrize("arch, backend", [("llama", "cache"), ("qwen2", "cache"),
+                                           ("qwen2", "generate")])
+def test_cached_batched_sampling_matches_full_forward(arch, backend, with_eos, tok):
     """Log-probs recorded while sampling (left-padded prompts, one KV cache across attempts,
     rows of different lengths) equal a full right-padded forward of the final sequences."""
     m = tiny_causal_lm(arch, seed=1, hidden_size=32)
@@ -76,7 +77,8 @@ def test_cached_batched_sampling_matches_full_forward(arch, with_eos, tok):
     if with_eos:   # frequent EOS: attempts of different lengths in one batch
         allowed = tuple(tok("xyz", add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,)
     cfg = MultiAttemptConfig(max_attempts=3, feedback="?!", max_attempt_tokens=4,
-                             temperature=0.7, on_length="verify", allowed_token_ids=allowed)
+                             temperature=0.7, on_length="verify", allowed_token_ids=allowed,
+                             backend=backend)
     calls = iter(range(1000))
     b = multi_attempt_rollout(m, tok, ["a", "longer prompt", "mid"],
                               lambda p, a, e: next(calls) % 3 == 1, cfg,
@@ -154,3 +156,68 @@ def test_bad_inputs(model, tok):
     with pytest.raises(ValueError, match="allowed_token_ids"):
         multi_attempt_rollout(model, tok, ["x"], lambda p, a, e: True,
                               MultiAttemptConfig(allowed_token_ids=(5, 99999)))
+
+
+def test_generate_backend_is_seeded_and_leaves_global_rng_alone(model, tok):
+    cfg = MultiAttemptConfig(max_attempts=3, feedback="?!", max_attempt_tokens=3,
+                             on_length="verify", backend="generate")
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    outs = [multi_attempt_rollout(model, tok, ["a", "bc"], lambda p, a, e: len(a) == 2, cfg,
+                                  num_generations=3,
+                                  generator=torch.Generator().manual_seed(5)) for _ in range(2)]
+    assert torch.equal(torch.rand(1), before)
+    assert outs[0].attempts == outs[1].attempts and torch.equal(outs[0].input_ids,
+                                                                outs[1].input_ids)
+    with pytest.raises(ValueError, match="backend"):
+        MultiAttemptConfig(backend="vllm")
+
+
+def test_chat_qa_task_feedback_turn_verifier_and_splits():
+    from icml_cal_grpo.tasks import ChatQATask
+
+    from icml.models import byte_tokenizer
+
+    tok = byte_tokenizer()
+    with pytest.raises(ValueError, match="chat template"):
+        ChatQATask(tok)
+    tok.chat_template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                         "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}"
+                         "<assistant>{% endif %}")
+    task = ChatQATask(tok)
+    assert task.feedback == "<user>Incorrect. Try again." + tok.eos_token + "<assistant>"
+    train, test = task.prompts("train"), task.prompts("test")
+    assert len(train) == 45 and len(test) == 15 and not set(train) & set(test)
+    q = next(p for p in test if "Germany" in p)
+    assert task(q, "The capital of Germany is Berlin.", [])
+    assert not task(q, "Munich", []) and not task(q, "Berlin or Paris", [])
+    with pytest.raises(KeyError):
+        task("not a prompt", "Berlin", [])
+
+
+@pytest.mark.pretrained
+def test_chat_qa_task_on_the_pretrained_model():
+    """SmolLM2-135M-Instruct: the feedback is a user turn of its chat template, and the
+    training sequences are prompt, attempt (ending in <|im_end|> when it ended), feedback turn,
+    attempt, ...; one LoRA update runs."""
+    from icml_cal_grpo.tasks import ChatQATask
+    from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
+    from peft import LoraConfig, get_peft_model
+
+    from icml.models import load_pretrained
+
+    model, tok = load_pretrained("smollm2-135m-instruct")
+    task = ChatQATask(tok, max_attempt_tokens=4)
+    assert task.feedback == ("\n<|im_start|>user\nIncorrect. Try again.<|im_end|>\n"
+                             "<|im_start|>assistant\n")
+    prompts = task.prompts("test")[:2]
+    b = multi_attempt_rollout(model, tok, prompts, lambda p, a, e: False, task.rollout_config(),
+                              num_generations=2, generator=torch.Generator().manual_seed(0))
+    text = tok.decode(b.input_ids[0][b.attention_mask[0].bool()])
+    assert text.startswith(prompts[0]) and text.count("Incorrect. Try again.") == 2
+    lora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    tr = AttemptGRPOTrainer(lora, tok, task, prompts, AttemptGRPOConfig(num_generations=2),
+                            task.rollout_config())
+    m = tr.step()
+    assert 0.0 <= m["ver@3"] <= 1.0 and m["mean_attempts"] >= 1.0

@@ -94,3 +94,75 @@ def test_estimator_options_train(kw):
     mode = kw.pop("mode")
     c = train_probe_lm(mode, 1, make_model=_make, steps=2, **kw)
     assert len(c.ver) == 2 and all(0 < v < 1 for v in c.ver)
+
+
+def _rollouts(model, tok, n_gen=6):
+    from icml_cal_grpo import attempt_advantages, multi_attempt_rollout, token_advantages
+    from icml_cal_grpo.rollout import MultiAttemptConfig
+
+    calls = iter(range(10_000))
+    cfg = MultiAttemptConfig(max_attempts=3, feedback=" no ", max_attempt_tokens=4,
+                             on_length="verify")
+    b = multi_attempt_rollout(model, tok, ["a: ", "bb: "], lambda p, a, e: next(calls) % 4 == 3,
+                              cfg, num_generations=n_gen,
+                              generator=torch.Generator().manual_seed(0))
+    adv = attempt_advantages(b.rewards, b.reached, group_size=n_gen)
+    return b, token_advantages(adv, b.attempt_index), cfg
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_gradient_accumulation_equals_one_big_batch(loss_type):
+    """One SGD step (lr 1, no clipping) from 1, 3 and 12 micro-batches moves every weight by
+    the same amount, KL term included."""
+    import copy
+
+    m0, tok = _make(0)
+    b, tok_adv, cfg = _rollouts(m0, tok)
+    deltas = []
+    for gas in (1, 3, 12):
+        m = copy.deepcopy(m0)
+        ref = tiny_causal_lm("qwen2", seed=5, hidden_size=32)
+        args = AttemptGRPOConfig(num_generations=6, prompts_per_step=2, loss_type=loss_type,
+                                 beta=0.05, gradient_accumulation_steps=gas, max_grad_norm=0,
+                                 logprob_chunk_size=3)
+        tr = AttemptGRPOTrainer(m, tok, lambda p, a, e: False, ["x"], args, cfg,
+                                optimizer=torch.optim.SGD(m.parameters(), lr=1.0), ref_model=ref)
+        st = tr.update(b.input_ids, b.attention_mask, b.attempt_index, tok_adv)
+        assert st["kl"] > 0
+        deltas.append(torch.cat([(p1 - p0).detach().flatten() for p1, p0 in
+                                 zip(m.parameters(), m0.parameters(), strict=True)]))
+    assert float(deltas[0].abs().max()) > 1e-4
+    for d in deltas[1:]:
+        assert torch.allclose(d, deltas[0], atol=1e-6, rtol=1e-4)
+
+
+def test_kl_reference_defaults_frozen_copy_or_lora_base():
+    """beta > 0: the reference is a frozen copy (KL 0 on the first update) or, for a LoRA model,
+    the model with its adapters off (the same log-probs as the base model)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    m, tok = _make(0)
+    b, tok_adv, cfg = _rollouts(m, tok, n_gen=4)
+    args = AttemptGRPOConfig(num_generations=4, prompts_per_step=2, beta=0.1,
+                             learning_rate=1e-2)
+    tr = AttemptGRPOTrainer(m, tok, lambda p, a, e: False, ["x"], args, cfg)
+    assert tr.ref_model is not None and not any(p.requires_grad
+                                                for p in tr.ref_model.parameters())
+    assert tr.update(b.input_ids, b.attention_mask, b.attempt_index, tok_adv)["kl"] == 0.0
+    assert tr.update(b.input_ids, b.attention_mask, b.attempt_index, tok_adv)["kl"] > 0.0
+    base = copy.deepcopy(_make(1)[0])
+    lora = get_peft_model(copy.deepcopy(base), LoraConfig(r=4, target_modules=["q_proj",
+                                                                                "v_proj"]))
+    tr = AttemptGRPOTrainer(lora, tok, lambda p, a, e: False, ["x"], args, cfg)
+    assert tr.ref_model is None and tr._ref_is_adapter_off
+    for _ in range(2):
+        tr.update(b.input_ids, b.attention_mask, b.attempt_index, tok_adv)
+    from icml_cal_grpo.loss import sequence_logprobs
+
+    with torch.no_grad():
+        want = sequence_logprobs(base, b.input_ids, b.attention_mask)
+        pol = sequence_logprobs(lora, b.input_ids, b.attention_mask)
+    assert torch.allclose(tr._ref_logps(b.input_ids, b.attention_mask), want, atol=1e-6)
+    assert float((pol - want).abs().max()) > 1e-4            # the adapter did train

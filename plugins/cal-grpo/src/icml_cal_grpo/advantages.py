@@ -140,7 +140,9 @@ def attempt_advantages(rewards: Any, reached: Any = None, *, group_size: int, mo
         lam: for ``"td"``, weight of the Monte Carlo return ``R_i`` (1 = unbiased CAL).
         scale: ``"none"`` (default), ``"group"`` (divide by the std of ``R`` in the group, TRL's
             ``scale_rewards="group"``), ``"batch"`` (std over the whole batch) or ``"position"``
-            (std of the target among the group's rollouts that reached attempt ``k``).
+            (std of the target among the group's rollouts that reached attempt ``k``). For
+            ``"naive"``/``"td"``, whose target is per attempt, ``"group"``/``"batch"`` use the
+            std of that target over the active attempts of the group / batch.
         baseline: ``"loo"`` (leave-one-out, unbiased; default) or ``"mean"`` (includes the
             rollout itself, as TRL does; a ``(n-1)/n`` shrink of the ``"loo"`` advantage).
         values: for ``"td"``, optional ``[N, K]`` estimates of ``V[k + 1]``, the probability of
@@ -211,7 +213,21 @@ def attempt_advantages(rewards: Any, reached: Any = None, *, group_size: int, mo
         base = cal_b
 
     adv = (target - base) * a3
-    if scale == "group":
+    if scale in ("group", "batch") and mode in ("naive", "td"):
+        # these estimators' target is per attempt: scale by the std of their own target over
+        # the active attempts (of the group, or the batch); std(R) would be 0 in groups where
+        # every R agrees while the per-attempt targets differ
+        if scale == "group":
+            cnt = a3.sum(dim=(1, 2), keepdim=True)
+            mean = (target * a3).sum(dim=(1, 2), keepdim=True) / cnt.clamp(min=1)
+            var = (((target - mean) * a3) ** 2).sum(dim=(1, 2), keepdim=True) / \
+                (cnt - 1).clamp(min=1)
+        else:
+            cnt = a3.sum()
+            mean = (target * a3).sum() / cnt.clamp(min=1)
+            var = (((target - mean) * a3) ** 2).sum() / (cnt - 1).clamp(min=1)
+        adv = adv / (var.sqrt() + eps)
+    elif scale == "group":
         adv = adv / (big_r.view(n // g, g).std(dim=1).view(-1, 1, 1).nan_to_num(0.0) + eps)
     elif scale == "batch":
         sd = big_r.std() if n > 1 else torch.zeros((), dtype=dt)

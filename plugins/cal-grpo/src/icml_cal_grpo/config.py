@@ -37,8 +37,10 @@ class TrainConfig:
     target: float = option(0.85, help="Ver@K target for steps-to-target", gt=0, le=1)
     p_guess: float = option(0.3, help="probe task: success prob. of the guess arm", ge=0, le=1)
     p_exploit: float = option(0.9, help="probe task: exploit success after a probe", ge=0, le=1)
-    estimator_groups: int = option(4000, help="Monte Carlo groups (G=8) for the estimator "
-                                   "variance table; 0 skips the table", ge=0)
+    estimator_groups: int = option(4000, help="0 skips the estimator table; any other value "
+                                   "computes it (bias and variance exact by enumeration at "
+                                   "G = num_generations; the value is no longer a sample "
+                                   "count)", ge=0)
     save_model: bool = option(False, help="save the last CAL-trained model to the run folder")
 
     def __post_init__(self) -> None:
@@ -60,6 +62,9 @@ class InferConfig:
     on_length: str = option("fail", help="an attempt cut by the limit: fail or verify",
                             choices=("fail", "verify"))
     temperature: float = option(1.0, help="sampling temperature", gt=0)
+    backend: str = option("cache", help="rollout sampler: cache (ours, one KV cache across "
+                          "attempts) or generate (transformers generate per attempt)",
+                          choices=("cache", "generate"))
 
 
 @dataclass

@@ -8,11 +8,50 @@ from typing import Any
 LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
+def _backbone_and_head(model: Any) -> tuple[Any, Any] | None:
+    """``(decoder, lm_head)`` when the logits are exactly ``lm_head(decoder(...))`` (no logit
+    soft-capping or scaling), else ``None``. Works through PEFT wrappers (LoRA layers are
+    injected in place)."""
+    cfg = getattr(model, "config", None)
+    for attr in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
+        if getattr(cfg, attr, None) not in (None, 1, 1.0):
+            return None
+    try:
+        dec, head = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
+    if dec is None or head is None or dec is model:
+        return None
+    return dec, head
+
+
+def _chunk_logps(head: Any, hidden: Any, targets: Any, temperature: float,
+                 allowed: Any) -> Any:
+    import torch
+
+    logits = head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    tok = torch.gather(logits, 2, targets[:, :, None]).squeeze(2) - logits.logsumexp(dim=-1)
+    if allowed is not None:
+        tok = tok.masked_fill(~allowed[targets], 0.0)
+    return tok
+
+
 def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
                       temperature: float = 1.0,
-                      allowed_token_ids: Sequence[int] | None = None) -> Any:
+                      allowed_token_ids: Sequence[int] | None = None,
+                      chunk_size: int | None = 64) -> Any:
     """``log p(token_t | tokens_<t)`` for ``t = 1..L-1`` of right-padded sequences: ``[N, L-1]``
     (float32). Position ids follow the attention mask.
+
+    The ``[N, L, V]`` logits are never materialised in fp32: the decoder's hidden states go
+    through the output layer ``chunk_size`` positions at a time (each chunk recomputed in the
+    backward pass by activation checkpointing when gradients are on), so the peak is one
+    ``[N, chunk_size, V]`` fp32 block. ``chunk_size=None`` (or a model whose logits are not
+    ``lm_head(hidden)``, e.g. with soft-capping) uses one full forward.
 
     ``allowed_token_ids``: the rollout's constrained decoding set
     (:attr:`MultiAttemptConfig.allowed_token_ids`). The log-probs are then those of the
@@ -20,29 +59,58 @@ def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
     the score ``grad log p`` is that of the acting policy (the full-vocabulary score adds
     ``grad log P(allowed)``, a bias). Tokens outside the set get 0 (mask them from the loss)."""
     import torch
+    from torch.utils.checkpoint import checkpoint
 
     pos = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=pos).logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
     targets = input_ids[:, 1:]
-    if allowed_token_ids is None:
-        logp = torch.log_softmax(logits, dim=-1)
-        return torch.gather(logp, 2, targets[:, :, None]).squeeze(2)
-    ids = torch.as_tensor(list(allowed_token_ids), dtype=torch.long, device=logits.device)
-    if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= logits.shape[-1]:
-        raise ValueError(f"allowed_token_ids must be non-empty ids in [0, {logits.shape[-1]})")
-    allowed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
-    allowed[ids] = True
-    logp = torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
-    tok = torch.gather(logp, 2, targets[:, :, None]).squeeze(2)
-    return tok.masked_fill(~allowed[targets], 0.0)
+    parts = _backbone_and_head(model) if chunk_size else None
+    if parts is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                       position_ids=pos).logits[:, :-1]
+        vocab = logits.shape[-1]
+    else:
+        dec, head = parts
+        hidden = dec(input_ids=input_ids, attention_mask=attention_mask,
+                     position_ids=pos).last_hidden_state[:, :-1]
+        vocab = head.weight.shape[0] if hasattr(head, "weight") else None
+    allowed = None
+    if allowed_token_ids is not None:
+        ids = torch.as_tensor(list(allowed_token_ids), dtype=torch.long,
+                              device=input_ids.device)
+        if vocab is None:
+            vocab = int(model.config.vocab_size)
+        if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            raise ValueError(f"allowed_token_ids must be non-empty ids in [0, {vocab})")
+        allowed = torch.zeros(vocab, dtype=torch.bool, device=input_ids.device)
+        allowed[ids] = True
+    if parts is None:
+        return _chunk_logps(lambda x: x, logits, targets, temperature, allowed)
+    out = []
+    for s in range(0, hidden.shape[1], int(chunk_size)):
+        h, t = hidden[:, s:s + int(chunk_size)], targets[:, s:s + int(chunk_size)]
+        if torch.is_grad_enabled() and h.requires_grad:
+            out.append(checkpoint(_chunk_logps, head, h, t, temperature, allowed,
+                                  use_reentrant=False))
+        else:
+            out.append(_chunk_logps(head, h, t, temperature, allowed))
+    return torch.cat(out, dim=1)
+
+
+def kl_k3(logps: Any, ref_logps: Any) -> Any:
+    """Per-token k3 estimate of ``KL(pi || ref)`` at tokens sampled from ``pi`` (Schulman's
+    estimator, as TRL/DeepSeekMath): ``exp(ref - logp) - (ref - logp) - 1 >= 0``. Its mean
+    under ``pi`` is ``KL(pi || ref)``; differentiated through ``logp`` only (the samples held
+    fixed), its mean gradient is ``grad KL(ref || pi)`` (both tested by enumeration)."""
+    import torch
+
+    d = ref_logps.detach() - logps
+    return torch.exp(d) - d - 1.0
 
 
 def clipped_pg_loss(logps: Any, old_logps: Any, advantages: Any, mask: Any, *,
                     epsilon: float = 0.2, epsilon_high: float | None = None,
-                    loss_type: str = "dapo") -> tuple[Any, dict[str, float]]:
+                    loss_type: str = "dapo", ref_logps: Any = None, beta: float = 0.0,
+                    num_items: float | None = None) -> tuple[Any, dict[str, float]]:
     """PPO-clip token loss ``-min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A)``.
 
     ``logps``/``old_logps``/``advantages``/``mask`` are ``[N, T]`` (token advantages from
@@ -50,6 +118,14 @@ def clipped_pg_loss(logps: Any, old_logps: Any, advantages: Any, mask: Any, *,
     prompt, feedback and padding). Aggregation: ``"grpo"`` (mean per sequence, then over
     sequences), ``"bnpo"``/``"dapo"`` (mean over all unmasked tokens), ``"dr_grpo"`` (sum over
     tokens / (N * T)). Masked tokens get exactly zero gradient.
+
+    ``beta > 0`` adds ``beta * kl_k3(logps, ref_logps)`` to every token's loss (KL to a frozen
+    reference; ``ref_logps`` ``[N, T]``), aggregated like the policy term.
+
+    ``num_items`` (gradient accumulation): the whole batch's normaliser, so that the losses of
+    micro-batches *sum* to the big batch's loss: its number of unmasked tokens
+    (``bnpo``/``dapo``), of sequences (``grpo``) or ``N * T`` (``dr_grpo``; ``T`` is the big
+    batch's width). ``None``: this batch's own.
     """
     import torch
 
@@ -68,14 +144,28 @@ def clipped_pg_loss(logps: Any, old_logps: Any, advantages: Any, mask: Any, *,
     adv = advantages.to(logps.dtype).detach()
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_hi) * adv
-    per_tok = -torch.minimum(unclipped, clipped) * m
+    per_tok = -torch.minimum(unclipped, clipped)
+    kl = None
+    if beta:
+        if ref_logps is None or ref_logps.shape != logps.shape:
+            raise ValueError("beta > 0 needs ref_logps of the same shape as logps (the frozen "
+                             "reference model's log-probs of the same tokens)")
+        kl = kl_k3(logps, torch.where(m > 0, ref_logps, logps.detach()))
+        per_tok = per_tok + beta * kl
+    per_tok = per_tok * m
     if loss_type == "grpo":
-        loss = (per_tok.sum(dim=1) / m.sum(dim=1).clamp(min=1)).mean()
+        den = per_tok.shape[0] if num_items is None else num_items
+        loss = (per_tok.sum(dim=1) / m.sum(dim=1).clamp(min=1)).sum() / den
     elif loss_type in ("bnpo", "dapo"):
-        loss = per_tok.sum() / m.sum().clamp(min=1)
+        den = m.sum().clamp(min=1) if num_items is None else num_items
+        loss = per_tok.sum() / den
     else:
-        loss = per_tok.sum() / (per_tok.shape[0] * per_tok.shape[1])
+        den = per_tok.shape[0] * per_tok.shape[1] if num_items is None else num_items
+        loss = per_tok.sum() / den
     with torch.no_grad():
         was_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + eps_hi) & (adv > 0))
         frac = float((was_clipped.to(m.dtype) * m).sum() / m.sum().clamp(min=1))
-    return loss, {"clip_fraction": frac}
+        stats = {"clip_fraction": frac}
+        if kl is not None:
+            stats["kl"] = float((kl * m).sum() / m.sum().clamp(min=1))
+    return loss, stats

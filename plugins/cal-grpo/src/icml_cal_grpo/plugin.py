@@ -92,8 +92,8 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
                                    seed=ctx.seed)
         tables.append(icml.Table(
             f"Estimators at the uniform policy (tabular probe env, K={config.max_attempts}; "
-            f"bias exact, variance over {config.estimator_groups} groups of "
-            f"{config.num_generations})",
+            f"bias and variance exact by enumeration, groups of {config.num_generations}, "
+            "no std scaling, leave-one-out baselines)",
             ["estimator", "relative bias", "cosine to grad J", "variance",
              "variance / trajectory", "variance / |E g|^2"],
             [[r["estimator"], r["rel_bias"], r["cosine"], r["variance"], r["var_ratio"],
@@ -181,6 +181,7 @@ def _rollout_setup(ctx: icml.RunContext, config: Any) -> tuple[Any, Any, Any, An
         prompts = list(config.prompts)
     if config.feedback and task is not None:
         rc.feedback = config.feedback
+    rc.backend = config.backend
     gen = torch.Generator(device=ctx.torch_device()).manual_seed(ctx.seed)
     return model, tok, verifier, (rc, gen, task), prompts
 

@@ -39,6 +39,7 @@ class MultiAttemptConfig:
     top_k: int = 0
     allowed_token_ids: tuple[int, ...] | None = None  # constrained decoding; add EOS to end
     add_special_tokens: bool = True
+    backend: str = "cache"   # "cache": our sampler, one KV cache across attempts; "generate"
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
@@ -50,6 +51,10 @@ class MultiAttemptConfig:
                              "cut by max_attempt_tokens counts as failed) or 'verify'")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.backend not in ("cache", "generate"):
+            raise ValueError(f"backend {self.backend!r} is not known: use 'cache' (our sampler "
+                             "with one KV cache across attempts) or 'generate' (transformers "
+                             "generate, one call per attempt)")
 
 
 @dataclass
@@ -106,10 +111,25 @@ def _cache_kwarg(model: Any) -> str:
     import inspect
 
     try:
-        params = inspect.signature(model.forward).parameters
+        params = inspect.signature(_inner(model).forward).parameters
     except (TypeError, ValueError):
         return "past_key_values"
     return "cache" if "cache" in params else "past_key_values"
+
+
+def _inner(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper (which passes keyword arguments through)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def _accepts(model: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(_inner(model).forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _get_cache(out: Any) -> Any:
@@ -130,6 +150,7 @@ class _CachedContexts:
         self.model, self.pad_id = model, pad_id
         self.device = next(model.parameters()).device
         self.cache_kw = _cache_kwarg(model)
+        self.keep_last = _accepts(model, "logits_to_keep")
         self.cache: Any = None
         self.live = list(range(len(prompts)))          # row id at each cache batch position
         self.index = {r: i for i, r in enumerate(self.live)}
@@ -157,6 +178,8 @@ class _CachedContexts:
             self.pending[r] = []
         self.mask = torch.cat([self.mask, blk.to(self.device)], dim=1)
         kw = {self.cache_kw: self.cache} if self.cache is not None else {}
+        if self.keep_last:
+            kw["logits_to_keep"] = 1                     # no [n, m, V] block on prefill
         out = self.model(input_ids=ids.to(self.device), attention_mask=self.mask,
                          position_ids=pos.to(self.device), use_cache=True, **kw)
         self.cache = _get_cache(out)
@@ -204,6 +227,54 @@ def _generate_attempt(state: _CachedContexts, rows: list[int], cfg: MultiAttempt
             break
     return ([tokens[r] for r in rows], [tokens[r][-1] in eos_ids for r in rows],
             [lps[r] for r in rows])
+
+
+def _generate_attempt_hf(model: Any, contexts: list[list[int]], cfg: MultiAttemptConfig,
+                         eos_ids: set[int], pad_id: int, allowed: Any,
+                         generator: Any) -> tuple[list[list[int]], list[bool], list[list[float]]]:
+    """One attempt for each context through ``model.generate`` (left-padded batch, explicit
+    sampling settings so the model's own generation_config cannot change them). The RNG stream
+    is seeded from ``generator``, inside ``fork_rng`` so the global one is left alone."""
+    import torch
+    from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+    dev = next(model.parameters()).device
+    width = max(len(c) for c in contexts)
+    ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, c in enumerate(contexts):
+        ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
+        att[i, width - len(c):] = 1
+    gcfg = GenerationConfig(do_sample=True, temperature=cfg.temperature, top_k=cfg.top_k or None,
+                            top_p=1.0, max_new_tokens=cfg.max_attempt_tokens,
+                            eos_token_id=sorted(eos_ids), pad_token_id=pad_id,
+                            return_dict_in_generate=True, output_logits=True)
+    procs = LogitsProcessorList()
+    if allowed is not None:
+        class _Allowed(LogitsProcessor):
+            def __call__(self, input_ids: Any, scores: Any) -> Any:
+                return scores + allowed.to(scores.dtype)
+
+        procs.append(_Allowed())
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)) \
+        if generator is not None else int(torch.randint(0, 2**62, (1,)))
+    devices = [dev] if dev.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        out = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev),
+                             generation_config=gcfg, logits_processor=procs)
+    new = out.sequences[:, width:]
+    logits = torch.stack(out.logits, dim=1).float() / cfg.temperature         # [n, T, V]
+    lp_all = torch.log_softmax(logits, dim=-1).gather(2, new[:, :, None]).squeeze(2)
+    toks, ended, lps = [], [], []
+    for i in range(new.shape[0]):
+        row = new[i].tolist()
+        end = next((j for j, t in enumerate(row) if t in eos_ids), None)
+        cut = len(row) if end is None else end + 1
+        toks.append(row[:cut])
+        ended.append(end is not None)
+        lps.append(lp_all[i, :cut].tolist())
+    return toks, ended, lps
 
 
 def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
@@ -274,13 +345,19 @@ def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
     was_training = model.training
     model.eval()
     state = _CachedContexts(model, [prompt_ids[row_prompt[r]] for r in range(n)], pad_id)
+    contexts = [list(prompt_ids[row_prompt[r]]) for r in range(n)]   # for backend="generate"
     try:
         for k in range(k_max):
             if not running:
                 break
             with torch.no_grad():
-                toks, ended, lps = _generate_attempt(state, running, cfg, eos_ids, allowed,
-                                                     generator)
+                if cfg.backend == "generate":
+                    toks, ended, lps = _generate_attempt_hf(
+                        model, [contexts[r] for r in running], cfg, eos_ids, pad_id, allowed,
+                        generator)
+                else:
+                    toks, ended, lps = _generate_attempt(state, running, cfg, eos_ids, allowed,
+                                                         generator)
             still = []
             for j, r in enumerate(running):
                 body = [t for t in toks[j] if t not in eos_ids]
@@ -313,8 +390,10 @@ def multi_attempt_rollout(model: Any, tokenizer: Any, prompts: Sequence[str],
                     state.pending[r] = []
                 else:
                     state.pending[r] = state.pending[r] + fb_ids
+                    contexts[r] = contexts[r] + list(toks[j]) + fb_ids
                     still.append(r)
-            state.drop([r for r in running if r not in set(still)])
+            if cfg.backend == "cache":
+                state.drop([r for r in running if r not in set(still)])
             running = still
     finally:
         model.train(was_training)

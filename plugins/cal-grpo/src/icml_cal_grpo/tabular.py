@@ -211,6 +211,97 @@ def expected_estimator(logits: Any, tr: Trajectories, group_size: int,
     return mean.reshape(logits.shape), var
 
 
+def _compositions(n: int, m: int) -> list[tuple[int, ...]]:
+    """Every way to put ``n`` identical items into ``m`` bins (count vectors)."""
+    out = []
+    for combo in itertools.combinations_with_replacement(range(m), n):
+        c = [0] * m
+        for t in combo:
+            c[t] += 1
+        out.append(tuple(c))
+    return out
+
+
+def exact_estimator_moments(logits: Any, tr: Trajectories, group_size: int,
+                            weights: Callable[[Any, Any, int], Any] | None = None,
+                            **adv_kwargs: Any) -> tuple[Any, Any]:
+    """Exact mean and total variance of the group estimate (as :func:`expected_estimator`) at
+    any group size, by enumeration over *outcome types* instead of whole groups.
+
+    A rollout's advantages depend on the other rollouts only through their verdict rows
+    ``(rewards, reached)``, of which there are few (``K + 1`` with stop-at-first-success). By
+    exchangeability ``E g = E f_1`` and ``E||g||^2 = E||f_1||^2 / G + (G-1)/G E<f_1, f_2>`` with
+    ``f_i = sum_k A[i, k] grad log pi(a_{i,k})``; the others enter through multinomial counts
+    of types, so the cost is ``types^2 * C(G + types - 3, types - 1)`` advantage rows.
+    """
+    import math
+
+    import torch
+
+    k_max = tr.rewards.shape[1]
+    probs = torch.exp(trajectory_logprob(logits.detach(), tr)) * tr.env_prob    # [M]
+    key = torch.cat([tr.rewards, tr.reached.to(tr.rewards.dtype)], dim=1)
+    uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+    n_types = uniq.shape[0]
+    t_rew, t_reach = uniq[:, :k_max], uniq[:, k_max:] > 0.5
+    p_type = torch.zeros(n_types, dtype=probs.dtype).index_add_(0, inv, probs)
+    sc = score_vectors(logits, tr)                                               # [M, K, D]
+    onehot = torch.nn.functional.one_hot(inv, n_types).to(probs.dtype) * probs[:, None]
+    big_s = torch.einsum("mt,mkd->tkd", onehot, sc)                             # E[1{t} s_k]
+    big_q = torch.einsum("mt,mkd,mjd->tkj", onehot, sc, sc)                      # E[1{t} s_k.s_j]
+
+    def adv_for(groups: list[list[int]]) -> Any:
+        idx = torch.tensor([t for grp in groups for t in grp], dtype=torch.long)
+        r, re = t_rew[idx], t_reach[idx]
+        if weights is None:
+            a = attempt_advantages(r, re, group_size=group_size, **adv_kwargs)
+        else:
+            a = weights(r, re, group_size)
+        return a.to(probs.dtype).view(len(groups), group_size, k_max) * \
+            re.view(len(groups), group_size, k_max).to(probs.dtype)
+
+    def comp_prob(c: tuple[int, ...]) -> float:
+        n = sum(c)
+        coef = math.factorial(n)
+        for x in c:
+            coef //= math.factorial(x)
+        return coef * float(torch.prod(p_type ** torch.tensor(c, dtype=probs.dtype)))
+
+    def expand(c: tuple[int, ...]) -> list[int]:
+        return [t for t, x in enumerate(c) for _ in range(x)]
+
+    comps1 = _compositions(group_size - 1, n_types)
+    groups, meta = [], []
+    for t1 in range(n_types):
+        for c in comps1:
+            groups.append([t1] + expand(c))
+            meta.append((t1, comp_prob(c)))
+    a = adv_for(groups)[:, 0]                                                   # [C, K]
+    t1s = torch.tensor([m[0] for m in meta])
+    w = torch.tensor([m[1] for m in meta], dtype=probs.dtype)
+    mean = torch.einsum("c,ck,ckd->d", w, a, big_s[t1s])
+    sq1 = torch.einsum("c,ck,cj,ckj->", w, a, a, big_q[t1s])
+    cross = torch.zeros((), dtype=probs.dtype)
+    if group_size > 1:
+        comps2 = _compositions(group_size - 2, n_types)
+        groups, meta = [], []
+        for t1 in range(n_types):
+            for t2 in range(n_types):
+                for c in comps2:
+                    groups.append([t1, t2] + expand(c))
+                    meta.append((t1, t2, comp_prob(c)))
+        a2 = adv_for(groups)
+        t1s = torch.tensor([m[0] for m in meta])
+        t2s = torch.tensor([m[1] for m in meta])
+        w = torch.tensor([m[2] for m in meta], dtype=probs.dtype)
+        u = torch.einsum("ck,ckd->cd", a2[:, 0], big_s[t1s])
+        v = torch.einsum("ck,ckd->cd", a2[:, 1], big_s[t2s])
+        cross = (w * (u * v).sum(dim=1)).sum()
+    g = group_size
+    second = sq1 / g + (g - 1) / g * cross
+    return mean.reshape(logits.shape), second - (mean * mean).sum()
+
+
 def sample_trajectories(logits: Any, env: TabularEnv, tr: Trajectories, n: int,
                         generator: Any = None) -> Any:
     """Indices of ``n`` trajectories sampled from the policy (by exact trajectory probability)."""
@@ -236,9 +327,9 @@ def monte_carlo_estimator(logits: Any, env: TabularEnv, tr: Trajectories, group_
 
 def train_tabular(env: TabularEnv, mode: str, *, max_attempts: int = 3, group_size: int = 8,
                   steps: int = 200, lr: float = 0.5, seed: int = 0, shared: bool = False,
-                  **adv_kwargs: Any) -> list[float]:
+                  keep: list[Any] | None = None, **adv_kwargs: Any) -> list[float]:
     """Plain policy-gradient ascent of a tabular policy with the chosen estimator; returns the
-    exact Verification@K after each step."""
+    exact Verification@K after each step (``keep``: a list that receives the final logits)."""
     import torch
 
     tr = enumerate_trajectories(env, max_attempts, shared)
@@ -252,4 +343,6 @@ def train_tabular(env: TabularEnv, mode: str, *, max_attempts: int = 3, group_si
         g = group_gradients(logits, tr, idx, adv, group_size)[0]
         logits = logits + lr * g.reshape(logits.shape)
         curve.append(float(exact_objective(logits, tr)))
+    if keep is not None:
+        keep.append(logits)
     return curve

@@ -88,3 +88,96 @@ class ProbeTask:
         import torch
 
         return float(torch.softmax(self.policy_logits(model, tokenizer)[0], -1)[1])
+
+
+CAPITALS = (
+    ("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Germany", "Berlin"),
+    ("Spain", "Madrid"), ("Egypt", "Cairo"), ("Russia", "Moscow"), ("China", "Beijing"),
+    ("England", "London"), ("Greece", "Athens"), ("Portugal", "Lisbon"), ("Austria", "Vienna"),
+    ("Norway", "Oslo"), ("Sweden", "Stockholm"), ("Finland", "Helsinki"),
+    ("Denmark", "Copenhagen"), ("Ireland", "Dublin"), ("Poland", "Warsaw"),
+    ("Hungary", "Budapest"), ("Belgium", "Brussels"), ("the Netherlands", "Amsterdam"),
+    ("Switzerland", "Bern"), ("Turkey", "Ankara"), ("India", "New Delhi"),
+    ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"), ("South Korea", "Seoul"),
+    ("Indonesia", "Jakarta"), ("the Philippines", "Manila"), ("Australia", "Canberra"),
+    ("Canada", "Ottawa"), ("Mexico", "Mexico City"), ("Brazil", "Brasilia"),
+    ("Argentina", "Buenos Aires"), ("Peru", "Lima"), ("Chile", "Santiago"),
+    ("Colombia", "Bogota"), ("Kenya", "Nairobi"), ("Nigeria", "Abuja"), ("Morocco", "Rabat"),
+    ("Iran", "Tehran"), ("Iraq", "Baghdad"), ("Saudi Arabia", "Riyadh"), ("Israel", "Jerusalem"),
+    ("Pakistan", "Islamabad"), ("Afghanistan", "Kabul"), ("Cuba", "Havana"),
+    ("Ukraine", "Kyiv"), ("the Czech Republic", "Prague"), ("Romania", "Bucharest"),
+    ("Bulgaria", "Sofia"), ("Serbia", "Belgrade"), ("Croatia", "Zagreb"), ("Iceland", "Reykjavik"),
+    ("New Zealand", "Wellington"), ("South Africa", "Pretoria"), ("Ethiopia", "Addis Ababa"),
+    ("Venezuela", "Caracas"), ("Malaysia", "Kuala Lumpur"), ("Syria", "Damascus"),
+)
+
+
+class ChatQATask:
+    """Short factual questions for a chat model, with verifier feedback between attempts.
+
+    Each item is ``(question, answer)``. An attempt passes when it names the answer and no
+    other item's answer (listing several candidates fails). After a failure the context gets
+    the feedback as a user turn of the model's own chat template (``Incorrect. Try again.``), so
+    the model sees its earlier answers. The default items are the capitals of 60 countries;
+    ``split="train"``/``"test"`` are disjoint (every fourth item is held out).
+    """
+
+    def __init__(self, tokenizer: Any, items: Any = None, *, max_attempts: int = 3,
+                 feedback: str = "Incorrect. Try again.", system: str = "Answer briefly.",
+                 max_attempt_tokens: int = 10, temperature: float = 1.0) -> None:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("ChatQATask needs a tokenizer with a chat template (an instruct "
+                             "model); use ProbeTask for a bare LM")
+        if items is None:
+            items = [(f"What is the capital of {c}?", a) for c, a in CAPITALS]
+        self.items = [(str(q), str(a)) for q, a in items]
+        if len(self.items) < 4:
+            raise ValueError("ChatQATask needs at least 4 (question, answer) items")
+        self.tokenizer = tokenizer
+        self.max_attempts = max_attempts
+        self.system = system
+        self.max_attempt_tokens = max_attempt_tokens
+        self.temperature = temperature
+        mark = "\u2063ANSWER\u2063"
+        conv = self._messages("Q") + [{"role": "assistant", "content": mark},
+                                      {"role": "user", "content": feedback}]
+        text = tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+        fb = text[text.index(mark) + len(mark):]
+        eos = tokenizer.eos_token or ""
+        if eos and fb.startswith(eos):
+            fb = fb[len(eos):]          # the attempt's own EOS token already closes its turn
+        self.feedback = fb
+        self.answers: dict[str, str] = {}
+        self._all = {a.lower() for _, a in self.items}
+
+    def _messages(self, question: str) -> list[dict[str, str]]:
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        return msgs + [{"role": "user", "content": question}]
+
+    def prompts(self, split: str = "train") -> list[str]:
+        """The chat-formatted questions of ``split`` (``"train"``, ``"test"`` or ``"all"``)."""
+        if split not in ("train", "test", "all"):
+            raise ValueError(f"split {split!r}: use 'train', 'test' or 'all'")
+        out = []
+        for i, (q, a) in enumerate(self.items):
+            held = i % 4 == 3
+            if split == "all" or held == (split == "test"):
+                text = self.tokenizer.apply_chat_template(self._messages(q), tokenize=False,
+                                                          add_generation_prompt=True)
+                self.answers[text] = a
+                out.append(text)
+        return out
+
+    def __call__(self, prompt: str, attempt: str, earlier: list[str]) -> bool:
+        if prompt not in self.answers:
+            raise KeyError("prompt not made by this task's prompts(): call prompts() first")
+        text = attempt.lower()
+        want = self.answers[prompt].lower()
+        named = {a for a in self._all if a in text and not (a in want and a != want)}
+        return want in text and named <= {want}
+
+    def rollout_config(self, backend: str = "cache") -> MultiAttemptConfig:
+        return MultiAttemptConfig(max_attempts=self.max_attempts, feedback=self.feedback,
+                                  max_attempt_tokens=self.max_attempt_tokens,
+                                  on_length="verify", temperature=self.temperature,
+                                  add_special_tokens=False, backend=backend)

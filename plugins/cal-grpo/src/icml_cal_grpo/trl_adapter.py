@@ -12,8 +12,20 @@ one completion different advantages. Two pieces close the gap:
   :func:`~icml_cal_grpo.advantages.attempt_advantages` (TRL's loss accepts that shape). The
   clipped loss, KL, ``loss_type`` and the rest of TRL stay as configured.
 
-This overrides a private TRL method, whose behaviour drifts between releases; the ``trl`` extra
-pins ``trl>=1.16,<1.17``. Single process only (groups must not straddle processes).
+Which TRL surface is used, and why. Generation goes through the public ``rollout_func``
+argument, the verdict through a public reward function, feedback masking through the
+``rollout_func`` contract's ``env_mask``. One private method is overridden:
+``_generate_and_score_completions``, and only to replace one entry of its output
+(``"advantages"``) after calling it unchanged. It is the only place where a whole generation
+batch is visible: TRL gathers rewards across processes there, and right after it shuffles the
+batch and splits it into micro-batches, so the public ``compute_loss`` never sees a whole group,
+which CAL's baseline needs. TRL's ``_compute_loss`` accepts ``[B, T]`` advantages from
+subclasses (its comment says so). Across processes the attempt verdicts are gathered with
+``accelerator.gather`` (TRL's group layout: the process-ordered concatenation holds whole groups)
+and each process keeps its own rows. The ``trl`` extra pins ``trl>=1.16,<1.17``.
+
+Defaults are CAL's own, not TRL's: no std scaling (``cal_scale="none"``) and a leave-one-out
+baseline, whatever ``GRPOConfig.scale_rewards`` says (TRL's own scalar advantages are discarded).
 """
 
 from __future__ import annotations
@@ -51,7 +63,9 @@ def make_rollout_func(verifier: Verifier, config: MultiAttemptConfig | None = No
         tok = trainer.processing_class
         dev = next(model.parameters()).device
         if "gen" not in state:
-            state["gen"] = torch.Generator(device=dev).manual_seed(seed)
+            # one stream per process, or a group split across processes repeats its samples
+            rank = trainer.accelerator.process_index
+            state["gen"] = torch.Generator(device=dev).manual_seed(seed + 1_000_003 * rank)
         batch = multi_attempt_rollout(model, tok, prompts, verifier, cfg, num_generations=1,
                                       generator=state["gen"])
         prompt_ids, completion_ids, env_mask, logprobs, spans, verdicts = [], [], [], [], [], []
@@ -71,8 +85,11 @@ def make_rollout_func(verifier: Verifier, config: MultiAttemptConfig | None = No
                 row_spans.append((pos[0], pos[-1] + 1) if pos else (0, 0))
             spans.append(row_spans)
             verdicts.append(batch.rewards[i, :len(batch.attempt_ids[i])].tolist())
+        state["last"] = (verdicts, spans)     # read by CALGRPOTrainer for these same rows
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs,
                 "env_mask": env_mask, "attempt_rewards": verdicts, "attempt_spans": spans}
+
+    rollout_func.state = state  # type: ignore[attr-defined]
 
     return rollout_func
 
@@ -92,51 +109,65 @@ class CALGRPOTrainer(GRPOTrainer):
 
     Extra arguments: ``verifier(prompt, attempt, earlier) -> bool``, ``rollout_config``
     (:class:`MultiAttemptConfig`), ``cal_mode`` (``"cal"``, ``"trajectory"``, ``"naive"``,
-    ``"td"``), ``cal_lam``, ``cal_baseline`` (``"loo"``/``"mean"``) and ``cal_scale`` (default:
-    ``args.scale_rewards``). ``reward_funcs`` defaults to :func:`verification_reward_func`.
+    ``"td"``), ``cal_lam``, ``cal_baseline`` (``"loo"`` default, ``"mean"`` as TRL) and
+    ``cal_scale`` (``"none"`` default; ``"group"``/``"batch"``/``"position"``). TRL's
+    ``scale_rewards`` has no effect on the advantages used (they are replaced).
+    ``reward_funcs`` defaults to :func:`verification_reward_func`. Runs in one or several
+    processes (``accelerate launch``); groups may straddle processes.
     """
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None,
                  train_dataset: Any = None, *, verifier: Verifier,
                  rollout_config: MultiAttemptConfig | None = None, cal_mode: str = "cal",
-                 cal_lam: float = 1.0, cal_baseline: str = "loo", cal_scale: str | None = None,
+                 cal_lam: float = 1.0, cal_baseline: str = "loo", cal_scale: str = "none",
                  **kwargs: Any) -> None:
+        from icml_cal_grpo.advantages import BASELINES, MODES, SCALES
+
+        for name, value, allowed in (("cal_mode", cal_mode, MODES),
+                                     ("cal_scale", cal_scale, SCALES),
+                                     ("cal_baseline", cal_baseline, BASELINES)):
+            if value not in allowed:
+                raise ValueError(f"{name} {value!r} is not known: use one of {', '.join(allowed)}")
+        if "rollout_func" in kwargs:
+            raise ValueError("CALGRPOTrainer builds its own rollout_func from verifier and "
+                             "rollout_config; do not pass one")
         self.rollout_config = rollout_config or MultiAttemptConfig()
-        self.cal_mode, self.cal_lam, self.cal_baseline = cal_mode, cal_lam, cal_baseline
+        self.cal_mode, self.cal_lam = cal_mode, cal_lam
+        self.cal_baseline, self.cal_scale = cal_baseline, cal_scale
         seed = getattr(args, "seed", 0) if args is not None else 0
+        self._cal_rollout = make_rollout_func(verifier, self.rollout_config, seed)
         super().__init__(model=model, reward_funcs=reward_funcs or [verification_reward_func],
                          args=args, train_dataset=train_dataset,
-                         rollout_func=make_rollout_func(verifier, self.rollout_config, seed),
-                         **kwargs)
-        sr = self.args.scale_rewards
-        self.cal_scale = cal_scale or ({True: "group", False: "none"}.get(sr, sr)
-                                       if isinstance(sr, bool) else sr)
-        if self.accelerator.num_processes > 1:
-            raise ValueError("CALGRPOTrainer runs in a single process: a CAL baseline needs whole "
-                             "groups; use AttemptGRPOTrainer for multi-process runs")
+                         rollout_func=self._cal_rollout, **kwargs)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
+        verdicts, spans = self._cal_rollout.state.pop("last")
         mode = "train" if self.model.training else "eval"
         g = self.num_generations if mode == "train" else self.num_generations_eval
         k_max = self.rollout_config.max_attempts
-        n = len(inputs)
-        rewards = torch.zeros((n, k_max), dtype=torch.float64)
-        reached = torch.zeros((n, k_max), dtype=torch.bool)
-        for i, inp in enumerate(inputs):
-            rs = inp["attempt_rewards"]
-            rewards[i, :len(rs)] = torch.tensor(rs, dtype=torch.float64)
+        n = len(verdicts)
+        dev = out["completion_ids"].device
+        rewards = torch.zeros((n, k_max), dtype=torch.float32, device=dev)
+        reached = torch.zeros((n, k_max), dtype=torch.bool, device=dev)
+        for i, rs in enumerate(verdicts):
+            rewards[i, :len(rs)] = torch.tensor(rs, dtype=torch.float32)
             reached[i, :len(rs)] = True
-        adv = attempt_advantages(rewards, reached, group_size=g, mode=self.cal_mode,
-                                 lam=self.cal_lam, baseline=self.cal_baseline,
-                                 scale=self.cal_scale)
+        # whole groups: the process-ordered concatenation (the layout TRL's own baseline uses)
+        all_r = self.accelerator.gather(rewards).double().cpu()
+        all_reached = self.accelerator.gather(reached.to(torch.int64)).bool().cpu()
+        adv_all = attempt_advantages(all_r, all_reached, group_size=g, mode=self.cal_mode,
+                                     lam=self.cal_lam, baseline=self.cal_baseline,
+                                     scale=self.cal_scale)
+        start = self.accelerator.process_index * n
+        adv = adv_all[start:start + n]
         t = out["completion_ids"].shape[1]
         tok_adv = torch.zeros((n, t), dtype=torch.float32)
-        for i, inp in enumerate(inputs):
-            for k, (s, e) in enumerate(inp["attempt_spans"]):
+        for i, row_spans in enumerate(spans):
+            for k, (s, e) in enumerate(row_spans):
                 tok_adv[i, s:min(e, t)] = float(adv[i, k])
-        out["advantages"] = tok_adv.to(out["completion_ids"].device)
-        self._metrics[mode]["cal/ver_at_k"].append(float(reached.new_tensor(
-            [any(r > 0.5 for r in inp["attempt_rewards"]) for inp in inputs]).float().mean()))
-        self._metrics[mode]["cal/mean_attempts"].append(float(reached.sum(1).float().mean()))
+        out["advantages"] = tok_adv.to(dev)
+        success = all_reached & (all_r > 0.5)
+        self._metrics[mode]["cal/ver_at_k"].append(float(success.any(1).float().mean()))
+        self._metrics[mode]["cal/mean_attempts"].append(float(all_reached.sum(1).float().mean()))
         return out
