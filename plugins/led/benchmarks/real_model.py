@@ -52,6 +52,9 @@ def methods(temperature: float, depth: int, top_k: int) -> dict[str, Method]:
                        lambda g: LEDDecoding(LEDConfig(depth=1, top_k=top_k), g), led_kw),
         "led": Method(f"led (d={depth}, k={top_k})",
                       lambda g: LEDDecoding(LEDConfig(depth=depth, top_k=top_k), g), led_kw),
+        "led_norm": Method(f"led (d={depth}, k={top_k}, final norm)",
+                           lambda g: LEDDecoding(LEDConfig(depth=depth, top_k=top_k,
+                                                           use_final_norm=True), g), led_kw),
     }
 
 
@@ -102,7 +105,7 @@ def quality_tables(res: dict, args) -> str:
     n = args.samples
     lines = [f"| T | method | pass@1 [95% CI] | pass@4 | pass@{n} [95% CI] | explored |",
              "|---|---|---|---|---|---|"]
-    order = {"sampling": 0, "dola": 1, "top8": 2, "led": 3}
+    order = {"sampling": 0, "dola": 1, "top8": 2, "led": 3, "led_norm": 4}
     runs = sorted(res["runs"].items(), key=lambda kv: (kv[1]["T"], order.get(
         kv[0].split("/")[1], 9)))
     for _key, run in runs:
@@ -114,22 +117,23 @@ def quality_tables(res: dict, args) -> str:
         lines.append(f"| {run['T']:g} | {run['name']} | {fmt_ci(*p1)} | {p4:.3f} | "
                      f"{fmt_ci(*pn)} | {'-' if ex != ex else f'{ex:.3f}'} |")
     lines += ["", "Paired by prompt (bootstrap over prompts), LED minus each baseline:", "",
-              f"| T | baseline | Δ pass@1 [95% CI] | Δ pass@{n} [95% CI] |", "|---|---|---|---|"]
+              f"| T | led | baseline | Δ pass@1 [95% CI] | Δ pass@{n} [95% CI] |",
+              "|---|---|---|---|---|"]
     temps = sorted({run["T"] for run in res["runs"].values()})
+    pairs = [("led", b) for b in ("sampling", "dola", "top8")] + [
+        ("led_norm", b) for b in ("sampling", "dola", "top8", "led")]
     for t in temps:
-        led = res["runs"].get(f"{t:g}/led")
-        if led is None:
-            continue
-        for key in ("sampling", "dola", "top8"):
+        for lkey, key in pairs:
+            led = res["runs"].get(f"{t:g}/{lkey}")
             base = res["runs"].get(f"{t:g}/{key}")
-            if base is None:
+            if led is None or base is None:
                 continue
             d1 = [pass_at_k(n, a, 1) - pass_at_k(n, b, 1)
                   for a, b in zip(led["correct"], base["correct"])]
             dn = [pass_at_k(n, a, n) - pass_at_k(n, b, n)
                   for a, b in zip(led["correct"], base["correct"])]
-            lines.append(f"| {t:g} | {base['name']} | {fmt_ci(*bootstrap_ci(d1))} | "
-                         f"{fmt_ci(*bootstrap_ci(dn))} |")
+            lines.append(f"| {t:g} | {led['name']} | {base['name']} | "
+                         f"{fmt_ci(*bootstrap_ci(d1))} | {fmt_ci(*bootstrap_ci(dn))} |")
     return "\n".join(lines)
 
 
@@ -254,7 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--temperatures", type=lambda s: [float(x) for x in s.split(",")],
                     default=[0.6, 1.0])
     ap.add_argument("--methods", type=lambda s: s.split(","),
-                    default=["sampling", "dola", "top8", "led"])
+                    default=["sampling", "dola", "top8", "led"],
+                    help="comma list of arms: sampling, dola, top8, led, led_norm (LED reading "
+                         "the intermediate layers through the final norm; not in the default)")
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=24)

@@ -1,0 +1,54 @@
+"""The real-model benchmark script's arms and tables, on a tiny model (no pretrained weights)."""
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "real_model.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("led_real_model_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_led_norm_arm_reads_through_the_final_norm(llama):
+    ms = _bench().methods(1.0, depth=4, top_k=8)
+    assert not ms["led"].make(None).config.use_final_norm
+    dec = ms["led_norm"].make(None)
+    assert dec.config.use_final_norm and (dec.config.depth, dec.config.top_k) == (4, 8)
+    ids = torch.randint(4, 260, (4, 6), generator=torch.Generator().manual_seed(0))
+    out = {}
+    for key in ("led", "led_norm"):
+        gens = [torch.Generator().manual_seed(i) for i in range(4)]
+        out[key] = llama.generate(ids, max_new_tokens=12, pad_token_id=0,
+                                  custom_generate=ms[key].make(gens),
+                                  **ms[key].generate_kwargs)
+    # same generators, same base path: they part only where a row explores, and the read-outs
+    # differ there (the untrained tiny model explores often at T = 1)
+    ref = llama.generate(ids, max_new_tokens=12, pad_token_id=0, do_sample=True, temperature=1.0,
+                         custom_generate=type(dec)(
+                             type(dec.config)(depth=4, top_k=8, use_final_norm=True),
+                             [torch.Generator().manual_seed(i) for i in range(4)]))
+    assert torch.equal(out["led_norm"], ref)
+    assert not torch.equal(out["led"], out["led_norm"])
+
+
+def test_tables_pair_led_norm_with_led_and_baselines():
+    bench = _bench()
+    runs = {}
+    for key, name, correct in [("sampling", "sampling", [4, 0]), ("led", "led", [0, 0]),
+                               ("led_norm", "led norm", [16, 8])]:
+        runs[f"1/{key}"] = {"name": name, "T": 1.0, "correct": correct,
+                            "explored": float("nan")}
+    text = bench.quality_tables({"runs": runs}, SimpleNamespace(samples=16))
+    paired = text.split("Paired by prompt")[1]
+    rows = [r for r in paired.splitlines() if r.startswith("| 1 | led norm |")]
+    assert [r.split(" | ")[2] for r in rows] == ["sampling", "led"]
+    # led_norm - led: pass@1 (1 + 0.5) / 2 = 0.75, pass@16 1.0 on both prompts
+    assert rows[1].split(" | ")[3].startswith("0.750") and rows[1].split(" | ")[4].startswith(
+        "1.000")
