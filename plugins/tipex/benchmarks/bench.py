@@ -5,7 +5,9 @@ model, virtual-clock throughput, and 64 concurrent HTTP requests to a local serv
     OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...]
 
 Parts: sweep, overhead, throughput, ceiling (the scripted model's own cost), cap (what caps
-throughput: full run, free model, model alone, loop floor), http, batch
+throughput: full run, free model, model alone, loop floor), floor (the goal's budget per model
+call against lower bounds: the model alone, an ideal generator engine, the calls the real logic
+makes), http, batch
 (batched transformers generation).
 """
 
@@ -374,6 +376,204 @@ def part_cap(n_tasks: int, seed: int, rounds: int = 2) -> tuple[str, dict]:
     return md, res
 
 
+def part_floor(n_tasks: int, seed: int, rounds: int = 2, profile_tasks: int = 10
+               ) -> tuple[str, dict]:
+    """Why 1,000 virtual-clock tasks per CPU s cannot be reached on most of the grid: per row
+    of the throughput grid, in one process, the CPU budget per model call the goal allows
+    (1 ms / calls per task) against lower bounds measured in the same run:
+
+    - the full run (engine ``sim``) and the scripted model alone (its replies replayed, no
+      runner, loop or tools), as in ``--parts cap``;
+    - an ideal engine: a heap of (time, sequence, generator) with one ``heappush``,
+      ``heappop`` and ``send`` per timer and nothing else, timed per timer, times the timers
+      a task fires: what any discrete-event engine that wakes a Python generator per event
+      pays at least;
+    - the best conceivable tasks per CPU s = 1 / (model alone + ideal engine), i.e. with a
+      framework that costs nothing; where it is under 1,000, no engine and no framework can
+      reach the goal with this scripted model;
+    - the structure of the real logic: the Python function calls (coroutine resumes
+      included) and C builtin calls it makes per model call (counted by cProfile on
+      ``profile_tasks`` tasks, deterministic), times the cost of an empty call of each kind
+      measured here: the floor of that many calls even if each did nothing;
+    - the Mersenne Twister seeding of the model's reply generator (seeds per call x the cost
+      of one seed), the part a counter-based generator would save."""
+    import cProfile
+    import hashlib
+    import pstats
+    import random as _random
+    from heapq import heappop, heappush
+
+    from icml_tipex.clock import SimEventLoop
+    from throughput_ab import GRID
+
+    def best_of(fn, n: int = 5) -> float:
+        out = float("inf")
+        for _ in range(n):
+            c = time.process_time()
+            fn()
+            out = min(out, time.process_time() - c)
+        return out
+
+    def ideal_engine() -> None:  # 16 sleepers x 1250 timers on a bare heap of generators
+        def sleeper(k: int):
+            for _ in range(k):
+                yield 0.1
+        heap: list = []
+        for i in range(16):
+            heappush(heap, (0.0, i, sleeper(1250)))
+        seq = 16
+        while heap:
+            t, _, g = heappop(heap)
+            try:
+                d = g.send(None)
+            except StopIteration:
+                continue
+            seq += 1
+            heappush(heap, (t + d, seq, g))
+
+    def f() -> None:
+        return None
+
+    n_loop = 1_000_000
+    rng_ = range(n_loop)
+
+    def empty() -> None:
+        for _ in rng_:
+            pass
+
+    def pycalls() -> None:
+        for _ in rng_:
+            f()
+
+    x: list = []
+
+    def builtins_() -> None:
+        for _ in rng_:
+            len(x)
+
+    r0 = _random.Random()
+    seed_fn = _random.Random.seed
+
+    def seeds() -> None:
+        for i in range(20000):
+            seed_fn(r0, 0x9E3779B97F4A7C15 ^ i)
+
+    c_timer = best_of(ideal_engine) / 20000
+    c_empty = best_of(empty) / n_loop
+    c_py = best_of(pycalls) / n_loop - c_empty
+    c_bi = best_of(builtins_) / n_loop - c_empty
+    c_seed = best_of(seeds) / 20000
+
+    class Counting(SimEventLoop):  # counts the timers whose callback runs (not timed)
+        fired = 0
+
+        def call_at(self, when, callback, *args, context=None):  # type: ignore[override]
+            def cb(*a: object) -> None:
+                Counting.fired += 1
+                callback(*a)
+            return super().call_at(when, cb, *args, context=context)
+
+    suite = SynthGAIA(seed=seed)
+    tasks = {lvl: suite.tasks(lvl, n_tasks) for lvl in (1, 2, 3)}
+    rows, res = [], {}
+    for lvl, planner, n, w, g, k in GRID:
+        cfg = ExecutionConfig(planner=planner, n_replicas=n, width=w, granularity=g,
+                              max_inflight=k, seed=seed)
+        # structure: function calls per model call (cProfile, not timed)
+        pm = ScriptedModel(suite, seed=seed)
+        prof = TipexRunner(pm, suite.tools(), engine="sim")
+        prof.run(tasks[lvl][:profile_tasks], cfg)  # warm its caches, as in the timed runs
+        pr = cProfile.Profile()
+        pr.enable()
+        pout = prof.run(tasks[lvl][:profile_tasks], cfg)
+        pr.disable()
+        st = pstats.Stats(pr)
+        n_py = n_bi = 0
+        for (fname, _, _), (_, ncalls, *_rest) in st.stats.items():  # type: ignore[attr-defined]
+            if fname == "~":
+                n_bi += ncalls
+            else:
+                n_py += ncalls
+        pcalls = sum(r.calls for r in pout)
+        # the full run, recording the model's calls; timers fired per task on the same run
+        model = ScriptedModel(suite, seed=seed)
+        rec: list = []
+        inner = model.generate
+        n_seeds = [0]
+        rng_inner = model._rng
+
+        def counting_rng(*a: object, _inner=rng_inner, _n=n_seeds):
+            _n[0] += 1
+            return _inner(*a)
+
+        async def recording(messages: list, rec: list = rec, inner=inner, **kw: object):
+            rec.append((messages, kw["temperature"], kw["seed"]))
+            return await inner(messages, **kw)
+
+        model.generate = recording  # type: ignore[method-assign]
+        model._rng = counting_rng  # type: ignore[method-assign]
+        full = TipexRunner(model, suite.tools(), engine="sim")
+        Counting.fired = 0
+        with asyncio.Runner(loop_factory=Counting) as r:
+            out = r.run(full.solve_many(tasks[lvl], cfg))
+        want = hashlib.sha256(json.dumps([[o.answer, repr(o.latency_s), o.tokens, o.calls]
+                                          for o in out]).encode()).hexdigest()
+        fired = Counting.fired / n_tasks
+        seeds_per_call = n_seeds[0] / len(rec)
+        model.generate, model._rng = inner, rng_inner  # type: ignore[method-assign]
+        cpu = {"full": float("inf"), "model alone": float("inf")}
+        same = True
+        for _ in range(rounds):
+            c = time.process_time()
+            o2 = full.run(tasks[lvl], cfg)
+            cpu["full"] = min(cpu["full"], time.process_time() - c)
+            same &= hashlib.sha256(json.dumps([[o.answer, repr(o.latency_s), o.tokens, o.calls]
+                                               for o in o2]).encode()).hexdigest() == want
+            c = time.process_time()
+            for msgs, temp, s_ in rec:
+                model.reply(msgs, temp, s_)
+                model.count_tokens(msgs)
+            cpu["model alone"] = min(cpu["model alone"], time.process_time() - c)
+        calls = len(rec) / n_tasks
+        per_call = {a: 1e6 * v / len(rec) for a, v in cpu.items()}
+        budget = 1000.0 / calls  # us per model call for 1,000 tasks per CPU s
+        ideal_us = fired * c_timer * 1e6 / calls  # ideal engine, us per model call
+        py_per_call, bi_per_call = n_py / pcalls, n_bi / pcalls
+        struct_us = 1e6 * (py_per_call * c_py + bi_per_call * c_bi)
+        best = 1e6 / (calls * (per_call["model alone"] + ideal_us))
+        full_tps = n_tasks / cpu["full"]
+        verdict = ("met" if full_tps >= 1000 else
+                   "out of reach" if best < 1000 else "not met")
+        dag = planner == "dag"
+        rows.append([lvl, "DAG" if dag else "bare agent", n, w if dag else "-",
+                     g if dag else "-", k or "none", round(calls, 1), round(budget, 1),
+                     round(per_call["full"], 1), round(full_tps),
+                     round(per_call["model alone"], 1), round(1e6 * seeds_per_call * c_seed, 1),
+                     round(ideal_us, 2), round(best), round(py_per_call), round(bi_per_call),
+                     round(struct_us, 1), verdict, "yes" if same else "NO"])
+        res[f"L{lvl}:{planner}:N{n}:w{w}:g{g}:K{k}"] = {
+            "calls_per_task": calls, "budget_us_per_call": budget, "us_per_call": per_call,
+            "full_tasks_per_cpu_s": full_tps, "timers_fired_per_task": fired,
+            "ideal_engine_us_per_call": ideal_us, "best_conceivable_tasks_per_cpu_s": best,
+            "seeds_per_call": seeds_per_call, "py_calls_per_model_call": py_per_call,
+            "builtin_calls_per_model_call": bi_per_call, "call_floor_us": struct_us,
+            "verdict": verdict, "same_results": same}
+    res["unit_costs_ns"] = {"ideal_engine_timer": 1e9 * c_timer, "python_call": 1e9 * c_py,
+                            "builtin_call": 1e9 * c_bi, "mt_seed": 1e9 * c_seed}
+    md = table(f"Why 1,000 tasks per CPU s is out of reach: the budget per model call against "
+               f"floors measured in the same run ({n_tasks} tasks per row, engine sim, best of "
+               f"{rounds}; unit costs: ideal-engine timer {1e9 * c_timer:.0f} ns, empty Python "
+               f"call {1e9 * c_py:.0f} ns, builtin call {1e9 * c_bi:.0f} ns, one MT seed "
+               f"{1e9 * c_seed:.0f} ns)",
+               ["level", "structure", "N", "w", "g", "K", "model calls per task",
+                "budget us per call", "full run us per call", "full run tasks per CPU s",
+                "model alone us per call", "of which MT seeding us", "ideal engine us per call",
+                "best conceivable tasks per CPU s (model alone + ideal engine)",
+                "Python calls per model call", "builtin calls per model call",
+                "floor of those calls us", "goal", "same results"], rows)
+    return md, res
+
+
 def part_http(seed: int) -> tuple[str, dict]:
     from icml_tipex.hf import TransformersChatModel, load_chat_model
     from icml_tipex.openai_http import OpenAIChatModel
@@ -483,13 +683,15 @@ def main() -> None:
             m, r = part_ceiling(a.throughput_tasks, a.seed)
         elif part == "cap":
             m, r = part_cap(a.throughput_tasks, a.seed, a.rounds)
+        elif part == "floor":
+            m, r = part_floor(a.throughput_tasks, a.seed, a.rounds)
         elif part == "http":
             m, r = part_http(a.seed)
         elif part == "batch":
             m, r = part_batch(a.seed)
         else:
             raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, "
-                             "ceiling, cap, http, batch")
+                             "ceiling, cap, floor, http, batch")
         md.append(m)
         res[part] = r
     if a.out:
