@@ -5,7 +5,9 @@ model, virtual-clock throughput, and 64 concurrent HTTP requests to a local serv
     OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...]
 
 Parts: sweep, overhead, throughput, ceiling (the scripted model's own cost), cap (what caps
-throughput: full run, free model, model alone, loop floor), http, batch
+throughput: full run, free model, model alone, loop floor), floor (the goal's budget per model
+call against lower bounds: the model alone, an ideal generator engine, the calls the real logic
+makes), http, batch
 (batched transformers generation).
 """
 
@@ -19,12 +21,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from icml_tipex import roles
+from icml_tipex.aggregate import Candidate, plurality
 from icml_tipex.bare import bare_agent
+from icml_tipex.budget import TokenBudget
 from icml_tipex.clock import run
-from icml_tipex.runner import ExecutionConfig, TipexRunner
+from icml_tipex.plan import Subtask
+from icml_tipex.runner import ExecutionConfig, TipexRunner, _State
 from icml_tipex.scripted import ScriptedModel
 from icml_tipex.sweep import complementarity, configs_of, sweep
 from icml_tipex.synthgaia import SynthGAIA
+from icml_tipex.trace import Trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput_ab's grid
 
@@ -374,6 +381,261 @@ def part_cap(n_tasks: int, seed: int, rounds: int = 2) -> tuple[str, dict]:
     return md, res
 
 
+class _Clock:  # the _State's loop: only ``time()`` is read with no K and no call timeout
+    @staticmethod
+    def time() -> float:
+        return 0.0
+
+def drive(coro):  # run a coroutine that never waits, with no event loop
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("a zero-latency path waited: the straight run needs no waits")
+
+
+def straight(runner: TipexRunner, task, cfg: ExecutionConfig) -> list:
+    """One task's replicas, each path straight through (the runner's _run_path without
+    its event-loop parts: no run_dag scheduling, no replica tasks, no as_completed)."""
+    st = _State(task, cfg, None, TokenBudget(cfg.token_budget),
+                Trace(0.0, task.task_id, False), loop=_Clock())  # type: ignore[arg-type]
+    out, cands = [], []
+    for i in range(cfg.n_replicas):
+        seed_i = cfg.replica_seed(i)
+
+        def call(role, sub, messages, i=i, seed_i=seed_i):
+            return runner._call(st, i, seed_i, role, sub, messages)
+
+        def tool(sub, name, text, args, i=i):
+            return runner._tool(st, i, sub, name, text, args)
+
+        def work(sub, parents):
+            return drive(roles.work(call, tool, runner.tools, task.task_id, task.question,
+                                    sub, parents, cfg.max_worker_steps))
+        if cfg.planner == "chain":
+            answer = work(Subtask("agent", task.question, meta={"step": "all"}), {})
+        else:
+            plan = drive(roles.plan(call, task.task_id, task.question, cfg.granularity,
+                                    runner.tools))
+            by_id = {s_.id: s_ for s_ in plan.subtasks}
+            results: dict = {}
+            for v in plan.topological():
+                sub = by_id[v]
+                results[v] = work(sub, {u: results[u] for u in sub.deps})
+            answer = drive(roles.synthesize(call, task.task_id, task.question, plan,
+                                            results))
+        out.append((i, answer, st.tokens.get(i, 0), st.calls.get(i, 0)))
+        cands.append(Candidate(i, answer, float(i)))
+    plurality(cands)
+    return out
+
+
+def part_floor(n_tasks: int, seed: int, rounds: int = 2, profile_tasks: int = 10
+               ) -> tuple[str, dict]:
+    """Why 1,000 virtual-clock tasks per CPU s cannot be reached on most of the grid: per row
+    of the throughput grid, in one process, the CPU budget per model call the goal allows
+    (1 ms / calls per task) against lower bounds measured in the same run:
+
+    - the full run (engine ``sim``) and the scripted model alone (its replies replayed, no
+      runner, loop or tools), as in ``--parts cap``;
+    - an ideal engine: a heap of (time, sequence, generator) with one ``heappush``,
+      ``heappop`` and ``send`` per timer and nothing else, timed per timer, times the timers
+      a task fires: what any discrete-event engine that wakes a Python generator per event
+      pays at least;
+    - the best conceivable tasks per CPU s = 1 / (model alone + ideal engine), i.e. with a
+      framework that costs nothing; where it is under 1,000, no engine and no framework can
+      reach the goal with this scripted model;
+    - the real logic with no scheduling at all: every replica's path run straight through
+      with the runner's own ``_call`` and ``_tool``, ``roles.plan``, ``roles.work`` per subtask
+      (in topological order) and ``roles.synthesize``, then plurality, on the same scripted
+      model and tools with zero latency and no K or call timeout, so no coroutine ever waits
+      and no event loop runs (each path is one ``coro.send``). Every engine, a generator
+      engine included, has to execute at least this; where its tasks per CPU s are under
+      1,000, no engine can reach the goal with this framework code. Checked: the same
+      answers, tokens and calls per replica as the full run;
+    - the Python function calls (coroutine resumes included) and C builtin calls the full run
+      makes per model call (counted by cProfile on ``profile_tasks`` tasks, deterministic);
+    - the Mersenne Twister seeding of the model's reply generator (seeds per call x the cost
+      of one seed), the part a counter-based generator saves, and the full run with the
+      model's ``rng="counter"`` option (other draws, so other results; not checked equal)."""
+    import cProfile
+    import hashlib
+    import pstats
+    import random as _random
+    from _random import Random as _CRandom
+    from heapq import heappop, heappush
+
+    from icml_tipex.clock import SimEventLoop
+    from throughput_ab import GRID
+
+    def best_of(fn, n: int = 5) -> float:
+        out = float("inf")
+        for _ in range(n):
+            c = time.process_time()
+            fn()
+            out = min(out, time.process_time() - c)
+        return out
+
+    def ideal_engine() -> None:  # 16 sleepers x 1250 timers on a bare heap of generators
+        def sleeper(k: int):
+            for _ in range(k):
+                yield 0.1
+        heap: list = []
+        for i in range(16):
+            heappush(heap, (0.0, i, sleeper(1250)))
+        seq = 16
+        while heap:
+            t, _, g = heappop(heap)
+            try:
+                d = g.send(None)
+            except StopIteration:
+                continue
+            seq += 1
+            heappush(heap, (t + d, seq, g))
+
+    r0 = _random.Random()
+    seed_fn = _CRandom.seed  # what the scripted model calls (C, no type checks)
+
+    def seeds() -> None:
+        for i in range(20000):
+            seed_fn(r0, 0x9E3779B97F4A7C15 ^ i)
+
+    c_timer = best_of(ideal_engine) / 20000
+    c_seed = best_of(seeds) / 20000
+
+    class Counting(SimEventLoop):  # counts the timers whose callback runs (not timed)
+        fired = 0
+
+        def call_at(self, when, callback, *args, context=None):  # type: ignore[override]
+            def cb(*a: object) -> None:
+                Counting.fired += 1
+                callback(*a)
+            return super().call_at(when, cb, *args, context=context)
+
+    zero = SynthGAIA(seed=seed, tool_latency={"lookup": 0, "search": 0, "calc": 0})
+    suite = SynthGAIA(seed=seed)
+    tasks = {lvl: suite.tasks(lvl, n_tasks) for lvl in (1, 2, 3)}
+    ztasks = {lvl: zero.tasks(lvl, n_tasks) for lvl in (1, 2, 3)}
+    rows, res = [], {}
+    for lvl, planner, n, w, g, k in GRID:
+        cfg = ExecutionConfig(planner=planner, n_replicas=n, width=w, granularity=g,
+                              max_inflight=k, seed=seed)
+        zcfg = replace(cfg, max_inflight=None, call_timeout_s=None)
+        zrunner = TipexRunner(ScriptedModel(zero, seed=seed, latency_scale=0.0), zero.tools())
+        # structure: function calls per model call (cProfile, not timed)
+        pm = ScriptedModel(suite, seed=seed)
+        prof = TipexRunner(pm, suite.tools(), engine="sim")
+        prof.run(tasks[lvl][:profile_tasks], cfg)  # warm its caches, as in the timed runs
+        pr = cProfile.Profile()
+        pr.enable()
+        pout = prof.run(tasks[lvl][:profile_tasks], cfg)
+        pr.disable()
+        st = pstats.Stats(pr)
+        n_py = n_bi = 0
+        for (fname, _, _), (_, ncalls, *_rest) in st.stats.items():  # type: ignore[attr-defined]
+            if fname == "~":
+                n_bi += ncalls
+            else:
+                n_py += ncalls
+        pcalls = sum(r.calls for r in pout)
+        # the full run, recording the model's calls; timers fired per task on the same run
+        model = ScriptedModel(suite, seed=seed)
+        rec: list = []
+        inner = model.generate
+        n_seeds = [0]
+        rng_inner = model._rng
+
+        def counting_rng(*a: object, _inner=rng_inner, _n=n_seeds):
+            _n[0] += 1
+            return _inner(*a)
+
+        async def recording(messages: list, rec: list = rec, inner=inner, **kw: object):
+            rec.append((messages, kw["temperature"], kw["seed"]))
+            return await inner(messages, **kw)
+
+        model.generate = recording  # type: ignore[method-assign]
+        model._rng = counting_rng  # type: ignore[method-assign]
+        full = TipexRunner(model, suite.tools(), engine="sim")
+        Counting.fired = 0
+        with asyncio.Runner(loop_factory=Counting) as r:
+            out = r.run(full.solve_many(tasks[lvl], cfg))
+        want = hashlib.sha256(json.dumps([[o.answer, repr(o.latency_s), o.tokens, o.calls]
+                                          for o in out]).encode()).hexdigest()
+        fired = Counting.fired / n_tasks
+        seeds_per_call = n_seeds[0] / len(rec)
+        model.generate, model._rng = inner, rng_inner  # type: ignore[method-assign]
+        counter = TipexRunner(ScriptedModel(suite, seed=seed, rng="counter"), suite.tools(),
+                              engine="sim")
+        counter.run(tasks[lvl], cfg)  # warm, as the full run is
+        cpu = {"full": float("inf"), "model alone": float("inf"), "straight": float("inf"),
+               "counter": float("inf")}
+        paths = [[(p.replica, p.answer, p.tokens, p.calls) for p in o.replicas] for o in out]
+        # checked (and the zero-latency model's caches warmed, as the full run's are)
+        same = [straight(zrunner, t, zcfg) for t in ztasks[lvl]] == paths
+        for _ in range(rounds):
+            c = time.process_time()
+            counter.run(tasks[lvl], cfg)
+            cpu["counter"] = min(cpu["counter"], time.process_time() - c)
+            c = time.process_time()
+            sp = [straight(zrunner, t, zcfg) for t in ztasks[lvl]]
+            cpu["straight"] = min(cpu["straight"], time.process_time() - c)
+            same &= sp == paths
+            c = time.process_time()
+            o2 = full.run(tasks[lvl], cfg)
+            cpu["full"] = min(cpu["full"], time.process_time() - c)
+            same &= hashlib.sha256(json.dumps([[o.answer, repr(o.latency_s), o.tokens, o.calls]
+                                               for o in o2]).encode()).hexdigest() == want
+            c = time.process_time()
+            for msgs, temp, s_ in rec:
+                model.reply(msgs, temp, s_)
+                model.count_tokens(msgs)
+            cpu["model alone"] = min(cpu["model alone"], time.process_time() - c)
+        calls = len(rec) / n_tasks
+        per_call = {a: 1e6 * v / len(rec) for a, v in cpu.items()}
+        budget = 1000.0 / calls  # us per model call for 1,000 tasks per CPU s
+        ideal_us = fired * c_timer * 1e6 / calls  # ideal engine, us per model call
+        py_per_call, bi_per_call = n_py / pcalls, n_bi / pcalls
+        best = 1e6 / (calls * (per_call["model alone"] + ideal_us))
+        full_tps = n_tasks / cpu["full"]
+        straight_tps = n_tasks / cpu["straight"]
+        verdict = ("met" if full_tps >= 1000 else
+                   "out of reach: model" if best < 1000 else
+                   "out of reach: logic" if straight_tps < 1000 else "not met")
+        dag = planner == "dag"
+        rows.append([lvl, "DAG" if dag else "bare agent", n, w if dag else "-",
+                     g if dag else "-", k or "none", round(calls, 1), round(budget, 1),
+                     round(per_call["full"], 1), round(full_tps),
+                     round(n_tasks / cpu["counter"]),
+                     round(per_call["model alone"], 1), round(1e6 * seeds_per_call * c_seed, 1),
+                     round(ideal_us, 2), round(best), round(per_call["straight"], 1),
+                     round(straight_tps), round(py_per_call), round(bi_per_call), verdict,
+                     "yes" if same else "NO"])
+        res[f"L{lvl}:{planner}:N{n}:w{w}:g{g}:K{k}"] = {
+            "calls_per_task": calls, "budget_us_per_call": budget, "us_per_call": per_call,
+            "full_tasks_per_cpu_s": full_tps, "timers_fired_per_task": fired,
+            "counter_rng_tasks_per_cpu_s": n_tasks / cpu["counter"],
+            "ideal_engine_us_per_call": ideal_us, "best_conceivable_tasks_per_cpu_s": best,
+            "seeds_per_call": seeds_per_call, "py_calls_per_model_call": py_per_call,
+            "builtin_calls_per_model_call": bi_per_call,
+            "straight_tasks_per_cpu_s": straight_tps,
+            "verdict": verdict, "same_results": same}
+    res["unit_costs_ns"] = {"ideal_engine_timer": 1e9 * c_timer, "mt_seed": 1e9 * c_seed}
+    md = table(f"Why 1,000 tasks per CPU s is out of reach: the budget per model call against "
+               f"floors measured in the same run ({n_tasks} tasks per row, engine sim, best of "
+               f"{rounds}; unit costs: ideal-engine timer {1e9 * c_timer:.0f} ns, one MT seed "
+               f"{1e9 * c_seed:.0f} ns)",
+               ["level", "structure", "N", "w", "g", "K", "model calls per task",
+                "budget us per call", "full run us per call", "full run tasks per CPU s",
+                "full run, rng=counter: tasks per CPU s",
+                "model alone us per call", "of which MT seeding us", "ideal engine us per call",
+                "best conceivable tasks per CPU s (model alone + ideal engine)",
+                "real logic, no scheduling: us per call", "real logic, no scheduling: tasks "
+                "per CPU s", "Python calls per model call", "builtin calls per model call",
+                "goal", "same results"], rows)
+    return md, res
+
+
 def part_http(seed: int) -> tuple[str, dict]:
     from icml_tipex.hf import TransformersChatModel, load_chat_model
     from icml_tipex.openai_http import OpenAIChatModel
@@ -483,13 +745,15 @@ def main() -> None:
             m, r = part_ceiling(a.throughput_tasks, a.seed)
         elif part == "cap":
             m, r = part_cap(a.throughput_tasks, a.seed, a.rounds)
+        elif part == "floor":
+            m, r = part_floor(a.throughput_tasks, a.seed, a.rounds)
         elif part == "http":
             m, r = part_http(a.seed)
         elif part == "batch":
             m, r = part_batch(a.seed)
         else:
             raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, "
-                             "ceiling, cap, http, batch")
+                             "ceiling, cap, floor, http, batch")
         md.append(m)
         res[part] = r
     if a.out:

@@ -4,11 +4,12 @@ worker scripts) change no reply: checked against the plain definitions and a col
 import hashlib
 import random
 
+import pytest
 from icml_tipex.chat import messages_tokens
 from icml_tipex.plan import Subtask
 from icml_tipex.roles import worker_messages
 from icml_tipex.runner import ExecutionConfig, TipexRunner
-from icml_tipex.scripted import ScriptedModel
+from icml_tipex.scripted import ScriptedModel, _SplitMix
 from icml_tipex.synthgaia import SynthGAIA
 
 
@@ -86,3 +87,33 @@ def test_payload_is_read_from_the_first_user_message() -> None:
     other = {"role": "user", "content": 'note ```json\n{"task_id": "nope"}\n```'}
     assert model._payload([user, other])["task_id"] == task.task_id  # no system message
     assert model._payload([sys_msg, user, other])["task_id"] == task.task_id
+
+
+def test_counter_rng_option() -> None:
+    """``rng="counter"`` (SplitMix64 over the reply key, no Mersenne Twister seeding): draws in
+    range and about uniform, known SplitMix64 outputs, reproducible runs, and a clear error
+    for an unknown name. The default stays ``"mt"`` (the golden test pins its replies)."""
+    # SplitMix64 reference: seed 0 gives 0xE220A8397B1DCDAF, then 0x6E789E6AA1B965F4
+    g = _SplitMix(0)
+    assert g._next() == 0xE220A8397B1DCDAF and g._next() == 0x6E789E6AA1B965F4
+    g = _SplitMix(12345)
+    xs = [g.random() for _ in range(4000)]
+    assert all(0.0 <= x < 1.0 for x in xs) and abs(sum(xs) / len(xs) - 0.5) < 0.02
+    ks = [g.randrange(1, 4) for _ in range(3000)]
+    assert set(ks) == {1, 2, 3} and all(abs(ks.count(k) / 3000 - 1 / 3) < 0.04 for k in (1, 2, 3))
+    assert {g.choice("ab") for _ in range(50)} == {"a", "b"}
+    with pytest.raises(ValueError, match="empty range"):
+        g.randrange(0)
+
+    suite = SynthGAIA(seed=0)
+    tasks = suite.tasks(3, 4)
+    cfg = ExecutionConfig(n_replicas=3, width=4, granularity=4, seed=1)
+
+    def results(rng: str) -> list:
+        r = TipexRunner(ScriptedModel(suite, rng=rng), suite.tools())
+        return [(o.answer, o.latency_s, o.tokens, o.calls) for o in r.run(tasks, cfg)]
+
+    assert results("counter") == results("counter")
+    assert ScriptedModel(suite).rng == "mt"
+    with pytest.raises(ValueError, match="rng='pcg'"):
+        ScriptedModel(suite, rng="pcg")

@@ -58,6 +58,44 @@ class _LazyRandom:
         return self._get().choice(seq)
 
 
+_M64 = (1 << 64) - 1
+
+
+class _SplitMix:
+    """A counter-based generator (SplitMix64 over the reply's 64-bit key): the ``rng="counter"``
+    option. Drawing is a few integer operations and there is no state to seed, against about
+    4 us for seeding the Mersenne Twister per reply; its draws differ from ``random.Random``'s,
+    so replies (and every result) differ from the default ``rng="mt"``."""
+
+    __slots__ = ("s",)
+
+    def __init__(self, key: int) -> None:
+        self.s = key & _M64
+
+    def _next(self) -> int:
+        self.s = z = (self.s + 0x9E3779B97F4A7C15) & _M64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+        return z ^ (z >> 31)
+
+    def random(self) -> float:
+        return (self._next() >> 11) * 1.1102230246251565e-16  # 53 bits / 2**53
+
+    def randrange(self, start: int, stop: int | None = None) -> int:
+        if stop is None:
+            start, stop = 0, start
+        n = stop - start
+        if n <= 0:
+            raise ValueError(f"empty range for randrange({start}, {stop})")
+        return start + ((self._next() * n) >> 64)  # multiply-shift: bias below n / 2**64
+
+    def choice(self, seq: Any) -> Any:
+        return seq[self.randrange(len(seq))]
+
+
+RNGS = ("mt", "counter")
+
+
 @dataclass(frozen=True)
 class SimParams:
     """Error and latency parameters of the scripted model."""
@@ -84,7 +122,11 @@ class ScriptedModel:
     virtual_time = True
 
     def __init__(self, suite: SynthGAIA, params: SimParams | None = None, seed: int = 0,
-                 latency_scale: float = 1.0, name: str = "scripted") -> None:
+                 latency_scale: float = 1.0, name: str = "scripted", rng: str = "mt") -> None:
+        if rng not in RNGS:
+            raise ValueError(f"rng={rng!r} is not one of {RNGS} ('mt': random.Random seeded per "
+                             "reply, the default; 'counter': SplitMix64, cheaper, other draws)")
+        self.rng = rng
         self.suite, self.p, self.seed, self.name = suite, params or SimParams(), seed, name
         self.latency_scale = latency_scale
         self.calls = 0
@@ -129,7 +171,8 @@ class ScriptedModel:
     def _rng(self, messages: list[Message], temperature: float, seed: int) -> random.Random:
         """The reply's generator, seeded by a hash of the model seed, the replica seed (when
         sampling), the temperature and every message. One generator per thread is reseeded
-        (the same state as ``random.Random(key)``, at half the cost)."""
+        (the same state as ``random.Random(key)``, at half the cost); with ``rng="counter"``
+        a SplitMix64 stream over the same key instead."""
         hk = (seed if temperature > 0 else 0, temperature)
         head = self._heads.get(hk)
         if head is None:
@@ -152,6 +195,8 @@ class ScriptedModel:
         else:
             h = hashlib.blake2b(head + "\x00".join([m["content"] for m in messages]).encode(),
                                 digest_size=8)
+        if self.rng == "counter":
+            return _SplitMix(int.from_bytes(h.digest(), "little"))  # type: ignore[return-value]
         rng = getattr(self._local, "rng", None)
         if rng is None:
             rng = self._local.rng = random.Random()
