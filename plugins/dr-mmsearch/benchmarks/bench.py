@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,15 +48,20 @@ def _one_seed(cfg, seed: int) -> dict:
 
 
 def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
-               mu: str | None = None, arms: list[str] | None = None, workers: int = 1) -> dict:
+               mu: str | None = None, arms: list[str] | None = None, workers: int = 1,
+               premature_fraction: float | None = None, per_call_penalty: bool = False) -> dict:
     from icml_dr_mmsearch.experiment import ARMS, ExperimentConfig
     from icml_dr_mmsearch.grpo import RewardConfig
 
-    reward = RewardConfig() if mu is None else RewardConfig(mu=mu)
+    reward = RewardConfig(per_call_penalty=per_call_penalty)
+    if mu is not None:
+        reward = RewardConfig(mu=mu, per_call_penalty=per_call_penalty)
+    extra = {} if premature_fraction is None else {"premature_fraction": premature_fraction}
     cfg = ExperimentConfig(steps=steps, warm_steps=warm_steps, eval_generations=eval_generations,
-                           reward=reward, arms=list(arms or ARMS))
+                           reward=reward, arms=list(arms or ARMS), **extra)
     per: dict[str, list[dict]] = {}
     t0 = time.perf_counter()
+    load_start = os.getloadavg()
     if workers > 1:   # one single-threaded process per seed; results equal the serial loop's
         import multiprocessing as mp
 
@@ -82,8 +88,10 @@ def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
         table[arm] = row
     return {"config": {"seeds": seeds, "steps": steps, "warm_steps": warm_steps,
                        "eval_generations": eval_generations, "mu": cfg.reward.mu,
-                       "holdout": cfg.holdout},
-            "table": table, "per_seed": per, "seconds": time.perf_counter() - t0}
+                       "holdout": cfg.holdout, "premature_fraction": cfg.premature_fraction,
+                       "per_call_penalty": cfg.reward.per_call_penalty},
+            "table": table, "per_seed": per, "seconds": time.perf_counter() - t0,
+            "load_average_start_end": [load_start, os.getloadavg()]}
 
 
 def _stop_kwargs(tok) -> dict:
@@ -232,6 +240,12 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", default=None, help="arms (default: all four)")
     ap.add_argument("--workers", type=int, default=1,
                     help="seeds run in parallel processes (one thread each)")
+    ap.add_argument("--premature-fraction", type=float, default=None,
+                    help="share of image questions whose warm-start demonstration answers early "
+                    "(default: ExperimentConfig's 0.5)")
+    ap.add_argument("--per-call-penalty", action="store_true",
+                    help="the baseline's per-call search penalty (use_search_count_penalty)")
+    ap.add_argument("--label", default=None, help="key of this arms table in the JSON file")
     ap.add_argument("--out", default=str(HERE / "results.json"))
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -244,10 +258,12 @@ def main() -> None:
     if a.part in ("all", "throughput"):
         out["throughput"] = bench_throughput(a.hidden, a.repeats, 4, 30)
     if a.part in ("all", "arms"):
-        out[f"arms_mu_{a.mu}" if a.mu else "arms"] = bench_arms(
-            a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms, a.workers)
-    out["machine"] = ("2-core CPU shared by eight sessions, heavily loaded (load average 20-35), "
-                      "torch threads 1 per process")
+        key = a.label or (f"arms_mu_{a.mu}" if a.mu else "arms")
+        out[key if key.startswith("arms") else f"arms_{key}"] = bench_arms(
+            a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms, a.workers,
+            a.premature_fraction, a.per_call_penalty)
+    out.setdefault("machine", "2-core CPU shared by eight sessions, heavily loaded (load average "
+                   "20-35), torch threads 1 per process")   # tables without their own load
     path.write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if not k.startswith("arms")}, indent=1))
     for key in [k for k in out if k.startswith("arms")]:
