@@ -258,6 +258,23 @@ def part_ceiling(n_tasks: int, seed: int) -> tuple[str, dict]:
     return md, res
 
 
+def counting_loop() -> type:
+    """A SimEventLoop subclass whose class attribute ``fired`` counts the timers whose callback
+    ran (used to report timers per task; never timed)."""
+    from icml_tipex.clock import SimEventLoop
+
+    class Counting(SimEventLoop):
+        fired = 0
+
+        def call_at(self, when, callback, *args, context=None):  # type: ignore[override]
+            def cb(*a: object) -> None:
+                Counting.fired += 1
+                callback(*a)
+            return super().call_at(when, cb, *args, context=context)
+
+    return Counting
+
+
 def part_cap(n_tasks: int, seed: int, rounds: int = 2) -> tuple[str, dict]:
     """What caps virtual-clock throughput, per row of the throughput grid, in one process:
     the full run (scripted model, engine ``sim``); the same run with the model's replies
@@ -269,7 +286,6 @@ def part_cap(n_tasks: int, seed: int, rounds: int = 2) -> tuple[str, dict]:
     this process. Tasks per CPU second of one core; best of ``rounds`` (rows alternate arms)."""
     import hashlib
 
-    from icml_tipex.clock import SimEventLoop
     from icml_tipex.synthgaia import _sleep
     from throughput_ab import GRID
 
@@ -287,14 +303,7 @@ def part_cap(n_tasks: int, seed: int, rounds: int = 2) -> tuple[str, dict]:
             best = min(best, time.process_time() - c)
         return best / 20000
 
-    class Counting(SimEventLoop):  # counts the timers whose callback runs (not timed)
-        fired = 0
-
-        def call_at(self, when, callback, *args, context=None):  # type: ignore[override]
-            def cb(*a: object) -> None:
-                Counting.fired += 1
-                callback(*a)
-            return super().call_at(when, cb, *args, context=context)
+    Counting = counting_loop()
 
     class Replay:
         """Returns the recorded reply for a prompt after the model's simulated latency."""
@@ -466,7 +475,6 @@ def part_floor(n_tasks: int, seed: int, rounds: int = 2, profile_tasks: int = 10
     from _random import Random as _CRandom
     from heapq import heappop, heappush
 
-    from icml_tipex.clock import SimEventLoop
     from throughput_ab import GRID
 
     def best_of(fn, n: int = 5) -> float:
@@ -504,14 +512,7 @@ def part_floor(n_tasks: int, seed: int, rounds: int = 2, profile_tasks: int = 10
     c_timer = best_of(ideal_engine) / 20000
     c_seed = best_of(seeds) / 20000
 
-    class Counting(SimEventLoop):  # counts the timers whose callback runs (not timed)
-        fired = 0
-
-        def call_at(self, when, callback, *args, context=None):  # type: ignore[override]
-            def cb(*a: object) -> None:
-                Counting.fired += 1
-                callback(*a)
-            return super().call_at(when, cb, *args, context=context)
+    Counting = counting_loop()
 
     zero = SynthGAIA(seed=seed, tool_latency={"lookup": 0, "search": 0, "calc": 0})
     suite = SynthGAIA(seed=seed)
