@@ -79,8 +79,9 @@ def _to(value: float, spec: str = "") -> str:
 
 def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: list[int],
           arms_wanted: list[str], adam_lr: float | None, base_budget: float) -> None:
-    """``arms_wanted`` from sng, spring, engd, sng-full, lbfgs, adam; Adam's lr is tuned on
-    :data:`ADAM_GRID` unless ``adam_lr`` is given; Adam and L-BFGS get ``base_budget``."""
+    """``arms_wanted`` from sng, spring, engd, sng-full, sng-fixed, lbfgs, adam; Adam's lr is
+    tuned on :data:`ADAM_GRID` unless ``adam_lr`` is given; Adam and L-BFGS get
+    ``base_budget``."""
     t0 = time.perf_counter()
     print(f"\n### {dim}D Poisson: CPU seconds and iterations to {target:g}, budget {budget:g} "
           f"CPU s per run (Adam, L-BFGS: {base_budget:g}), at most {MAX_STEPS} steps for "
@@ -88,7 +89,8 @@ def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: lis
     print("| method | seed | steps to target | CPU s to target | final rel L2 | steps run |")
     print("|---|---|---|---|---|---|", flush=True)
     table = {"sng": ("sng", {}), "spring": ("spring", {}), "engd": ("engd", {}),
-             "sng-full": ("sng", {"line_search_on": "full"}), "lbfgs": ("lbfgs", {})}
+             "sng-full": ("sng", {"line_search_on": "full"}), "lbfgs": ("lbfgs", {}),
+             "sng-fixed": ("sng", {"adaptive_damping": False})}  # SNG as in 0.3 (fixed damping)
     res: dict[str, list[dict]] = {}
     for label in [a for a in arms_wanted if a != "adam"]:
         m, kw = table[label]
