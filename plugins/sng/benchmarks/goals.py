@@ -62,8 +62,8 @@ def tune_adam(dim: int, budget: float) -> tuple[float, dict[float, float]]:
 
 
 def _ratio(other: dict, mine: dict, key: str, budget_key: str) -> str:
-    if not math.isfinite(mine[key]):
-        return "n/a"
+    if not math.isfinite(mine[key]) or other is NOT_RUN:
+        return "n/a"  # the method never got there, or the other arm has no run for this seed
     if math.isfinite(other[key]):
         return f"{other[key] / mine[key]:.3g}"
     return f">{other[budget_key] / mine[key]:.3g}"
@@ -79,8 +79,9 @@ def _to(value: float, spec: str = "") -> str:
 
 def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: list[int],
           arms_wanted: list[str], adam_lr: float | None, base_budget: float) -> None:
-    """``arms_wanted`` from sng, spring, engd, sng-full, lbfgs, adam; Adam's lr is tuned on
-    :data:`ADAM_GRID` unless ``adam_lr`` is given; Adam and L-BFGS get ``base_budget``."""
+    """``arms_wanted`` from sng, spring, engd, sng-full, sng-fixed, lbfgs, adam; Adam's lr is
+    tuned on :data:`ADAM_GRID` unless ``adam_lr`` is given; Adam and L-BFGS get
+    ``base_budget``."""
     t0 = time.perf_counter()
     print(f"\n### {dim}D Poisson: CPU seconds and iterations to {target:g}, budget {budget:g} "
           f"CPU s per run (Adam, L-BFGS: {base_budget:g}), at most {MAX_STEPS} steps for "
@@ -88,7 +89,8 @@ def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: lis
     print("| method | seed | steps to target | CPU s to target | final rel L2 | steps run |")
     print("|---|---|---|---|---|---|", flush=True)
     table = {"sng": ("sng", {}), "spring": ("spring", {}), "engd": ("engd", {}),
-             "sng-full": ("sng", {"line_search_on": "full"}), "lbfgs": ("lbfgs", {})}
+             "sng-full": ("sng", {"line_search_on": "full"}), "lbfgs": ("lbfgs", {}),
+             "sng-fixed": ("sng", {"adaptive_damping": False})}  # SNG as in 0.3 (fixed damping)
     res: dict[str, list[dict]] = {}
     for label in [a for a in arms_wanted if a != "adam"]:
         m, kw = table[label]
@@ -131,10 +133,18 @@ def ratio_table(res: dict[str, list[dict]], seeds: list[int]) -> None:
         for label in res:
             for i, s in enumerate(seeds):
                 r, a, e = res[label][i], res["adam"][i], res["engd"][i]
+                if r is NOT_RUN:
+                    continue
                 print(f"| {label} | {s} | {_ratio(a, r, 'time_to', 'time')} | "
                       f"{_ratio(e, r, 'time_to', 'time')} | "
                       f"{_ratio(a, r, 'steps_to', 'steps')} | "
                       f"{_ratio(e, r, 'steps_to', 'steps')} |")
+
+
+#: A seed an arm's files do not have (merged files may cover different seeds): no row, and
+#: "n/a" in the ratios.
+NOT_RUN = {"steps": math.nan, "time": math.nan, "final": math.nan, "steps_to": math.nan,
+           "time_to": math.nan}
 
 
 def merge(paths: list[str]) -> None:
@@ -157,12 +167,13 @@ def merge(paths: list[str]) -> None:
         print("|---|---|---|---|---|---|")
         res = {}
         for label, rows in d["arms"].items():
-            res[label] = [rows[str(s)] for s in seeds]
+            res[label] = [rows.get(str(s), NOT_RUN) for s in seeds]
             name = f"adam (lr {d['adam_lr']:g})" if label == "adam" and "adam_lr" in d \
                 else label
             for s, r in zip(seeds, res[label]):
-                print(f"| {name} | {s} | {_to(r['steps_to'])} | {_to(r['time_to'], '.2f')} | "
-                      f"{r['final']:.2e} | {r['steps']} |")
+                if r is not NOT_RUN:
+                    print(f"| {name} | {s} | {_to(r['steps_to'])} | "
+                          f"{_to(r['time_to'], '.2f')} | {r['final']:.2e} | {r['steps']} |")
         if d.get("adam_scores"):
             print("\nAdam lr grid scores (late-run median): " + ", ".join(
                 f"{k}: {v:.2e}" for k, v in d["adam_scores"].items()))
@@ -189,13 +200,16 @@ def cost(dim: int, rounds: int, steps: int) -> None:
     for label, (m, mode) in arms.items():
         if m == "engd":
             pinn = PoissonPINN(mlp(dim, [32], seed=0), dim=dim, **small)
-            opt = SNG(pinn.model.parameters(), line_search_early_stop=(mode == "early"))
+            opt = SNG(pinn.model.parameters(), line_search_early_stop=(mode == "early"),
+                      adaptive_damping=False)  # ENGD: fixed damping
         else:
             pinn = problem(dim, 0)
             if mode == "v01":
                 pinn = PoissonPINN(mlp(dim, [32], seed=0), dim=dim,
                                    n_interior=200 if dim == 1 else 30, laplacian="autograd")
             kw = {"line_search_early_stop": False} if mode in ("full12", "v01") else {}
+            if mode == "v01":
+                kw["adaptive_damping"] = False
             opt = (SNG if m == "sng" else SPRING)(pinn.model.parameters(), **kw)
         state[label] = (pinn, opt, m, mode, torch.Generator().manual_seed(0), [], [])
     rows = None

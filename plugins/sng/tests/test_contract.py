@@ -161,6 +161,8 @@ def test_checkpoint_resume_equals_uninterrupted_training(cls):
                       "gen": g_h.get_state()})
     resumed, opt_r, _ = run(3, ck)
     assert torch.equal(_flat(resumed.model), _flat(pinn.model))
+    # the adaptive damping lives in the param group and resumes with it
+    assert opt.param_groups[0]["damping"] == opt_r.param_groups[0]["damping"]
     for p, q in zip(pinn.model.parameters(), resumed.model.parameters()):
         assert opt.state[p].keys() == opt_r.state[q].keys()
         for key, v in opt.state[p].items():
@@ -216,22 +218,38 @@ def _pinn_2d_error(steps: int, seed: int, **kw) -> float:
     return pinn.relative_l2()
 
 
-def test_2d_defaults_do_not_stall_where_0_2_damping_did():
-    """Issue 23's 2D stall: with 0.2's ``damping=1e-10`` the line search has to shrink every
-    step to ~2^-8 (the direction is dominated by singular values near 1e-5) and the error
-    creeps (2.3e-5 after 200 steps, 2.6e-6 after 4000 for seed 0); the 0.3 default 1e-9 lets
-    it take ~2^-3..2^-5 steps (README, "Why 2D stalled"). 200 steps, network and sampler seed
-    1: the defaults must reach 1e-5, the old damping must not (else this test shows nothing)."""
-    new = _pinn_2d_error(200, 1)
-    old = _pinn_2d_error(200, 1, damping=1e-10)
+def test_2d_fixed_damping_1e_9_does_not_stall_where_0_2_damping_did():
+    """Issue 23's 2D stall (0.3): with 0.2's fixed ``damping=1e-10`` the line search has to
+    shrink every step to ~2^-8 (the direction is dominated by singular values near 1e-5) and
+    the error creeps (2.3e-5 after 200 steps, 2.6e-6 after 4000 for seed 0); fixed 1e-9 lets
+    it take longer steps (README, "Why 2D stalled"). 200 steps, network and sampler seed 1:
+    1e-9 must reach 1e-5, 1e-10 must not (else this test shows nothing)."""
+    new = _pinn_2d_error(200, 1, adaptive_damping=False)
+    old = _pinn_2d_error(200, 1, damping=1e-10, adaptive_damping=False)
     assert new <= 1e-5 < old, (new, old)
+
+
+def test_2d_adaptive_damping_reaches_1e_6_where_fixed_damping_crawls():
+    """Issue 23, 0.4: with any fixed damping the default 2D SNG run crawls once the fixed
+    ``lambda`` is too small for the iterate (seed 2 of the 0.3 table ended at 1.9e-6 after
+    60 CPU s; at its stalled iterate a full-batch step lowers the loss by 0.5 % with 1e-9 and
+    by 60 % with 1e-6). The 0.4 default steers ``lambda`` by the line search's outcome.
+    Network and sampler seed 1, 225 steps of the class defaults: <= 1e-6 (measured 3.5e-7;
+    the 0.4 table's run first gets there at step 195); the same run with
+    ``adaptive_damping=False`` (0.3) must stay above 2e-6 (measured 2.7e-6), else this test
+    shows nothing."""
+    new = _pinn_2d_error(225, 1)
+    fixed = _pinn_2d_error(225, 1, adaptive_damping=False)
+    assert new <= 1e-6 < 2e-6 < fixed, (new, fixed)
 
 
 def test_short_2d_run_with_the_class_defaults():
     """2D Poisson (the ENGD paper's 30 x 30 grid + 120 boundary points, [2, 32, 1] tanh MLP),
     SNG with its class defaults on the PINN's default batch (256 interior + 120 boundary rows),
-    60 steps: relative L2 <= 5e-4 (measured 1.7e-4 after 50 steps, 5.7e-5 after 100). The same
-    60 steps of Adam (lr 1e-3, full batch) stay above 1e-2: the 2D problem is not trivial."""
+    60 steps: relative L2 <= 1e-2 (measured 4.7e-3; the adaptive damping of 0.4 is slower than
+    0.3's fixed 1e-9 in the first ~100 steps, 1.7e-4 after 50 steps there, and faster to 1e-6:
+    see the next test and the README). The same 60 steps of Adam (lr 1e-3, full batch) stay
+    above 1e-2 (and fixed damping would be below 5e-4): the 2D problem is not trivial."""
     pinn = PoissonPINN(mlp(2, [32], seed=0), dim=2, n_interior=30, n_boundary=30)
     start = pinn.relative_l2()
     opt = SNG(pinn.model.parameters())
@@ -239,7 +257,7 @@ def test_short_2d_run_with_the_class_defaults():
     for _ in range(60):
         idx = pinn.sample_batch(generator=g)
         opt.step(lambda idx=idx: pinn.batch_loss(idx))
-    assert pinn.relative_l2() <= 5e-4, pinn.relative_l2()
+    assert pinn.relative_l2() <= 1e-2, pinn.relative_l2()
     ref = PoissonPINN(mlp(2, [32], seed=0), dim=2, n_interior=30, n_boundary=30)
     adam = torch.optim.Adam(ref.model.parameters(), lr=1e-3)
     for _ in range(60):

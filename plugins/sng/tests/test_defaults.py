@@ -31,7 +31,9 @@ def test_the_driver_uses_the_class_defaults(method, cls):
     via_config = make_optimizer(method, prob, damping=cfg.damping, momentum=cfg.momentum,
                                 norm_constraint=cfg.norm_constraint,
                                 line_search=cfg.line_search, line_search_on=cfg.line_search_on,
-                                line_search_early_stop=cfg.line_search_early_stop, lr=cfg.lr)
+                                line_search_early_stop=cfg.line_search_early_stop, lr=cfg.lr,
+                                adaptive_damping={"on": True, "off": False}.get(
+                                    cfg.adaptive_damping))
     assert _group(via_config) == _group(bare)
 
 
@@ -45,8 +47,51 @@ def test_class_defaults_and_the_public_vmc_preset():
     vmc = _group(SPRING([x], **SPRING_VMC))
     assert (vmc["damping"], vmc["momentum"], vmc["norm_constraint"], vmc["line_search"]) == \
         (1e-3, 0.99, 1e-3, None)
+    assert _group(SNG([x]))["adaptive_damping"] is DEFAULTS["adaptive_damping"] is True  # 0.4
+    assert g["adaptive_damping"] is SPRING_DEFAULTS["adaptive_damping"] is False
+    assert vmc["adaptive_damping"] is False
     engd = make_optimizer("engd", _problem(1))
     assert not engd.param_groups[0]["line_search_early_stop"]  # the ENGD paper's full grid
+    assert engd.param_groups[0]["adaptive_damping"] is False  # ... and its fixed damping
+
+
+@pytest.mark.parametrize("cls", [SNG, SPRING])
+@pytest.mark.parametrize("grid,factor", [([2.0**-7], 2.0), ([2.0**-4], 1.0), ([0.25], 0.5),
+                                         (None, 1.0)])
+def test_adaptive_damping_follows_the_line_search(cls, grid, factor):
+    """The ADAPTIVE_DAMPING rule on a linear least-squares fit (every step is taken, so the
+    chosen step is the one-point grid's): a step of at most 2^-6 doubles lambda, one of at
+    least 2^-3 halves it, anything between keeps it; no line search keeps it fixed, and
+    ``adaptive_damping=False`` always does."""
+    from icml_sng import least_squares_loss
+
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(12, 3, generator=g, dtype=torch.float64)
+    b = torch.randn(12, generator=g, dtype=torch.float64)
+    for adaptive in (True, False):
+        x = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+        opt = cls([x], damping=1e-6, line_search=grid, adaptive_damping=adaptive)
+        for step in range(1, 4):
+            opt.step(lambda x=x: least_squares_loss(A @ x - b))
+            want = 1e-6 * (factor**step if adaptive else 1.0)
+            assert opt.param_groups[0]["damping"] == pytest.approx(want, rel=1e-12)
+            assert opt.last["damping"] == pytest.approx(want / (factor if adaptive else 1))
+    with pytest.raises(ValueError, match="adaptive_damping"):
+        SNG([x], adaptive_damping="yes")
+
+
+def test_adaptive_damping_stays_within_its_bounds():
+    from icml_sng import least_squares_loss
+    from icml_sng.optim import ADAPTIVE_DAMPING
+
+    x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    for damping, grid, steps, bound in [(0.6 * ADAPTIVE_DAMPING["max"], [2.0**-8], 2, "max"),
+                                        (1.5 * ADAPTIVE_DAMPING["min"], [1.0], 2, "min"),
+                                        (0.0, [2.0**-8], 1, "min")]:  # 0 is raised to min
+        opt = SNG([x], damping=damping, line_search=grid)
+        for _ in range(steps):
+            opt.step(lambda: least_squares_loss(x - 1.0 + 1e-3))
+        assert opt.param_groups[0]["damping"] == ADAPTIVE_DAMPING[bound]
 
 
 @pytest.mark.parametrize("dim,rows", [(1, 32 + 2), (2, 256 + 120)])
@@ -131,7 +176,8 @@ def test_spring_and_sng_share_one_keyword_signature():
 
     sng, spring = inspect.signature(SNG), inspect.signature(SPRING)
     shared = {k: v.default for k, v in sng.parameters.items()}
-    assert {k: v.default for k, v in spring.parameters.items() if k in shared} == shared
+    own = {k: v.default for k, v in spring.parameters.items() if k in shared}
+    assert own == {**shared, "adaptive_damping": False}  # SPRING's one different default
     assert set(spring.parameters) - set(shared) == {"momentum", "norm_constraint"}
     assert all(v.kind is v.KEYWORD_ONLY for k, v in spring.parameters.items()
                if k not in ("params", "num_residuals"))

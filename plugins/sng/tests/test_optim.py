@@ -94,7 +94,7 @@ def test_spring_with_zero_momentum_is_sng(regression):
 
     a = SNG(net.parameters(), n, batch_size=7, damping=1e-3, line_search=6, seed=4)
     b = SPRING(net2.parameters(), n, batch_size=7, damping=1e-3, momentum=0.0,
-               norm_constraint=None, line_search=6, seed=4)
+               norm_constraint=None, line_search=6, seed=4, adaptive_damping=True)
     for _ in range(5):
         a.step(residual_fn)
         b.step(residual_fn2)

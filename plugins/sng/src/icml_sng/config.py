@@ -49,8 +49,15 @@ class TrainConfig:
                                              "the optimizer's own uniform / svs sampler over "
                                              "all residuals (indexed mode)",
                           choices=("stratified", "uniform", "svs"))
-    damping: float = option(1e-9, help="SNG/SPRING/ENGD damping lambda (the class default)",
+    damping: float = option(1e-9, help="SNG/SPRING/ENGD damping lambda (the class default; "
+                                       "the start value when adaptive_damping)",
                             ge=0)
+    adaptive_damping: str = option("default", help="steer the SNG/SPRING damping by the "
+                                                   "line search's outcome, starting at damping: "
+                                                   "default = the class defaults (SNG on since "
+                                                   "0.4.0, SPRING off), on, off (fixed, the "
+                                                   "paper and 0.3). ENGD keeps it fixed",
+                                   choices=("default", "on", "off"))
     momentum: float = option(0.5, help="SPRING momentum mu (the class default)", ge=0, lt=1)
     norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off, the class "
                                               "default)", ge=0)

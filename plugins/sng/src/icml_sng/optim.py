@@ -62,15 +62,28 @@ Closure = Callable[[], torch.Tensor]
 #: ``line_search_on="batch"``: the grid compares the loss on the step's own batch (the closure),
 #: ``"full"`` (indexed mode) or ``line_search_closure=`` give the ENGD-style full-loss search.
 #: ``damping=1e-9`` since 0.3.0 (0.2.x: 1e-10, which stalls in 2D: README, "Why 2D stalled").
-DEFAULTS: dict[str, Any] = dict(lr=1.0, damping=1e-9, line_search=12, line_search_on="batch",
-                                line_search_early_stop=True, line_search_include_zero=False,
-                                solve="auto")
-#: SPRING's momentum and norm constraint for the PINNs (README).
-SPRING_DEFAULTS: dict[str, Any] = dict(momentum=0.5, norm_constraint=None)
+#: ``adaptive_damping=True`` since 0.4.0: ``damping`` is the starting value, steered after each
+#: step by the line search's outcome (:data:`ADAPTIVE_DAMPING`; README, "Adaptive damping").
+DEFAULTS: dict[str, Any] = dict(lr=1.0, damping=1e-9, adaptive_damping=True, line_search=12,
+                                line_search_on="batch", line_search_early_stop=True,
+                                line_search_include_zero=False, solve="auto")
+#: The adaptive-damping rule (0.4.0; ours, not the paper's: the paper and the ENGD codes keep
+#: ``lambda`` fixed, ``adaptive_damping=False``). After a line-searched step of ``eta = lr * f``:
+#: ``f <= raise_at`` (the direction had to be shrunk a lot, or the step was rejected) ->
+#: ``lambda *= factor``; ``f >= lower_at`` (a long step was taken) -> ``lambda /= factor``;
+#: clipped to ``[min, max]``. It keeps the chosen step in ``(2^-6, 2^-3)``: a Levenberg-
+#: Marquardt-style trust region whose signal is the grid the step already searched (no extra
+#: loss evaluations). Without a line search the damping stays fixed.
+ADAPTIVE_DAMPING: dict[str, float] = dict(raise_at=2.0**-6, lower_at=2.0**-3, factor=2.0,
+                                          min=1e-13, max=1e-2)
+#: SPRING's momentum and norm constraint for the PINNs (README). SPRING keeps a fixed damping
+#: by default: with the adaptive rule one of five 2D seeds stalled (README, "Adaptive damping").
+SPRING_DEFAULTS: dict[str, Any] = dict(momentum=0.5, norm_constraint=None,
+                                       adaptive_damping=False)
 #: The public SPRING defaults used for variational Monte Carlo (vmcnet / the SPRING paper):
 #: ``SPRING(params, **SPRING_VMC)``; fixed step (no line search) under the norm constraint.
 SPRING_VMC: dict[str, Any] = dict(damping=1e-3, momentum=0.99, norm_constraint=1e-3,
-                                  line_search=None, lr=1.0)
+                                  line_search=None, lr=1.0, adaptive_damping=False)
 
 
 class NonFiniteError(FloatingPointError):
@@ -159,14 +172,19 @@ class _SketchProjectOptimizer(Optimizer):
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict],
                  num_residuals: int | None = None, *, lr: float = DEFAULTS["lr"],
-                 damping: float = DEFAULTS["damping"], batch_size: int | None = 32,
+                 damping: float = DEFAULTS["damping"],
+                 adaptive_damping: bool = DEFAULTS["adaptive_damping"],
+                 batch_size: int | None = 32,
                  sampler: str | Sampler = "uniform",
                  line_search: int | Sequence[float] | None = DEFAULTS["line_search"],
                  line_search_on: str = DEFAULTS["line_search_on"],
                  line_search_early_stop: bool = DEFAULTS["line_search_early_stop"],
                  line_search_include_zero: bool = DEFAULTS["line_search_include_zero"],
                  solve: str = DEFAULTS["solve"], seed: int | None = None) -> None:
-        defaults = dict(lr=lr, damping=damping, line_search=line_search,
+        if not isinstance(adaptive_damping, bool):
+            raise ValueError(f"adaptive_damping must be True or False, got {adaptive_damping!r}")
+        defaults = dict(lr=lr, damping=damping, adaptive_damping=adaptive_damping,
+                        line_search=line_search,
                         line_search_on=line_search_on,
                         line_search_early_stop=bool(line_search_early_stop),
                         line_search_include_zero=line_search_include_zero, solve=solve,
@@ -221,6 +239,22 @@ class _SketchProjectOptimizer(Optimizer):
             rng = st["sampler_rng"].to(device="cpu", dtype=torch.uint8)
             st["sampler_rng"] = rng
             self.generator.set_state(rng)
+
+    def _adapt_damping(self, eta: float, top: float) -> None:
+        """After a step of ``eta`` out of a grid starting at ``top``: the
+        :data:`ADAPTIVE_DAMPING` rule (only with ``adaptive_damping`` and a line search). The
+        damping lives in the param group, so ``state_dict()`` carries it."""
+        g = self.param_groups[0]
+        self.last["damping"] = g["damping"]
+        if not g["adaptive_damping"] or g["line_search"] is None:
+            return
+        a, lam = ADAPTIVE_DAMPING, float(g["damping"])
+        f = eta / top if top > 0 else 0.0
+        if f <= a["raise_at"]:
+            lam = min(max(lam * a["factor"], a["min"]), a["max"])
+        elif f >= a["lower_at"]:
+            lam = max(lam / a["factor"], a["min"])
+        g["damping"] = lam
 
     def _count_step(self) -> None:
         for p in self._params:
@@ -473,6 +507,10 @@ class SNG(_SketchProjectOptimizer):
             out for torch's closure mode, where each step's batch may have any size.
         lr: step size ``eta`` (the largest one when ``line_search`` is set).
         damping: ``lambda >= 0`` in ``(J_S J_S^T + lambda I)``; 0 = minimum-norm projection.
+            With ``adaptive_damping`` it is the starting value.
+        adaptive_damping: steer ``lambda`` by the line search's outcome after each step
+            (:data:`ADAPTIVE_DAMPING`; default since 0.4.0). ``False`` keeps it fixed, as the
+            paper and the ENGD codes do (0.3's behaviour).
         batch_size: indexed mode: ``k`` residuals per step; ``None`` = all
             (Levenberg-Marquardt / ENGD).
         sampler: indexed mode: ``"uniform"``, ``"svs"`` (exact squared volume sampling; needs
@@ -502,6 +540,7 @@ class SNG(_SketchProjectOptimizer):
         self.last = {}
         eta = self._apply(evaluate, -d, g["lr"], self._ls_loss0)
         self._remember(line_search_closure)
+        self._adapt_damping(eta, g["lr"])
         self._count_step()
         self.last.update(loss=float(loss), lr=eta, step_norm=eta * float(d.norm()),
                          rows=float(r_S.shape[0]))
@@ -520,15 +559,18 @@ class SPRING(_SketchProjectOptimizer):
     ``momentum=0`` is :class:`SNG`. When the line search includes step 0 and takes it, the
     momentum restarts (``phi`` is reset to zero).
 
-    Defaults (:data:`DEFAULTS`, :data:`SPRING_DEFAULTS`: ``damping=1e-9``, ``momentum=0.5``,
-    no norm constraint, 12-point grid line search on the batch) train the plugin's PINNs to
-    1e-6. The public VMC defaults (``lambda=1e-3``, ``mu=0.99``, ``C=1e-3``, fixed step) are
+    Defaults (:data:`DEFAULTS`, :data:`SPRING_DEFAULTS`: fixed ``damping=1e-9``,
+    ``momentum=0.5``, no norm constraint, 12-point grid line search on the batch) train the
+    plugin's PINNs to 1e-6. ``adaptive_damping=True`` (SNG's default since 0.4.0) is available
+    but off: it sped up four of five 2D seeds and stalled the fifth (README). The public VMC
+    defaults (``lambda=1e-3``, ``mu=0.99``, ``C=1e-3``, fixed step) are
     ``SPRING(params, **SPRING_VMC)``. Other arguments as in :class:`SNG`.
     """
 
     def __init__(self, params: Iterable[torch.Tensor], num_residuals: int | None = None, *,
                  momentum: float = SPRING_DEFAULTS["momentum"],
                  norm_constraint: float | None = SPRING_DEFAULTS["norm_constraint"],
+                 adaptive_damping: bool = SPRING_DEFAULTS["adaptive_damping"],
                  **kwargs: Any) -> None:
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r} (mu = 1 can "
@@ -536,7 +578,7 @@ class SPRING(_SketchProjectOptimizer):
         if norm_constraint is not None and not float(norm_constraint) > 0:
             raise ValueError(f"norm_constraint must be > 0 or None, got {norm_constraint!r}")
         self._spring = dict(momentum=float(momentum), norm_constraint=norm_constraint)
-        super().__init__(params, num_residuals, **kwargs)
+        super().__init__(params, num_residuals, adaptive_damping=adaptive_damping, **kwargs)
 
     def _extra_defaults(self) -> dict[str, Any]:
         return self._spring
@@ -575,6 +617,7 @@ class SPRING(_SketchProjectOptimizer):
         # A rejected step (line search chose 0) restarts the momentum: keeping a direction
         # that was not taken would only grow it.
         self._store_phi(phi if eta > 0 else torch.zeros_like(phi))
+        self._adapt_damping(eta, lr)
         self._count_step()
         self.last.update(loss=float(loss), lr=eta, step_norm=eta * norm,
                          rows=float(r_S.shape[0]))

@@ -64,7 +64,9 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     dtype, device = _dtype(ctx, config.dtype), ctx.torch_device()
     opt_kwargs = dict(batch_size=config.batch_size,
                       boundary_batch_size=config.boundary_batch_size, sampler=config.sampler,
-                      damping=config.damping, momentum=config.momentum,
+                      damping=config.damping,
+                      adaptive_damping={"on": True, "off": False}.get(config.adaptive_damping),
+                      momentum=config.momentum,
                       norm_constraint=config.norm_constraint,
                       line_search=config.line_search, line_search_on=config.line_search_on,
                       line_search_early_stop=config.line_search_early_stop,
@@ -107,10 +109,12 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     k_int = config.batch_size or DEFAULT_BATCH[config.dim]
     notes = (f"Tanh MLP {[config.dim, *config.hidden, 1]}, {config.dtype}; SNG/SPRING take "
              f"{k_int} interior points per step ({config.sampler} sampler; boundary points: "
-             f"{config.boundary_batch_size or 'all'}), damping {config.damping:g}, SPRING "
+             f"{config.boundary_batch_size or 'all'}), damping {config.damping:g} "
+             f"(adaptive damping: {config.adaptive_damping}), SPRING "
              f"momentum {config.momentum:g}, {config.line_search}-point grid line search on the "
              f"{config.line_search_on} loss (early stop: {config.line_search_early_stop}); ENGD "
-             "is the full-batch step (Levenberg-Marquardt / Gauss-Newton with line search).")
+             "is the full-batch step (Levenberg-Marquardt / Gauss-Newton with line search, "
+             "fixed damping).")
     return icml.RunResult(metrics=metrics, tables=[table], artifacts=artifacts, notes=notes)
 
 

@@ -68,6 +68,7 @@ _UNSET = None
 
 
 def make_optimizer(method: str, problem: PoissonPINN, *, damping: float | None = _UNSET,
+                   adaptive_damping: bool | None = _UNSET,
                    momentum: float | None = _UNSET, norm_constraint: float | None = _UNSET,
                    line_search: int | None = _UNSET, line_search_on: str | None = _UNSET,
                    line_search_early_stop: bool | None = _UNSET, lr: float | None = _UNSET,
@@ -76,7 +77,8 @@ def make_optimizer(method: str, problem: PoissonPINN, *, damping: float | None =
                    **_ignored: object) -> torch.optim.Optimizer:
     """The optimizer for ``method`` on ``problem``. SNG, SPRING and ENGD (= SNG on the full
     batch) get their class defaults except for the settings passed here (``None`` = class
-    default; ``norm_constraint=0`` = off). Batches are the driver's (:func:`fit_pinn`)."""
+    default; ``norm_constraint=0`` = off). Batches are the driver's (:func:`fit_pinn`). ENGD is
+    the ENGD paper's method: full batch, every grid point, fixed ``damping``."""
     params = list(problem.model.parameters())
     if method == "adam":
         return torch.optim.Adam(params, lr=adam_lr)
@@ -88,7 +90,8 @@ def make_optimizer(method: str, problem: PoissonPINN, *, damping: float | None =
         return torch.optim.LBFGS(params, lr=lbfgs_lr, max_iter=1, max_eval=25, history_size=50,
                                  tolerance_grad=0.0, tolerance_change=0.0,
                                  line_search_fn="strong_wolfe")
-    given = dict(damping=damping, line_search=line_search, lr=lr,
+    given = dict(damping=damping, adaptive_damping=adaptive_damping,
+                 line_search=line_search, lr=lr,
                  line_search_early_stop=line_search_early_stop)
     if line_search_on == "full":
         given["line_search_early_stop"] = False if line_search_early_stop is None \
@@ -99,8 +102,9 @@ def make_optimizer(method: str, problem: PoissonPINN, *, damping: float | None =
                   batch_size=min(batch_size or DEFAULT_BATCH[problem.dim], problem.n))
     if "line_search" in kw:
         kw["line_search"] = kw["line_search"] or None  # 0 = fixed step
-    if method == "engd":  # the ENGD paper's search: every grid point on the full loss
-        kw["line_search_early_stop"] = False
+    if method == "engd":  # the ENGD paper's search: every grid point on the full loss,
+        kw["line_search_early_stop"] = False  # and its fixed damping
+        kw["adaptive_damping"] = False
         return SNG(params, **kw)  # type: ignore[arg-type]
     if method == "sng":
         return SNG(params, **kw)  # type: ignore[arg-type]
