@@ -8,13 +8,16 @@ data):
   ``" p"``); the prior mostly knows it;
 * ``medium``: the word in capitals (``"... planet ->"`` -> ``" PLANET"``); the prior sometimes
   knows it;
-* ``weak``: a 4-digit number through a random digit -> letter cipher drawn per seed
-  (``"Code 4721 is"`` -> ``" q b x e"``); a new mapping the prior cannot know.
+* ``weak``: a new fixed mapping the prior cannot know: the last digit of a 4-digit number
+  through a random digit -> letter code (``"Code: 4721"`` -> ``" q"``; 10 letters, so chance
+  is 0.1 once the format is learned); the code is fixed, the test numbers are unseen;
+* ``weak4`` (not in the default list): every digit through that code (``"Code 4721 is"`` ->
+  ``" q b x e"``); 30 steps of two layers did not learn it.
 
 Words come from the model's own vocabulary (whole-word tokens of 4-7 lowercase letters); train and
-test words (numbers for ``weak``) are disjoint, so the test is held-out. ``--noise`` replaces the
-trained answer of that share of training examples by a random wrong one (the evaluated answers
-stay clean).
+test words (numbers for ``weak``, ``weak4``) are disjoint, so the test is held-out. ``--noise``
+replaces the trained answer of that share of training examples by a random wrong one (the
+evaluated answers stay clean).
 
 Training, for the CPU budget: by default only the top ``--layers`` decoder layers (and the final
 norm) are trained, fully (``--lora R``: LoRA adapters of rank R on them instead, via peft); the
@@ -47,7 +50,8 @@ from icml_beyond_nll.loop import cosine_with_warmup
 
 DEFAULT_OBJECTIVES = ("logp,p,GeneralFamily-10,OnlyTopP-0.1,OnlyBottomLogP-0.5,dft,"
                       "GeneralFamily-0.5,OnlyBottomP-0.5,OnlyTopLogP-0.1")
-TASKS = ("strong", "medium", "weak")
+TASKS = ("strong", "medium", "weak", "weak4")
+DEFAULT_TASKS = ("strong", "medium", "weak")
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -61,18 +65,19 @@ def make_task(task: str, words: list[str], n_train: int, n_test: int, seed: int,
     """(prompt, answer) pairs for training (answers possibly noisy) and testing (clean). The
     item split (and the weak task's cipher) is fixed per task; ``seed`` draws the noise."""
     rng = random.Random(1000 + TASKS.index(task))
-    if task == "weak":
-        code = list(LETTERS[:10])
-        random.Random(7).shuffle(code)
+    if task in ("weak", "weak4"):
+        code = random.Random(7).sample(LETTERS, 10)  # digit d -> code[d], fixed
         nums = list(range(1000, 10000))
         rng.shuffle(nums)
         train_items, test_items = nums[:n_train], nums[n_train:n_train + n_test]
-
         def pair(x):
+            if task == "weak":  # the last digit's letter, predicted right after that digit
+                return f"Code: {x}", " " + code[x % 10]
             return f"Code {x} is", " " + " ".join(code[int(c)] for c in str(x))
 
         def corrupt(ans):
-            return " " + " ".join(rng.choice(code) for _ in range(4))
+            return " " + " ".join(rng.choice([c for c in code if c != a])
+                                  for a in ans.split())
     else:
         pool = list(words)
         rng.shuffle(pool)
@@ -274,7 +279,7 @@ def tables(before: dict, runs: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--objectives", default=DEFAULT_OBJECTIVES)
-    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=16)
@@ -317,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         if o != "dft":
             ProbObjective.parse(o)
     tasks = [s.strip() for s in a.tasks.split(",") if s.strip()]
+    if not tasks or set(tasks) - set(TASKS):
+        raise SystemExit(f"--tasks: unknown {sorted(set(tasks) - set(TASKS))}; choose from "
+                         f"{', '.join(TASKS)}")
     words = vocab_words(tok)
     base = TopLayers(model, k).to(a.device)
     print(f"# SmolLM2-135M-Instruct, vocab {model.config.vocab_size}, train top {k}/{n_layers} "

@@ -74,3 +74,82 @@ def test_cached_top_layers_equal_the_full_model(rm):
     assert torch.allclose(ours, full, atol=1e-4)
     assert all(p.requires_grad for p in top.parameters())
     assert sum(p.numel() for p in top.parameters()) < 10_000_000  # the LM head is not copied
+
+
+def _tiny_two_layer():
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm("llama", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                           vocab_size=64, seed=0)
+    model.requires_grad_(False)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 64, (12, 8), generator=g)
+    labels = torch.full_like(ids, -100)
+    labels[:, 5:] = ids[:, 5:]
+    return model, ids, labels
+
+
+def test_all_layers_option_equals_the_full_model_and_trains_every_layer(rm):
+    """``--layers all``: the cached input is the embedding output, the forward equals the full
+    model, and fine-tuning moves every decoder layer while the tied embedding stays frozen."""
+    model, ids, labels = _tiny_two_layer()
+    k = len(model.model.layers)
+    h = rm.bottom_hidden(model, ids, k)
+    assert torch.equal(h, model.model.embed_tokens(ids))
+    base = rm.TopLayers(model, k)
+    where = rm.shifted(labels) != -100
+    with torch.no_grad():
+        assert torch.allclose(base(h, where), model(input_ids=ids).logits[where], atol=1e-5)
+    emb = model.model.embed_tokens.weight.clone()
+    top = rm.train_one(base, h, labels, "logp", steps=4, batch=4, lr=1e-2, seed=0, lora=0)
+    for (name, p0), p1 in zip(base.named_parameters(), top.parameters()):
+        assert not torch.equal(p0, p1), f"{name} did not train"
+    assert len(list(top.parameters())) == len(list(base.parameters()))
+    assert torch.equal(model.model.embed_tokens.weight, emb)
+    assert top._head[0] is model.lm_head.weight
+
+
+def test_lora_option_trains_only_the_adapters(rm):
+    """``--lora R``: peft adapters on the trained layers; only they move, the base layers (and the
+    un-adapted copy) are unchanged, and the training loss falls."""
+    pytest.importorskip("peft")
+    from icml_beyond_nll import prob_objective_loss
+
+    model, ids, labels = _tiny_two_layer()
+    h = rm.bottom_hidden(model, ids, 1)
+    base = rm.TopLayers(model, 1)
+    before = {n: p.clone() for n, p in base.named_parameters()}
+    top = rm.train_one(base, h, labels, "logp", steps=8, batch=4, lr=1e-2, seed=0, lora=4)
+    lora = {n: p for n, p in top.named_parameters() if "lora_" in n}
+    assert len(lora) == 2 * 7  # A and B on q, k, v, o, gate, up, down
+    assert all(p.requires_grad for p in lora.values())
+    assert any(n.endswith("lora_B.default.weight") and p.abs().sum() > 0 for n, p in lora.items())
+    for n, p in top.named_parameters():
+        if "lora_" not in n:
+            assert not p.requires_grad
+            assert torch.equal(p, before[n.replace(".base_layer", "")]), n
+    for n, p in base.named_parameters():  # the base copy is never touched
+        assert torch.equal(p, before[n]) and "lora_" not in n
+    where = rm.shifted(labels) != -100
+    y = rm.shifted(labels)[where]
+    with torch.no_grad():
+        l0 = prob_objective_loss(base(h, where), y, "logp", shift=False)
+        l1 = prob_objective_loss(top(h, where), y, "logp", shift=False)
+    assert l1 < l0 - 0.1
+
+
+@pytest.mark.pretrained
+@pytest.mark.parametrize("option", [["--layers", "all"], ["--lora", "4"]])
+def test_training_options_run_on_the_real_model(rm, tmp_path, option):
+    if option[0] == "--lora":
+        pytest.importorskip("peft")
+    out = tmp_path / "run.json"
+    rc = rm.main(["--tasks", "weak", "--objectives", "logp", "--seeds", "1", "--steps", "2",
+                  "--batch", "4", "--n-train", "8", "--n-test", "4", "--json", str(out)] + option)
+    assert rc == 0
+    import json
+
+    d = json.loads(out.read_text())
+    assert d["args"]["layers" if option[0] == "--layers" else "lora"] == (
+        "all" if option[0] == "--layers" else 4)
+    assert len(d["runs"]) == 1 and 0.0 <= d["runs"][0]["acc"] <= 1.0
