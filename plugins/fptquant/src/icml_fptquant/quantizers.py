@@ -98,6 +98,20 @@ def fake_quant_asym(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
     return (q - zero) * scale
 
 
+def fake_quant_dynamic(x: torch.Tensor, bits: int, symmetric: bool = False,
+                       clip: float = 1.0) -> torch.Tensor:
+    """Dynamic fake quantization with one range per vector of the last dimension (per token;
+    per token and KV head for ``(batch, heads, seq, head_dim)``), clipped to ``clip`` times the
+    vector's range: symmetric (absmax, levels -2^(b-1)..2^(b-1)-1) or asymmetric (min/max)."""
+    if symmetric:
+        qmax = 2 ** (bits - 1) - 1
+        scale = (x.detach().abs().amax(-1, keepdim=True) * clip / qmax).clamp_min(1e-12)
+        return torch.clamp(round_ste(x / scale), -qmax - 1, qmax) * scale
+    lo = (x.detach().amin(-1, keepdim=True) * clip).clamp(max=0.0)
+    hi = (x.detach().amax(-1, keepdim=True) * clip).clamp(min=0.0)
+    return fake_quant_asym(x, lo, hi, bits)
+
+
 class ActQuantizer(nn.Module):
     """Static asymmetric activation quantizer with ranges calibrated on data.
 
@@ -107,9 +121,13 @@ class ActQuantizer(nn.Module):
     """
 
     def __init__(self, bits: int, groups: int = 1, group_dim: int | None = None,
-                 method: str = "mse", max_samples: int = 1 << 15, seed: int = 0) -> None:
+                 method: str = "mse", max_samples: int = 1 << 15, seed: int = 0,
+                 dynamic: bool = False, symmetric: bool = False, clip: float = 1.0) -> None:
         super().__init__()
         self.bits = check_bits(bits)
+        if not 0 < clip <= 1:
+            raise ValueError(f"clip={clip} must be in (0, 1]")
+        self.dynamic, self.symmetric, self.clip = dynamic, symmetric, clip
         self.group_dim = group_dim
         self.groups = groups
         if method not in ("mse", "minmax"):
@@ -138,6 +156,10 @@ class ActQuantizer(nn.Module):
         return t.reshape(shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dynamic:  # QuaRot: a range per token (per token and head for the KV cache)
+            if self.state != "quant" or self.bits >= 16:
+                return x
+            return fake_quant_dynamic(x, self.bits, self.symmetric, self.clip)
         if self.state == "observe":
             g = self._grouped(x.detach()).float().cpu()
             k = min(g.shape[1], self.max_samples)
@@ -153,6 +175,9 @@ class ActQuantizer(nn.Module):
     @torch.no_grad()
     def finish_observing(self) -> None:
         """Set the static ranges from what was observed and switch to ``quant``."""
+        if self.dynamic:
+            self.state, self._samples = "quant", []
+            return
         if not self._samples:
             raise ValueError("the calibration set produced no activations: pass at least one "
                              "non-empty sequence as calibration data")
