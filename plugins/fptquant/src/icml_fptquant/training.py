@@ -106,12 +106,13 @@ def optimize_local(model: Any, config: FPTQuantConfig | None = None,
 def e2e_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
              kind: str = "kl") -> torch.Tensor:
     """KL(teacher || student) averaged over tokens, or mean squared logit error."""
+    dt = torch.promote_types(student_logits.dtype, torch.float32)  # float64 stays float64
     if kind == "kl":
-        t = F.log_softmax(teacher_logits.float(), -1)
-        s = F.log_softmax(student_logits.float(), -1)
+        t = F.log_softmax(teacher_logits.to(dt), -1)
+        s = F.log_softmax(student_logits.to(dt), -1)
         return (t.exp() * (t - s)).sum(-1).mean()
     if kind == "mse":
-        return (student_logits.float() - teacher_logits.float()).pow(2).mean()
+        return (student_logits.to(dt) - teacher_logits.to(dt)).pow(2).mean()
     raise ValueError(f"e2e_loss {kind!r} unknown: use 'kl' or 'mse'")
 
 
@@ -134,13 +135,17 @@ def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | Non
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
     steps = range(cfg.e2e_steps)
+    teachers: dict[int, torch.Tensor] = {}
     for step in (progress(steps, desc="end-to-end") if progress else steps):
         if step % cfg.e2e_recalibrate_every == 0:
             with torch.no_grad(), cached_rotation(ops.rotation):
                 calibrate(model, batches)
-        ids = batches[int(torch.randint(len(batches), (1,), generator=gen))].to(device)
-        with torch.no_grad(), quant_disabled(model), cached_rotation(ops.rotation):
-            teacher = model(ids, use_cache=False).logits
+        k = int(torch.randint(len(batches), (1,), generator=gen))
+        ids = batches[k].to(device)
+        if k not in teachers:  # the transforms preserve the function: the FP teacher's
+            with torch.no_grad(), quant_disabled(model), cached_rotation(ops.rotation):
+                teachers[k] = model(ids, use_cache=False).logits  # logits never change
+        teacher = teachers[k]
         with cached_rotation(ops.rotation):
             loss = e2e_loss(model(ids, use_cache=False).logits, teacher, cfg.e2e_loss)
             opt.zero_grad(set_to_none=True)
