@@ -94,14 +94,15 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    from icml.data import eval_token_ids
-    from icml.data import perplexity as core_perplexity
-    from icml.models import load_pretrained
     from icml_fptquant import FPTQuantConfig
     from icml_fptquant.apply import apply_fpt_transforms
     from icml_fptquant.baselines import apply_quarot, apply_smoothquant
     from icml_fptquant.quantize import merge_and_quantize
     from icml_fptquant.training import optimize_e2e, optimize_local
+
+    from icml.data import eval_token_ids
+    from icml.data import perplexity as core_perplexity
+    from icml.models import load_pretrained
 
     c_start, w_start = time.process_time(), time.perf_counter()
     fp, tok = load_pretrained("smollm2-135m-instruct")
