@@ -77,7 +77,7 @@ class Int8Linear(nn.Module):
         lo, hi = self.lo.reshape(()).to(dt), self.hi.reshape(()).to(dt)
         s = ((hi - lo) / 255).clamp_min(1e-12)
         z = torch.round(-lo / s)
-        xq = torch.clamp(torch.round(x / s) + z, 0, 255) - 128
+        xq = torch.clamp(torch.round(x / s + z), 0, 255) - 128  # as fake_quant_asym
         shape = x.shape
         acc = torch._int_mm(xq.reshape(-1, shape[-1]).to(torch.int8), self.w_t)
         acc = acc + ((128 - z).to(torch.int32) * self.colsum)

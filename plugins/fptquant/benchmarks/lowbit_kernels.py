@@ -3,7 +3,7 @@ W8A8 (torch._int_mm) and W4A16 (torch's packed int4 CPU kernel), each against it
 (fake-quant) twin: perplexity on the core's evaluation text, greedy decode latency per token
 and resident weight bytes (every distinct parameter/buffer storage).
 
-    python plugins/fptquant/benchmarks/kernels.py
+    python plugins/fptquant/benchmarks/lowbit_kernels.py
 
 Weights: RTN per output channel, no transform (the kernels run whatever merge_and_quantize
 produced; the transformed models add only their online ops). W8A8 activations: static
