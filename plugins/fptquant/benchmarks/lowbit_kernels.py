@@ -38,10 +38,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from icml.data import eval_token_ids, perplexity
-    from icml.models import load_pretrained
     from icml_fptquant import FPTQuantConfig, merge_and_quantize
     from icml_fptquant.kernels import to_kernels, weight_bytes
+
+    from icml.data import eval_token_ids, perplexity
+    from icml.models import load_pretrained
 
     fp32, tok = load_pretrained("smollm2-135m-instruct")
     fp32.eval()

@@ -29,9 +29,10 @@ def _data(tok):
 
 @pytest.mark.parametrize("kind", ["w8a8", "w4a16"])
 def test_kernel_perplexity_equals_simulated_on_the_real_model(smollm, kind):
-    from icml.data import perplexity
     from icml_fptquant import FPTQuantConfig, merge_and_quantize
     from icml_fptquant.kernels import to_kernels, weight_bytes
+
+    from icml.data import perplexity
 
     model, tok = smollm
     ev, calib = _data(tok)
