@@ -16,6 +16,7 @@ from icml_fptquant.qlinear import as_fpt_linear
 from icml_fptquant.residual_scaling import apply_dynamic_residual_scaling
 from icml_fptquant.transforms import (
     ColHadamard,
+    ColHeadMix,
     ColInverseScale,
     HeadLeft,
     MLPScale,
@@ -27,6 +28,7 @@ from icml_fptquant.transforms import (
     ValueTransform,
     WriterRotation,
     hadamard_block,
+    head_mix_matrix,
 )
 
 
@@ -88,6 +90,10 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
             for name in ("weight", "bias"):
                 _reg(a.v_proj, name, HeadLeft(v, "value", geo.kv_heads, 1))
             _reg(a.o_proj, "weight", OProjValueInverse(v, geo.heads, geo.n_rep))
+        if cfg.o_head_mix:  # after the value inverse: W M^-1 (P kron I)^T
+            mix = head_mix_matrix(geo.heads, seed, ref.dtype, device)
+            _reg(a.o_proj, "weight", ColHeadMix(mix))
+            a.o_proj.fpt_head_mix = mix
         if cfg.mlp_scale:
             s = MLPScale(m.up_proj.out_features, dtype, device)
             ops.mlp.append(s)

@@ -13,20 +13,25 @@ from icml_fptquant.config import FPTQuantConfig
 from icml_fptquant.quantize import as_batches
 
 
-def quarot_config(config: FPTQuantConfig | None = None) -> FPTQuantConfig:
+def quarot_config(config: FPTQuantConfig | None = None,
+                  dynamic: bool = True) -> FPTQuantConfig:
     """QuaRot-style: fused norms + Hadamard residual rotation (R1), per-head Hadamard on
-    values (R2, merged into v/o), online Hadamard on post-RoPE queries/keys (R3) and before
-    down_proj (R4); nothing learned."""
+    values (R2, merged into v/o) with the online mix across heads before o_proj, online
+    Hadamard on post-RoPE queries/keys (R3) and before down_proj (R4); nothing learned.
+    ``dynamic``: per-token activations and KV cache as in the QuaRot paper (else the static
+    ranges of every other arm)."""
     return dataclasses.replace(config or FPTQuantConfig(), residual_rotation="hadamard",
                                prerope=False, value=True, value_init="hadamard",
-                               mlp_scale=False, down_hadamard=True, qk_hadamard=True,
-                               dynamic_residual_scaling=False, local_steps=0, e2e_steps=0)
+                               o_head_mix=True, mlp_scale=False, down_hadamard=True,
+                               qk_hadamard=True, dynamic_residual_scaling=False,
+                               local_steps=0, e2e_steps=0, act_dynamic=dynamic)
 
 
-def apply_quarot(model: Any, config: FPTQuantConfig | None = None, seed: int = 0) -> Any:
+def apply_quarot(model: Any, config: FPTQuantConfig | None = None, seed: int = 0,
+                 dynamic: bool = True) -> Any:
     from icml_fptquant.apply import apply_fpt_transforms, merge_transforms
 
-    apply_fpt_transforms(model, quarot_config(config), seed)
+    apply_fpt_transforms(model, quarot_config(config, dynamic), seed)
     return merge_transforms(model)
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from icml import option
 
-ARMS = ("fp", "rtn", "smoothquant", "quarot", "fptquant_local", "fptquant_e2e", "nf4",
-        "bnb_nf4", "bnb_int8")
+ARMS = ("fp", "rtn", "smoothquant", "quarot", "fptquant_local", "fptquant_e2e",
+        "quarot_static", "nf4", "bnb_nf4", "bnb_int8")
 
 
 @dataclass
@@ -24,8 +24,18 @@ class FPTQuantConfig:
                           ge=2, le=16)
     weight_quantizer: str = option("rtn", help="weight rounding: round-to-nearest or GPTQ-style "
                                    "error correction", choices=("rtn", "gptq"))
+    gptq_sequential: bool = option(True, help="GPTQ layer by layer with already-quantized "
+                                   "predecessors (false = all Hessians from one FP pass)")
     act_range: str = option("mse", help="how static activation/KV ranges are set from the "
                             "calibration set", choices=("mse", "minmax"))
+    act_dynamic: bool = option(False, help="QuaRot-style dynamic quantization instead of "
+                               "static ranges: activations per token (symmetric, clip "
+                               "act_clip), KV cache per token and head (asymmetric, clip "
+                               "kv_clip)")
+    act_clip: float = option(0.9, help="clip ratio of dynamic per-token activations", gt=0,
+                             le=1)
+    kv_clip: float = option(0.95, help="clip ratio of the dynamic per-token KV cache", gt=0,
+                            le=1)
     quantize_lm_head: bool = option(False, help="also quantize lm_head weights and inputs")
     # transforms
     residual_rotation: str = option("hadamard", help="residual rotation Q init (learnable): "
@@ -41,6 +51,9 @@ class FPTQuantConfig:
     down_hadamard: bool = option(True, help="online grouped Hadamard before down_proj")
     qk_hadamard: bool = option(False, help="online Hadamard on post-RoPE queries and keys "
                                "(QuaRot R3; not part of FPTQuant)")
+    o_head_mix: bool = option(False, help="online orthogonal mix across heads before o_proj "
+                              "(QuaRot's across-head Hadamard; a seeded random orthogonal "
+                              "matrix when the head count has no Sylvester Hadamard)")
     dynamic_residual_scaling: bool = option(True, help="cheap dynamic per-token residual "
                                             "scaling (1/c at o_proj/down_proj input)")
     untie_embeddings: bool = option(False, help="untie embed_tokens and lm_head when tied "
@@ -49,6 +62,9 @@ class FPTQuantConfig:
     local_steps: int = option(200, help="steps of the local (weight outlier) objective", ge=0)
     local_lr: float = option(1e-2, help="AdamW learning rate of the local objective", gt=0)
     local_p: float = option(4.0, help="p of the (mean |W|^p)^(1/p) outlier norm", ge=1)
+    local_row_fraction: float = option(1.0, help="fraction of random weight rows per local "
+                                       "step (1 = exact objective; < 1 = cheaper stochastic "
+                                       "estimate, used on the real model)", gt=0, le=1)
     # end-to-end objective
     e2e_steps: int = option(0, help="steps of end-to-end training (quantized student vs FP "
                             "teacher)", ge=0)

@@ -1,6 +1,11 @@
-"""Save a merged and quantized model as a plain transformers checkpoint (weights already on the
-quantization grid, stored dequantized) plus ``fptquant.json`` with the static ranges and the
-online parts, and load it back so it runs through ``generate`` again."""
+"""Save a merged and quantized model (weights already on the quantization grid, stored
+dequantized in ``fptquant.safetensors``) with ``fptquant.json`` (static ranges and the online
+parts), and load it back with :func:`load_quantized` so it runs through ``generate`` again.
+
+The folder is deliberately *not* loadable by plain ``from_pretrained``: without the online
+Hadamards, residual scaling and quantizers those weights compute a different function, so the
+weights file does not carry a name transformers looks for (it raises ``OSError``), and
+``config.json`` records ``quantization_config.quant_method = "fptquant"`` with the loader."""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ import torch
 from icml_fptquant.config import FPTQuantConfig
 
 META = "fptquant.json"
+WEIGHTS = "fptquant.safetensors"
+LOADER = "icml_fptquant.load_quantized"
 
 
 def _linears(model: Any) -> dict[str, Any]:
@@ -39,7 +46,7 @@ def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     lins = _linears(model)
-    meta: dict[str, Any] = {"config": dataclasses.asdict(cfg),
+    meta: dict[str, Any] = {"format": 2, "config": dataclasses.asdict(cfg),
                             "dynamic_residual_scaling": bool(getattr(model, "fpt_drs", False)),
                             "qk_hadamard": getattr(model.model.layers[0].self_attn,
                                                    "fpt_qk_hadamard", None) is not None,
@@ -51,9 +58,12 @@ def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
         if ".act_quant." in key or ".fpt_k_quant." in key or ".fpt_v_quant." in key:
             continue
         state[key] = qweights.get(key, value).detach().clone()
+    meta["head_mix"] = {}
     for name, lin in lins.items():
         if getattr(lin, "fpt_hadamard", None) is not None:
             meta["hadamard"].append(name)
+        if getattr(lin, "fpt_head_mix", None) is not None:
+            meta["head_mix"][name] = lin.fpt_head_mix.double().tolist()
         q = getattr(lin, "act_quant", None)
         if q is not None:
             meta["act"][name] = {"bits": q.bits, "lo": q.lo.tolist(), "hi": q.hi.tolist()}
@@ -66,8 +76,18 @@ def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
     config = copy.deepcopy(model.config)
     config._attn_implementation = "sdpa"
     plain = AutoModelForCausalLM.from_config(config).to(next(model.parameters()).dtype)
-    plain.load_state_dict(state, strict=True)
-    plain.save_pretrained(out)
+    plain.load_state_dict(state, strict=True)  # checks the keys are the plain model's
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().clone().contiguous() for k, v in plain.state_dict().items()},
+              str(out / WEIGHTS),
+              metadata={"format": "pt", "fptquant": "1"})
+    config.quantization_config = {"quant_method": "fptquant", "load_with": LOADER,
+                                  "w_bits": cfg.w_bits, "a_bits": cfg.a_bits,
+                                  "kv_bits": cfg.kv_bits}
+    config.save_pretrained(out)
+    for stale in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"):
+        (out / stale).unlink(missing_ok=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     (out / META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
@@ -88,7 +108,20 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
         raise ValueError(f"{str(folder)!r} has no {META}: pass a folder written by "
                          "save_quantized")
     meta = json.loads((folder / META).read_text(encoding="utf-8"))
-    model = AutoModelForCausalLM.from_pretrained(folder).to(device).eval()
+    if not (folder / WEIGHTS).is_file():
+        raise ValueError(f"{str(folder)!r} has no {WEIGHTS}: it was written by an older "
+                         "icml-fptquant (< 0.2); save it again with save_quantized")
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    state = load_file(str(folder / WEIGHTS))
+    dtype = next(iter(state.values())).dtype
+    model = AutoModelForCausalLM.from_config(config).to(dtype)
+    model.load_state_dict(state, strict=True)
+    model = model.to(device).eval()
     try:
         tok = AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError):
@@ -107,6 +140,9 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
     for name in meta["hadamard"]:
         lin = as_fpt_linear(lins[name])
         lin.fpt_hadamard = hadamard_block(lin.in_features, dtype, device)
+    for name, mix in meta.get("head_mix", {}).items():
+        lin = as_fpt_linear(lins[name])
+        lin.fpt_head_mix = torch.tensor(mix, dtype=dtype, device=device)
     for name, lin in lins.items():
         if hasattr(lin, "w_bits"):
             lin.w_bits = 16  # stored weights are already on the quantization grid

@@ -13,7 +13,8 @@ import torch
 from icml_fptquant.config import FPTQuantConfig, QuantizeConfig
 
 ARM_LABELS = {"fp": "FP", "rtn": "RTN", "smoothquant": "SmoothQuant-style",
-              "quarot": "QuaRot-style", "fptquant_local": "FPTQuant-local",
+              "quarot": "QuaRot-style (dynamic)",
+              "quarot_static": "QuaRot-style (static)", "fptquant_local": "FPTQuant-local",
               "fptquant_e2e": "FPTQuant-end-to-end", "nf4": "NF4 weight-only",
               "bnb_nf4": "bitsandbytes NF4 (W only)", "bnb_int8": "bitsandbytes int8 (W only)"}
 
@@ -139,9 +140,10 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
         elif arm == "smoothquant":
             apply_smoothquant(model, calib, cfg.smoothquant_alpha)
             merge_and_quantize(model, calib, mcfg, seed)
-        elif arm == "quarot":
-            apply_quarot(model, mcfg, seed)
-            merge_and_quantize(model, calib, mcfg, seed)
+        elif arm in ("quarot", "quarot_static"):
+            dynamic = arm == "quarot"
+            apply_quarot(model, mcfg, seed, dynamic=dynamic)
+            merge_and_quantize(model, calib, dataclasses.replace(mcfg, act_dynamic=dynamic), seed)
         elif arm in ("fptquant_local", "fptquant_e2e"):
             apply_fpt_transforms(model, mcfg, seed)
             reused = local_state is not None

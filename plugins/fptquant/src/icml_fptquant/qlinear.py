@@ -26,15 +26,23 @@ class FPTLinear(nn.Linear):
 
     fpt_input_scale: torch.Tensor | None
     fpt_hadamard: torch.Tensor | None
+    fpt_head_mix: torch.Tensor | None
     act_quant: ActQuantizer | None
     w_bits: int
     fpt_qweight: torch.Tensor | None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def online_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The online (not mergeable) ops on the input, before quantization."""
         if self.fpt_input_scale is not None:
             x = x * self.fpt_input_scale.to(x.dtype)
         if self.fpt_hadamard is not None:
             x = apply_grouped(x, self.fpt_hadamard)
+        if getattr(self, "fpt_head_mix", None) is not None:
+            x = apply_head_mix(x, self.fpt_head_mix)
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.online_input(x)
         if self.act_quant is not None:
             x = self.act_quant(x)
         if self.fpt_qweight is not None:
@@ -44,6 +52,15 @@ class FPTLinear(nn.Linear):
         else:
             w = self.weight
         return F.linear(x, w.to(x.dtype), self.bias)
+
+
+def apply_head_mix(x: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
+    """``(mix kron I_head_dim) x`` on the last dimension (heads * head_dim): mixes heads."""
+    h = mix.shape[0]
+    shape = x.shape
+    y = torch.einsum("...hd,gh->...gd", x.reshape(*shape[:-1], h, shape[-1] // h),
+                     mix.to(device=x.device, dtype=x.dtype))
+    return y.reshape(shape)
 
 
 def as_fpt_linear(lin: nn.Linear) -> FPTLinear:
@@ -56,6 +73,7 @@ def as_fpt_linear(lin: nn.Linear) -> FPTLinear:
     lin.__class__ = FPTLinear
     lin.fpt_input_scale = None
     lin.fpt_hadamard = None
+    lin.fpt_head_mix = None
     lin.act_quant = None
     lin.w_bits = 16
     lin.fpt_qweight = None

@@ -58,12 +58,15 @@ def attach_quantizers(model: Any, config: FPTQuantConfig, seed: int = 0) -> Any:
         lin = as_fpt_linear(lin)
         lin.w_bits = config.w_bits
         lin.fpt_qweight = None
-        lin.act_quant = (ActQuantizer(config.a_bits, method=config.act_range, seed=seed + i)
+        lin.act_quant = (ActQuantizer(config.a_bits, method=config.act_range, seed=seed + i,
+                                      dynamic=config.act_dynamic, symmetric=True,
+                                      clip=config.act_clip)
                          if config.a_bits < 16 else None)
     for i, layer in enumerate(model.model.layers):
         attn = layer.self_attn
         for name in ("fpt_k_quant", "fpt_v_quant"):
-            q = (ActQuantizer(config.kv_bits, geo.kv_heads, 1, config.act_range, seed=seed + i)
+            q = (ActQuantizer(config.kv_bits, geo.kv_heads, 1, config.act_range, seed=seed + i,
+                              dynamic=config.act_dynamic, clip=config.kv_clip)
                  if config.kv_bits < 16 else None)
             setattr(attn, name, q)
     use_kv_attention(model)
@@ -107,22 +110,25 @@ def quant_disabled(model: Any) -> Iterator[None]:
             m.w_bits, m.fpt_qweight = b, w
 
 
-@torch.no_grad()
-def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor]) -> dict:
-    hs: dict[str, torch.Tensor] = {}
+def _hessian_hooks(lins: dict[str, Any], hs: dict[str, torch.Tensor]) -> list:
+    """Forward pre-hooks adding ``X^T X`` of each linear's input (after its online ops)."""
     handles = []
     for name, lin in lins.items():
         def hook(mod: Any, args: tuple, name: str = name) -> None:
             x = args[0]
-            if mod.fpt_input_scale is not None:
-                x = x * mod.fpt_input_scale.to(x.dtype)
-            if mod.fpt_hadamard is not None:
-                from icml_fptquant.hadamard import apply_grouped
-
-                x = apply_grouped(x, mod.fpt_hadamard)
+            if hasattr(mod, "online_input"):
+                x = mod.online_input(x)
             x = x.reshape(-1, x.shape[-1]).double()
             hs[name] = hs.get(name, 0) + x.T @ x
         handles.append(lin.register_forward_pre_hook(hook))
+    return handles
+
+
+@torch.no_grad()
+def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor]) -> dict:
+    """Every linear's input Hessian from one full-precision pass (the non-sequential variant)."""
+    hs: dict[str, torch.Tensor] = {}
+    handles = _hessian_hooks(lins, hs)
     device = next(model.parameters()).device
     try:
         with quant_disabled(model):
@@ -134,15 +140,111 @@ def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor
     return hs
 
 
+class _Stop(Exception):
+    pass
+
+
+@torch.no_grad()
+def _layer_inputs(model: Any, batches: list[torch.Tensor]) -> list[tuple]:
+    """``(hidden_states, args, kwargs)`` that the first decoder layer receives for each batch."""
+    device = next(model.parameters()).device
+    got: list[tuple] = []
+
+    def grab(mod: Any, args: tuple, kwargs: dict) -> None:
+        got.append((args[0] if args else kwargs.pop("hidden_states"), args[1:], kwargs))
+        raise _Stop
+
+    handle = model.model.layers[0].register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        for b in batches:
+            try:
+                model(b.to(device), use_cache=False)
+            except _Stop:
+                pass
+    finally:
+        handle.remove()
+    return got
+
+
+@torch.no_grad()
+def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tensor],
+                    damp: float = 0.01) -> None:
+    """GPTQ as GPTQ does it: layer by layer, each layer's input Hessians collected from the
+    outputs of the layers before it *with their weights already quantized* (activations and KV
+    in full precision meanwhile); sets every decoder linear's ``fpt_qweight`` (and lm_head's
+    with ``quantize_lm_head``, from inputs of the fully weight-quantized decoder)."""
+    inputs = _layer_inputs(model, batches)
+    hidden = [h for h, _, _ in inputs]
+    state = getattr(model.model.layers[0], "fpt_drs_state", None)  # dynamic residual scaling
+    scales: list = [None] * len(inputs)
+    all_lins = decoder_linears(model)
+    rounded: dict[str, torch.Tensor] = {}
+    with quant_disabled(model):
+        for i, layer in enumerate(model.model.layers):
+            lins = {n: m for n, m in all_lins.items() if n.startswith(f"layers.{i}.")}
+            hs: dict[str, torch.Tensor] = {}
+            handles = _hessian_hooks(lins, hs)
+            try:
+                for k, (_, args, kwargs) in enumerate(inputs):
+                    if state is not None:
+                        state.c = scales[k]
+                    layer(hidden[k], *args, **kwargs)
+            finally:
+                for h in handles:
+                    h.remove()
+            for name, lin in lins.items():
+                w = lin.weight.detach()
+                rounded[name] = quantize_weight_gptq(w, hs[name], config.w_bits,
+                                                     damp).to(w.dtype)
+                lin.fpt_qweight = rounded[name]  # the next layers see this layer quantized
+            for k, (_, args, kwargs) in enumerate(inputs):
+                if state is not None:
+                    state.c = scales[k]
+                out = layer(hidden[k], *args, **kwargs)
+                hidden[k] = out[0] if isinstance(out, tuple) else out
+                if state is not None:
+                    scales[k] = state.c
+    # quant_disabled put back what each linear had on entry: set the rounded weights now
+    for name, lin in all_lins.items():
+        lin.fpt_qweight = rounded[name]
+    if config.quantize_lm_head:
+        hs = {}
+        handles = _hessian_hooks({"lm_head": model.lm_head}, hs)
+        qs = quantizers(model)
+        states = [q.state for q in qs]
+        head = (model.lm_head.w_bits, model.lm_head.fpt_qweight)
+        try:
+            for q in qs:
+                q.state = "off"
+            model.lm_head.w_bits, model.lm_head.fpt_qweight = 16, None
+            device = next(model.parameters()).device
+            for b in batches:
+                model(b.to(device), use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+            for q, st in zip(qs, states):
+                q.state = st
+            model.lm_head.w_bits, model.lm_head.fpt_qweight = head
+        w = model.lm_head.weight.detach()
+        model.lm_head.fpt_qweight = quantize_weight_gptq(w, hs["lm_head"], config.w_bits,
+                                                         damp).to(w.dtype)
+
+
 @torch.no_grad()
 def round_weights(model: Any, config: FPTQuantConfig, calibration_data: Any = None,
                   method: str | None = None) -> None:
-    """Freeze the quantized weights: ``rtn``, ``gptq``, ``nf4`` (native NF4) or bitsandbytes'
-    ``bnb_nf4`` / ``bnb_int8``."""
+    """Freeze the quantized weights: ``rtn``, ``gptq`` (layer-sequential, see
+    :func:`gptq_sequential`; ``gptq_sequential=False`` collects every Hessian in one
+    full-precision pass instead), ``nf4`` (native NF4) or bitsandbytes' ``bnb_nf4`` /
+    ``bnb_int8``."""
     method = method or config.weight_quantizer
     lins = {n: m for n, m in decoder_linears(model).items()}
     if config.quantize_lm_head:
         lins["lm_head"] = model.lm_head
+    if method == "gptq" and config.gptq_sequential:
+        gptq_sequential(model, config, as_batches(calibration_data))
+        return
     if method == "gptq":
         hs = _input_hessians(model, lins, as_batches(calibration_data))
     for name, lin in lins.items():

@@ -4,6 +4,8 @@ and static per-head KV cache, all as fake quantization with straight-through est
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -23,9 +25,51 @@ def check_bits(bits: int, what: str = "bits") -> int:
     return bits
 
 
+_FROZEN: dict | None = None
+
+
+@contextmanager
+def frozen_rounding(mode: str) -> Iterator[None]:
+    """Checking aid for the straight-through estimator (STE). ``mode="record"``: run as usual
+    and remember every rounding offset ``round(x) - x`` in call order; ``mode="replay"``: add
+    the recorded offsets as constants instead of rounding. With the offsets frozen the loss is
+    a smooth function of the transform parameters whose true gradient is exactly the STE
+    gradient at the recorded point, so finite differences can check it."""
+    global _FROZEN
+    if mode not in ("record", "replay"):
+        raise ValueError(f"mode {mode!r} unknown: use 'record' or 'replay'")
+    if mode == "record":
+        _FROZEN = {"mode": "record", "offsets": [], "i": 0}
+    elif _FROZEN is None or not _FROZEN["offsets"]:
+        raise ValueError("nothing recorded: run a forward pass under frozen_rounding('record')")
+    else:
+        _FROZEN = {**_FROZEN, "mode": "replay", "i": 0}
+    try:
+        yield
+    finally:
+        _FROZEN = {**_FROZEN, "mode": "off"}  # offsets kept for further replays
+
+
 def round_ste(x: torch.Tensor) -> torch.Tensor:
     """Round to nearest with a straight-through gradient (identity)."""
     return x + (torch.round(x) - x).detach()
+
+
+def round_clamp_ste(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """``clamp(round(x), lo, hi)`` with the straight-through gradient (1 where the rounded value
+    is inside ``[lo, hi]``, else 0). Under :func:`frozen_rounding` the offsets and the in-range
+    mask are recorded / replayed, so the replayed function has no kinks at the range ends."""
+    off = (torch.round(x) - x).detach()
+    if _FROZEN is not None and _FROZEN["mode"] == "replay":
+        off, inside = _FROZEN["offsets"][_FROZEN["i"]]
+        _FROZEN["i"] += 1
+        y = x + off
+        return torch.where(inside, y, torch.clamp(y, lo, hi).detach())
+    y = torch.clamp(x + off, lo, hi)
+    if _FROZEN is not None and _FROZEN["mode"] == "record":
+        r = x.detach() + off
+        _FROZEN["offsets"].append((off, (r >= lo) & (r <= hi)))
+    return y
 
 
 def quantize_weight_rtn(w: torch.Tensor, bits: int) -> torch.Tensor:
@@ -36,7 +80,7 @@ def quantize_weight_rtn(w: torch.Tensor, bits: int) -> torch.Tensor:
         return w
     qmax = 2 ** (bits - 1) - 1
     scale = (w.abs().amax(dim=1, keepdim=True) / qmax).clamp_min(1e-12)
-    return torch.clamp(round_ste(w / scale), -qmax - 1, qmax) * scale
+    return round_clamp_ste(w / scale, -qmax - 1, qmax) * scale
 
 
 def quantize_weight_nf4(w: torch.Tensor, block_size: int = 64) -> torch.Tensor:
@@ -94,8 +138,22 @@ def fake_quant_asym(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
     levels = 2 ** bits - 1
     scale = ((hi - lo) / levels).clamp_min(1e-12)
     zero = torch.round(-lo / scale)
-    q = torch.clamp(round_ste(x / scale) + zero, 0, levels)
+    q = round_clamp_ste(x / scale + zero, 0, levels)
     return (q - zero) * scale
+
+
+def fake_quant_dynamic(x: torch.Tensor, bits: int, symmetric: bool = False,
+                       clip: float = 1.0) -> torch.Tensor:
+    """Dynamic fake quantization with one range per vector of the last dimension (per token;
+    per token and KV head for ``(batch, heads, seq, head_dim)``), clipped to ``clip`` times the
+    vector's range: symmetric (absmax, levels -2^(b-1)..2^(b-1)-1) or asymmetric (min/max)."""
+    if symmetric:
+        qmax = 2 ** (bits - 1) - 1
+        scale = (x.detach().abs().amax(-1, keepdim=True) * clip / qmax).clamp_min(1e-12)
+        return round_clamp_ste(x / scale, -qmax - 1, qmax) * scale
+    lo = (x.detach().amin(-1, keepdim=True) * clip).clamp(max=0.0)
+    hi = (x.detach().amax(-1, keepdim=True) * clip).clamp(min=0.0)
+    return fake_quant_asym(x, lo, hi, bits)
 
 
 class ActQuantizer(nn.Module):
@@ -107,9 +165,13 @@ class ActQuantizer(nn.Module):
     """
 
     def __init__(self, bits: int, groups: int = 1, group_dim: int | None = None,
-                 method: str = "mse", max_samples: int = 1 << 15, seed: int = 0) -> None:
+                 method: str = "mse", max_samples: int = 1 << 15, seed: int = 0,
+                 dynamic: bool = False, symmetric: bool = False, clip: float = 1.0) -> None:
         super().__init__()
         self.bits = check_bits(bits)
+        if not 0 < clip <= 1:
+            raise ValueError(f"clip={clip} must be in (0, 1]")
+        self.dynamic, self.symmetric, self.clip = dynamic, symmetric, clip
         self.group_dim = group_dim
         self.groups = groups
         if method not in ("mse", "minmax"):
@@ -138,6 +200,10 @@ class ActQuantizer(nn.Module):
         return t.reshape(shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dynamic:  # QuaRot: a range per token (per token and head for the KV cache)
+            if self.state != "quant" or self.bits >= 16:
+                return x
+            return fake_quant_dynamic(x, self.bits, self.symmetric, self.clip)
         if self.state == "observe":
             g = self._grouped(x.detach()).float().cpu()
             k = min(g.shape[1], self.max_samples)
@@ -153,6 +219,9 @@ class ActQuantizer(nn.Module):
     @torch.no_grad()
     def finish_observing(self) -> None:
         """Set the static ranges from what was observed and switch to ``quant``."""
+        if self.dynamic:
+            self.state, self._samples = "quant", []
+            return
         if not self._samples:
             raise ValueError("the calibration set produced no activations: pass at least one "
                              "non-empty sequence as calibration data")

@@ -19,13 +19,57 @@ import torch.nn.functional as F
 from icml_fptquant.apply import transform_parameters
 from icml_fptquant.config import FPTQuantConfig
 from icml_fptquant.qlinear import decoder_linears
+from icml_fptquant.transforms import cached_rotation
 
 
-def outlier_norm(model: Any, p: float = 4.0) -> torch.Tensor:
-    """``sum (mean |W|^p)^(1/p)`` over the decoder linears' (merged) weights."""
+def _rows_of_merged(lin: Any, k: int, gen: torch.Generator) -> torch.Tensor:
+    """``k`` random rows of ``lin``'s merged weight. The residual rotation is always the last
+    parametrization of a linear (see ``apply``); it runs on those rows only. Readers:
+    ``(T W)[rows] Q^T`` (T = the cheap row transforms before it). Writers (o_proj, down_proj):
+    every other transform of theirs acts on columns and so commutes with ``Q[rows] @``, which
+    therefore runs first on the original weight."""
+    from torch.nn.utils import parametrize
+
+    from icml_fptquant.transforms import ReaderRotation, WriterRotation
+
+    if not parametrize.is_parametrized(lin, "weight"):
+        w = lin.weight
+        return w[torch.randperm(w.shape[0], generator=gen)[:k].to(w.device)]
+    chain = lin.parametrizations.weight
+    mods = list(chain)
+    last = mods[-1]
+    w = chain.original
+    rows = torch.randperm(w.shape[0], generator=gen)[:k].to(w.device)
+    if isinstance(last, ReaderRotation):
+        for m in mods[:-1]:
+            w = m(w)
+        return w[rows] @ last.rot.matrix().to(w.dtype).T
+    if isinstance(last, WriterRotation):
+        w = last.rot.matrix().to(w.dtype)[rows] @ w
+        for m in mods[:-1]:
+            w = m(w)
+        return w
+    return lin.weight[rows]
+
+
+def outlier_norm(model: Any, p: float = 4.0, row_fraction: float = 1.0,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """``sum (mean |W|^p)^(1/p)`` over the decoder linears' (merged) weights. With
+    ``row_fraction < 1`` each mean runs over that fraction of random rows (a stochastic
+    estimate that costs about ``row_fraction`` of the residual-rotation products)."""
+    if not 0 < row_fraction <= 1:
+        raise ValueError(f"row_fraction={row_fraction} must be in (0, 1]")
     total = 0.0
+    gen = generator or torch.Generator().manual_seed(0)
     for lin in decoder_linears(model).values():
-        total = total + lin.weight.abs().pow(p).mean().pow(1.0 / p)
+        if row_fraction >= 1:
+            w = lin.weight
+        else:
+            rows = (lin.parametrizations.weight.original if hasattr(lin, "parametrizations")
+                    else lin.weight).shape[0]
+            k = max(1, round(row_fraction * rows))
+            w = _rows_of_merged(lin, k, gen)
+        total = total + w.abs().pow(p).mean().pow(1.0 / p)
     return total
 
 
@@ -45,13 +89,16 @@ def optimize_local(model: Any, config: FPTQuantConfig | None = None,
             return [float(outlier_norm(model, cfg.local_p))]
     opt = torch.optim.AdamW(params, lr=cfg.local_lr, weight_decay=0.0)
     steps = range(cfg.local_steps)
+    rot = model.fpt_transforms.rotation
+    gen = torch.Generator().manual_seed(0)
     for _ in (progress(steps, desc="local objective") if progress else steps):
-        loss = outlier_norm(model, cfg.local_p)
-        history.append(float(loss.detach()))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        with cached_rotation(rot):
+            loss = outlier_norm(model, cfg.local_p, cfg.local_row_fraction, gen)
+            history.append(float(loss.detach()))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
         opt.step()
-    with torch.no_grad():
+    with torch.no_grad(), cached_rotation(rot):
         history.append(float(outlier_norm(model, cfg.local_p)))
     return history
 
@@ -59,12 +106,13 @@ def optimize_local(model: Any, config: FPTQuantConfig | None = None,
 def e2e_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
              kind: str = "kl") -> torch.Tensor:
     """KL(teacher || student) averaged over tokens, or mean squared logit error."""
+    dt = torch.promote_types(student_logits.dtype, torch.float32)  # float64 stays float64
     if kind == "kl":
-        t = F.log_softmax(teacher_logits.float(), -1)
-        s = F.log_softmax(student_logits.float(), -1)
+        t = F.log_softmax(teacher_logits.to(dt), -1)
+        s = F.log_softmax(student_logits.to(dt), -1)
         return (t.exp() * (t - s)).sum(-1).mean()
     if kind == "mse":
-        return (student_logits.float() - teacher_logits.float()).pow(2).mean()
+        return (student_logits.to(dt) - teacher_logits.to(dt)).pow(2).mean()
     raise ValueError(f"e2e_loss {kind!r} unknown: use 'kl' or 'mse'")
 
 
@@ -87,16 +135,21 @@ def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | Non
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
     steps = range(cfg.e2e_steps)
+    teachers: dict[int, torch.Tensor] = {}
     for step in (progress(steps, desc="end-to-end") if progress else steps):
         if step % cfg.e2e_recalibrate_every == 0:
-            with torch.no_grad():
+            with torch.no_grad(), cached_rotation(ops.rotation):
                 calibrate(model, batches)
-        ids = batches[int(torch.randint(len(batches), (1,), generator=gen))].to(device)
-        with torch.no_grad(), quant_disabled(model):
-            teacher = model(ids, use_cache=False).logits
-        loss = e2e_loss(model(ids, use_cache=False).logits, teacher, cfg.e2e_loss)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        k = int(torch.randint(len(batches), (1,), generator=gen))
+        ids = batches[k].to(device)
+        if k not in teachers:  # the transforms preserve the function: the FP teacher's
+            with torch.no_grad(), quant_disabled(model), cached_rotation(ops.rotation):
+                teachers[k] = model(ids, use_cache=False).logits  # logits never change
+        teacher = teachers[k]
+        with cached_rotation(ops.rotation):
+            loss = e2e_loss(model(ids, use_cache=False).logits, teacher, cfg.e2e_loss)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
         opt.step()
         out["loss"].append(float(loss.detach()))
         conds = [float(v.condition_numbers().max()) for v in ops.value]

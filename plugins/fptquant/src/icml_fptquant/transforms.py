@@ -16,6 +16,8 @@ Notation: column vectors, ``y = W x``; query head ``h`` reads KV head ``g(h) = h
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -56,9 +58,26 @@ class ResidualRotation(nn.Module):
         self.kind = kind
         self.register_buffer("q0", q0)
         self.a = nn.Parameter(torch.zeros(d, d, dtype=dtype, device=device))
+        self.cache: torch.Tensor | None = None  # set inside cached_rotation() only
 
     def matrix(self) -> torch.Tensor:
+        if self.cache is not None:
+            return self.cache
         return self.q0 @ orthogonal_map(self.a, self.kind)
+
+
+@contextmanager
+def cached_rotation(rotation: ResidualRotation | None) -> Iterator[None]:
+    """Compute Q once for every weight that reads it inside the block (one forward/backward
+    pass; the parameters must not change inside it)."""
+    if rotation is None or rotation.cache is not None:
+        yield
+        return
+    rotation.cache = rotation.matrix()
+    try:
+        yield
+    finally:
+        rotation.cache = None
 
 
 class PreRoPETransform(nn.Module):
@@ -231,6 +250,27 @@ class ColHadamard(nn.Module):
         from icml_fptquant.hadamard import apply_grouped
 
         return apply_grouped(w, self.block)
+
+
+class ColHeadMix(nn.Module):
+    """o_proj weight ``W -> W (M kron I)^T`` for the online head mix ``x -> (M kron I) x``."""
+
+    def __init__(self, mix: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mix", mix)
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        from icml_fptquant.qlinear import apply_head_mix
+
+        return apply_head_mix(w, self.mix)
+
+
+def head_mix_matrix(heads: int, seed: int, dtype: Any, device: Any) -> torch.Tensor:
+    """Orthogonal ``heads x heads`` matrix: a normalised Hadamard when ``heads`` is a power of
+    two, else a seeded random orthogonal matrix (no Sylvester Hadamard of that order)."""
+    if heads & (heads - 1) == 0:
+        return hadamard(heads, dtype, device)
+    return random_orthogonal(heads, seed + 7919, dtype, device)
 
 
 def hadamard_block(n: int, dtype: Any, device: Any) -> torch.Tensor:

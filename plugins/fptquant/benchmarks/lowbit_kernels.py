@@ -1,0 +1,76 @@
+"""Real low-bit kernels on the real model (SmolLM2-135M-Instruct, CPU, one thread): FP32, bf16,
+W8A8 (torch._int_mm) and W4A16 (torch's packed int4 CPU kernel), each against its simulated
+(fake-quant) twin: perplexity on the core's evaluation text, greedy decode latency per token
+and resident weight bytes (every distinct parameter/buffer storage).
+
+    python plugins/fptquant/benchmarks/lowbit_kernels.py
+
+Weights: RTN per output channel, no transform (the kernels run whatever merge_and_quantize
+produced; the transformed models add only their online ops). W8A8 activations: static
+per-tensor 8-bit ranges from 4 calibration sequences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import torch
+
+
+def ms_per_token(model, prompt, new_tokens, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                           do_sample=False, pad_token_id=0)
+        best = min(best, time.perf_counter() - t0)
+    return 1000 * best / new_tokens
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--eval-windows", type=int, default=4)
+    ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--new-tokens", type=int, default=24)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    from icml_fptquant import FPTQuantConfig, merge_and_quantize
+    from icml_fptquant.kernels import to_kernels, weight_bytes
+
+    from icml.data import eval_token_ids, perplexity
+    from icml.models import load_pretrained
+
+    fp32, tok = load_pretrained("smollm2-135m-instruct")
+    fp32.eval()
+    w = args.window
+    ev = eval_token_ids(tok, args.eval_windows * w)
+    calib = torch.tensor(eval_token_ids(tok, 4 * w, offset=200_000)).view(-1, w)
+    prompt = tok("The capital of France is", return_tensors="pt").input_ids
+    models = {"FP32": fp32, "bf16": copy.deepcopy(fp32).to(torch.bfloat16)}
+    w8 = merge_and_quantize(copy.deepcopy(fp32), calib,
+                            FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=16))
+    models["W8A8 simulated (fp32)"] = w8
+    models["W8A8 torch._int_mm"] = to_kernels(copy.deepcopy(w8), "w8a8")
+    w4 = merge_and_quantize(copy.deepcopy(fp32), calib,
+                            FPTQuantConfig(w_bits=4, a_bits=16, kv_bits=16))
+    models["W4A16 int4pack (bf16)"] = to_kernels(copy.deepcopy(w4), "w4a16",
+                                                 dtype=torch.bfloat16)
+    models["W4A16 simulated (bf16)"] = w4.to(torch.bfloat16)
+    fp_bytes = weight_bytes(fp32)
+    print("| model | perplexity | ms / token | weight MB | weight vs FP32 | CPU s |")
+    print("|---|---|---|---|---|---|")
+    for name, m in models.items():
+        c0 = time.process_time()
+        ppl = perplexity(m, ev, window=w)
+        ms = ms_per_token(m, prompt, args.new_tokens, args.repeats)
+        b = weight_bytes(m)
+        print(f"| {name} | {ppl:.3f} | {ms:.1f} | {b / 2**20:.1f} | {b / fp_bytes:.3f} | "
+              f"{time.process_time() - c0:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""On the real pretrained model (SmolLM2-135M-Instruct): the real low-bit kernels give the
+simulated path's perplexity, and a saved quantized model round-trips through load_quantized
+while plain from_pretrained refuses it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.pretrained
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    from icml.testing import pretrained_or_skip
+
+    return pretrained_or_skip()
+
+
+def _data(tok):
+    from icml.data import eval_token_ids
+
+    ev = torch.tensor(eval_token_ids(tok, 256))
+    calib = torch.tensor(eval_token_ids(tok, 256, offset=200_000)).view(2, 128)
+    return ev, calib
+
+
+@pytest.mark.parametrize("kind", ["w8a8", "w4a16"])
+def test_kernel_perplexity_equals_simulated_on_the_real_model(smollm, kind):
+    from icml_fptquant import FPTQuantConfig, merge_and_quantize
+    from icml_fptquant.kernels import to_kernels, weight_bytes
+
+    from icml.data import perplexity
+
+    model, tok = smollm
+    ev, calib = _data(tok)
+    bits = dict(w_bits=8, a_bits=8, kv_bits=16) if kind == "w8a8" else \
+        dict(w_bits=4, a_bits=16, kv_bits=16)
+    sim = merge_and_quantize(copy.deepcopy(model), calib, FPTQuantConfig(**bits))
+    fast = to_kernels(copy.deepcopy(sim), kind)
+    p_sim, p_fast = perplexity(sim, ev, window=128), perplexity(fast, ev, window=128)
+    assert p_fast == pytest.approx(p_sim, rel=1e-3)
+    if kind == "w4a16":  # float32 rest of the model; bf16 rest: see the README's table
+        assert weight_bytes(fast) < 0.5 * weight_bytes(model)
+
+
+def test_saved_real_model_round_trip_and_refusal(smollm, tmp_path):
+    from icml_fptquant import (
+        FPTQuantConfig,
+        apply_fpt_transforms,
+        load_quantized,
+        merge_and_quantize,
+        save_quantized,
+    )
+    from transformers import AutoModelForCausalLM
+
+    model, tok = smollm
+    ev, calib = _data(tok)
+    cfg = FPTQuantConfig(local_steps=0, untie_embeddings=True)
+    q = merge_and_quantize(apply_fpt_transforms(copy.deepcopy(model), cfg), calib, cfg)
+    save_quantized(q, tmp_path / "q", tok)
+    with pytest.raises(OSError):
+        AutoModelForCausalLM.from_pretrained(tmp_path / "q")
+    loaded, tok2 = load_quantized(tmp_path / "q")
+    with torch.no_grad():
+        a = q(ev[None, :64], use_cache=False).logits
+        b = loaded(ev[None, :64], use_cache=False).logits
+    assert torch.equal(a, b) and tok2 is not None
