@@ -52,3 +52,17 @@ def test_tables_pair_led_norm_with_led_and_baselines():
     # led_norm - led: pass@1 (1 + 0.5) / 2 = 0.75, pass@16 1.0 on both prompts
     assert rows[1].split(" | ")[3].startswith("0.750") and rows[1].split(" | ")[4].startswith(
         "1.000")
+
+
+def test_default_command_leaves_dola_to_full():
+    import pytest
+
+    bench = _bench()
+    args = bench.parse_args([])
+    assert (args.problems, args.temperatures) == (16, [0.6, 1.0])
+    assert args.methods == ["sampling", "top8", "led", "led_norm"]
+    assert bench.parse_args(["--full"]).methods == ["sampling", "dola", "top8", "led",
+                                                    "led_norm"]
+    assert bench.parse_args(["--methods", "dola"]).methods == ["dola"]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--full", "--methods", "led"])
