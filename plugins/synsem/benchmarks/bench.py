@@ -6,16 +6,21 @@
    Llama and on a random byte-level tiny Llama with sentences of varying length. Each variant is
    timed twice in a fresh subprocess: the full pipeline (forward + clipping + pooling) and
    forward + pooling only (no clipping: the naive loop's ``torch.quantile`` is post-processing
-   that batching does not touch). Sentences/s, extra peak RSS, speed ratios and the largest
-   difference between the outputs. The official script clips every hidden state (it stores all
-   layers); that variant is a third row, for reference;
-2. a layer subset without the last layer on the byte model: the forward stops early;
+   that batching does not touch). Sentences per second of wall-clock and of process CPU time,
+   extra peak RSS, speed ratios and the largest difference between the outputs (relative to
+   the naive output's largest magnitude, flagged above 1e-4). The official script clips every
+   hidden state (it stores all layers); that variant is a third row, for reference.
+   ``--models smollm2`` runs the real pretrained model (SmolLM2-135M-Instruct) on the
+   controlled English data; ``--sweep`` adds batch_tokens settings of the batched path;
+2. a layer subset without the last layer (byte model, or SmolLM2 with the naive loop too): the
+   forward stops early; on SmolLM2 also the matmul floor (``gemm_floor``) of each arm;
 3. end-to-end time of the full protocol (default job: planted model, generated data);
 4. Information Imbalance against the peer ``dadapy`` (pip package of the Laio group) when
    ``--peer-python`` names an interpreter that has it (dadapy pins numpy/jax versions, so it
    lives in its own environment): values on the same points and time.
 
     python benchmarks/bench.py [--n 512] [--repeats 2] [--peer-python /path/to/venv/bin/python]
+    python benchmarks/bench.py --models smollm2 --n 128 --repeats 1 --threads 1 --skip-protocol
 """
 
 from __future__ import annotations
@@ -95,6 +100,36 @@ def naive_reps(model, tok, sentences, layers, last_n=3, q=(0.05, 0.95), clip_lay
     return torch.stack(out, dim=1)
 
 
+def gemm_floor(model, tok, sents, layers, batch_tokens: int = 1024) -> dict:
+    """CPU time of the model's matmuls alone, at the shapes each arm runs them: every linear
+    layer of the blocks that the arm needs, on ``[T_i, in]`` per sentence plus the LM head
+    (naive loop), or on ``[sum of the batch's padded tokens, in]`` per length batch without the
+    head (batched). No attention, norms or Python around them: a floor under each arm."""
+    import torch
+    from icml_synsem import num_layers
+    from icml_synsem.representations import decoder_blocks, length_batches
+
+    n_layers = num_layers(model)
+    blocks = decoder_blocks(model.base_model, n_layers)
+    deep = max(layers) if max(layers) < n_layers else n_layers
+    weights = [m.weight for blk in list(blocks)[:deep] for m in blk.modules()
+               if isinstance(m, torch.nn.Linear)]
+    every = [m.weight for blk in blocks for m in blk.modules() if isinstance(m, torch.nn.Linear)]
+    head = model.get_output_embeddings().weight
+    lens = [len(x) for x in tok(list(sents), add_special_tokens=False)["input_ids"]]
+    rows = [len(b) * max(lens[i] for i in b) for b in length_batches(lens, 64, batch_tokens)]
+    res = {}
+    with torch.inference_mode():
+        for name, ms, ws in (("naive", lens, every + [head]), ("batched", rows, weights)):
+            c0 = time.process_time()
+            for m in ms:
+                for w in ws:
+                    torch.nn.functional.linear(torch.ones(m, w.shape[1]), w)
+            res[name] = time.process_time() - c0
+        res["flop_batched"] = sum(2 * m * w.numel() for m in rows for w in weights)
+    return res
+
+
 def worker(kind: str, variant: str, n: int, out_path: str, layer_spec: str) -> None:
     """Time one variant in a fresh process: the full pipeline (forward + clipping + pooling), then
     forward + pooling only (no clipping) unless the variant is the official all-layer clipping."""
@@ -107,14 +142,22 @@ def worker(kind: str, variant: str, n: int, out_path: str, layer_spec: str) -> N
     layers = resolve_layers(None if layer_spec == "default" else
                             [int(x) for x in layer_spec.split(",")], num_layers(model))
 
+    if variant == "gemm":
+        res = gemm_floor(model, tok, sents, layers)
+        torch.save({}, out_path)
+        print(json.dumps(res))
+        return
+    base, _, bt = variant.partition("@")  # "batched@2048": batch_tokens=2048
+    opts = {"batch_tokens": int(bt)} if bt else {}
+
     def run(q):
-        if variant == "batched":
-            return extract_sentence_reps(model, tok, sents, layers=layers, clip_q=q)
-        if variant == "batched-no-stop":
+        if base == "batched":
+            return extract_sentence_reps(model, tok, sents, layers=layers, clip_q=q, **opts)
+        if base == "batched-no-stop":
             return extract_sentence_reps(model, tok, sents, layers=layers, clip_q=q,
-                                         stop_early=False)
+                                         stop_early=False, **opts)
         return naive_reps(model, tok, sents, layers, q=q,
-                          clip_layers="all" if variant == "official" else "requested")
+                          clip_layers="all" if base == "official" else "requested")
 
     # warm-up on a few sentences so one-time costs are not timed
     extract_sentence_reps(model, tok, sents[:8], layers=layers)
@@ -127,7 +170,7 @@ def worker(kind: str, variant: str, n: int, out_path: str, layer_spec: str) -> N
     res["extra_peak_mb"] = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
                                - before, 0.0)
     saved = {"full": full}
-    if variant != "official":
+    if base != "official":
         t0, c0 = time.perf_counter(), time.process_time()
         saved["extract"] = run(None)
         res["extract"], res["extract_cpu"] = time.perf_counter() - t0, time.process_time() - c0
@@ -211,6 +254,22 @@ def peer_imbalance(peer_python: str, tmp: Path) -> list[list]:
     return rows
 
 
+def _rate(n: int, r: dict, key: str) -> str:
+    """Sentences per second of wall-clock / of process CPU time."""
+    return f"{n / r[key]:.3g} / {n / r[key + '_cpu']:.3g}"
+
+
+def _ratio(slow: dict, fast: dict, key: str = "full") -> str:
+    return f"{slow[key] / fast[key]:.1f}x / {slow[key + '_cpu'] / fast[key + '_cpu']:.1f}x"
+
+
+def _diff(a, b, tol: float = 1e-4) -> str:
+    """Largest absolute difference, relative to the largest magnitude of ``b``; flagged when it
+    exceeds ``tol`` (float32 batched vs single-sentence matmuls differ in the last bits)."""
+    rel = float((a - b).abs().max() / b.abs().max())
+    return f"{rel:.1e}" + ("" if rel <= tol else " (ABOVE TOLERANCE)")
+
+
 def table(title: str, cols: list[str], rows: list[list]) -> str:
     lines = [f"### {title}", "", "| " + " | ".join(cols) + " |",
              "|" + "|".join("---" for _ in cols) + "|"]
@@ -230,6 +289,9 @@ def main() -> None:
                     help="layer subset without the last layer for the early-stop table "
                     "(default: 1,2 on byte; 1,3,5,7,9,11,13,16 on smollm2)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--sweep", default="",
+                    help="extra batch_tokens values timed for the batched path on smollm2, "
+                    "e.g. 512,2048,4096")
     ap.add_argument("--skip-protocol", action="store_true", help="skip the end-to-end toy run")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -242,36 +304,47 @@ def main() -> None:
     import torch
     from icml_synsem import centroid_ablation_profile, toy_setup
 
-    out = []
+    out = [f"load average at start: {os.getloadavg()[0]:.1f} (1 min), "
+           f"{os.getloadavg()[1]:.1f} (5 min); torch threads per worker: "
+           f"{args.threads or 'torch default'}"]
+    sweep = [int(x) for x in args.sweep.split(",") if x]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         rows, ratios = [], []
         kinds = [k for k in args.models.split(",") if k]
         for kind in kinds:
-            res = fastest(kind, ["naive", "batched", "official"], args.n, tmp, args.repeats)
+            extra = [f"batched@{bt}" for bt in sweep] if kind == "smollm2" else []
+            res = fastest(kind, ["naive", "batched", "official"] + extra, args.n, tmp,
+                          args.repeats)
             saved = {v: torch.load(r["path"]) for v, r in res.items()}
             nv = res["naive"]
-            for v, label in (("naive", "naive loop"), ("batched", "batched"),
-                             ("official", "naive loop, every layer clipped (official script)")):
+            labels = [("naive", "naive loop"), ("batched", "batched (batch_tokens=1024)"),
+                      ("official", "naive loop, every layer clipped (official script)")]
+            labels += [(v, f"batched, batch_tokens={v.split('@')[1]}") for v in extra]
+            for v, label in labels:
                 r = res[v]
                 diff = "-"
                 if v != "naive":
-                    diff = f"{float((saved[v]['full'] - saved['naive']['full']).abs().max()):.1e}"
+                    diff = _diff(saved[v]["full"], saved["naive"]["full"])
                     if "extract" in saved[v]:
-                        de = (saved[v]["extract"] - saved["naive"]["extract"]).abs().max()
-                        diff += f" / {float(de):.1e}"
-                rows.append([kind, label, f"{args.n / r['full']:.3g}",
-                             f"{args.n / r['extract']:.3g}" if "extract" in r else "-",
+                        diff += " / " + _diff(saved[v]["extract"], saved["naive"]["extract"])
+                rows.append([kind, label, _rate(args.n, r, "full"),
+                             _rate(args.n, r, "extract") if "extract" in r else "-",
                              f"{r['extra_peak_mb']:.0f}", diff])
             b = res["batched"]
+            if kind == "smollm2":
+                floors = [("default (15, incl. the last)", run_worker(kind, "gemm", args.n, tmp),
+                           nv, b)]
             ratios.append([kind] + [f"{nv[k] / b[k]:.1f}x / {nv[k + '_cpu'] / b[k + '_cpu']:.1f}x"
                                     for k in ("full", "extract")]
                           + [f"{res['official']['full'] / b['full']:.1f}x / "
                              f"{res['official']['full_cpu'] / b['full_cpu']:.1f}x"])
         out.append(table(f"Extraction of {args.n} sentences (layers: default half incl. the last; "
                          f"fastest of {args.repeats} alternating runs, each in a fresh process)",
-                         ["model", "method", "full pipeline sent/s", "forward + pooling sent/s",
-                          "extra peak RSS MB", "max |diff| vs naive (full / fwd+pool)"], rows))
+                         ["model", "method", "full pipeline sent/s wall / CPU",
+                          "forward + pooling sent/s wall / CPU", "extra peak RSS MB",
+                          "max abs diff vs naive, relative to its max abs value (full / fwd+pool)"],
+                         rows))
         out.append(table("Speed-up of the batched extraction (goal: >= 5x), wall-clock / CPU "
                          "time",
                          ["model", "full pipeline vs naive", "forward + pooling vs naive",
@@ -281,25 +354,41 @@ def main() -> None:
         spec = args.stop_layers or ("1,3,5,7,9,11,13,16" if kind == "smollm2" else "1,2")
         variants = ["batched-no-stop", "batched"] + (["naive"] if kind == "smollm2" else [])
         res = fastest(kind, variants, args.n, tmp, args.repeats, spec)
-        full = res["batched-no-stop"]["full"]
-        d = (torch.load(res["batched"]["path"])["full"]
-             - torch.load(res["batched-no-stop"]["path"])["full"]).abs().max()
-        rows = [["batched, every block (stop_early=False)", f"{args.n / full:.1f}", "1.0x", "-"],
+        nb = res["batched-no-stop"]
+        early = torch.load(res["batched"]["path"])["full"]
+        rows = [["batched, every block (stop_early=False)", _rate(args.n, nb, "full"),
+                 "1.0x / 1.0x", "-"],
                 ["batched, stops after the deepest requested block (default)",
-                 f"{args.n / res['batched']['full']:.1f}",
-                 f"{full / res['batched']['full']:.1f}x", f"{float(d):.1e}"]]
+                 _rate(args.n, res["batched"], "full"), _ratio(nb, res["batched"]),
+                 _diff(early, torch.load(nb["path"])["full"])]]
         if "naive" in res:
-            dn = (torch.load(res["batched"]["path"])["full"]
-                  - torch.load(res["naive"]["path"])["full"]).abs().max()
+            naive = torch.load(res["naive"]["path"])["full"]
             rows.append(["naive per-sentence loop (every block)",
-                         f"{args.n / res['naive']['full']:.1f}",
-                         f"{full / res['naive']['full']:.2f}x", f"{float(dn):.1e}"])
+                         _rate(args.n, res["naive"], "full"), _ratio(nb, res["naive"]),
+                         _diff(early, naive)])
             rows.append(["-> batched with early stop vs naive loop", "",
-                         f"{res['naive']['full'] / res['batched']['full']:.1f}x wall / "
-                         f"{res['naive']['full_cpu'] / res['batched']['full_cpu']:.1f}x CPU",
-                         ""])
+                         "**" + _ratio(res["naive"], res["batched"]) + "**", ""])
         out.append(table(f"{kind}, layers [{spec}] ({args.n} sentences, full pipeline)",
-                         ["method", "sentences/s", "speed vs all blocks", "max |diff|"], rows))
+                         ["method", "sentences/s wall / CPU", "speed vs every block, wall / CPU",
+                          "max abs diff (relative)"], rows))
+        if "naive" in res:
+            floors.append((f"[{spec}] (early stop)", run_worker(kind, "gemm", args.n, tmp, spec),
+                           res["naive"], res["batched"]))
+            rows = [[name, f"{g['naive']:.1f}", f"{g['batched']:.1f}",
+                     f"{g['flop_batched'] / g['batched'] / 1e9:.0f}",
+                     f"{nv_['full_cpu']:.1f}", f"{b_['full_cpu']:.1f}",
+                     f"{g['naive'] / g['batched']:.1f}x",
+                     f"{nv_['full_cpu'] / g['batched']:.1f}x"]
+                    for name, g, nv_, b_ in floors]
+            out.append(table("Matmul floor: CPU seconds of the models' matmuls alone at each "
+                             "arm's shapes (per sentence + LM head vs per length batch), next "
+                             "to the measured full pipelines",
+                             ["layers", "naive matmuls s", "batched matmuls s",
+                              "batched matmul GFLOP/s", "naive measured s",
+                              "batched measured s", "matmuls-only ratio",
+                              "bound: naive measured / batched matmuls"], rows))
+        out.append(f"load average at end: {os.getloadavg()[0]:.1f} (1 min), "
+                   f"{os.getloadavg()[1]:.1f} (5 min)")
         if args.skip_protocol:
             print("\n\n".join(out))
             return
@@ -322,7 +411,7 @@ def main() -> None:
         if args.peer_python:
             out.append(table("Information Imbalance vs dadapy 0.3.4 (k=1, Euclidean; dadapy "
                              "converted to our normalisation)",
-                             ["points", "ours a->b / b->a", "dadapy a->b / b->a", "max |diff|",
+                             ["points", "ours a->b / b->a", "dadapy a->b / b->a", "max abs diff",
                               "dadapy time / ours"], peer_imbalance(args.peer_python, tmp)))
     print("\n\n".join(out))
 

@@ -103,7 +103,7 @@ def test_lm_head_and_cache_are_skipped(byte_lm, mixed):
 
 
 def test_early_stop_skips_later_blocks(mixed):
-    """Layers [1, 2] of a 4-block model: after the checked first batch, blocks 3 and 4 never
+    """Layers [1, 2] of a 4-block model: apart from the one-sentence check, blocks 3 and 4 never
     run, and the result equals the full forward's."""
     from icml.models import byte_tokenizer, tiny_causal_lm
 
@@ -113,7 +113,7 @@ def test_early_stop_skips_later_blocks(mixed):
     fast, calls = _calls_of(blocks[2], lambda: extract_sentence_reps(
         model, tok, mixed, layers=[1, 2], batch_size=8))
     n_batches = len(length_batches([len(tok(s)["input_ids"]) for s in mixed], 8, 1024))
-    assert n_batches > 2 and calls == 1  # only the check forward of the first batch
+    assert n_batches > 2 and calls == 1  # only the check forward of one sentence
     full = extract_sentence_reps(model, tok, mixed, layers=[1, 2], batch_size=8,
                                  stop_early=False)
     torch.testing.assert_close(fast, full, atol=0, rtol=0)
@@ -143,7 +143,7 @@ class _Odd(torch.nn.Module):
 
 @pytest.mark.parametrize("scale", [1.0, 2.0])
 def test_early_stop_falls_back_when_the_check_fails(byte_lm, mixed, scale):
-    """When a model's hidden states are not its blocks' inputs, the first-batch check rejects
+    """When a model's hidden states are not its blocks' inputs, the one-sentence check rejects
     the truncated forward and every batch runs in full: the results stay the model's own."""
     _, tok = byte_lm
     model = _Odd(scale).eval()
@@ -157,13 +157,14 @@ def test_early_stop_falls_back_when_the_check_fails(byte_lm, mixed, scale):
                                  stop_early=False)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
     n_batches = len(length_batches([len(tok(s)["input_ids"]) for s in mixed], 8, 1024))
-    assert len(calls) == (1 if scale == 1.0 else n_batches)
+    # the check forward of one sentence, then (check failed) every batch in full
+    assert len(calls) == (1 if scale == 1.0 else 1 + n_batches)
 
 
 @pytest.mark.parametrize("arch", ["bert", "gpt2", "qwen2"])
 def test_early_stop_on_other_architectures(byte_lm, mixed, arch):
     """An encoder (BERT, attention mask kept), GPT-2 (blocks in ``h``) and Qwen2: the truncated
-    forward passes the first-batch check, later batches skip the last block, and the result is
+    forward passes the one-sentence check, later batches skip the last block, and the result is
     the full forward's."""
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 

@@ -181,10 +181,10 @@ class _TruncatedForward:
         for h in self.handles:
             h.remove()
 
-    def __call__(self, forward: Callable[[], Any]) -> dict[int, Any]:
+    def __call__(self, forward: Callable[..., Any], *args: Any) -> dict[int, Any]:
         self.captured, self.active = {}, True
         try:
-            forward()
+            forward(*args)
         except _StopForward:
             pass
         finally:
@@ -209,8 +209,8 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
     sentences and ``batch_tokens`` padded tokens (see :func:`length_batches`); the base model
     runs without its LM head and KV cache, in inference mode. With ``stop_early`` and a layer
     subset that does not need the last layer, the forward stops before the first block no
-    requested layer needs (checked against a full forward on the first batch; if they differ,
-    every batch runs the full forward).
+    requested layer needs (checked once per call against a full forward of the shortest
+    sentence; if they differ, every batch runs the full forward).
 
     Raises ``ValueError`` when a sentence has fewer than ``last_n`` tokens (filter such sentences
     or lower ``last_n``), when a layer is out of range, or when ``sentences`` is empty.
@@ -248,9 +248,29 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
     extra = {"use_cache": False} if "use_cache" in params else {}
     blocks = decoder_blocks(base, n_layers) if stop_early and max(layer_ids) < n_layers else None
     truncated = _TruncatedForward(blocks, layer_ids) if blocks is not None else None
+    def forward(input_ids, mask, padded):
+        return base(input_ids=input_ids.to(device),
+                    attention_mask=mask if padded and not causal else None,
+                    output_hidden_states=True, **extra)
+
     out = None
     with torch.inference_mode(), (truncated or contextlib.nullcontext()):
-        for bi, batch in enumerate(progress(batches) if progress else batches):
+        if truncated is not None:
+            # check the truncated forward against the model's own hidden states once, on one
+            # sentence (the shortest), so that the check costs about one sentence's forward
+            one = torch.tensor([ids[batches[0][0]]])
+            ones = torch.ones_like(one).to(device)
+            full = forward(one, ones, False).hidden_states
+            try:
+                hs = truncated(forward, one, ones, False)
+                same = all(torch.allclose(hs[li], full[li], rtol=1e-4, atol=1e-5)
+                           for li in layer_ids)
+            except RuntimeError:
+                same = False
+            if not same:
+                truncated = None  # its hooks stay inactive and are removed on exit
+            del full, hs
+        for batch in progress(batches) if progress else batches:
             lengths = torch.tensor([len(ids[i]) for i in batch])
             t = int(lengths.max())
             input_ids = torch.full((len(batch), t), pad_id, dtype=torch.long)
@@ -258,28 +278,10 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
                 input_ids[row, :len(ids[i])] = torch.tensor(ids[i])
             mask = (torch.arange(t)[None, :] < lengths[:, None]).long().to(device)
             padded = bool((lengths < t).any())
-
-            def forward(input_ids=input_ids, mask=mask, padded=padded):
-                return base(input_ids=input_ids.to(device),
-                            attention_mask=mask if padded and not causal else None,
-                            output_hidden_states=True, **extra)
-
-            if truncated is not None and bi == 0:
-                # check the truncated forward against the model's own hidden states once
-                full = forward().hidden_states
-                try:
-                    hs = truncated(forward)
-                    same = all(torch.allclose(hs[li], full[li], rtol=1e-4, atol=1e-5)
-                               for li in layer_ids)
-                except RuntimeError:
-                    same = False
-                if not same:
-                    truncated = None  # its hooks stay inactive and are removed on exit
-                    hs = full
-            elif truncated is not None:
-                hs = truncated(forward)
+            if truncated is not None:
+                hs = truncated(forward, input_ids, mask, padded)
             else:
-                hs = forward().hidden_states
+                hs = forward(input_ids, mask, padded).hidden_states
             h = torch.stack([hs[layer] for layer in layer_ids])  # [nL, B, T, D]
             nl, b, _, d = h.shape
             pos = (lengths[:, None] - last_n + torch.arange(last_n)[None, :]).to(device)  # [B, n]
