@@ -78,7 +78,8 @@ class EvaluateConfig:
                          "(0 = none)", ge=0)
     batch_size: int = option(64, help="most sentences per forward pass", ge=1)
     batch_tokens: int = option(1024, help="most padded tokens per forward pass (sentences are "
-                               "sorted by length; 0 = no limit)", ge=0)
+                               "sorted by length; a batch holding a quarter of it ends where "
+                               "the length grows; 0 = no limit)", ge=0)
     add_special_tokens: bool = option(False, help="let the tokenizer add BOS/EOS (the paper "
                                       "does not)")
     toy: ToyConfig = option(default_factory=ToyConfig, help="generated data and planted model")

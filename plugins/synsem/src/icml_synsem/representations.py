@@ -115,8 +115,11 @@ def length_batches(lengths: Sequence[int], batch_size: int = 64, batch_tokens: i
                    ) -> list[list[int]]:
     """Length bucketing: the indices of ``lengths`` sorted by length (stable), cut into batches of
     at most ``batch_size`` sentences and at most ``batch_tokens`` padded tokens (rows x longest
-    row; 0 = no token limit; a sentence longer than the limit gets a batch of its own). Sorting
-    keeps padding small; the caller writes each result back to its original index."""
+    row; 0 = no token limit; a sentence longer than the limit gets a batch of its own). With a
+    token limit, a batch that already holds ``batch_tokens // 4`` padded tokens also ends where
+    the length grows, so that sentences of different lengths share a batch only when their groups
+    are small (matmuls of a few hundred rows are already about as fast per row as larger ones).
+    Sorting keeps padding small; the caller writes each result back to its original index."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if batch_tokens < 0:
@@ -125,10 +128,14 @@ def length_batches(lengths: Sequence[int], batch_size: int = 64, batch_tokens: i
     batches: list[list[int]] = []
     cur: list[int] = []
     for i in order:  # ascending: the new sentence is the longest of the batch
-        if cur and (len(cur) >= batch_size
-                    or (batch_tokens and (len(cur) + 1) * lengths[i] > batch_tokens)):
-            batches.append(cur)
-            cur = []
+        if cur:
+            longest = lengths[cur[-1]]
+            if (len(cur) >= batch_size
+                    or (batch_tokens and (len(cur) + 1) * lengths[i] > batch_tokens)
+                    or (batch_tokens and lengths[i] > longest
+                        and len(cur) * longest >= batch_tokens // 4)):
+                batches.append(cur)
+                cur = []
         cur.append(i)
     if cur:
         batches.append(cur)
