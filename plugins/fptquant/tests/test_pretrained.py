@@ -27,8 +27,34 @@ def _data(tok):
     return ev, calib
 
 
-@pytest.mark.parametrize("kind", ["w8a8", "w4a16"])
-def test_kernel_perplexity_equals_simulated_on_the_real_model(smollm, kind):
+def test_w8a8_kernel_layers_equal_simulated_on_the_real_model(smollm):
+    """Every int8 linear equals its simulated twin on the real activations (same integers,
+    float summation order only). The whole model's perplexity is not asserted equal: with
+    static per-tensor INT8 ranges the activation grid is so coarse that float-order
+    differences flip a few codes per layer and 30 layers amplify them (157.7 vs 181.1 on these
+    256 tokens; see the README)."""
+    from icml_fptquant import FPTQuantConfig, merge_and_quantize
+    from icml_fptquant.kernels import Int8Linear
+    from icml_fptquant.qlinear import decoder_linears
+
+    model, tok = smollm
+    ev, calib = _data(tok)
+    sim = merge_and_quantize(copy.deepcopy(model), calib,
+                             FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=16))
+    inputs = {}
+    handles = [lin.register_forward_pre_hook(lambda m, a, n=n: inputs.__setitem__(n, a[0]))
+               for n, lin in decoder_linears(sim).items()]
+    with torch.no_grad():
+        sim(ev[None, :128], use_cache=False)
+    for h in handles:
+        h.remove()
+    for name, lin in decoder_linears(sim).items():
+        with torch.no_grad():
+            a, b = lin(inputs[name]), Int8Linear(lin)(inputs[name])
+        assert (a - b).abs().max() < 1e-5 * a.abs().max(), name
+
+
+def test_w4a16_kernel_perplexity_equals_simulated_on_the_real_model(smollm):
     from icml_fptquant import FPTQuantConfig, merge_and_quantize
     from icml_fptquant.kernels import to_kernels, weight_bytes
 
@@ -36,14 +62,12 @@ def test_kernel_perplexity_equals_simulated_on_the_real_model(smollm, kind):
 
     model, tok = smollm
     ev, calib = _data(tok)
-    bits = dict(w_bits=8, a_bits=8, kv_bits=16) if kind == "w8a8" else \
-        dict(w_bits=4, a_bits=16, kv_bits=16)
-    sim = merge_and_quantize(copy.deepcopy(model), calib, FPTQuantConfig(**bits))
-    fast = to_kernels(copy.deepcopy(sim), kind)
+    sim = merge_and_quantize(copy.deepcopy(model), calib,
+                             FPTQuantConfig(w_bits=4, a_bits=16, kv_bits=16))
+    fast = to_kernels(copy.deepcopy(sim), "w4a16")  # float32 activations: same function
     p_sim, p_fast = perplexity(sim, ev, window=128), perplexity(fast, ev, window=128)
-    assert p_fast == pytest.approx(p_sim, rel=1e-3)
-    if kind == "w4a16":  # float32 rest of the model; bf16 rest: see the README's table
-        assert weight_bytes(fast) < 0.5 * weight_bytes(model)
+    assert p_fast == pytest.approx(p_sim, rel=1e-4)
+    assert weight_bytes(fast) < 0.5 * weight_bytes(model)  # rest float32; bf16: README
 
 
 def test_saved_real_model_round_trip_and_refusal(smollm, tmp_path):
