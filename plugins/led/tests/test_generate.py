@@ -375,6 +375,22 @@ def test_dola_premature_logits_are_the_logit_lens_bit_for_bit(model):
     assert dec._buf is None
 
 
+def test_dola_premature_logits_bfloat16():
+    from icml_led.layers import intermediate_logits
+
+    from icml.models import tiny_causal_lm
+
+    m = tiny_causal_lm("qwen2", num_layers=6, hidden_size=32, dtype=torch.bfloat16)
+    ids = _ids(13, B=5)
+    dec = DoLaDecoding("low")
+    dec.setup(m, ids, None)
+    with torch.no_grad():
+        o = m(ids, output_hidden_states=True)
+        got = dec._premature_logits(m, o.hidden_states)
+    assert got.dtype == torch.float32 and dec._buf.dtype == torch.bfloat16
+    assert torch.equal(got, intermediate_logits(m, o.hidden_states, dec._layers).transpose(0, 1))
+
+
 def test_prefill_memo_gives_the_same_cache(llama):
     """A memoised prompt prefill is a copy of the same tensors, repeated per sample."""
     from icml_led.evaluation import shared_prefix_cache
