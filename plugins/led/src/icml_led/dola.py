@@ -64,17 +64,20 @@ def js_divergence(final_logits: Any, premature_logits: Any) -> Any:
 
     The value is bit for bit that of the vectorised formula (softmax, ``m = (p + q) / 2``,
     ``mean_v m (log m - log p)`` and the same for ``q``; tested), computed one candidate layer at
-    a time in four reused ``(B, V)`` buffers: the vectorised form allocates about ten
+    a time in four reused ``(B, V)`` buffers on CPU: the vectorised form allocates about ten
     ``(n, B, V)`` temporaries per step (100 MB each for SmolLM2 at batch 64), whose page faults
-    cost more than the arithmetic."""
+    cost more than the arithmetic. Other devices and inputs that need gradients get the
+    vectorised formula itself."""
     import torch
 
     f = final_logits.float()
     p = torch.softmax(f, -1)
     lf = torch.log_softmax(f, -1)
-    if torch.is_grad_enabled() and (final_logits.requires_grad
-                                    or premature_logits.requires_grad):
-        q = torch.softmax(premature_logits.float(), -1)     # differentiable: the plain formula
+    if premature_logits.device.type != "cpu" or torch.is_grad_enabled() and (
+            final_logits.requires_grad or premature_logits.requires_grad):
+        # the plain formula: differentiable, and on accelerators (a caching allocator, no page
+        # faults) exactly what 0.2.1 computed
+        q = torch.softmax(premature_logits.float(), -1)
         m = 0.5 * (p[None] + q)
         logm = torch.log(m)
         kl1 = (m * (logm - lf[None])).mean(-1)

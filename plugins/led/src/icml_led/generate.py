@@ -81,12 +81,13 @@ def top_p_small_support(scores: Any, top_p: float, filter_value: float = -float(
     it, so the numbers are the same. It declines (None) when two finite scores of a row are
     equal (the warper's unstable sort could order them either way), on NaN or ``+inf``, when
     more than ``max_fraction`` of the vocabulary is finite, when ``min_tokens_to_keep`` exceeds
-    a row's finite count, or for a finite ``filter_value``.
+    a row's finite count, for a finite ``filter_value``, and off CPU (the equality with the
+    warper rests on CPU's sequential cumulative sum; tested on CPU only).
     """
     import torch
 
-    if scores.dim() != 2 or filter_value != -float("inf"):
-        return None
+    if scores.dim() != 2 or filter_value != -float("inf") or scores.device.type != "cpu":
+        return None                        # (accelerators sort fast; their scans differ by size)
     B, V = scores.shape
     fin = torch.isfinite(scores)
     count = fin.sum(-1)
@@ -426,18 +427,20 @@ class DoLaDecoding(_Decoding):
     def _premature_logits(self, model: Any, hidden_states: Any) -> Any:
         """``lm_head(h_l)`` at the last position for every candidate layer, ``(n, B, V)``
         float32: one matmul for all layers and rows (layer-major rows), written into a buffer
-        reused across the steps of a call (no 100 MB allocation per step). Bit for bit the
-        values of ``intermediate_logits(...).transpose(0, 1)`` (tested)."""
+        reused across the steps of a call (no 100 MB allocation per step) on CPU. Bit for bit
+        the values of ``intermediate_logits(...).transpose(0, 1)`` (tested), which is what other
+        devices get."""
         import torch
 
-        from icml_led.layers import lm_head_of
+        from icml_led.layers import intermediate_logits, lm_head_of
 
         head = lm_head_of(model)
-        h = torch.stack([hidden_states[i][:, -1] for i in self._layers], dim=0)   # (n, B, H)
         w = getattr(head, "weight", None)
         if (type(head) is not torch.nn.Linear or head.bias is not None or w is None
-                or w.requires_grad and torch.is_grad_enabled()):
-            return head(h).float()
+                or w.device.type != "cpu" or w.requires_grad and torch.is_grad_enabled()):
+            # other heads, accelerators (no page faults to save) and autograd: the plain call
+            return intermediate_logits(model, hidden_states, self._layers).transpose(0, 1)
+        h = torch.stack([hidden_states[i][:, -1] for i in self._layers], dim=0)   # (n, B, H)
         rows = h.shape[0] * h.shape[1]
         shape = (rows, w.shape[0])
         if (self._buf is None or self._buf.shape != shape or self._buf.dtype != w.dtype

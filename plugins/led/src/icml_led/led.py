@@ -146,11 +146,14 @@ def sample_sorted(probs: Any, generator: Any = None, greedy: bool = False) -> An
 def _sorted_support(probs: Any, max_fraction: float = 0.125) -> tuple[Any, Any] | None:
     """``(values, indices)`` of each row's positive entries in the order of a stable
     descending sort of the whole row (ties by index), padded with zeros to the largest support
-    of the batch; None when a row has no positive entry, a NaN, or a support above
-    ``max_fraction`` of the vocabulary (then the full sort is as cheap)."""
+    of the batch; None when a row has no positive entry, a NaN, a support above
+    ``max_fraction`` of the vocabulary (then the full sort is as cheap), or off CPU (the
+    equality rests on CPU's sequential cumulative sum)."""
     import torch
 
     B, V = probs.shape
+    if probs.device.type != "cpu":
+        return None           # accelerators sort fast, and their parallel scans differ by size
     pos = probs > 0
     count = pos.sum(-1)
     n = int(count.max()) if B else 0
