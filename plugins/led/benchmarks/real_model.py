@@ -2,8 +2,7 @@
 
 One command reproduces every real-model table of the README:
 
-    python plugins/led/benchmarks/real_model.py          # 16 prompts, T 0.6 and 1.0, no DoLa arm
-    python plugins/led/benchmarks/real_model.py --full   # + DoLa's pass@k arms (the full grid)
+    python plugins/led/benchmarks/real_model.py   # 16 prompts, T 0.6 and 1.0, every arm
 
 1. pass@k (k = 1..16) on the generated chat suite (:mod:`icml_led.suite`) for temperature
    sampling (top-k 20, top-p 0.95, the official baseline config), DoLa (transformers' algorithm,
@@ -25,6 +24,7 @@ the Hub), so DoLa is this plugin's re-implementation. Outputs go to --out (JSON 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -79,6 +79,7 @@ def quality(model, tok, args, log) -> dict:
         res["runs"].update(old["runs"])
         log(f"merged {sorted(old['runs'])} from {other}")
     ks = list(range(1, args.samples + 1))
+    memo: dict = {}          # each prompt batch is prefilled once for every arm and temperature
     for t in args.temperatures:
         for key in args.methods:
             if f"{t:g}/{key}" in res["runs"] or args.tables_only:
@@ -87,13 +88,14 @@ def quality(model, tok, args, log) -> dict:
             t0, c0 = time.perf_counter(), time.process_time()
             r = run_chat_method(model, tok, problems, m, num_samples=args.samples,
                                 seed=args.seed + 1, max_new_tokens=args.max_new_tokens,
-                                problems_per_batch=args.per_batch)
+                                problems_per_batch=args.per_batch, prefill_memo=memo)
             res["runs"][f"{t:g}/{key}"] = {
                 "name": m.name, "T": t, "correct": r.correct, "seconds": r.seconds,
                 "cpu_seconds": time.process_time() - c0,
                 "tokens": r.tokens, "steps": r.steps, "explored": r.explored_fraction,
                 "curve": [statistics.mean(r.pass_at(k)) for k in ks],
-                "first_texts": [x[0] for x in r.texts]}
+                "first_texts": [x[0] for x in r.texts],
+                "texts_sha256": hashlib.sha256(json.dumps(r.texts).encode()).hexdigest()}
             log(f"T={t:g} {m.name}: pass@1 {res['runs'][f'{t:g}/{key}']['curve'][0]:.3f} "
                 f"pass@{args.samples} {res['runs'][f'{t:g}/{key}']['curve'][-1]:.3f} "
                 f"({time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU, "
@@ -263,10 +265,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--methods", type=lambda s: s.split(","),
                     default=None,
                     help="comma list of arms: sampling, dola, top8, led, led_norm (LED reading "
-                         "the intermediate layers through the final norm); default: all but "
-                         "dola (--full adds it)")
+                         "the intermediate layers through the final norm); default: all five")
     ap.add_argument("--full", action="store_true",
-                    help="the full grid: every arm including DoLa (about 10 more CPU minutes)")
+                    help="every arm (the default since 0.2.2; kept for old command lines)")
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=24)
@@ -288,8 +289,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     if args.methods is None:
-        args.methods = (["sampling", "dola", "top8", "led", "led_norm"] if args.full else
-                        ["sampling", "top8", "led", "led_norm"])
+        args.methods = ["sampling", "dola", "top8", "led", "led_norm"]
     elif args.full:
         ap.error("--full and --methods do not go together: --full runs every arm")
     return args
@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
 
     def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - start:6.0f} s] {msg}", file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - start:6.0f} s wall, {time.process_time():6.0f} s CPU] "
+              f"{msg}", file=sys.stderr, flush=True)
 
     from icml.models import load_pretrained
 
@@ -318,10 +319,11 @@ def main(argv: list[str] | None = None) -> None:
         report += [f"## pass@k ({args.problems} prompts x {args.samples} samples, max "
                    f"{args.max_new_tokens} new tokens)", "", quality_tables(res, args), ""]
         pass_at_k_plot(res, args)
+        log("pass@k arms done")
         if "profile" not in skip:
             report += ["## entropy profile (nats, mean over reply tokens)", "",
                        profiles(model, tok, res, args), ""]
-        log("quality + profiles done")
+            log("profiles done")
     if "cost" not in skip:
         report += [f"## decoding cost ({args.cost_tokens} new tokens, KV cache, T="
                    f"{args.temperatures[0]:g}, {args.cost_reps} interleaved reps)", "",

@@ -96,3 +96,34 @@ def test_bootstrap_ci_over_prompts():
 
     with pytest.raises(ValueError, match="at least one problem"):
         bootstrap_ci([])
+
+
+def _vectorised_js(final, prem):
+    """The formula as transformers writes it, all candidate layers at once."""
+    p = torch.softmax(final.float(), -1)[None]
+    q = torch.softmax(prem.float(), -1)
+    m = 0.5 * (p + q)
+    logm = torch.log(m)
+    kl1 = (m * (logm - torch.log_softmax(final.float(), -1)[None])).mean(-1)
+    kl2 = (m * (logm - torch.log_softmax(prem.float(), -1))).mean(-1)
+    return (0.5 * (kl1 + kl2)).mean(-1)
+
+
+@pytest.mark.parametrize("B,V", [(1, 7), (5, 1000), (16, 4099)])
+def test_js_divergence_is_the_vectorised_formula_bit_for_bit(B, V):
+    """The layer-by-layer computation in reused buffers gives the same floats as the
+    vectorised formula, on a layer-major view that is not contiguous (as DoLa passes it)."""
+    g = torch.Generator().manual_seed(B)
+    final = torch.randn(B, V, generator=g) * 4
+    prem = (torch.randn(B, 6, V, generator=g) * 4).transpose(0, 1)    # (n, B, V), strided
+    assert torch.equal(js_divergence(final, prem), _vectorised_js(final, prem))
+    assert torch.equal(js_divergence(final, prem.contiguous()), _vectorised_js(final, prem))
+
+
+def test_js_divergence_keeps_gradients_when_asked():
+    final = torch.randn(3, 50, requires_grad=True)
+    prem = torch.randn(4, 3, 50)
+    js = js_divergence(final, prem)
+    assert torch.equal(js.detach(), _vectorised_js(final.detach(), prem))
+    js.sum().backward()
+    assert final.grad is not None and final.grad.abs().sum() > 0

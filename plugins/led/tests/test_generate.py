@@ -348,3 +348,108 @@ def test_dola_decoding_matches_an_independent_implementation(model, which):
         nxt = ref.argmax(-1)
         assert torch.equal(out.sequences[:, ids.shape[1] + t], nxt)
         seq = torch.cat([seq, nxt[:, None]], 1)
+
+
+def test_dola_premature_logits_are_the_logit_lens_bit_for_bit(model):
+    """DoLa's one matmul into a reused buffer (layer-major rows) gives the floats of the plain
+    logit lens, step after step; with gradients on it falls back to the module call."""
+    from icml_led.layers import intermediate_logits
+
+    dec = DoLaDecoding("low")
+    ids = _ids(12, B=4)
+    dec.setup(model, ids, None)
+    with torch.no_grad():
+        for t in range(2):
+            o = model(ids[:, :ids.shape[1] - 1 + t], output_hidden_states=True)
+            want = intermediate_logits(model, o.hidden_states, dec._layers).transpose(0, 1)
+            got = dec._premature_logits(model, o.hidden_states)
+            assert torch.equal(got, want)
+            buf = dec._buf
+            assert buf is not None and got.data_ptr() == buf.data_ptr()
+    o = model(ids, output_hidden_states=True)
+    got = dec._premature_logits(model, o.hidden_states)        # grad enabled: no out= buffer
+    assert got.requires_grad
+    assert torch.equal(got.detach(), intermediate_logits(model, o.hidden_states,
+                                                         dec._layers).transpose(0, 1).detach())
+    dec.finish()
+    assert dec._buf is None
+
+
+def test_dola_premature_logits_bfloat16():
+    from icml_led.layers import intermediate_logits
+
+    from icml.models import tiny_causal_lm
+
+    m = tiny_causal_lm("qwen2", num_layers=6, hidden_size=32, dtype=torch.bfloat16)
+    ids = _ids(13, B=5)
+    dec = DoLaDecoding("low")
+    dec.setup(m, ids, None)
+    with torch.no_grad():
+        o = m(ids, output_hidden_states=True)
+        got = dec._premature_logits(m, o.hidden_states)
+    assert got.dtype == torch.float32 and dec._buf.dtype == torch.bfloat16
+    assert torch.equal(got, intermediate_logits(m, o.hidden_states, dec._layers).transpose(0, 1))
+
+
+def test_prefill_memo_gives_the_same_cache(llama):
+    """A memoised prompt prefill is a copy of the same tensors, repeated per sample."""
+    from icml_led.evaluation import shared_prefix_cache
+
+    rows = [[1, 50, 60, 70, 80, 90], [1, 33, 44], [1, 100, 101, 102, 103]]
+    ids, mask = _left_pad(rows)
+    memo = {}
+    fresh = shared_prefix_cache(llama, ids, mask, 3)
+    first = shared_prefix_cache(llama, ids, mask, 3, memo)
+    again = shared_prefix_cache(llama, ids, mask, 3, memo)
+    assert len(memo) == 1
+    for a, b, c in zip(fresh.layers, first.layers, again.layers):
+        assert a.keys.shape[0] == 9
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.keys, c.keys)
+        assert torch.equal(a.values, b.values) and torch.equal(a.values, c.values)
+        assert b.keys.data_ptr() != c.keys.data_ptr()              # a copy, not shared storage
+    kw = dict(do_sample=True, temperature=0.6, max_new_tokens=6, pad_token_id=0, top_k=20,
+              top_p=0.95)
+    big, att = ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0)
+    outs = [llama.generate(big, attention_mask=att, cache=c, custom_generate=DoLaDecoding(
+        "high", 0.1, _gens(9)), **kw) for c in (fresh, shared_prefix_cache(llama, ids, mask, 3,
+                                                                           memo))]
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_top_p_on_the_finite_scores_equals_transformers_warper():
+    """apply_processors gives transformers' own processor output, tensor for tensor, on
+    top-k-filtered rows (ties, rows of different support, several top_p / min_tokens_to_keep),
+    and declines where the warper's unstable sort could order tied scores either way."""
+    from icml_led.generate import apply_processors, top_p_small_support
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    fast = 0
+    for trial in range(300):
+        B, V = int(torch.randint(1, 9, (1,), generator=g)), int(torch.randint(40, 700, (1,),
+                                                                             generator=g))
+        lg = torch.randn(B, V, generator=g) * float(torch.rand(1, generator=g) * 8 + 0.1)
+        if trial % 4 == 0:
+            lg = (lg * 4).round() / 4                                     # ties
+        if trial % 7 == 0:
+            lg[0, : V // 2] = -float("inf")                               # a row with less
+        k = int(torch.randint(1, V // 8, (1,), generator=g))
+        top_p = [0.95, 0.5, 1.0, 0.0, float(torch.rand(1, generator=g))][trial % 5]
+        keep = 1 + trial % 3
+        procs = LogitsProcessorList([TemperatureLogitsWarper(0.6), TopKLogitsWarper(k),
+                                     TopPLogitsWarper(top_p, min_tokens_to_keep=keep)])
+        assert torch.equal(apply_processors(procs, None, lg.clone()), procs(None, lg.clone()))
+        fast += top_p_small_support(procs[1](None, procs[0](None, lg.clone())), top_p,
+                                    min_tokens_to_keep=keep) is not None
+    assert fast > 150
+    tied = torch.tensor([[1.0, 1.0, 0.5, -float("inf")] + [-float("inf")] * 40])
+    assert top_p_small_support(tied, 0.5) is None
+    nan = torch.full((1, 44), -float("inf"))
+    nan[0, :2] = torch.tensor([1.0, float("nan")])
+    assert top_p_small_support(nan, 0.5) is None
+    assert top_p_small_support(torch.randn(2, 44), 0.5) is None         # dense: the warper

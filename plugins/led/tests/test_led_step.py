@@ -224,3 +224,59 @@ def test_explicit_layers_set_the_expected_depth():
     lg = _logits(B=4, d=3, V=20)
     info = led_step(lg, LEDConfig(layers=(5, 2), top_k=4), generator=torch.Generator())
     assert info.aggregated.shape == (4, 3, 4)
+
+
+def _full_sort_draw(probs, u):
+    """sample_sorted's protocol on the whole vocabulary: stable descending sort, inverse CDF."""
+    sp, si = torch.sort(probs, dim=-1, descending=True, stable=True)
+    cdf = sp.cumsum(-1)
+    idx = (cdf <= (u * cdf[:, -1])[:, None]).sum(-1)
+    idx = torch.minimum(idx, (sp > 0).long().cumsum(-1).argmax(-1))
+    return si.gather(1, idx[:, None]).squeeze(1)
+
+
+def test_sample_sorted_on_a_small_support_equals_the_full_sort():
+    """After top-k / top-p a row has few positive entries; sorting only those (with ties,
+    duplicated probabilities and rows of different supports) draws the token the stable sort of
+    the whole row draws from the same uniforms."""
+    from icml_led.led import _sorted_support
+
+    g = torch.Generator().manual_seed(0)
+    used_fast = 0
+    for trial in range(400):
+        B, V = int(torch.randint(1, 9, (1,), generator=g)), int(torch.randint(40, 600, (1,),
+                                                                             generator=g))
+        lg = torch.randn(B, V, generator=g) * 3
+        if trial % 2:
+            lg = (lg * 2).round() / 2                              # tied logits
+        k = int(torch.randint(1, V // 10, (1,), generator=g))
+        lg = lg.masked_fill(lg < lg.topk(k, -1).values[:, -1:], -float("inf"))
+        probs = torch.softmax(lg, -1)
+        if trial % 3 == 0:                                         # tied probabilities
+            probs = torch.where(probs > 0, probs.mul(8).round().div(8).clamp_min(1 / 64), probs)
+        used_fast += _sorted_support(probs) is not None
+        seeds = torch.randint(0, 2 ** 31, (B,), generator=g).tolist()
+        got = sample_sorted(probs, [torch.Generator().manual_seed(s) for s in seeds])
+        u = torch.cat([torch.rand(1, generator=torch.Generator().manual_seed(s))
+                       for s in seeds])
+        assert torch.equal(got, _full_sort_draw(probs, u)), trial
+    assert used_fast > 300
+
+
+def test_sorted_support_falls_back_to_the_full_sort():
+    from icml_led.led import _sorted_support
+
+    dense = torch.softmax(torch.randn(3, 50), -1)
+    assert _sorted_support(dense) is None                           # support above 1/8 of V
+    sparse = torch.zeros(2, 100)
+    sparse[0, 5] = 1.0
+    assert _sorted_support(sparse) is None                          # a row with no support
+    sparse[1, [9, 3, 40]] = torch.tensor([0.25, 0.5, 0.25])
+    vals, idx = _sorted_support(sparse)
+    assert idx[1].tolist() == [3, 9, 40] and vals[1].tolist() == [0.5, 0.25, 0.25]
+    assert vals[0].tolist() == [1.0, 0.0, 0.0] and idx[0, 0] == 5
+    assert torch.equal(sample_sorted(sparse, None, greedy=True), torch.tensor([5, 3]))
+    torch.manual_seed(0)
+    a = sample_sorted(sparse)
+    torch.manual_seed(0)
+    assert torch.equal(a, _full_sort_draw(sparse, torch.rand(2)))

@@ -88,3 +88,38 @@ def test_default_led_is_batch_and_cache_invariant_on_the_real_model(smollm):
                               custom_generate=LEDDecoding(LEDConfig(), gens(range(3)),
                                                           lazy=False))
     assert torch.equal(batched, uncached)
+
+
+def test_fast_decoders_give_the_same_samples_on_the_real_model(smollm):
+    """The speed-ups of 0.2.2 leave every sample unchanged on SmolLM2: DoLa's premature logits
+    (one matmul into a reused buffer) are the logit lens bit for bit, and run_chat_method with
+    a shared prefill memo (a second decoder and temperature reusing the prompt caches) draws
+    the same replies as with a fresh prefill per call."""
+    from icml_led import DoLaDecoding, LEDConfig, LEDDecoding, SamplingDecoding
+    from icml_led.evaluation import Method, run_chat_method
+    from icml_led.layers import intermediate_logits
+    from icml_led.suite import make_suite
+
+    model, tok = smollm
+    probs = make_suite(4, seed=0)
+    enc = tok([p.prompt(tok) for p in probs[:2]], return_tensors="pt", padding=True,
+              add_special_tokens=False)
+    dec = DoLaDecoding("high")
+    dec.setup(model, enc["input_ids"], None)
+    with torch.no_grad():
+        o = model(**enc, output_hidden_states=True)
+        assert torch.equal(dec._premature_logits(model, o.hidden_states),
+                           intermediate_logits(model, o.hidden_states,
+                                               dec._layers).transpose(0, 1))
+    samp = {"do_sample": True, "top_k": 20, "top_p": 0.95}
+    arms = [Method("dola", lambda g: DoLaDecoding("high", 0.1, g), {**samp, "temperature": 1.0}),
+            Method("sampling", lambda g: SamplingDecoding(g), {**samp, "temperature": 0.6}),
+            Method("led", lambda g: LEDDecoding(LEDConfig(), g),
+                   {"do_sample": True, "temperature": 1.0})]
+    memo: dict = {}
+    for m in arms:
+        kw = dict(num_samples=3, seed=1, max_new_tokens=6, problems_per_batch=2)
+        a = run_chat_method(model, tok, probs, m, prefill_memo=memo, **kw)
+        b = run_chat_method(model, tok, probs, m, **kw)
+        assert a.texts == b.texts and a.correct == b.correct, m.name
+    assert len(memo) == 2

@@ -54,15 +54,16 @@ def test_tables_pair_led_norm_with_led_and_baselines():
         "1.000")
 
 
-def test_default_command_leaves_dola_to_full():
+def test_default_command_runs_the_full_grid():
+    """Since 0.2.2 the one command is the whole grid, DoLa included (--full is kept as a
+    no-op for old command lines)."""
     import pytest
 
     bench = _bench()
     args = bench.parse_args([])
-    assert (args.problems, args.temperatures) == (16, [0.6, 1.0])
-    assert args.methods == ["sampling", "top8", "led", "led_norm"]
-    assert bench.parse_args(["--full"]).methods == ["sampling", "dola", "top8", "led",
-                                                    "led_norm"]
+    assert (args.problems, args.samples, args.temperatures) == (16, 16, [0.6, 1.0])
+    assert args.methods == ["sampling", "dola", "top8", "led", "led_norm"]
+    assert bench.parse_args(["--full"]).methods == args.methods
     assert bench.parse_args(["--methods", "dola"]).methods == ["dola"]
     with pytest.raises(SystemExit):
         bench.parse_args(["--full", "--methods", "led"])

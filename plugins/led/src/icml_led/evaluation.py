@@ -131,11 +131,31 @@ class ChatResult:
         return self.explored / self.think_tokens if self.think_tokens else float("nan")
 
 
-def shared_prefix_cache(model: Any, ids: Any, att: Any, repeats: int) -> Any:
+def shared_prefix_cache(model: Any, ids: Any, att: Any, repeats: int,
+                        memo: dict | None = None) -> Any:
     """A KV cache of ``ids[:, :-1]`` (left-padded prompts) computed once per prompt and repeated
     ``repeats`` times per row (``Cache.batch_repeat_interleave``), for ``generate(..., cache=)``
     on ``ids.repeat_interleave(repeats, 0)``: the samples of a prompt share its prefill. Position
-    ids follow the attention mask, as ``generate`` computes them."""
+    ids follow the attention mask, as ``generate`` computes them.
+
+    ``memo``: a dict kept by the caller across calls with the same model; a prompt batch seen
+    before gets a copy of its stored cache instead of a new forward pass (the same tensors: the
+    forward is deterministic, so decoders see identical inputs; tested)."""
+    import copy
+
+    if memo is None:
+        return _prefix_cache(model, ids, att, repeats)
+    key = (id(model), tuple(ids.shape), str(ids.device), ids.cpu().numpy().tobytes(),
+           att.cpu().numpy().tobytes())
+    if key not in memo:
+        memo[key] = _prefix_cache(model, ids, att, 1)
+    cache = copy.deepcopy(memo[key])
+    if repeats > 1:
+        cache.batch_repeat_interleave(repeats)
+    return cache
+
+
+def _prefix_cache(model: Any, ids: Any, att: Any, repeats: int) -> Any:
     import torch
 
     pos = (att.long().cumsum(-1) - 1).clamp_min(0)
@@ -155,13 +175,15 @@ def shared_prefix_cache(model: Any, ids: Any, att: Any, repeats: int) -> Any:
 def run_chat_method(model: Any, tokenizer: Any, problems: list[Any], method: Method, *,
                     num_samples: int, seed: int, max_new_tokens: int,
                     problems_per_batch: int = 4, share_prefix: bool = True,
-                    progress: Any = None) -> ChatResult:
+                    progress: Any = None, prefill_memo: dict | None = None) -> ChatResult:
     """Draw ``num_samples`` replies per problem of a chat suite (:mod:`icml_led.suite`) with
     ``method``: each batch holds all samples of ``problems_per_batch`` problems (left-padded),
     sampled with one generator per row seeded from ``(seed, problem index, sample index)``, so
     a problem's samples do not depend on the batching. Replies stop at the tokenizer's eos.
     ``share_prefix``: prefill each prompt once and repeat its KV cache over its samples (the
-    decoders see the same inputs; only the prompt's forward pass is shared)."""
+    decoders see the same inputs; only the prompt's forward pass is shared). ``prefill_memo``:
+    a dict shared by several calls (decoders, temperatures) on the same model and suite, so each
+    prompt batch is prefilled once in all (see :func:`shared_prefix_cache`)."""
     import torch
 
     device = next(model.parameters()).device
@@ -188,7 +210,8 @@ def run_chat_method(model: Any, tokenizer: Any, problems: list[Any], method: Met
         start = time.perf_counter()
         extra = {}
         if share_prefix:
-            extra["cache"] = shared_prefix_cache(model, ids_u, att_u, num_samples)
+            extra["cache"] = shared_prefix_cache(model, ids_u, att_u, num_samples,
+                                                 prefill_memo)
         out = model.generate(ids, attention_mask=att, max_new_tokens=max_new_tokens,
                              pad_token_id=pad, eos_token_id=eos, custom_generate=dec,
                              **extra, **method.generate_kwargs)

@@ -48,6 +48,73 @@ def think_state(input_ids: Any, start_id: int | None, end_id: int | None) -> Any
     return last_start > last_end
 
 
+def apply_processors(logits_processor: Any, input_ids: Any, scores: Any) -> Any:
+    """``logits_processor(input_ids, scores)``, with transformers' ``TopPLogitsWarper`` replaced
+    by :func:`top_p_small_support` where that gives the same tensor (tested against the
+    warper): after top-k only a few scores are finite, and the warper's sort of the whole
+    vocabulary is most of a sampling step's decoder cost."""
+    import inspect
+
+    for proc in logits_processor:
+        if type(proc).__name__ == "TopPLogitsWarper" and type(proc).__module__.startswith(
+                "transformers."):
+            fast = top_p_small_support(scores, proc.top_p, proc.filter_value,
+                                       proc.min_tokens_to_keep)
+            scores = proc(input_ids, scores) if fast is None else fast
+        elif len(inspect.signature(proc.__call__).parameters) > 2:
+            scores = type(logits_processor)([proc])(input_ids, scores)   # let it raise/handle
+        else:
+            scores = proc(input_ids, scores)
+    return scores
+
+
+def top_p_small_support(scores: Any, top_p: float, filter_value: float = -float("inf"),
+                        min_tokens_to_keep: int = 1, max_fraction: float = 0.125) -> Any:
+    """transformers' top-p filter computed from the finite scores only; None when that could
+    differ from the warper (then call it).
+
+    The warper sorts the whole row ascending, takes ``softmax(sorted).cumsum()`` and removes
+    the positions whose cumulative probability is ``<= 1 - top_p`` (keeping the last
+    ``min_tokens_to_keep``). When a row holds few finite scores, its sorted form is ``-inf``
+    everywhere except the finite scores in ascending order at the end: this function builds
+    that row without sorting the vocabulary and applies the same softmax and cumulative sum to
+    it, so the numbers are the same. It declines (None) when two finite scores of a row are
+    equal (the warper's unstable sort could order them either way), on NaN or ``+inf``, when
+    more than ``max_fraction`` of the vocabulary is finite, when ``min_tokens_to_keep`` exceeds
+    a row's finite count, for a finite ``filter_value``, and off CPU (the equality with the
+    warper rests on CPU's sequential cumulative sum; tested on CPU only).
+    """
+    import torch
+
+    if scores.dim() != 2 or filter_value != -float("inf") or scores.device.type != "cpu":
+        return None                        # (accelerators sort fast; their scans differ by size)
+    B, V = scores.shape
+    fin = torch.isfinite(scores)
+    count = fin.sum(-1)
+    n = int(count.max()) if B else 0
+    if (B == 0 or int(count.min()) < max(1, int(min_tokens_to_keep)) or n > max_fraction * V
+            or not bool(torch.isfinite(scores.amax()))):              # NaN or +inf somewhere
+        return None
+    key = torch.where(fin, torch.arange(V, device=scores.device), V)
+    cols = key.topk(n, dim=-1, largest=False, sorted=True).values   # finite columns, ascending
+    valid = cols < V
+    cols = cols.clamp_max(V - 1)
+    ninf = torch.full((), -float("inf"), dtype=scores.dtype, device=scores.device)
+    vals = torch.where(valid, scores.gather(1, cols), ninf)
+    sv, order = torch.sort(vals, dim=-1, stable=True)               # -inf padding first
+    if bool(((sv[:, 1:] == sv[:, :-1]) & torch.isfinite(sv[:, 1:])).any()):
+        return None
+    row = scores.new_full((B, V), -float("inf"))
+    row[:, V - n:] = sv
+    cum = row.softmax(dim=-1)[:, V - n:].cumsum(dim=-1)   # the prefix of the row sums to 0
+    drop = cum <= (1 - top_p)
+    drop[..., -int(min_tokens_to_keep):] = False
+    where = torch.where(valid, cols, V).gather(1, order)             # padding -> spare column V
+    remove = torch.cat([~fin, fin.new_zeros(B, 1)], dim=1)
+    remove.scatter_(1, where, drop & torch.isfinite(sv))
+    return scores.masked_fill(remove[:, :V], filter_value)
+
+
 class _Decoding:
     """The shared token loop; subclasses implement :meth:`choose`."""
 
@@ -69,6 +136,9 @@ class _Decoding:
 
     def advance(self, next_tokens: Any) -> None:
         """Called after each step with the appended tokens."""
+
+    def finish(self) -> None:
+        """Called once after the loop (release per-call buffers)."""
 
     # -- the loop ----------------------------------------------------------------------------
     def __call__(self, model: Any, input_ids: Any, logits_processor: Any = None,
@@ -145,6 +215,7 @@ class _Decoding:
             del outputs
             if unfinished.max() == 0:
                 break
+        self.finish()
         if streamer is not None:
             streamer.end()
         if return_dict:
@@ -342,6 +413,7 @@ class DoLaDecoding(_Decoding):
         self.relative_top = relative_top
         self._layers: list[int] = []
         self.chosen_layers: list[int] = []
+        self._buf: Any = None
 
     def setup(self, model: Any, input_ids: Any, generation_config: Any) -> None:
         from icml_led.dola import dola_candidate_layers
@@ -350,22 +422,50 @@ class DoLaDecoding(_Decoding):
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
         self._layers = dola_candidate_layers(num_layers_of(model), self.dola_layers, tied)
         self.chosen_layers = []
+        self._buf = None
+
+    def _premature_logits(self, model: Any, hidden_states: Any) -> Any:
+        """``lm_head(h_l)`` at the last position for every candidate layer, ``(n, B, V)``
+        float32: one matmul for all layers and rows (layer-major rows), written into a buffer
+        reused across the steps of a call (no 100 MB allocation per step) on CPU. Bit for bit
+        the values of ``intermediate_logits(...).transpose(0, 1)`` (tested), which is what other
+        devices get."""
+        import torch
+
+        from icml_led.layers import intermediate_logits, lm_head_of
+
+        head = lm_head_of(model)
+        w = getattr(head, "weight", None)
+        if (type(head) is not torch.nn.Linear or head.bias is not None or w is None
+                or w.device.type != "cpu" or w.requires_grad and torch.is_grad_enabled()):
+            # other heads, accelerators (no page faults to save) and autograd: the plain call
+            return intermediate_logits(model, hidden_states, self._layers).transpose(0, 1)
+        h = torch.stack([hidden_states[i][:, -1] for i in self._layers], dim=0)   # (n, B, H)
+        rows = h.shape[0] * h.shape[1]
+        shape = (rows, w.shape[0])
+        if (self._buf is None or self._buf.shape != shape or self._buf.dtype != w.dtype
+                or self._buf.device != w.device):
+            self._buf = torch.empty(shape, dtype=w.dtype, device=w.device)
+        torch.mm(h.reshape(rows, -1).to(w.dtype), w.t(), out=self._buf)
+        return self._buf.view(h.shape[0], h.shape[1], -1).float()
+
+    def finish(self) -> None:
+        self._buf = None
 
     def choose(self, model: Any, input_ids: Any, outputs: Any, logits_processor: Any,
                generation_config: Any) -> tuple[Any, Any]:
         import torch
 
         from icml_led.dola import dola_contrast
-        from icml_led.layers import intermediate_logits
 
         hs = getattr(outputs, "hidden_states", None)
         if hs is None:
             raise ValueError("the model's outputs carry no hidden_states: DoLa needs them")
         final = outputs.logits[:, -1].float()
-        prem = intermediate_logits(model, hs, self._layers).transpose(0, 1).to(final.device)
+        prem = self._premature_logits(model, hs).to(final.device)
         contrast, chosen = dola_contrast(final, prem, self.relative_top)
         self.chosen_layers.append(self._layers[chosen])
-        scores = logits_processor(input_ids, contrast)
+        scores = apply_processors(logits_processor, input_ids, contrast)
         probs = torch.softmax(scores, dim=-1)
         return sample_sorted(probs, self.generator, greedy=_greedy(generation_config)), scores
 
@@ -382,7 +482,8 @@ class SamplingDecoding(_Decoding):
                generation_config: Any) -> tuple[Any, Any]:
         import torch
 
-        scores = logits_processor(input_ids, outputs.logits[:, -1].float())
+        scores = apply_processors(logits_processor, input_ids,
+                                  outputs.logits[:, -1].float())
         probs = torch.softmax(scores, dim=-1)
         return sample_sorted(probs, self.generator, greedy=_greedy(generation_config)), scores
 

@@ -124,14 +124,51 @@ def _uniform(n: int, device: Any, generator: Any) -> Any:
 def sample_sorted(probs: Any, generator: Any = None, greedy: bool = False) -> Any:
     """Draw one token per row of ``probs (B, V)`` with the same random protocol as LED's base
     path: candidates in descending probability order, one uniform per row, inverse CDF.
-    ``generator`` is a ``torch.Generator``, a list of one per row, or None (global stream)."""
+    ``generator`` is a ``torch.Generator``, a list of one per row, or None (global stream).
+
+    After top-k / top-p (or DoLa's relative-top filter) a row has few positive entries; then
+    only those are sorted (:func:`_sorted_support`), which gives the same token as the stable
+    sort of the whole vocabulary (tested): the inverse CDF never reaches past the last positive
+    entry, and the cumulative sums of the positive prefix are the same numbers."""
     import torch
 
     if greedy:
         return probs.argmax(-1)
-    sp, si = torch.sort(probs, dim=-1, descending=True, stable=True)
+    small = _sorted_support(probs)
+    if small is None:
+        sp, si = torch.sort(probs, dim=-1, descending=True, stable=True)
+    else:
+        sp, si = small
     u = _uniform(probs.shape[0], probs.device, generator)
     return si.gather(1, _inverse_cdf(sp, u)[:, None]).squeeze(1)
+
+
+def _sorted_support(probs: Any, max_fraction: float = 0.125) -> tuple[Any, Any] | None:
+    """``(values, indices)`` of each row's positive entries in the order of a stable
+    descending sort of the whole row (ties by index), padded with zeros to the largest support
+    of the batch; None when a row has no positive entry, a NaN, a support above
+    ``max_fraction`` of the vocabulary (then the full sort is as cheap), or off CPU (the
+    equality rests on CPU's sequential cumulative sum)."""
+    import torch
+
+    B, V = probs.shape
+    if probs.device.type != "cpu":
+        return None           # accelerators sort fast, and their parallel scans differ by size
+    pos = probs > 0
+    count = pos.sum(-1)
+    n = int(count.max()) if B else 0
+    if B == 0 or int(count.min()) == 0 or n > max_fraction * V or bool(
+            torch.isnan(probs.amax())):
+        return None
+    # positive columns in increasing order (keys unique per row; the padding key V sorts last)
+    key = torch.where(pos, torch.arange(V, device=probs.device), V)
+    cols = key.topk(n, dim=-1, largest=False, sorted=True).values
+    valid = cols < V
+    cols = cols.clamp_max(V - 1)
+    vals = torch.where(valid, probs.gather(1, cols), torch.zeros((), dtype=probs.dtype,
+                                                                 device=probs.device))
+    sp, order = torch.sort(vals, dim=-1, descending=True, stable=True)
+    return sp, cols.gather(1, order)
 
 
 def _temperature(temperature: Any, B: int, greedy: bool, device: Any) -> Any:
