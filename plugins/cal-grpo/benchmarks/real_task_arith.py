@@ -9,13 +9,18 @@ rollout of up to 3 attempts per held-out question (240 questions, disjoint from 
 ones); Ver@k = fraction of questions solved within k attempts. The base model's evaluation is
 seed-independent (greedy) and runs once.
 
-    # the learning curve of one arm (trajectory GRPO, seed 0), evaluated every 10 updates
+    # R=plugins/cal-grpo/benchmarks/results
+    # the learning curve of one arm (trajectory GRPO, seed 0, lr 1e-3), held-out every 10
     OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task_arith.py run \\
-        --modes trajectory --seeds 0 --steps 30 --eval-at 10,20,30 --out DIR/curve.jsonl
-    # the comparison (S updates, all arms, several seeds), then the tables
+        --modes trajectory --seeds 0 --steps 30 --eval-at 10,20 --out $R/curve.jsonl
+    # the comparison: 3 arms x 3 seeds, 15 updates at lr 2e-3 (the base row is in curve.jsonl)
     OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task_arith.py run \\
-        --modes naive,trajectory,cal --seeds 0,1,2 --steps S --out DIR/runs.jsonl
-    python plugins/cal-grpo/benchmarks/real_task_arith.py report DIR/runs.jsonl DIR/curve.jsonl
+        --modes naive,trajectory,cal --seeds 0,1,2 --steps 15 --lr 2e-3 --no-base-eval \\
+        --out $R/runs.jsonl
+    python plugins/cal-grpo/benchmarks/real_task_arith.py report $R/runs.jsonl \\
+        --curve $R/curve.jsonl
+    # CPU seconds of one rollout and one update, with and without the savings
+    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task_arith.py profile
 
 Records (one JSON line per evaluation): mode, seed, step, ver@1..3, the per-question attempt of
 first success (0 = none), the training metrics per update, CPU and wall seconds.
@@ -114,6 +119,71 @@ def run(a) -> None:
                            "lora": f"r={a.lora_r} q/k/v/o, last {a.lora_layers} layers"})
 
 
+def profile(a) -> None:
+    """CPU seconds of one rollout (16 rollouts: G=4 x 4 questions) and one update, median of
+    ``--reps`` after one warm-up, for LoRA on every layer (q/v) or on the last 8 (q/k/v/o),
+    with and without the two savings (output layer only at attempt positions; one prefill
+    per distinct prompt). The same rollouts feed every update variant."""
+    import copy
+    import statistics as st
+
+    import torch
+    from icml_cal_grpo import rollout as rollout_mod
+    from icml_cal_grpo.advantages import attempt_advantages, token_advantages
+    from icml_cal_grpo.tasks import ArithmeticChoiceTask
+    from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
+    from peft import LoraConfig, get_peft_model
+
+    from icml.models import load_pretrained
+
+    torch.set_num_threads(1)
+    base, tok = load_pretrained("smollm2-135m-instruct")
+    task = ArithmeticChoiceTask(tok)
+    train = task.prompts("train")[:4]
+    n = base.config.num_hidden_layers
+    shared = rollout_mod._CachedContexts._prefill
+    print("| LoRA | rollout CPU s (one prefill per prompt) | rollout CPU s (every row "
+          "prefilled) | update CPU s (output layer at attempt positions) | update CPU s "
+          "(output layer everywhere) |")
+    print("|---|---|---|---|---|")
+    for name, kw in (("r=16 q/v, all 30 layers", {"target_modules": ["q_proj", "v_proj"]}),
+                     ("r=16 q/k/v/o, last 8 layers (benchmark)",
+                      {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+                       "layers_to_transform": list(range(n - 8, n))})):
+        torch.manual_seed(0)
+        model = get_peft_model(copy.deepcopy(base), LoraConfig(r=16, lora_alpha=32, **kw))
+        tr = AttemptGRPOTrainer(model, tok, task, train,
+                                AttemptGRPOConfig(num_generations=4, prompts_per_step=4,
+                                                  learning_rate=0.0), task.rollout_config(),
+                                seed=0, cpu=True)
+        times: dict[str, list[float]] = {"ro": [], "ro_all": [], "up": [], "up_all": []}
+        for rep in range(a.reps + 1):
+            for key in ("ro", "ro_all"):
+                rollout_mod._CachedContexts._prefill = (
+                    shared if key == "ro" else rollout_mod._CachedContexts._feed_all)
+                c0 = time.process_time()
+                b = rollout_mod.multi_attempt_rollout(
+                    model, tok, train, task, task.rollout_config(), num_generations=4,
+                    generator=torch.Generator().manual_seed(rep))
+                if rep:
+                    times[key].append(time.process_time() - c0)
+            rollout_mod._CachedContexts._prefill = shared
+            adv = token_advantages(attempt_advantages(b.rewards, b.reached, group_size=4),
+                                   b.attempt_index)
+            orig = tr._logps
+            for key in ("up", "up_all"):
+                if key == "up_all":
+                    tr._logps = lambda m, i, t, mask=None, f=orig: f(m, i, t, None)
+                c0 = time.process_time()
+                tr.update(b.input_ids, b.attention_mask, b.attempt_index, adv)
+                if rep:
+                    times[key].append(time.process_time() - c0)
+            tr._logps = orig
+        med = {k: st.median(v) for k, v in times.items()}
+        print(f"| {name} | {med['ro']:.1f} | {med['ro_all']:.1f} | {med['up']:.1f} | "
+              f"{med['up_all']:.1f} |", flush=True)
+
+
 def _bootstrap(diffs, reps=10_000, seed=0):
     import numpy as np
 
@@ -136,7 +206,8 @@ def report(a) -> None:
     sd = _sd
 
     recs = [json.loads(x) for f in a.files for x in open(f) if x.strip()]
-    base = next((r for r in recs if r["mode"] == "base"), None)
+    curve_recs = [json.loads(x) for x in open(a.curve) if x.strip()] if a.curve else []
+    base = next((r for r in recs + curve_recs if r["mode"] == "base"), None)
     step = a.step or max(r["step"] for r in recs if r["mode"] != "base")
     runs = {}
     for r in recs:
@@ -188,10 +259,23 @@ def report(a) -> None:
             ahead = sum(1 for d in per_seed if d > 0)
             print(f"| {x} - {y} | Ver@{k} | {', '.join(f'{d:+.3f}' for d in per_seed)} | "
                   f"{mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {ahead}/{len(full)} |")
-    curve = sorted((r for r in recs if r["mode"] != "base" and a.curve_mode == r["mode"]
-                    and r["seed"] == a.curve_seed), key=lambda r: r["step"])
-    if len(curve) > 1:
-        print(f"\nLearning curve ({a.curve_mode}, seed {a.curve_seed}; held-out, greedy):\n")
+    print("\nTraining batches (16 sampled rollouts per update, T=1), Ver@3 averaged over "
+          "seeds and blocks of 5 updates:\n")
+    width = max(len(r["train_ver@3"]) for r in runs.values())
+    blocks = [(lo, min(lo + 5, width)) for lo in range(0, width, 5)]
+    print("| arm | " + " | ".join(f"updates {lo + 1}-{hi}" for lo, hi in blocks) + " |")
+    print("|---|" + "---|" * len(blocks))
+    for m in modes:
+        cells = []
+        for lo, hi in blocks:
+            v = [x for s in full for x in runs[(m, s)]["train_ver@3"][lo:hi]]
+            cells.append(f"{st.mean(v):.3f}")
+        print(f"| {m} | " + " | ".join(cells) + " |")
+    curve = sorted((r for r in curve_recs if r["mode"] != "base"), key=lambda r: r["step"])
+    if curve:
+        c0 = curve[0]
+        print(f"\nLearning curve ({c0['mode']}, seed {c0['seed']}, lr {c0['lr']}; held-out, "
+              "greedy):\n")
         print("| updates | Ver@1 | Ver@3 | repeats an answer |")
         print("|---|---|---|---|")
         if base:
@@ -225,10 +309,11 @@ def main() -> None:
     p = sub.add_parser("report")
     p.add_argument("files", nargs="+")
     p.add_argument("--step", type=int, default=0, help="updates to compare at (default: last)")
-    p.add_argument("--curve-mode", default="trajectory")
-    p.add_argument("--curve-seed", type=int, default=0)
+    p.add_argument("--curve", default="", help="the learning-curve run's jsonl (one arm)")
+    f = sub.add_parser("profile")
+    f.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
-    run(a) if a.cmd == "run" else report(a)
+    {"run": run, "report": report, "profile": profile}[a.cmd](a)
 
 
 if __name__ == "__main__":
