@@ -321,3 +321,27 @@ def test_arithmetic_choice_task_rollout_sequences(model):
         assert text.count("<user>Wrong.") == n_att - 1
         assert b.rewards[i, :n_att].tolist() == [float(task(prompts[i // 2], t, []))
                                                  for t in b.attempts[i]]
+
+
+@pytest.mark.pretrained
+def test_arithmetic_choice_task_on_the_pretrained_tokenizer():
+    """SmolLM2-135M-Instruct: the feedback is its chat template's turn change plus the answer
+    prefix; every correct answer (a space and two digits) fits the 3-token attempt, and only
+    the few distractors >= 100 (7 of 240 held-out questions have one) do not."""
+    from icml_cal_grpo.tasks import ArithmeticChoiceTask
+
+    from icml.models import load_pretrained
+
+    _, tok = load_pretrained("smollm2-135m-instruct")
+    task = ArithmeticChoiceTask(tok)
+    assert task.feedback == ("<|im_end|>\n<|im_start|>user\nWrong.<|im_end|>\n"
+                             "<|im_start|>assistant\nThe answer is")
+    def n_tok(x):
+        return len(tok(f" {x}", add_special_tokens=False)["input_ids"])
+
+    items = task.items["train"] + task.items["test"]
+    assert all(n_tok(a + b) == task.max_attempt_tokens for a, b, _ in items)
+    assert {n_tok(o) for _, _, opts in items for o in opts if o < 100} == {3}
+    assert sum(any(o >= 100 for o in opts) for _, _, opts in task.items["test"]) == 7
+    p = task.prompts("test")[0]
+    assert p.endswith("<|im_start|>assistant\nThe answer is") and len(tok(p)["input_ids"]) < 60

@@ -195,7 +195,9 @@ class ArithmeticChoiceTask:
     adds a user turn ``feedback`` (``"Wrong."``) and opens a new assistant turn with the same
     prefix, so the model sees its earlier answers. The distractors are ``s +- 1``,
     ``s +- 10`` (same units digit) and ``s +- 9`` or ``s +- 11``: a model that knows only the
-    units digit narrows the options to two, and one that never repeats an eliminated option
+    units digit narrows the options to two (with the default 10..49 the sums are two-digit
+    numbers; a few distractors reach 100-109 and do not fit 3 tokens, which only makes them
+    harder to pick), and one that never repeats an eliminated option
     passes by the third attempt with probability 3/4 at least, so Ver@3 - Ver@1 measures
     multi-attempt behaviour. Items come from ``random.Random(seed)``: the same seed gives the
     same items; ``split="train"`` and ``"test"`` have disjoint ``(a, b)`` pairs (in either
