@@ -176,6 +176,22 @@ def test_chunked_logprobs_equal_full_forward_without_a_full_logit_block(arch):
     assert torch.allclose(full, chunked, atol=1e-6)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_full, g_chunk, strict=True))
     assert max(widths) == 6 and len(widths) == 2 * 4       # 20 positions: 4 chunks, recomputed
+    # positions=: the output layer sees only the flagged positions (5 of them, one chunk)
+    pos = torch.zeros_like(keep)
+    pos[0, 3:5] = True
+    pos[2, 17:20] = True
+    widths.clear()
+    h = model.lm_head.register_forward_hook(lambda m, a, o: widths.append(o.shape[1]))
+    sel = sequence_logprobs(model, ids, att, 0.7, chunk_size=6, positions=pos)
+    g_sel = torch.autograd.grad(sel.sum(), params)
+    h.remove()
+    assert widths == [5, 5]                                # forward + recomputation
+    assert torch.allclose(sel[pos], full[pos], atol=1e-6) and (sel[~pos] == 0).all()
+    g_ref = torch.autograd.grad(sequence_logprobs(model, ids, att, 0.7, chunk_size=None)[pos]
+                                .sum(), params)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_ref, g_sel, strict=True))
+    with pytest.raises(ValueError, match="positions"):
+        sequence_logprobs(model, ids, att, positions=pos[:, :-1])
     allowed = (5, 7, 9)
     assert torch.allclose(sequence_logprobs(model, ids, att, allowed_token_ids=allowed,
                                             chunk_size=None),

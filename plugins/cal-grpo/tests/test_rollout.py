@@ -221,3 +221,127 @@ def test_chat_qa_task_on_the_pretrained_model():
                             task.rollout_config())
     m = tr.step()
     assert 0.0 <= m["ver@3"] <= 1.0 and m["mean_attempts"] >= 1.0
+
+
+def test_cached_prefill_encodes_each_distinct_prompt_once(tok):
+    """A group of rollouts of one prompt shares one prefill; the rollouts still differ and
+    their recorded log-probs equal a full forward's."""
+    from icml.models import tiny_causal_lm
+
+    m = tiny_causal_lm("llama", seed=1, hidden_size=32)
+    shapes = []
+    h = m.register_forward_pre_hook(lambda mod, args, kw: shapes.append(tuple(kw["input_ids"]
+                                                                             .shape)),
+                                    with_kwargs=True)
+    cfg = MultiAttemptConfig(max_attempts=2, feedback="?", max_attempt_tokens=3,
+                             on_length="verify")
+    b = multi_attempt_rollout(m, tok, ["ab", "longer prompt", "ab"], lambda p, a, e: False,
+                              cfg, num_generations=4, generator=torch.Generator().manual_seed(0))
+    h.remove()
+    assert shapes[0] == (2, len("longer prompt"))        # 12 rows, 2 distinct prompts
+    assert shapes[1][0] == 12 and len({tuple(a) for a in b.attempts}) > 1
+    with torch.no_grad():
+        full = sequence_logprobs(m, b.input_ids, b.attention_mask)
+    for i in range(12):
+        got = [x for lp in b.attempt_logprobs[i] for x in lp]
+        pos = (b.attempt_index[i, 1:] >= 0).nonzero().flatten()
+        assert torch.allclose(full[i, pos], torch.tensor(got), atol=1e-4)
+
+
+def _chat_tok():
+    from icml.models import byte_tokenizer
+
+    tok = byte_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                         "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}"
+                         "<assistant>{% endif %}")
+    return tok
+
+
+def test_arithmetic_choice_task_items_answers_and_feedback_turns():
+    from icml_cal_grpo.tasks import ArithmeticChoiceTask
+
+    from icml.models import byte_tokenizer
+
+    with pytest.raises(ValueError, match="chat template"):
+        ArithmeticChoiceTask(byte_tokenizer())
+    tok = _chat_tok()
+    with pytest.raises(ValueError, match="low"):
+        ArithmeticChoiceTask(tok, low=3)
+    with pytest.raises(ValueError, match="n_train"):
+        ArithmeticChoiceTask(tok, n_train=800, n_test=100, low=10, high=20)
+    task = ArithmeticChoiceTask(tok, n_train=50, n_test=30, seed=3)
+    again = ArithmeticChoiceTask(tok, n_train=50, n_test=30, seed=3)
+    other = ArithmeticChoiceTask(tok, n_train=50, n_test=30, seed=4)
+    assert task.items == again.items and task.items != other.items     # seeded, deterministic
+    pairs = {s: {(min(a, b), max(a, b)) for a, b, _ in task.items[s]} for s in task.items}
+    assert len(pairs["train"]) == 50 and len(pairs["test"]) == 30
+    assert not pairs["train"] & pairs["test"]                            # disjoint splits
+    for a, b, opts in task.items["train"] + task.items["test"]:
+        s = a + b
+        assert len(set(opts)) == 4 and s in opts and 10 <= a <= 49 and 10 <= b <= 49
+        assert sorted(abs(o - s) for o in opts) in ([0, 1, 9, 10], [0, 1, 10, 11])
+    assert len({tuple(o) for _, _, o in task.items["train"]}
+               ) > 1 and len({o.index(a + b) for a, b, o in task.items["train"]}) == 4
+    test = task.prompts("test")
+    a, b, opts = task.items["test"][0]
+    assert test[0] == (f"<system>Answer with the number.{tok.eos_token}<user>{a}+{b}=? "
+                       f"Options: {', '.join(map(str, opts))}{tok.eos_token}<assistant>"
+                       "The answer is")
+    # the feedback closes the assistant turn, adds a user turn, reopens with the prefix
+    assert task.feedback == f"{tok.eos_token}<user>Wrong.{tok.eos_token}<assistant>The answer is"
+    right, wrong = a + b, next(o for o in opts if o != a + b)
+    assert task(test[0], f" {right}", []) and task(test[0], f" {right}.", [f" {wrong}"])
+    assert not task(test[0], f" {wrong}", []) and not task(test[0], " a number", [])
+    assert not task(test[0], f" {wrong} or {right}", [])     # the first number counts
+    assert not task(test[0], f" {right}0", [])
+    with pytest.raises(KeyError):
+        task("not a prompt", " 12", [])
+    with pytest.raises(ValueError, match="split"):
+        task.prompts("all")
+    cfg = task.rollout_config(greedy=True)
+    assert cfg.top_k == 1 and cfg.on_length == "verify" and cfg.max_attempt_tokens == 3
+    assert cfg.feedback == task.feedback and task.rollout_config().top_k == 0
+
+
+def test_arithmetic_choice_task_rollout_sequences(model):
+    """A rollout on the task: a failed attempt is followed by the feedback turn in the training
+    sequence, and the verifier's verdicts drive the stop."""
+    from icml_cal_grpo.tasks import ArithmeticChoiceTask
+
+    tok = _chat_tok()
+    task = ArithmeticChoiceTask(tok, n_train=4, n_test=2, max_attempt_tokens=2)
+    prompts = task.prompts("train")[:2]
+    b = multi_attempt_rollout(model, tok, prompts, task, task.rollout_config(),
+                              num_generations=2, generator=torch.Generator().manual_seed(0))
+    for i in range(4):
+        text = tok.decode(b.input_ids[i][b.attention_mask[i].bool()])
+        n_att = len(b.attempts[i])
+        assert text.startswith(prompts[i // 2])
+        assert text.count("<user>Wrong.") == n_att - 1
+        assert b.rewards[i, :n_att].tolist() == [float(task(prompts[i // 2], t, []))
+                                                 for t in b.attempts[i]]
+
+
+@pytest.mark.pretrained
+def test_arithmetic_choice_task_on_the_pretrained_tokenizer():
+    """SmolLM2-135M-Instruct: the feedback is its chat template's turn change plus the answer
+    prefix; every correct answer (a space and two digits) fits the 3-token attempt, and only
+    the few distractors >= 100 (7 of 240 held-out questions have one) do not."""
+    from icml_cal_grpo.tasks import ArithmeticChoiceTask
+
+    from icml.models import load_pretrained
+
+    _, tok = load_pretrained("smollm2-135m-instruct")
+    task = ArithmeticChoiceTask(tok)
+    assert task.feedback == ("<|im_end|>\n<|im_start|>user\nWrong.<|im_end|>\n"
+                             "<|im_start|>assistant\nThe answer is")
+    def n_tok(x):
+        return len(tok(f" {x}", add_special_tokens=False)["input_ids"])
+
+    items = task.items["train"] + task.items["test"]
+    assert all(n_tok(a + b) == task.max_attempt_tokens for a, b, _ in items)
+    assert {n_tok(o) for _, _, opts in items for o in opts if o < 100} == {3}
+    assert sum(any(o >= 100 for o in opts) for _, _, opts in task.items["test"]) == 7
+    p = task.prompts("test")[0]
+    assert p.endswith("<|im_start|>assistant\nThe answer is") and len(tok(p)["input_ids"]) < 60

@@ -31,6 +31,7 @@ _EXPORTS = {
     "attempt_metrics": "metrics",
     "ProbeTask": "tasks",
     "ChatQATask": "tasks",
+    "ArithmeticChoiceTask": "tasks",
     "probe_env": "tabular",
     "memoryless_env": "tabular",
     "enumerate_trajectories": "tabular",

@@ -43,7 +43,7 @@ def _chunk_logps(head: Any, hidden: Any, targets: Any, temperature: float,
 def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
                       temperature: float = 1.0,
                       allowed_token_ids: Sequence[int] | None = None,
-                      chunk_size: int | None = 64) -> Any:
+                      chunk_size: int | None = 64, positions: Any = None) -> Any:
     """``log p(token_t | tokens_<t)`` for ``t = 1..L-1`` of right-padded sequences: ``[N, L-1]``
     (float32). Position ids follow the attention mask.
 
@@ -57,7 +57,14 @@ def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
     (:attr:`MultiAttemptConfig.allowed_token_ids`). The log-probs are then those of the
     distribution the rollout sampled from, the softmax renormalised over the allowed tokens, so
     the score ``grad log p`` is that of the acting policy (the full-vocabulary score adds
-    ``grad log P(allowed)``, a bias). Tokens outside the set get 0 (mask them from the loss)."""
+    ``grad log P(allowed)``, a bias). Tokens outside the set get 0 (mask them from the loss).
+
+    ``positions`` (bool ``[N, L-1]``, optional): compute the output layer only where it is
+    True (the attempt tokens the loss uses), in chunks of ``chunk_size`` selected positions;
+    the other entries are 0. The prompt and feedback positions then cost the decoder only, not
+    the ``V``-wide output layer (same values and gradients where True; with
+    ``chunk_size=None`` or a model without a plain output layer it is applied after the
+    full forward)."""
     import torch
     from torch.utils.checkpoint import checkpoint
 
@@ -84,7 +91,27 @@ def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
         allowed = torch.zeros(vocab, dtype=torch.bool, device=input_ids.device)
         allowed[ids] = True
     if parts is None:
-        return _chunk_logps(lambda x: x, logits, targets, temperature, allowed)
+        full = _chunk_logps(lambda x: x, logits, targets, temperature, allowed)
+        if positions is not None:
+            full = full.masked_fill(~positions.to(device=full.device, dtype=torch.bool), 0.0)
+        return full
+    if positions is not None:
+        positions = positions.to(device=hidden.device, dtype=torch.bool)
+        if tuple(positions.shape) != tuple(targets.shape):
+            raise ValueError(f"positions has shape {tuple(positions.shape)}; it must be "
+                             f"{tuple(targets.shape)} (one flag per predicted token)")
+        hs, ts = hidden[positions][None], targets[positions][None]       # [1, M, H], [1, M]
+        vals = []
+        for s in range(0, hs.shape[1], int(chunk_size)):
+            h, t = hs[:, s:s + int(chunk_size)], ts[:, s:s + int(chunk_size)]
+            if torch.is_grad_enabled() and h.requires_grad:
+                vals.append(checkpoint(_chunk_logps, head, h, t, temperature, allowed,
+                                       use_reentrant=False))
+            else:
+                vals.append(_chunk_logps(head, h, t, temperature, allowed))
+        flat = torch.cat(vals, dim=1)[0] if vals else hs.new_zeros(0)
+        out_full = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
+        return out_full.masked_scatter(positions, flat.float())
     out = []
     for s in range(0, hidden.shape[1], int(chunk_size)):
         h, t = hidden[:, s:s + int(chunk_size)], targets[:, s:s + int(chunk_size)]

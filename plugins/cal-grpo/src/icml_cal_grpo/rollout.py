@@ -161,6 +161,11 @@ class _CachedContexts:
     def feed(self) -> Any:
         """Encode every pending token of the live rows; returns ``[len(live), vocab]`` logits
         after each row's last token (index rows with ``self.index``)."""
+        if self.cache is None:
+            return self._prefill()
+        return self._feed_all()
+
+    def _feed_all(self) -> Any:
         import torch
 
         n, m = len(self.live), max(len(self.pending[r]) for r in self.live)
@@ -184,6 +189,44 @@ class _CachedContexts:
                          position_ids=pos.to(self.device), use_cache=True, **kw)
         self.cache = _get_cache(out)
         return out.logits[:, -1]
+
+    def _prefill(self) -> Any:
+        """The first :meth:`feed`: each distinct prompt is encoded once and its cache rows are
+        copied to the rows that share it (a group of ``num_generations`` rollouts of one
+        prompt costs one prompt's prefill), when the cache can select batch rows; else every
+        row is encoded."""
+        import torch
+
+        uniq: dict[tuple[int, ...], int] = {}
+        owner = [uniq.setdefault(tuple(self.pending[r]), len(uniq)) for r in self.live]
+        if len(uniq) == len(self.live):
+            return self._feed_all()
+        rows = list(self.live)
+        reps = []
+        seen: set[int] = set()
+        for r, u in zip(rows, owner, strict=True):
+            if u not in seen:
+                seen.add(u)
+                reps.append(r)
+        saved = {r: self.pending[r] for r in rows}
+        self.live = reps
+        self.mask = self.mask[:len(reps)]                       # [len(reps), 0]
+        logits = self._feed_all()
+        self.live = rows
+        if self.cache is None or not hasattr(self.cache, "batch_select_indices"):
+            self.cache = None                                   # cannot copy: encode every row
+            self.mask = torch.zeros((len(rows), 0), dtype=torch.long, device=self.device)
+            self.pos = [0] * len(self.pos)
+            for r in rows:
+                self.pending[r] = saved[r]
+            return self._feed_all()
+        idx = torch.tensor(owner, dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(idx)
+        self.mask = self.mask[idx]
+        for r, u in zip(rows, owner, strict=True):
+            self.pos[r] = self.pos[reps[u]]
+            self.pending[r] = []
+        return logits[idx]
 
     def drop(self, rows: Sequence[int]) -> None:
         """Remove finished ``rows`` from the batch (when the cache supports it)."""

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import random
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from icml_cal_grpo.rollout import MultiAttemptConfig
@@ -181,3 +183,103 @@ class ChatQATask:
                                   max_attempt_tokens=self.max_attempt_tokens,
                                   on_length="verify", temperature=self.temperature,
                                   add_special_tokens=False, backend=backend)
+
+
+class ArithmeticChoiceTask:
+    """Two-number additions with 4 listed options, answered by number, for a chat model.
+
+    ``"34+36=? Options: 70, 80, 69, 81"``; the assistant turn is prefilled with
+    ``answer_prefix`` (``"The answer is"``), so an attempt is just the number (3 tokens for a
+    SmolLM2-style tokenizer that splits digits: a space and two digits). An attempt passes when
+    the first integer in it is the sum. After a failure the feedback closes the assistant turn,
+    adds a user turn ``feedback`` (``"Wrong."``) and opens a new assistant turn with the same
+    prefix, so the model sees its earlier answers. The distractors are ``s +- 1``,
+    ``s +- 10`` (same units digit) and ``s +- 9`` or ``s +- 11``: a model that knows only the
+    units digit narrows the options to two (with the default 10..49 the sums are two-digit
+    numbers; a few distractors reach 100-109 and do not fit 3 tokens, which only makes them
+    harder to pick), and one that never repeats an eliminated option
+    passes by the third attempt with probability 3/4 at least, so Ver@3 - Ver@1 measures
+    multi-attempt behaviour. Items come from ``random.Random(seed)``: the same seed gives the
+    same items; ``split="train"`` and ``"test"`` have disjoint ``(a, b)`` pairs (in either
+    order).
+    """
+
+    def __init__(self, tokenizer: Any, n_train: int = 400, n_test: int = 240, *, seed: int = 0,
+                 low: int = 10, high: int = 49, max_attempts: int = 3,
+                 feedback: str = "Wrong.", answer_prefix: str = "The answer is",
+                 system: str = "Answer with the number.", max_attempt_tokens: int = 3,
+                 temperature: float = 1.0) -> None:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("ArithmeticChoiceTask needs a tokenizer with a chat template (an "
+                             "instruct model); use ProbeTask for a bare LM")
+        if not 6 <= low < high:
+            raise ValueError(f"low={low}, high={high}: need 6 <= low < high (a distractor is "
+                             "the sum minus up to 11, and must stay >= 0)")
+        n_pairs = (high - low + 1) * (high - low + 2) // 2
+        if n_train < 1 or n_test < 1 or n_train + n_test > n_pairs:
+            raise ValueError(f"n_train={n_train}, n_test={n_test}: need both >= 1 and at most "
+                             f"{n_pairs} items in all for low={low}, high={high}")
+        self.tokenizer = tokenizer
+        self.max_attempts = max_attempts
+        self.system = system
+        self.answer_prefix = answer_prefix
+        self.max_attempt_tokens = max_attempt_tokens
+        self.temperature = temperature
+        self.seed = seed
+        rng = random.Random(seed)
+        seen: set[tuple[int, int]] = set()
+        items: list[tuple[int, int, list[int]]] = []
+        while len(items) < n_train + n_test:
+            a, b = rng.randint(low, high), rng.randint(low, high)
+            if (min(a, b), max(a, b)) in seen:
+                continue
+            seen.add((min(a, b), max(a, b)))
+            s = a + b
+            opts = [s, s + rng.choice((-1, 1)), s + rng.choice((-10, 10)),
+                    s + rng.choice((-11, -9, 9, 11))]
+            rng.shuffle(opts)
+            items.append((a, b, opts))
+        self.items = {"train": items[:n_train], "test": items[n_train:]}
+        mark = "\u2063ANSWER\u2063"
+        conv = self._messages("Q") + [{"role": "assistant", "content": mark},
+                                      {"role": "user", "content": feedback}]
+        text = tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+        self.feedback = text[text.index(mark) + len(mark):] + answer_prefix
+        self.answers: dict[str, int] = {}
+
+    def _messages(self, question: str) -> list[dict[str, str]]:
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        return msgs + [{"role": "user", "content": question}]
+
+    @staticmethod
+    def question(a: int, b: int, options: Sequence[int]) -> str:
+        return f"{a}+{b}=? Options: " + ", ".join(str(o) for o in options)
+
+    def prompts(self, split: str = "train") -> list[str]:
+        """The chat-formatted questions of ``split`` (``"train"`` or ``"test"``), each ending
+        in the answer prefix."""
+        if split not in self.items:
+            raise ValueError(f"split {split!r}: use 'train' or 'test'")
+        out = []
+        for a, b, opts in self.items[split]:
+            text = self.tokenizer.apply_chat_template(
+                self._messages(self.question(a, b, opts)), tokenize=False,
+                add_generation_prompt=True) + self.answer_prefix
+            self.answers[text] = a + b
+            out.append(text)
+        return out
+
+    def __call__(self, prompt: str, attempt: str, earlier: list[str]) -> bool:
+        if prompt not in self.answers:
+            raise KeyError("prompt not made by this task's prompts(): call prompts() first")
+        m = re.search(r"-?\d+", attempt)
+        return m is not None and int(m.group()) == self.answers[prompt]
+
+    def rollout_config(self, backend: str = "cache", greedy: bool = False) -> MultiAttemptConfig:
+        """Attempts of at most ``max_attempt_tokens`` tokens, verified when cut (an answer
+        needs no EOS); ``greedy=True`` samples with ``top_k=1`` (for evaluation)."""
+        return MultiAttemptConfig(max_attempts=self.max_attempts, feedback=self.feedback,
+                                  max_attempt_tokens=self.max_attempt_tokens,
+                                  on_length="verify", temperature=self.temperature,
+                                  top_k=1 if greedy else 0, add_special_tokens=False,
+                                  backend=backend)

@@ -135,20 +135,20 @@ class AttemptGRPOTrainer:
         out.update(adv_abs_mean=float(adv.abs().mean()), **stats)
         return out
 
-    def _logps(self, model: Any, ids: Any, att: Any) -> Any:
+    def _logps(self, model: Any, ids: Any, att: Any, mask: Any = None) -> Any:
         rc = self.rollout_config
         return sequence_logprobs(model, ids, att, rc.temperature, rc.allowed_token_ids,
-                                 chunk_size=self.args.logprob_chunk_size)
+                                 chunk_size=self.args.logprob_chunk_size, positions=mask)
 
-    def _ref_logps(self, ids: Any, att: Any) -> Any:
+    def _ref_logps(self, ids: Any, att: Any, mask: Any = None) -> Any:
         import torch
 
         with torch.no_grad():
             if self._ref_is_adapter_off:
                 model = self.accelerator.unwrap_model(self.model)
                 with model.disable_adapter():
-                    return self._logps(model, ids, att)
-            return self._logps(self.ref_model, ids, att)
+                    return self._logps(model, ids, att, mask)
+            return self._logps(self.ref_model, ids, att, mask)
 
     def update(self, input_ids: Any, attention_mask: Any, attempt_index: Any,
                token_adv: Any) -> dict[str, float]:
@@ -183,8 +183,8 @@ class AttemptGRPOTrainer:
                   "adv": token_adv[lo:hi, 1:w].to(dev)}
             if a.num_iterations > 1:         # else the policy is the sampling one: old = logps
                 with torch.no_grad():
-                    mb["old"] = self._logps(self.model, ids, att)
-            mb["ref"] = self._ref_logps(ids, att) if a.beta > 0 else None
+                    mb["old"] = self._logps(self.model, ids, att, mb["mask"])
+            mb["ref"] = self._ref_logps(ids, att, mb["mask"]) if a.beta > 0 else None
             micro.append(mb)
         stats: dict[str, float] = {}
         for _ in range(a.num_iterations):
@@ -195,7 +195,7 @@ class AttemptGRPOTrainer:
                 sync = i == len(micro) - 1
                 ctx = self.accelerator.no_sync(self.model) if not sync else _nullcontext()
                 with ctx:
-                    logps = self._logps(self.model, mb["ids"], mb["att"])
+                    logps = self._logps(self.model, mb["ids"], mb["att"], mb["mask"])
                     old = mb["old"] if "old" in mb else logps.detach()
                     loss, st = clipped_pg_loss(logps, old, mb["adv"], mb["mask"],
                                                epsilon=a.epsilon, epsilon_high=a.epsilon_high,

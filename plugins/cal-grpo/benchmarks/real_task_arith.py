@@ -1,0 +1,320 @@
+"""CAL vs trajectory GRPO vs naive attempt weighting on a real language task where later
+attempts matter: SmolLM2-135M-Instruct + LoRA on `ArithmeticChoiceTask` (two-number additions
+with 4 listed options, answered by number, "Wrong." between attempts, up to 3 attempts).
+
+Every arm shares everything but the estimator: the same LoRA initialisation, prompt order and
+rollout RNG seed per seed, the same rollouts budget (G=4 x 4 questions per update), no std
+scaling, leave-one-out baseline, DAPO loss, beta=0. Evaluation: greedy decoding (top_k=1), one
+rollout of up to 3 attempts per held-out question (240 questions, disjoint from the 400 training
+ones); Ver@k = fraction of questions solved within k attempts. The base model's evaluation is
+seed-independent (greedy) and runs once.
+
+    # R=plugins/cal-grpo/benchmarks/results
+    # the learning curve of one arm (trajectory GRPO, seed 0, lr 1e-3), held-out every 10
+    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task_arith.py run \\
+        --modes trajectory --seeds 0 --steps 30 --eval-at 10,20 --out $R/curve.jsonl
+    # the comparison: 3 arms x 3 seeds, 15 updates at lr 2e-3 (the base row is in curve.jsonl)
+    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task_arith.py run \\
+        --modes naive,trajectory,cal --seeds 0,1,2 --steps 15 --lr 2e-3 --no-base-eval \\
+        --out $R/runs.jsonl
+    python plugins/cal-grpo/benchmarks/real_task_arith.py report $R/runs.jsonl \\
+        --curve $R/curve.jsonl
+    # CPU seconds of one rollout and one update, with and without the savings
+    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task_arith.py profile
+
+Records (one JSON line per evaluation): mode, seed, step, ver@1..3, the per-question attempt of
+first success (0 = none), the training metrics per update, CPU and wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+
+def evaluate(model, tok, task, prompts):
+    import torch
+    from icml_cal_grpo.rollout import multi_attempt_rollout
+
+    b = multi_attempt_rollout(model, tok, prompts, task, task.rollout_config(greedy=True),
+                              num_generations=1, generator=torch.Generator().manual_seed(0))
+    first = []
+    for i in range(len(prompts)):
+        hit = (b.rewards[i] > 0).nonzero().flatten().tolist()
+        first.append(hit[0] + 1 if hit else 0)
+    k_max = task.max_attempts
+    out = {f"ver@{k}": sum(1 for f in first if 0 < f <= k) / len(first)
+           for k in range(1, k_max + 1)}
+    repeats = sum(1 for a in b.attempts if len(a) > 1 and len(set(a)) < len(a))
+    out["repeat_rate"] = repeats / max(1, sum(1 for a in b.attempts if len(a) > 1))
+    out["first"] = first
+    out["examples"] = [b.attempts[i] for i in range(4)]
+    return out
+
+
+def run(a) -> None:
+    import copy
+
+    import torch
+    from icml_cal_grpo.tasks import ArithmeticChoiceTask
+    from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
+    from peft import LoraConfig, get_peft_model
+
+    from icml.models import load_pretrained
+
+    torch.set_num_threads(1)
+    base, tok = load_pretrained("smollm2-135m-instruct")
+    task = ArithmeticChoiceTask(tok, n_train=a.n_train, n_test=a.n_test)
+    train, test = task.prompts("train"), task.prompts("test")
+    n_layers = base.config.num_hidden_layers
+    layers = list(range(n_layers - a.lora_layers, n_layers))
+    eval_at = sorted({int(s) for s in a.eval_at.split(",") if s} | {a.steps})
+    out = open(a.out, "a")
+
+    def write(rec):
+        print(json.dumps({k: v for k, v in rec.items() if k not in ("first", "history")}),
+              flush=True)
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+
+    if a.base_eval:
+        c0, w0 = time.process_time(), time.perf_counter()
+        ev = evaluate(base, tok, task, test)
+        write({"mode": "base", "seed": None, "step": 0, **ev,
+               "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - w0})
+    for seed in [int(s) for s in a.seeds.split(",")]:
+        for mode in a.modes.split(","):
+            c0, w0 = time.process_time(), time.perf_counter()
+            torch.manual_seed(seed)
+            model = get_peft_model(copy.deepcopy(base), LoraConfig(
+                r=a.lora_r, lora_alpha=2 * a.lora_r, layers_to_transform=layers,
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+            order = list(train)
+            random.Random(seed).shuffle(order)
+            args = AttemptGRPOConfig(mode=mode, scale="none", baseline="loo",
+                                     num_generations=a.num_generations,
+                                     prompts_per_step=a.prompts_per_step,
+                                     learning_rate=a.lr, logprob_chunk_size=64)
+            tr = AttemptGRPOTrainer(model, tok, task, order, args, task.rollout_config(),
+                                    seed=seed, cpu=True)
+            hist, c_eval, w_eval = [], 0.0, 0.0
+            for step in range(1, a.steps + 1):
+                m = tr.step()
+                hist.append({k: round(float(v), 4) for k, v in m.items()})
+                if step in eval_at:
+                    c1, w1 = time.process_time(), time.perf_counter()
+                    ev = evaluate(tr.accelerator.unwrap_model(tr.model), tok, task, test)
+                    c_eval += time.process_time() - c1
+                    w_eval += time.perf_counter() - w1
+                    write({"mode": mode, "seed": seed, "step": step, **ev,
+                           "train_ver@3": [h["ver@3"] for h in hist],
+                           "train_ver@1": [h["ver@1"] for h in hist],
+                           "train_cpu_s": time.process_time() - c0 - c_eval,
+                           "train_wall_s": time.perf_counter() - w0 - w_eval,
+                           "eval_cpu_s": c_eval, "history": hist, "lr": a.lr,
+                           "num_generations": a.num_generations,
+                           "prompts_per_step": a.prompts_per_step,
+                           "lora": f"r={a.lora_r} q/k/v/o, last {a.lora_layers} layers"})
+
+
+def profile(a) -> None:
+    """CPU seconds of one rollout (16 rollouts: G=4 x 4 questions) and one update, median of
+    ``--reps`` after one warm-up, for LoRA on every layer (q/v) or on the last 8 (q/k/v/o),
+    with and without the two savings (output layer only at attempt positions; one prefill
+    per distinct prompt). The same rollouts feed every update variant."""
+    import copy
+    import statistics as st
+
+    import torch
+    from icml_cal_grpo import rollout as rollout_mod
+    from icml_cal_grpo.advantages import attempt_advantages, token_advantages
+    from icml_cal_grpo.tasks import ArithmeticChoiceTask
+    from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
+    from peft import LoraConfig, get_peft_model
+
+    from icml.models import load_pretrained
+
+    torch.set_num_threads(1)
+    base, tok = load_pretrained("smollm2-135m-instruct")
+    task = ArithmeticChoiceTask(tok)
+    train = task.prompts("train")[:4]
+    n = base.config.num_hidden_layers
+    shared = rollout_mod._CachedContexts._prefill
+    print("| LoRA | rollout CPU s (one prefill per prompt) | rollout CPU s (every row "
+          "prefilled) | update CPU s (output layer at attempt positions) | update CPU s "
+          "(output layer everywhere) |")
+    print("|---|---|---|---|---|")
+    for name, kw in (("r=16 q/v, all 30 layers", {"target_modules": ["q_proj", "v_proj"]}),
+                     ("r=16 q/k/v/o, last 8 layers (benchmark)",
+                      {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+                       "layers_to_transform": list(range(n - 8, n))})):
+        torch.manual_seed(0)
+        model = get_peft_model(copy.deepcopy(base), LoraConfig(r=16, lora_alpha=32, **kw))
+        tr = AttemptGRPOTrainer(model, tok, task, train,
+                                AttemptGRPOConfig(num_generations=4, prompts_per_step=4,
+                                                  learning_rate=0.0), task.rollout_config(),
+                                seed=0, cpu=True)
+        times: dict[str, list[float]] = {"ro": [], "ro_all": [], "up": [], "up_all": []}
+        for rep in range(a.reps + 1):
+            for key in ("ro", "ro_all"):
+                rollout_mod._CachedContexts._prefill = (
+                    shared if key == "ro" else rollout_mod._CachedContexts._feed_all)
+                c0 = time.process_time()
+                b = rollout_mod.multi_attempt_rollout(
+                    model, tok, train, task, task.rollout_config(), num_generations=4,
+                    generator=torch.Generator().manual_seed(rep))
+                if rep:
+                    times[key].append(time.process_time() - c0)
+            rollout_mod._CachedContexts._prefill = shared
+            adv = token_advantages(attempt_advantages(b.rewards, b.reached, group_size=4),
+                                   b.attempt_index)
+            orig = tr._logps
+            for key in ("up", "up_all"):
+                if key == "up_all":
+                    tr._logps = lambda m, i, t, mask=None, f=orig: f(m, i, t, None)
+                c0 = time.process_time()
+                tr.update(b.input_ids, b.attention_mask, b.attempt_index, adv)
+                if rep:
+                    times[key].append(time.process_time() - c0)
+            tr._logps = orig
+        med = {k: st.median(v) for k, v in times.items()}
+        print(f"| {name} | {med['ro']:.1f} | {med['ro_all']:.1f} | {med['up']:.1f} | "
+              f"{med['up_all']:.1f} |", flush=True)
+
+
+def _bootstrap(diffs, reps=10_000, seed=0):
+    import numpy as np
+
+    d = np.asarray(diffs, dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(d), size=(reps, len(d)))
+    means = d[idx].mean(axis=1)
+    return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def _sd(v):
+    import statistics as st
+
+    return st.stdev(v) if len(v) > 1 else float("nan")
+
+
+def report(a) -> None:
+    import statistics as st
+
+    sd = _sd
+
+    recs = [json.loads(x) for f in a.files for x in open(f) if x.strip()]
+    curve_recs = [json.loads(x) for x in open(a.curve) if x.strip()] if a.curve else []
+    base = next((r for r in recs + curve_recs if r["mode"] == "base"), None)
+    step = a.step or max(r["step"] for r in recs if r["mode"] != "base")
+    runs = {}
+    for r in recs:
+        if r["mode"] != "base" and r["step"] == step:
+            runs[(r["mode"], r["seed"])] = r
+    modes = [m for m in ("naive", "trajectory", "cal") if any(k[0] == m for k in runs)]
+    seeds = sorted({k[1] for k in runs})
+    full = [s for s in seeds if all((m, s) in runs for m in modes)]
+    print(f"### after {step} updates; seeds with every arm: {full}\n")
+    print("| arm | seed | Ver@1 | Ver@2 | Ver@3 | Ver@3 - Ver@1 | repeats an answer | "
+          "train CPU s |")
+    print("|---|---|---|---|---|---|---|---|")
+    if base:
+        print(f"| base (greedy, no seed) | - | {base['ver@1']:.3f} | {base['ver@2']:.3f} | "
+              f"{base['ver@3']:.3f} | {base['ver@3'] - base['ver@1']:.3f} | "
+              f"{base['repeat_rate']:.2f} | - |")
+    for s in seeds:
+        for m in modes:
+            r = runs.get((m, s))
+            if r:
+                print(f"| {m} | {s} | {r['ver@1']:.3f} | {r['ver@2']:.3f} | {r['ver@3']:.3f} | "
+                      f"{r['ver@3'] - r['ver@1']:.3f} | {r['repeat_rate']:.2f} | "
+                      f"{r['train_cpu_s']:.0f} |")
+    print("\n| arm | seeds | Ver@1 (mean +- sd) | Ver@3 (mean +- sd) | Ver@3 per seed |")
+    print("|---|---|---|---|---|")
+    for m in modes:
+        v1 = [runs[(m, s)]["ver@1"] for s in full]
+        v3 = [runs[(m, s)]["ver@3"] for s in full]
+        print(f"| {m} | {len(full)} | {st.mean(v1):.3f} +- {sd(v1):.3f} | "
+              f"{st.mean(v3):.3f} +- {sd(v3):.3f} | {', '.join(f'{x:.3f}' for x in v3)} |")
+    print("\nPaired comparisons (same seeds, same held-out questions). Per-seed differences, "
+          "and a paired bootstrap over the held-out questions of the seed-averaged "
+          "per-question difference (10,000 resamples, 95 % CI):\n")
+    print("| comparison | metric | per-seed differences | mean | 95 % CI (questions) | "
+          "seeds ahead |")
+    print("|---|---|---|---|---|---|")
+    for x, y in (("cal", "naive"), ("cal", "trajectory"), ("trajectory", "naive")):
+        if x not in modes or y not in modes:
+            continue
+        for k in (1, 3):
+            per_seed = [runs[(x, s)][f"ver@{k}"] - runs[(y, s)][f"ver@{k}"] for s in full]
+            n_q = len(runs[(x, full[0])]["first"])
+            per_q = []
+            for q in range(n_q):
+                dq = [float(0 < runs[(x, s)]["first"][q] <= k)
+                      - float(0 < runs[(y, s)]["first"][q] <= k) for s in full]
+                per_q.append(sum(dq) / len(dq))
+            mean, lo, hi = _bootstrap(per_q)
+            ahead = sum(1 for d in per_seed if d > 0)
+            print(f"| {x} - {y} | Ver@{k} | {', '.join(f'{d:+.3f}' for d in per_seed)} | "
+                  f"{mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {ahead}/{len(full)} |")
+    print("\nTraining batches (16 sampled rollouts per update, T=1), Ver@3 averaged over "
+          "seeds and blocks of 5 updates:\n")
+    width = max(len(r["train_ver@3"]) for r in runs.values())
+    blocks = [(lo, min(lo + 5, width)) for lo in range(0, width, 5)]
+    print("| arm | " + " | ".join(f"updates {lo + 1}-{hi}" for lo, hi in blocks) + " |")
+    print("|---|" + "---|" * len(blocks))
+    for m in modes:
+        cells = []
+        for lo, hi in blocks:
+            v = [x for s in full for x in runs[(m, s)]["train_ver@3"][lo:hi]]
+            cells.append(f"{st.mean(v):.3f}")
+        print(f"| {m} | " + " | ".join(cells) + " |")
+    curve = sorted((r for r in curve_recs if r["mode"] != "base"), key=lambda r: r["step"])
+    if curve:
+        c0 = curve[0]
+        print(f"\nLearning curve ({c0['mode']}, seed {c0['seed']}, lr {c0['lr']}; held-out, "
+              "greedy):\n")
+        print("| updates | Ver@1 | Ver@3 | repeats an answer |")
+        print("|---|---|---|---|")
+        if base:
+            print(f"| 0 | {base['ver@1']:.3f} | {base['ver@3']:.3f} | "
+                  f"{base['repeat_rate']:.2f} |")
+        seen = set()
+        for r in curve:
+            if r["step"] not in seen:
+                seen.add(r["step"])
+                print(f"| {r['step']} | {r['ver@1']:.3f} | {r['ver@3']:.3f} | "
+                      f"{r['repeat_rate']:.2f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--modes", default="naive,trajectory,cal")
+    r.add_argument("--seeds", default="0,1,2")
+    r.add_argument("--steps", type=int, default=20)
+    r.add_argument("--eval-at", default="", help="extra steps to evaluate at (comma list)")
+    r.add_argument("--num-generations", type=int, default=4)
+    r.add_argument("--prompts-per-step", type=int, default=4)
+    r.add_argument("--lr", type=float, default=1e-3)
+    r.add_argument("--lora-r", type=int, default=16)
+    r.add_argument("--lora-layers", type=int, default=8, help="LoRA on the last N layers")
+    r.add_argument("--n-train", type=int, default=400)
+    r.add_argument("--n-test", type=int, default=240)
+    r.add_argument("--base-eval", action=argparse.BooleanOptionalAction, default=True)
+    r.add_argument("--out", default="real_task_arith.jsonl")
+    p = sub.add_parser("report")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--step", type=int, default=0, help="updates to compare at (default: last)")
+    p.add_argument("--curve", default="", help="the learning-curve run's jsonl (one arm)")
+    f = sub.add_parser("profile")
+    f.add_argument("--reps", type=int, default=2)
+    a = ap.parse_args()
+    {"run": run, "report": report, "profile": profile}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
