@@ -139,6 +139,10 @@ def main() -> None:
     ap.add_argument("--local-row-fraction", type=float, default=0.125)
     ap.add_argument("--e2e-steps", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=len(PROMPTS))
+    ap.add_argument("--e2e-lr", type=float, default=1e-2)
+    ap.add_argument("--local-state", default="", help="cache of the local stage's transforms: "
+                    "loaded when the file exists (its training time is then not in the total), "
+                    "else trained and saved there")
     ap.add_argument("--json", default="", help="write the rows to this file")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -178,7 +182,7 @@ def main() -> None:
     base = FPTQuantConfig(untie_embeddings=True, local_steps=args.local_steps,
                           local_row_fraction=args.local_row_fraction,
                           e2e_steps=args.e2e_steps, e2e_batch_size=1,
-                          e2e_recalibrate_every=4)
+                          e2e_recalibrate_every=4, e2e_lr=args.e2e_lr)
     rows = [{"bits": "FP", "arm": "fp", "wq": "-", "ppl": ppl_fp, "kl": 0.0,
              "zero_shot": len(keep), "choice": fp_mc,
              "cpu_s": time.process_time() - c_start, "wall_s": time.perf_counter() - w_start}]
@@ -210,10 +214,15 @@ def main() -> None:
             return copy.deepcopy(family_model[fam]), fam
         model = copy.deepcopy(fp)
         apply_fpt_transforms(model, cfg)
+        if local_state is None and args.local_state and os.path.exists(args.local_state):
+            local_state = torch.load(args.local_state)
+            print(f"local state loaded from {args.local_state}", flush=True)
         if local_state is None:
             c0 = time.process_time()
             hist = optimize_local(model, cfg)
             local_state = copy.deepcopy(model.fpt_transforms.state_dict())
+            if args.local_state:
+                torch.save(local_state, args.local_state)
             print(f"local objective {hist[0]:.3f} -> {hist[-1]:.3f} in "
                   f"{time.process_time() - c0:.0f} CPU s", flush=True)
         else:
