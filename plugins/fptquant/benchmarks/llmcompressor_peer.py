@@ -63,7 +63,9 @@ def recipe(arm: str, w_bits: int, a_bits: int):
     if arm.startswith("smoothquant"):
         pre = [SmoothQuantModifier(smoothing_strength=0.5)]
     elif arm.startswith("spinquant"):
-        pre = [SpinQuantModifier(rotations=["R1", "R2"], transform_type="hadamard")]
+        # hidden 576 is not a power of two: block-diagonal Hadamards of 64 (as our QuaRot arm)
+        pre = [SpinQuantModifier(rotations=["R1", "R2"], transform_type="hadamard",
+                                 transform_block_size=64)]
     return pre + [quant]
 
 
