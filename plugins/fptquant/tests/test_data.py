@@ -84,3 +84,51 @@ def test_build_model_same_after_other_imports():
     here = build_model(QuantizeConfig(**kw), "cpu", torch.float32, seed=0)
     assert child["eval"] == here["eval"].tolist()
     assert child["losses"] == here["pretrain_losses"]
+
+
+# The tiny model's text (0.3.0+) is a fixed slice of the Jargon File shipped with icml-core: the
+# same bytes on every Python version. The hash below was taken on Python 3.11; CI on any other
+# Python must reproduce it (the stdlib docstrings used before changed with the version).
+TRAINING_TEXT_SHA256 = "be67de9e96711f64c0e065779df081e1139fabbbb08e430f4ee07fa2f4c5e70a"
+
+_TEXT_CHILD = """
+import hashlib, json, random, sys
+random.seed(sys.argv[1]); random.random()  # another state of Python's random module
+import torch
+from icml.models import byte_tokenizer
+from icml_fptquant.data import split_data, token_chunks, training_text
+text = training_text()
+chunks = token_chunks(text, byte_tokenizer(), 64)
+train, calib, ev = split_data(chunks, 8, 16, 0)
+print(json.dumps({"text": hashlib.sha256(text.encode()).hexdigest(),
+                  "calib": calib[:, :8].tolist(), "n": chunks.shape[0]}))
+"""
+
+
+def test_training_text_is_the_pinned_slice():
+    import hashlib
+
+    text = data.training_text()
+    assert len(text) == 400_000 and text.startswith("ISO standard cup of tea:")
+    assert hashlib.sha256(text.encode()).hexdigest() == TRAINING_TEXT_SHA256
+    assert data.training_text(1000) == text[:1000]
+    with pytest.raises(ValueError, match="max_chars"):
+        data.training_text(0)
+
+
+def test_training_data_same_under_other_hash_seeds_and_random_states():
+    """Hash randomisation (set/dict-of-str order) and Python's ``random`` change nothing: the
+    child processes see the same text and the same calibration chunks as this one."""
+    from icml.models import byte_tokenizer
+
+    outs = []
+    for seed in ("0", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1"}
+        out = subprocess.run([sys.executable, "-c", _TEXT_CHILD, seed], capture_output=True,
+                             text=True, check=True, timeout=300, env=env)
+        outs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    chunks = data.token_chunks(data.training_text(), byte_tokenizer(), 64)
+    _, calib, _ = data.split_data(chunks, 8, 16, 0)
+    for o in outs:
+        assert o["text"] == TRAINING_TEXT_SHA256
+        assert o["calib"] == calib[:, :8].tolist() and o["n"] == chunks.shape[0]

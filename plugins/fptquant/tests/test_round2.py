@@ -211,3 +211,44 @@ def test_e2e_not_worse_than_local_on_a_fixed_seed():
                          seq_len=32)
     rows = run_arms(cfg, build_model(cfg, "cpu", torch.float32, seed=0), seed=0)["rows"]
     assert rows["fptquant_e2e"]["kl"] < 0.9 * rows["fptquant_local"]["kl"]
+
+
+def test_gptq_groups_equal_separate_runs():
+    """Linears sharing an input run GPTQ as one stacked matrix: the same weights as separate
+    runs on the shared Hessian (GPTQ's rows are independent given H)."""
+    from icml_fptquant.quantize import _gptq_groups
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(256, 32, generator=gen, dtype=torch.float64) @ torch.randn(
+        32, 32, generator=gen, dtype=torch.float64)
+    h = x.T @ x
+    lins = {n: torch.nn.Linear(32, o, bias=False).double() for n, o in
+            (("q", 16), ("k", 8), ("v", 8), ("o", 32))}
+    hs = {n: h for n in ("q", "k", "v")}
+    hs["o"] = h * 2
+    out = _gptq_groups(lins, hs, 3, 0.01, {"q": "q", "k": "q", "v": "q", "o": "o"})
+    for n, lin in lins.items():
+        alone = quantize_weight_gptq(lin.weight, hs[n], 3)
+        assert torch.allclose(out[n], alone, rtol=0, atol=1e-12), n
+
+
+def test_merge_and_quantize_reuses_gptq_weights_across_activation_widths(tiny_model, ids):
+    """GPTQ's Hessians see full-precision activations, so weights from a W4A4KV4 run give the
+    same model at W4A8KV8 as a fresh GPTQ run there; a mismatched dict is refused."""
+    from icml_fptquant.quantize import quantized_weights
+
+    model = tiny_model("llama", num_layers=2).float()
+    inject_outliers(model, 10.0)
+    calib = _calib()
+    w4a4 = FPTQuantConfig(weight_quantizer="gptq", a_bits=4, kv_bits=4)
+    w4a8 = dataclasses.replace(w4a4, a_bits=8, kv_bits=8)
+    first = merge_and_quantize(copy.deepcopy(model), calib, w4a4)
+    fresh = merge_and_quantize(copy.deepcopy(model), calib, w4a8)
+    reused = merge_and_quantize(copy.deepcopy(model), calib, w4a8,
+                                weights=quantized_weights(first))
+    assert torch.equal(_logits(reused, ids), _logits(fresh, ids))
+    assert not torch.equal(_logits(first, ids), _logits(fresh, ids))
+    bad = quantized_weights(first)
+    bad.pop(next(iter(bad)))
+    with pytest.raises(ValueError, match="one tensor per decoder linear"):
+        merge_and_quantize(copy.deepcopy(model), calib, w4a8, weights=bad)

@@ -118,8 +118,10 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
         install_qk_hadamard(model, geo.head_dim)
     if cfg.dynamic_residual_scaling:
         apply_dynamic_residual_scaling(model)
-    model.__dict__["fpt_transforms"] = ops
-    model.__dict__["fpt_config"] = dataclasses.replace(cfg)
+    # a registered submodule: in the module tree (``.to()``, ``state_dict()`` to resume
+    # training, ``named_modules``) until merge_transforms removes it with the parametrizations
+    model.add_module("fpt_transforms", ops)
+    model.fpt_config = dataclasses.replace(cfg)  # a plain attribute (not a tensor or module)
     return model
 
 
@@ -160,5 +162,6 @@ def merge_transforms(model: Any) -> Any:
     for mod in parametrized_modules(model):
         for name in list(mod.parametrizations.keys()):
             parametrize.remove_parametrizations(mod, name, leave_parametrized=True)
-    model.__dict__["fpt_transforms_merged"] = model.__dict__.pop("fpt_transforms", None)
+    if "fpt_transforms" in model._modules:
+        del model.fpt_transforms  # merged into the weights: nothing left to train or save
     return model

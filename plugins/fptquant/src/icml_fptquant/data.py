@@ -1,5 +1,11 @@
-"""Offline text (docstrings shipped with the Python standard library), tokenization, and the
-tiny model's few-second pre-training."""
+"""Offline text, tokenization, and the tiny model's few-second pre-training.
+
+The tiny model trains on :func:`training_text`: a fixed slice of the text that ships inside
+icml-core (The Jargon File 4.4.7, ``icml.data.eval_text``), so the training data is the same
+bytes on every Python version, platform and import order. Until 0.3.0 it was built from the
+docstrings of 30 standard-library modules (:func:`stdlib_text`, still available), which change
+with the Python version.
+"""
 
 from __future__ import annotations
 
@@ -44,9 +50,28 @@ sys.stdout.write(json.dumps(parts))
 """
 
 
+TRAINING_TEXT_OFFSET = 600_000  # characters into the Jargon File (of about 1.2M)
+
+
+def training_text(max_chars: int = 400_000) -> str:
+    """The tiny model's training/calibration/evaluation text: ``max_chars`` characters of the
+    core's shipped Jargon File from the first entry after character ``TRAINING_TEXT_OFFSET``
+    (a file read from the
+    installed package: independent of the Python version, hash seed and the ``random``
+    module)."""
+    from icml.data import eval_text
+
+    text = eval_text()
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be >= 1 (got {max_chars})")
+    start = text.find("\n", min(TRAINING_TEXT_OFFSET, max(0, len(text) - max_chars))) + 1
+    return text[start:start + max_chars]
+
+
 def stdlib_text(max_chars: int = 400_000) -> str:
-    """Deterministic English-ish text: docstrings of stdlib modules and their public members,
-    collected in a fresh interpreter so that it depends only on the Python version."""
+    """Docstrings of stdlib modules and their public members, collected in a fresh interpreter
+    so that they depend only on the Python version (the tiny model's text until 0.2.x; it now
+    trains on :func:`training_text`, which does not depend on the Python version either)."""
     return "\n\n".join(_stdlib_parts())[:max_chars]
 
 

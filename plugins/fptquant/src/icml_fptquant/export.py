@@ -164,5 +164,5 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
             q.lo.copy_(torch.tensor(entry["lo"]))
             q.hi.copy_(torch.tensor(entry["hi"]))
             q.state = "quant"
-    model.__dict__["fpt_quant_config"] = cfg
+    model.fpt_quant_config = cfg
     return model, tok

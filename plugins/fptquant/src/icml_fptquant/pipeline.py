@@ -29,7 +29,7 @@ def build_model(cfg: QuantizeConfig, device: Any, dtype: Any, seed: int = 0,
                 progress: Any = None) -> dict[str, Any]:
     """Model + tokenizer + (train, calib, eval) token chunks; trains the tiny model."""
     from icml.models import byte_tokenizer, load_causal_lm, tiny_causal_lm
-    from icml_fptquant.data import pretrain, split_data, stdlib_text, token_chunks
+    from icml_fptquant.data import pretrain, split_data, token_chunks, training_text
 
     if cfg.model:
         model, tok = load_causal_lm(cfg.model, device=device, dtype=dtype)
@@ -39,7 +39,7 @@ def build_model(cfg: QuantizeConfig, device: Any, dtype: Any, seed: int = 0,
                                num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                                num_kv_heads=cfg.num_kv_heads, vocab_size=len(tok),
                                max_positions=max(512, cfg.seq_len))
-    chunks = token_chunks(stdlib_text(), tok, cfg.seq_len)
+    chunks = token_chunks(training_text(), tok, cfg.seq_len)
     train, calib, evaluation = split_data(chunks, cfg.calib_samples, cfg.eval_samples, seed)
     losses = []
     if not cfg.model:

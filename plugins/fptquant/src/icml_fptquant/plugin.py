@@ -117,7 +117,7 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
 def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
     if not config.quantized:
         return _arm_result(ctx, config, "Evaluation")
-    from icml_fptquant.data import split_data, stdlib_text, token_chunks
+    from icml_fptquant.data import split_data, token_chunks, training_text
     from icml_fptquant.evaluation import perplexity
     from icml_fptquant.export import load_quantized
 
@@ -125,7 +125,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
     if tok is None:
         raise icml.ConfigError(f"{config.quantized!r} has no tokenizer: save it with "
                          "save_quantized(model, folder, tokenizer)")
-    chunks = token_chunks(stdlib_text(), tok, config.seq_len)
+    chunks = token_chunks(training_text(), tok, config.seq_len)
     _, _, evaluation = split_data(chunks, config.calib_samples, config.eval_samples, ctx.seed)
     ppl = perplexity(model, evaluation)
     return icml.RunResult(metrics={"ppl": ppl},

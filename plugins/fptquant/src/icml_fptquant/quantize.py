@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch.nn.utils import parametrize
 
 from icml_fptquant.arch import check_supported
 from icml_fptquant.config import FPTQuantConfig
@@ -84,8 +85,9 @@ def calibrate(model: Any, calibration_data: Any, batch_size: int = 4) -> None:
     for q in qs:
         q.start_observing()
     device = next(model.parameters()).device
-    for b in batches:
-        model(b.to(device), use_cache=False)
+    with parametrize.cached():  # transformed weights computed once for all batches
+        for b in batches:
+            model(b.to(device), use_cache=False)
     for q in qs:
         q.finish_observing()
 
@@ -110,25 +112,65 @@ def quant_disabled(model: Any) -> Iterator[None]:
             m.w_bits, m.fpt_qweight = b, w
 
 
-def _hessian_hooks(lins: dict[str, Any], hs: dict[str, torch.Tensor]) -> list:
-    """Forward pre-hooks adding ``X^T X`` of each linear's input (after its online ops)."""
+def _has_online_ops(mod: Any) -> bool:
+    return any(getattr(mod, a, None) is not None
+               for a in ("fpt_input_scale", "fpt_hadamard", "fpt_head_mix"))
+
+
+def _hessian_hooks(lins: dict[str, Any], hs: dict[str, torch.Tensor],
+                   shared: dict[str, str] | None = None) -> list:
+    """Forward pre-hooks adding ``X^T X`` of each linear's input (after its online ops).
+    Linears that read the very same input tensor (q/k/v, gate/up) share one product; with
+    ``shared`` given, ``shared[name]`` is set to the first linear that read it (the group
+    leader, whose GPTQ run the others join)."""
     handles = []
+    last: dict[str, Any] = {}
+
     for name, lin in lins.items():
         def hook(mod: Any, args: tuple, name: str = name) -> None:
             x = args[0]
-            if hasattr(mod, "online_input"):
-                x = mod.online_input(x)
-            x = x.reshape(-1, x.shape[-1]).double()
-            hs[name] = hs.get(name, 0) + x.T @ x
+            plain = not _has_online_ops(mod)
+            if plain and last.get("x") is x:
+                contrib = last["h"]
+                if shared is not None:
+                    shared[name] = last["name"]
+            else:
+                if not plain:
+                    x = mod.online_input(x)
+                x2 = x.reshape(-1, x.shape[-1]).double()
+                contrib = x2.T @ x2
+                if plain:
+                    last.update(x=args[0], h=contrib, name=name)
+                if shared is not None:
+                    shared[name] = name
+            hs[name] = hs.get(name, 0) + contrib
         handles.append(lin.register_forward_pre_hook(hook))
     return handles
 
 
+def _gptq_groups(lins: dict[str, Any], hs: dict[str, torch.Tensor], bits: int, damp: float,
+                 shared: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+    """GPTQ of every linear; linears sharing an input (``shared``: name -> leader) run as one
+    matrix of stacked rows (GPTQ treats rows independently given ``H``, so this equals
+    separate runs up to float summation order, at one Cholesky and one column loop)."""
+    groups: dict[str, list[str]] = {}
+    for name in lins:
+        groups.setdefault((shared or {}).get(name, name), []).append(name)
+    out = {}
+    for leader, names in groups.items():
+        ws = [lins[n].weight.detach() for n in names]
+        q = quantize_weight_gptq(torch.cat(ws, 0), hs[leader], bits, damp)
+        for n, part in zip(names, q.split([w.shape[0] for w in ws], 0)):
+            out[n] = part.to(lins[n].weight.dtype).contiguous()
+    return out
+
+
 @torch.no_grad()
-def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor]) -> dict:
+def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor],
+                    shared: dict[str, str] | None = None) -> dict:
     """Every linear's input Hessian from one full-precision pass (the non-sequential variant)."""
     hs: dict[str, torch.Tensor] = {}
-    handles = _hessian_hooks(lins, hs)
+    handles = _hessian_hooks(lins, hs, shared)
     device = next(model.parameters()).device
     try:
         with quant_disabled(model):
@@ -183,7 +225,8 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
         for i, layer in enumerate(model.model.layers):
             lins = {n: m for n, m in all_lins.items() if n.startswith(f"layers.{i}.")}
             hs: dict[str, torch.Tensor] = {}
-            handles = _hessian_hooks(lins, hs)
+            shared: dict[str, str] = {}
+            handles = _hessian_hooks(lins, hs, shared)
             try:
                 for k, (_, args, kwargs) in enumerate(inputs):
                     if state is not None:
@@ -192,11 +235,9 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
             finally:
                 for h in handles:
                     h.remove()
-            for name, lin in lins.items():
-                w = lin.weight.detach()
-                rounded[name] = quantize_weight_gptq(w, hs[name], config.w_bits,
-                                                     damp).to(w.dtype)
-                lin.fpt_qweight = rounded[name]  # the next layers see this layer quantized
+            for name, q in _gptq_groups(lins, hs, config.w_bits, damp, shared).items():
+                rounded[name] = q
+                lins[name].fpt_qweight = q  # the next layers see this layer quantized
             for k, (_, args, kwargs) in enumerate(inputs):
                 if state is not None:
                     state.c = scales[k]
@@ -246,13 +287,15 @@ def round_weights(model: Any, config: FPTQuantConfig, calibration_data: Any = No
         gptq_sequential(model, config, as_batches(calibration_data))
         return
     if method == "gptq":
-        hs = _input_hessians(model, lins, as_batches(calibration_data))
+        shared: dict[str, str] = {}
+        hs = _input_hessians(model, lins, as_batches(calibration_data), shared)
+        gptq = _gptq_groups(lins, hs, config.w_bits, 0.01, shared)
     for name, lin in lins.items():
         w = lin.weight.detach()
         if method == "rtn":
             q = quantize_weight_rtn(w, config.w_bits)
         elif method == "gptq":
-            q = quantize_weight_gptq(w, hs[name], config.w_bits).to(w.dtype)
+            q = gptq[name]
         elif method == "nf4":
             q = quantize_weight_nf4(w)
         elif method in ("bnb_nf4", "bnb_int8"):
@@ -265,12 +308,26 @@ def round_weights(model: Any, config: FPTQuantConfig, calibration_data: Any = No
         lin.fpt_qweight = q
 
 
+def quantized_weights(model: Any) -> dict[str, torch.Tensor]:
+    """The frozen quantized weights (``fpt_qweight``) of the decoder linears (and lm_head when
+    quantized), by name: pass them to :func:`merge_and_quantize` as ``weights`` to reuse them
+    for a model with the same transform and ``w_bits`` (e.g. at another activation width:
+    GPTQ's Hessians are collected with activations and KV cache in full precision, so they do
+    not depend on ``a_bits``/``kv_bits``)."""
+    lins = dict(decoder_linears(model))
+    lins["lm_head"] = model.lm_head
+    return {n: lin.fpt_qweight.detach().clone() for n, lin in lins.items()
+            if getattr(lin, "fpt_qweight", None) is not None}
+
+
 def merge_and_quantize(model: Any, calibration_data: Any,
-                       config: FPTQuantConfig | None = None, seed: int = 0) -> Any:
+                       config: FPTQuantConfig | None = None, seed: int = 0,
+                       weights: dict[str, torch.Tensor] | None = None) -> Any:
     """Merge every mergeable transform into the weights, then quantize statically: weights per
     output channel (RTN or GPTQ-style), activations per tensor and the KV cache per head with
     ranges from ``calibration_data``. In place; returns the model, which still runs through
-    ``generate``."""
+    ``generate``. ``weights`` (from :func:`quantized_weights` of an identically transformed
+    model at the same ``w_bits``) skips the weight rounding."""
     from icml_fptquant.apply import merge_transforms
 
     cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
@@ -279,7 +336,21 @@ def merge_and_quantize(model: Any, calibration_data: Any,
     attach_quantizers(model, cfg, seed)
     for q in quantizers(model):
         q.state = "off"
-    round_weights(model, cfg, batches)
+    if weights is None:
+        round_weights(model, cfg, batches)
+    else:
+        lins = dict(decoder_linears(model))
+        if cfg.quantize_lm_head:
+            lins["lm_head"] = model.lm_head
+        if set(weights) != set(lins):
+            raise ValueError("weights must hold one tensor per decoder linear (and lm_head with "
+                             "quantize_lm_head): pass quantized_weights() of a model quantized "
+                             "with the same transform and config")
+        for name, lin in lins.items():
+            if weights[name].shape != lin.weight.shape:
+                raise ValueError(f"weights[{name!r}] has shape {tuple(weights[name].shape)}, "
+                                 f"the model's is {tuple(lin.weight.shape)}")
+            lin.fpt_qweight = weights[name].to(lin.weight)
     calibrate(model, batches)
-    model.__dict__["fpt_quant_config"] = cfg
+    model.fpt_quant_config = cfg
     return model

@@ -98,4 +98,4 @@ def apply_dynamic_residual_scaling(model: Any) -> None:
         layer.fpt_drs_state = state
         layer.fpt_drs_first = i == 0
     model.model.norm = _FinalNorm(model.model.norm, state)
-    model.__dict__["fpt_drs"] = True
+    model.fpt_drs = True

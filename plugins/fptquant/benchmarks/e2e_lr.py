@@ -1,0 +1,75 @@
+"""End-to-end learning rate on the real model: FPTQuant's local stage (as in real_model.py,
+120 steps), then end-to-end training at W4A4KV4 (RTN weights, 8 steps of one 256-token
+sequence, recalibrating every 4) from that same local state at each learning rate, merged,
+quantized and evaluated like real_model.py. The local state is saved to / loaded from
+``--local-state`` so that real_model.py can reuse it.
+
+    python plugins/fptquant/benchmarks/e2e_lr.py --lrs 3e-3,1e-3
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import math
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lrs", default="3e-3,1e-3")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--local-state", default="")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    from icml_fptquant import FPTQuantConfig
+    from icml_fptquant.apply import apply_fpt_transforms
+    from icml_fptquant.quantize import merge_and_quantize
+    from icml_fptquant.training import optimize_e2e, optimize_local
+
+    from icml.data import eval_token_ids
+    from icml.models import load_pretrained
+
+    fp, tok = load_pretrained("smollm2-135m-instruct")
+    fp.eval()
+    ids = eval_token_ids(tok)
+    ev = torch.tensor(ids[:4 * 256]).view(-1, 256)
+    calib = torch.tensor(ids[200_000:200_000 + 4 * 256]).view(-1, 256)
+
+    @torch.no_grad()
+    def logp(m):
+        return F.log_softmax(m(ev, use_cache=False).logits[:, :-1].float(), -1)
+
+    ref = logp(fp)
+    cfg = FPTQuantConfig(untie_embeddings=True, local_steps=120, local_row_fraction=0.125,
+                         e2e_steps=args.steps, e2e_batch_size=1, e2e_recalibrate_every=4)
+    model = apply_fpt_transforms(copy.deepcopy(fp), cfg)
+    if args.local_state and os.path.exists(args.local_state):
+        state = torch.load(args.local_state)
+    else:
+        optimize_local(model, cfg)
+        state = copy.deepcopy(model.fpt_transforms.state_dict())
+        if args.local_state:
+            torch.save(state, args.local_state)
+    for lr in (float(x) for x in args.lrs.split(",")):
+        c0 = time.process_time()
+        q = apply_fpt_transforms(copy.deepcopy(fp), cfg)
+        q.fpt_transforms.load_state_dict(state)
+        h = optimize_e2e(q, calib, dataclasses.replace(cfg, e2e_lr=lr))
+        merge_and_quantize(q, calib, cfg)
+        lq = logp(q)
+        nll = float(-lq.gather(-1, ev[:, 1:, None]).mean())
+        kl = float((ref.exp() * (ref - lq)).sum(-1).mean())
+        print(json.dumps({"lr": lr, "steps": args.steps, "loss": h["loss"], "ppl": math.exp(nll),
+                          "kl": kl, "cpu_s": time.process_time() - c0}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""How many local-objective steps on the real model: one 120-step run of FPTQuant's local
+objective on SmolLM2-135M-Instruct (row fraction 0.125, as in real_model.py), snapshots of the
+transforms at 0/10/20/40/60/90/120 steps, each merged and quantized at W4A4KV4 with RTN weights
+and evaluated like real_model.py (4 windows of 256 tokens; calibration from token 200,000).
+
+    python plugins/fptquant/benchmarks/local_steps_curve.py   # about 7 CPU minutes
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+SNAP = (0, 10, 20, 40, 60, 90, 120)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    from icml_fptquant import FPTQuantConfig
+    from icml_fptquant.apply import apply_fpt_transforms
+    from icml_fptquant.quantize import merge_and_quantize
+    from icml_fptquant.training import optimize_local, outlier_norm
+
+    from icml.data import eval_token_ids
+    from icml.models import load_pretrained
+
+    fp, tok = load_pretrained("smollm2-135m-instruct")
+    fp.eval()
+    ev = torch.tensor(eval_token_ids(tok, 4 * 256)).view(-1, 256)
+    calib = torch.tensor(eval_token_ids(tok, 4 * 256, offset=200_000)).view(-1, 256)
+
+    @torch.no_grad()
+    def logp(m):
+        return F.log_softmax(m(ev, use_cache=False).logits[:, :-1].float(), -1)
+
+    ref = logp(fp)
+    cfg = FPTQuantConfig(untie_embeddings=True, local_steps=max(SNAP), local_row_fraction=0.125)
+    model = apply_fpt_transforms(copy.deepcopy(fp), cfg)
+    snaps = {}
+
+    def progress(it, desc=""):
+        for i in it:
+            if i in SNAP:  # the state after i steps
+                snaps[i] = (copy.deepcopy(model.fpt_transforms.state_dict()), time.process_time())
+            yield i
+
+    t0 = time.process_time()
+    hist = optimize_local(model, cfg, progress=progress)
+    snaps[max(SNAP)] = (copy.deepcopy(model.fpt_transforms.state_dict()), time.process_time())
+    print(f"train {time.process_time() - t0:.0f} CPU s, loss {hist[0]:.3f} -> {hist[-1]:.3f}")
+    rows = []
+    for s in SNAP:
+        q = apply_fpt_transforms(copy.deepcopy(fp), cfg)
+        q.fpt_transforms.load_state_dict(snaps[s][0])
+        with torch.no_grad():
+            obj = float(outlier_norm(q, 4.0))
+        merge_and_quantize(q, calib, cfg)
+        lq = logp(q)
+        nll = float(-lq.gather(-1, ev[:, 1:, None]).mean())
+        kl = float((ref.exp() * (ref - lq)).sum(-1).mean())
+        rows.append({"steps": s, "cpu_s_train": snaps[s][1] - t0, "objective_exact": obj,
+                     "ppl": math.exp(nll), "kl": kl})
+        print(rows[-1], flush=True)
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
