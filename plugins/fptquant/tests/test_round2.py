@@ -312,3 +312,32 @@ def test_e2e_with_an_external_fp_teacher_matches_the_default(tiny_model):
     apply_fpt_transforms(init, cfg)  # training moved the transforms (the check means something)
     assert any(not torch.allclose(p, q) for p, q in zip(
         m0.fpt_transforms.parameters(), init.fpt_transforms.parameters()))
+
+
+def test_merge_computes_the_rotation_once_with_the_same_weights(tiny_model, randomize_params):
+    """merge_transforms computes the residual rotation once for all weights: the merged
+    weights equal, bit for bit, each parametrized weight computed on its own."""
+    from icml_fptquant.apply import merge_transforms, transform_parameters
+    from icml_fptquant.transforms import ResidualRotation
+
+    model = tiny_model("llama", num_layers=2)
+    apply_fpt_transforms(model, FPTQuantConfig())
+    randomize_params(transform_parameters(model), 0.1)
+    lins = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    before = {n: m.weight.detach().clone() for n, m in lins.items()}
+    calls = []
+    original = ResidualRotation.matrix
+
+    def counting(self):
+        if self.cache is None:  # a computation, not a cache hit
+            calls.append(1)
+        return original(self)
+
+    ResidualRotation.matrix = counting
+    try:
+        merge_transforms(model)
+    finally:
+        ResidualRotation.matrix = original
+    assert len(calls) == 1
+    for n, m in lins.items():
+        assert torch.equal(m.weight, before[n]), n
