@@ -10,8 +10,9 @@ prompts as 4-way multiple choice.
 Fair by construction of the loop: one weight quantizer per row for every arm (RTN rows at every
 width, GPTQ rows at the widths in ``--gptq-bits``), the same calibration sequences (tokens
 disjoint from the evaluation tokens) and the same evaluation windows. Work shared between rows
-is done once (see ``main``); ``--rows`` picks rows of the product. Runs on one thread; prints
-CPU seconds per row and in total, and the load average.
+is done once (see ``main``); ``--rows`` picks rows of the product. Runs on one torch thread
+per core (``--threads``; trained arms then differ from a one-thread run beyond the last digits,
+see README); prints CPU seconds per row and in total, and the load average.
 """
 
 from __future__ import annotations
@@ -130,10 +131,11 @@ def main() -> None:
                     "fptquant_e2e")
     ap.add_argument("--static-quarot-bits", default="w4a4kv4",
                     help="widths at which the static QuaRot option runs")
-    ap.add_argument("--e2e-bits", default="w4a4kv4", help="widths with end-to-end training")
+    ap.add_argument("--e2e-bits", default="w4a4kv4,w4a8kv8,w8a8",
+                    help="widths with end-to-end training")
     ap.add_argument("--weights", default="rtn,gptq", help="weight quantizers (rows for each)")
-    ap.add_argument("--gptq-bits", default="w4a4kv4,w4a8kv8",
-                    help="widths with GPTQ rows (W8A8's are a second command, see README)")
+    ap.add_argument("--gptq-bits", default="w4a4kv4,w4a8kv8,w8a8",
+                    help="widths with GPTQ rows")
     ap.add_argument("--eval-windows", type=int, default=4)
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--calib", type=int, default=4, help="calibration sequences")
@@ -149,8 +151,17 @@ def main() -> None:
                     "loaded when the file exists (its training time is then not in the total), "
                     "else trained and saved there")
     ap.add_argument("--json", default="", help="write the rows to this file")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads (0: one per core of the machine)")
+    ap.add_argument("--no-share", action="store_true",
+                    help="calibrate every row afresh (0.3.0) instead of sharing the provably "
+                    "equal calibration observations between W4A4KV4 and W4A8KV8 (same rows)")
+    ap.add_argument("--share-teacher", action="store_true",
+                    help="end-to-end teacher = the FP model's logits, shared by all end-to-end "
+                    "runs (saves a few forward passes; changes the trained rows beyond float "
+                    "rounding, see README), instead of the default teacher")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
     torch.manual_seed(0)
     from icml_fptquant import FPTQuantConfig
     from icml_fptquant.apply import apply_fpt_transforms
@@ -200,6 +211,20 @@ def main() -> None:
     family_model: dict = {}
     gptq_cache: dict = {}
     e2e_state: dict = {}
+    # What the static quantizers observe while calibrating passes through unchanged, so it does
+    # not depend on a_bits/kv_bits: the same model with the same rounded weights at W4A4KV4 and
+    # W4A8KV8 observes the same samples (shared; ranges then computed per width).
+    observed_cache: dict = {}
+    # --share-teacher: the FP model's logits per calibration sequence, shared by every
+    # end-to-end run (the default teacher, the transformed model with quantization off, gives
+    # the same function up to float rounding, but the trained rows are sensitive to it).
+    teacher_cache: dict = {}
+
+    def teacher(ids):
+        key = ids.cpu().numpy().tobytes()
+        if key not in teacher_cache:
+            teacher_cache[key] = fp(ids, use_cache=False).logits
+        return teacher_cache[key]
     local_state = None
 
     def transformed(arm, cfg):
@@ -236,7 +261,8 @@ def main() -> None:
             return model, fam
         key = cfg.a_bits, cfg.kv_bits, cfg.w_bits
         if key not in e2e_state:
-            h = optimize_e2e(model, calib, dataclasses.replace(cfg, weight_quantizer="rtn"))
+            h = optimize_e2e(model, calib, dataclasses.replace(cfg, weight_quantizer="rtn"),
+                             teacher_logits=teacher if args.share_teacher else None)
             e2e_state[key] = copy.deepcopy(model.fpt_transforms.state_dict())
             print(f"e2e ({cfg.w_bits}/{cfg.a_bits}/{cfg.kv_bits}) loss {h['loss'][0]:.4f} -> "
                   f"{h['loss'][-1]:.4f}, max value cond {max(h['value_cond']):.2f}", flush=True)
@@ -266,7 +292,12 @@ def main() -> None:
                 model, fam = transformed(arm, cfg)
                 qcfg = dataclasses.replace(cfg, act_dynamic=arm == "quarot")
                 reuse = gptq_cache.get((fam, wb)) if wq == "gptq" else None
-                merge_and_quantize(model, calib, qcfg, weights=reuse)
+                okey = (fam, arm == "quarot", wq, wb, kb < 16)
+                if args.no_share:
+                    observed = None
+                else:
+                    observed = observed_cache.setdefault(okey, {})
+                merge_and_quantize(model, calib, qcfg, weights=reuse, observed=observed)
                 if wq == "gptq" and reuse is None:
                     gptq_cache[(fam, wb)] = quantized_weights(model)
                 ppl, kl, _ = evaluate(model, ev, ref)
@@ -288,7 +319,8 @@ def main() -> None:
         r["gap_closed"] = (ref_row["ppl"] - r["ppl"]) / gap if ref_row and gap > 0 else \
             float("nan")
     total_cpu, total_wall = time.process_time() - c_start, time.perf_counter() - w_start
-    print(f"\ntotal {total_cpu:.0f} CPU s, {total_wall:.0f} s wall; load average at start "
+    print(f"\ntotal {total_cpu:.0f} CPU s, {total_wall:.0f} s wall on "
+          f"{torch.get_num_threads()} thread(s); load average at start "
           f"{load_start[0]:.1f}, at end {os.getloadavg()[0]:.1f}; {ev.numel()} evaluation "
           f"tokens ({len(ev)} windows of {win}), {calib.numel()} calibration tokens\n")
     print("| bits | weights | arm | perplexity | KL to FP | RTN gap closed | greedy | choice | "

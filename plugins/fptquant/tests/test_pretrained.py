@@ -45,7 +45,7 @@ def test_w8a8_kernel_layers_equal_simulated_on_the_real_model(smollm):
     handles = [lin.register_forward_pre_hook(lambda m, a, n=n: inputs.__setitem__(n, a[0]))
                for n, lin in decoder_linears(sim).items()]
     with torch.no_grad():
-        sim(ev[None, :128], use_cache=False)
+        sim(ev[None, :64], use_cache=False)
     for h in handles:
         h.remove()
     for name, lin in decoder_linears(sim).items():
@@ -65,7 +65,9 @@ def test_w4a16_kernel_perplexity_equals_simulated_on_the_real_model(smollm):
     sim = merge_and_quantize(copy.deepcopy(model), calib,
                              FPTQuantConfig(w_bits=4, a_bits=16, kv_bits=16))
     fast = to_kernels(copy.deepcopy(sim), "w4a16")  # float32 activations: same function
-    p_sim, p_fast = perplexity(sim, ev, window=128), perplexity(fast, ev, window=128)
+    # 64 tokens: torch's int4 CPU kernel costs ~0.14 s per call at 128 float32 tokens (58 s
+    # for the 256 tokens this test used before); the whole 30-layer model still runs
+    p_sim, p_fast = perplexity(sim, ev[:64], window=64), perplexity(fast, ev[:64], window=64)
     assert p_fast == pytest.approx(p_sim, rel=1e-4)
     assert weight_bytes(fast) < 0.5 * weight_bytes(model)  # rest float32; bf16: README
 

@@ -252,3 +252,92 @@ def test_merge_and_quantize_reuses_gptq_weights_across_activation_widths(tiny_mo
     bad.pop(next(iter(bad)))
     with pytest.raises(ValueError, match="one tensor per decoder linear"):
         merge_and_quantize(copy.deepcopy(model), calib, w4a8, weights=bad)
+
+
+def test_calibration_observations_shared_across_activation_widths(tiny_model, ids,
+                                                                  randomize_params):
+    """What the static quantizers observe passes through unchanged, so a W4A4KV4 calibration's
+    samples give a W4A8KV8 model exactly the ranges (and logits) of a fresh calibration; a
+    model with other quantizers (W8A8: no KV quantizers) refuses them."""
+    from icml_fptquant.apply import transform_parameters
+    from icml_fptquant.quantize import quantizers
+
+    base = tiny_model("llama", num_layers=2).float()
+    inject_outliers(base, 10.0)
+
+    def model():  # the same transformed model each time (parametrized models do not deepcopy)
+        m = copy.deepcopy(base)
+        apply_fpt_transforms(m, FPTQuantConfig())
+        randomize_params(transform_parameters(m), 0.05)
+        return m
+
+    calib = _calib()
+    w4a4 = FPTQuantConfig(a_bits=4, kv_bits=4)
+    w4a8 = dataclasses.replace(w4a4, a_bits=8, kv_bits=8)
+    observed: dict = {}
+    first = merge_and_quantize(model(), calib, w4a4, observed=observed)
+    assert observed and all(observed.values())
+    fresh = merge_and_quantize(model(), calib, w4a8)
+    shared = merge_and_quantize(model(), calib, w4a8, observed=observed)
+    for a, b in zip(quantizers(fresh), quantizers(shared)):
+        assert torch.equal(a.lo, b.lo) and torch.equal(a.hi, b.hi)
+    assert torch.equal(_logits(shared, ids), _logits(fresh, ids))
+    assert not torch.equal(_logits(first, ids), _logits(fresh, ids))
+    with pytest.raises(ValueError, match="other quantizers"):
+        merge_and_quantize(model(), calib,
+                           dataclasses.replace(w4a4, w_bits=8, a_bits=8, kv_bits=16),
+                           observed=observed)
+
+
+def test_e2e_with_an_external_fp_teacher_matches_the_default(tiny_model):
+    """Passing the untransformed FP model as the end-to-end teacher (shared between runs in
+    the benchmark) trains the same transforms as the default teacher (the transformed model
+    with quantization off) up to float rounding, in float64."""
+    from icml_fptquant.training import optimize_e2e
+
+    base = tiny_model("llama", num_layers=2)
+    inject_outliers(base, 10.0)
+    calib = _calib()
+    cfg = FPTQuantConfig(e2e_steps=3, e2e_batch_size=2, e2e_recalibrate_every=2)
+    runs = []
+    for teacher in (None, lambda x: base(x, use_cache=False).logits):
+        model = copy.deepcopy(base)
+        apply_fpt_transforms(model, cfg)
+        runs.append((optimize_e2e(model, calib, cfg, teacher_logits=teacher), model))
+    (h0, m0), (h1, m1) = runs
+    assert torch.allclose(torch.tensor(h0["loss"]), torch.tensor(h1["loss"]), rtol=1e-9)
+    for p0, p1 in zip(m0.fpt_transforms.parameters(), m1.fpt_transforms.parameters()):
+        assert torch.allclose(p0, p1, rtol=1e-7, atol=1e-9)
+    init = copy.deepcopy(base)
+    apply_fpt_transforms(init, cfg)  # training moved the transforms (the check means something)
+    assert any(not torch.allclose(p, q) for p, q in zip(
+        m0.fpt_transforms.parameters(), init.fpt_transforms.parameters()))
+
+
+def test_merge_computes_the_rotation_once_with_the_same_weights(tiny_model, randomize_params):
+    """merge_transforms computes the residual rotation once for all weights: the merged
+    weights equal, bit for bit, each parametrized weight computed on its own."""
+    from icml_fptquant.apply import merge_transforms, transform_parameters
+    from icml_fptquant.transforms import ResidualRotation
+
+    model = tiny_model("llama", num_layers=2)
+    apply_fpt_transforms(model, FPTQuantConfig())
+    randomize_params(transform_parameters(model), 0.1)
+    lins = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    before = {n: m.weight.detach().clone() for n, m in lins.items()}
+    calls = []
+    original = ResidualRotation.matrix
+
+    def counting(self):
+        if self.cache is None:  # a computation, not a cache hit
+            calls.append(1)
+        return original(self)
+
+    ResidualRotation.matrix = counting
+    try:
+        merge_transforms(model)
+    finally:
+        ResidualRotation.matrix = original
+    assert len(calls) == 1
+    for n, m in lins.items():
+        assert torch.equal(m.weight, before[n]), n

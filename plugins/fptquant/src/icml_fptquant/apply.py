@@ -158,10 +158,15 @@ def parametrized_modules(model: Any) -> list[nn.Module]:
 @torch.no_grad()
 def merge_transforms(model: Any) -> Any:
     """Fold every mergeable transform into plain weights (``remove_parametrizations`` keeping
-    the transformed values); online parts (Hadamard, residual scaling) stay."""
-    for mod in parametrized_modules(model):
-        for name in list(mod.parametrizations.keys()):
-            parametrize.remove_parametrizations(mod, name, leave_parametrized=True)
+    the transformed values); online parts (Hadamard, residual scaling) stay. The residual
+    rotation Q is computed once for all weights (the same values as computing it per weight)."""
+    from icml_fptquant.transforms import cached_rotation
+
+    ops = model._modules.get("fpt_transforms")
+    with cached_rotation(getattr(ops, "rotation", None)):
+        for mod in parametrized_modules(model):
+            for name in list(mod.parametrizations.keys()):
+                parametrize.remove_parametrizations(mod, name, leave_parametrized=True)
     if "fpt_transforms" in model._modules:
         del model.fpt_transforms  # merged into the weights: nothing left to train or save
     return model

@@ -78,17 +78,38 @@ def attach_quantizers(model: Any, config: FPTQuantConfig, seed: int = 0) -> Any:
 
 
 @torch.no_grad()
-def calibrate(model: Any, calibration_data: Any, batch_size: int = 4) -> None:
-    """Set every static activation / KV range from the calibration set (min/max or MSE)."""
-    batches = as_batches(calibration_data, batch_size)
-    qs = quantizers(model)
-    for q in qs:
-        q.start_observing()
-    device = next(model.parameters()).device
-    with parametrize.cached():  # transformed weights computed once for all batches
-        for b in batches:
-            model(b.to(device), use_cache=False)
-    for q in qs:
+def calibrate(model: Any, calibration_data: Any, batch_size: int = 4,
+              observed: dict[str, list[torch.Tensor]] | None = None) -> None:
+    """Set every static activation / KV range from the calibration set (min/max or MSE).
+
+    ``observed``: a dict to share what the quantizers observed between models whose observed
+    inputs are provably equal. While observing, every quantizer passes its input through
+    unchanged, so what it sees depends on the model, its (rounded) weights, the data and the
+    quantizers' seeds, but not on ``a_bits``/``kv_bits``: e.g. the same transformed model with
+    the same 4-bit weights at W4A4KV4 and at W4A8KV8. An empty dict is filled with the samples
+    (by quantizer name); a filled one is used instead of running the calibration set (its
+    names must be this model's quantizers). The ranges are then computed for this model's bit
+    widths exactly as without it (tested equal)."""
+    qs = {n: m for n, m in model.named_modules() if isinstance(m, ActQuantizer)}
+    if observed:
+        if set(observed) != set(qs):
+            raise ValueError("observed holds samples of other quantizers than this model's: "
+                             "share it only between models with the same quantizers "
+                             "(same architecture, transform and KV quantization on/off)")
+        for n, q in qs.items():
+            q.start_observing()
+            q._samples = list(observed[n])
+    else:
+        batches = as_batches(calibration_data, batch_size)
+        for q in qs.values():
+            q.start_observing()
+        device = next(model.parameters()).device
+        with parametrize.cached():  # transformed weights computed once for all batches
+            for b in batches:
+                model(b.to(device), use_cache=False)
+        if observed is not None:
+            observed.update({n: list(q._samples) for n, q in qs.items()})
+    for q in qs.values():
         q.finish_observing()
 
 
@@ -322,12 +343,14 @@ def quantized_weights(model: Any) -> dict[str, torch.Tensor]:
 
 def merge_and_quantize(model: Any, calibration_data: Any,
                        config: FPTQuantConfig | None = None, seed: int = 0,
-                       weights: dict[str, torch.Tensor] | None = None) -> Any:
+                       weights: dict[str, torch.Tensor] | None = None,
+                       observed: dict[str, list[torch.Tensor]] | None = None) -> Any:
     """Merge every mergeable transform into the weights, then quantize statically: weights per
     output channel (RTN or GPTQ-style), activations per tensor and the KV cache per head with
     ranges from ``calibration_data``. In place; returns the model, which still runs through
     ``generate``. ``weights`` (from :func:`quantized_weights` of an identically transformed
-    model at the same ``w_bits``) skips the weight rounding."""
+    model at the same ``w_bits``) skips the weight rounding; ``observed`` shares the
+    calibration observations (see :func:`calibrate`)."""
     from icml_fptquant.apply import merge_transforms
 
     cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
@@ -351,6 +374,6 @@ def merge_and_quantize(model: Any, calibration_data: Any,
                 raise ValueError(f"weights[{name!r}] has shape {tuple(weights[name].shape)}, "
                                  f"the model's is {tuple(lin.weight.shape)}")
             lin.fpt_qweight = weights[name].to(lin.weight)
-    calibrate(model, batches)
+    calibrate(model, batches, observed=observed)
     model.fpt_quant_config = cfg
     return model

@@ -117,10 +117,16 @@ def e2e_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
 
 
 def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | None = None,
-                 seed: int = 0, progress: Any = None) -> dict[str, list[float]]:
+                 seed: int = 0, progress: Any = None,
+                 teacher_logits: Any = None) -> dict[str, list[float]]:
     """End-to-end training of the transforms through the fake-quantized model (STE). Attaches
     quantizers (static ranges recalibrated every ``e2e_recalibrate_every`` steps). Returns
-    ``{"loss": [...], "value_cond": [...]}`` (max condition number of the value transforms)."""
+    ``{"loss": [...], "value_cond": [...]}`` (max condition number of the value transforms).
+
+    ``teacher_logits``: optional callable ``ids -> logits`` of the FP teacher (e.g. the
+    untransformed FP model, shared by several runs). By default the teacher is this model
+    with quantization off, whose logits equal the FP model's up to float rounding, since
+    every transform preserves the function."""
     from icml_fptquant.quantize import as_batches, attach_quantizers, calibrate, quant_disabled
 
     cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
@@ -142,6 +148,9 @@ def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | Non
                 calibrate(model, batches)
         k = int(torch.randint(len(batches), (1,), generator=gen))
         ids = batches[k].to(device)
+        if k not in teachers and teacher_logits is not None:
+            with torch.no_grad():
+                teachers[k] = teacher_logits(ids)
         if k not in teachers:  # the transforms preserve the function: the FP teacher's
             with torch.no_grad(), quant_disabled(model), cached_rotation(ops.rotation):
                 teachers[k] = model(ids, use_cache=False).logits  # logits never change
