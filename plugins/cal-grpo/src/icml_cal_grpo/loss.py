@@ -66,7 +66,6 @@ def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
     ``chunk_size=None`` or a model without a plain output layer it is applied after the
     full forward)."""
     import torch
-    from torch.utils.checkpoint import checkpoint
 
     pos = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     targets = input_ids[:, 1:]
@@ -101,20 +100,23 @@ def sequence_logprobs(model: Any, input_ids: Any, attention_mask: Any,
             raise ValueError(f"positions has shape {tuple(positions.shape)}; it must be "
                              f"{tuple(targets.shape)} (one flag per predicted token)")
         hs, ts = hidden[positions][None], targets[positions][None]       # [1, M, H], [1, M]
-        vals = []
-        for s in range(0, hs.shape[1], int(chunk_size)):
-            h, t = hs[:, s:s + int(chunk_size)], ts[:, s:s + int(chunk_size)]
-            if torch.is_grad_enabled() and h.requires_grad:
-                vals.append(checkpoint(_chunk_logps, head, h, t, temperature, allowed,
-                                       use_reentrant=False))
-            else:
-                vals.append(_chunk_logps(head, h, t, temperature, allowed))
-        flat = torch.cat(vals, dim=1)[0] if vals else hs.new_zeros(0)
+        flat = (_chunked_logps(head, hs, ts, temperature, allowed, int(chunk_size))[0]
+                if hs.shape[1] else hs.new_zeros(0))
         out_full = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
         return out_full.masked_scatter(positions, flat.float())
+    return _chunked_logps(head, hidden, targets, temperature, allowed, int(chunk_size))
+
+
+def _chunked_logps(head: Any, hidden: Any, targets: Any, temperature: float, allowed: Any,
+                   chunk_size: int) -> Any:
+    """:func:`_chunk_logps` over ``chunk_size`` positions at a time (checkpointed under
+    autograd, so the ``[B, chunk, V]`` logits are recomputed in backward, not kept)."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
     out = []
-    for s in range(0, hidden.shape[1], int(chunk_size)):
-        h, t = hidden[:, s:s + int(chunk_size)], targets[:, s:s + int(chunk_size)]
+    for s in range(0, hidden.shape[1], chunk_size):
+        h, t = hidden[:, s:s + chunk_size], targets[:, s:s + chunk_size]
         if torch.is_grad_enabled() and h.requires_grad:
             out.append(checkpoint(_chunk_logps, head, h, t, temperature, allowed,
                                   use_reentrant=False))
