@@ -116,15 +116,28 @@ def choice_batch(tok, prompts, choices):
 
 @torch.no_grad()
 def choice_correct(model, batch, n_choices):
-    """Per prompt: is the right candidate the most likely (sum of its tokens' log-probs)?"""
+    """Per prompt: is the right candidate the most likely (sum of its tokens' log-probs)? The
+    LM head runs only on the positions that predict a candidate token (a tenth of the batch's
+    positions; the head is a per-position map, so the scores are those of the full logits)."""
     ids, mask, spans = batch
-    logp = F.log_softmax(model(ids, attention_mask=mask, use_cache=False).logits.float(), -1)
-    scores = torch.tensor([float(logp[i, a - 1:b - 1].gather(1, ids[i, a:b, None]).sum())
-                           for i, (a, b) in enumerate(spans)])
+    hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    rows = torch.tensor([i for i, (a, b) in enumerate(spans) for _ in range(a - 1, b - 1)])
+    pos = torch.tensor([p for a, b in spans for p in range(a - 1, b - 1)])
+    target = torch.tensor([t for i, (a, b) in enumerate(spans) for t in ids[i, a:b].tolist()])
+    logp = F.log_softmax(model.lm_head(hidden[rows, pos]).float(), -1)
+    tok_logp = logp.gather(1, target[:, None]).squeeze(1)
+    scores = torch.zeros(len(spans), dtype=tok_logp.dtype).index_add_(0, rows, tok_logp)
     return (scores.view(-1, n_choices).argmax(1) == 0).tolist()
 
 
 def main() -> None:
+    from icml_fptquant.quantizers import reuse_subsamples
+
+    with reuse_subsamples():  # every arm draws the same calibration subsamples: draw once
+        run()
+
+
+def run() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bits", default="w4a4kv4,w4a8kv8,w8a8")
     ap.add_argument("--arms", default="fp,rtn,smoothquant,quarot,quarot_static,fptquant_local,"

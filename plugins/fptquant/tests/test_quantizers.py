@@ -12,6 +12,7 @@ from icml_fptquant.quantizers import (
     quantize_weight_gptq,
     quantize_weight_nf4,
     quantize_weight_rtn,
+    reuse_subsamples,
 )
 
 GEN = torch.Generator().manual_seed(0)
@@ -69,6 +70,67 @@ def test_gptq_beats_rtn_on_correlated_inputs():
     e_rtn = (x @ (quantize_weight_rtn(w, 3) - w).T).pow(2).mean()
     e_gptq = (x @ (quantize_weight_gptq(w, h, 3, block=8) - w).T).pow(2).mean()
     assert e_gptq < 0.8 * e_rtn
+
+
+def _gptq_column_by_column(w, h, bits, damp=0.01):
+    """The textbook GPTQ loop: every column's error reaches all later columns at once."""
+    w, h = w.double().clone(), h.double().clone()
+    n = w.shape[1]
+    dead = torch.diagonal(h) == 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    qmax = 2 ** (bits - 1) - 1
+    scale = (w.abs().amax(1) / qmax).clamp_min(1e-12)
+    h += damp * torch.diagonal(h).mean() * torch.eye(n, dtype=h.dtype)
+    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    q = torch.empty_like(w)
+    for i in range(n):
+        q[:, i] = torch.clamp(torch.round(w[:, i] / scale), -qmax - 1, qmax) * scale
+        e = (w[:, i] - q[:, i]) / hinv[i, i]
+        w[:, i + 1:] -= e[:, None] * hinv[i, i + 1:]
+    return q
+
+
+@pytest.mark.parametrize(("block", "sub_block"), [(128, 16), (16, 4), (7, 3), (1, 1)])
+def test_gptq_lazy_updates_equal_the_column_by_column_loop(block, sub_block):
+    """Both levels of lazy batch updates only reorder float64 sums: the rounded weights are the
+    textbook loop's, dead input channels included."""
+    x = torch.randn(256, 45, generator=GEN, dtype=torch.float64) @ \
+        torch.randn(45, 45, generator=GEN, dtype=torch.float64)
+    x[:, 5] = 0.0  # a dead channel: zero Hessian row and column
+    w = torch.randn(20, 45, generator=GEN, dtype=torch.float64)
+    h = x.T @ x
+    expect = _gptq_column_by_column(w, h, 3)
+    got = quantize_weight_gptq(w, h, 3, block=block, sub_block=sub_block)
+    assert torch.equal(got, expect)
+    assert not torch.equal(got[:, 6:], quantize_weight_rtn(w, 3)[:, 6:])  # feedback acted
+
+
+def test_reused_subsamples_are_the_drawn_ones(monkeypatch):
+    """Inside reuse_subsamples a second identically seeded quantizer reuses the first one's
+    draws instead of drawing: same ranges and the same generator state as without reuse."""
+    xs = [torch.randn(2, 40, 8, generator=GEN) * (i + 1) for i in range(3)]
+
+    def run():
+        q = ActQuantizer(4, method="mse", max_samples=100, seed=3)
+        q.start_observing()
+        for x in xs:
+            q(x)
+        q.finish_observing()
+        return q.lo.clone(), q.hi.clone(), q._gen.get_state()
+
+    plain = run()
+    calls = []
+    real = torch.randperm
+    monkeypatch.setattr(torch, "randperm", lambda *a, **k: calls.append(a) or real(*a, **k))
+    with reuse_subsamples():
+        first, second = run(), run()
+    assert len(calls) == 3  # one draw per batch, all reused by the second quantizer
+    for got in (first, second):
+        assert all(torch.equal(a, b) for a, b in zip(got, plain))
+    with pytest.raises(ValueError, match="max_entries"):
+        with reuse_subsamples(0):
+            pass
 
 
 def test_nf4_uses_the_code_book():

