@@ -59,19 +59,33 @@ def test_transforms_change_weights_but_not_function(tiny_model, ids, randomize_p
     assert (q_after - q_before).abs().max() > 1e-2
 
 
-def test_wrong_gqa_mapping_is_caught(tiny_model, ids, randomize_params):
+def test_wrong_gqa_mapping_is_caught(tiny_model, ids, randomize_params, monkeypatch):
     """The AIMET pitfall (query head h -> KV head h mod n_kv) breaks the function once the
     per-head transforms differ; the h // n_rep mapping we use preserves it."""
+    import icml_fptquant.transforms as transforms
+
     model = tiny_model("llama")
     ref = _logits(model, ids)
     apply_fpt_transforms(model, FPTQuantConfig(**dict(NONE, prerope=True, value=True)))
     randomize_params(transform_parameters(model))
     assert (_logits(model, ids) - ref).abs().max() < TOL
-    attn = model.model.layers[0].self_attn
-    for mod in list(attn.q_proj.parametrizations.weight) + list(attn.o_proj.parametrizations
-                                                                 .weight):
-        mod.index.copy_(torch.arange(4) % 2)
+    monkeypatch.setattr(transforms, "per_head",  # tiles: head h gets m[h % n_kv]
+                        lambda m, n_rep: m.repeat(n_rep, *[1] * (m.dim() - 1)))
     assert (_logits(model, ids) - ref).abs().max() > 1e-3
+
+
+def test_per_head_is_the_h_div_n_rep_mapping():
+    """per_head gives head h the matrix of KV head h // n_rep, with the gradient of indexing."""
+    from icml_fptquant.transforms import per_head
+
+    m = torch.randn(3, 4, 4, dtype=torch.float64, requires_grad=True)
+    index = torch.arange(6) // 2
+    assert torch.equal(per_head(m, 2), m[index])
+    g = torch.randn(6, 4, 4, dtype=torch.float64)
+    (got,) = torch.autograd.grad((per_head(m, 2) * g).sum(), m)
+    (expect,) = torch.autograd.grad((m[index] * g).sum(), m)
+    assert torch.allclose(got, expect, rtol=0, atol=1e-15)
+    assert per_head(m, 1) is m
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])

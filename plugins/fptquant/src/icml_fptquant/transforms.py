@@ -176,14 +176,27 @@ class WriterRotation(nn.Module):
         return self.rot.matrix().to(w.dtype) @ w
 
 
+def per_head(m: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """Per-KV-head matrices ``(kv_heads, ...)`` -> per query head ``(kv_heads * n_rep, ...)``,
+    head h getting ``m[h // n_rep]``. Expand and reshape rather than ``m[index]``: the backward
+    is then a plain sum over the ``n_rep`` copies, the same on every run, while advanced
+    indexing's backward (an accumulating ``index_put_``) gave different last bits from run to
+    run with two CPU threads (measured), which the trained transforms magnified."""
+    if n_rep == 1:
+        return m
+    return m.unsqueeze(1).expand(m.shape[0], n_rep, *m.shape[1:]).reshape(-1, *m.shape[1:])
+
+
 class HeadLeft(nn.Module):
     """Left-multiply each head's block of rows (or bias entries) by a per-KV-head matrix."""
 
     def __init__(self, source: nn.Module, which: str, heads: int, n_rep: int) -> None:
         super().__init__()
+        if heads % n_rep:
+            raise ValueError(f"heads={heads} is not a multiple of n_rep={n_rep}")
         self.source = source
         self.which = which
-        self.register_buffer("index", torch.arange(heads) // n_rep, persistent=False)
+        self.n_rep = n_rep
 
     def mats(self) -> torch.Tensor:
         if self.which == "query":
@@ -193,7 +206,7 @@ class HeadLeft(nn.Module):
         return self.source.matrices()
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        m = self.mats().to(w.dtype)[self.index.to(w.device)]
+        m = per_head(self.mats().to(w.dtype), self.n_rep)
         h, dh = m.shape[0], m.shape[1]
         if w.dim() == 1:
             return (m @ w.reshape(h, dh, 1)).reshape(-1)
@@ -206,11 +219,13 @@ class OProjValueInverse(nn.Module):
 
     def __init__(self, value: ValueTransform, heads: int, n_rep: int) -> None:
         super().__init__()
+        if heads % n_rep:
+            raise ValueError(f"heads={heads} is not a multiple of n_rep={n_rep}")
         self.value = value
-        self.register_buffer("index", torch.arange(heads) // n_rep, persistent=False)
+        self.n_rep = n_rep
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        minv = self.value.inverses().to(w.dtype)[self.index.to(w.device)]
+        minv = per_head(self.value.inverses().to(w.dtype), self.n_rep)
         d = w.shape[0]
         h, dh = minv.shape[0], minv.shape[1]
         return torch.einsum("ohj,hjk->ohk", w.reshape(d, h, dh), minv).reshape(d, h * dh)
