@@ -1,6 +1,8 @@
 """Is the local stage bit-reproducible run to run at a given torch thread count, and does
 merging with the rotation computed once give the same weights as computing it per weight?
-On the real model (SmolLM2-135M-Instruct), 5 local steps, twice.
+On the real model (SmolLM2-135M-Instruct), 5 local steps, twice. Until 0.3.2 two threads
+printed False in some runs (5 steps: False once, True twice; ``--steps 120``: False): the
+backward of the indexing that spread per-KV-head transforms to query heads; see the README.
 
     python plugins/fptquant/benchmarks/thread_repro.py --threads 1
     python plugins/fptquant/benchmarks/thread_repro.py --threads 2
