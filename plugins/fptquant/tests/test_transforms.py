@@ -76,16 +76,19 @@ def test_wrong_gqa_mapping_is_caught(tiny_model, ids, randomize_params, monkeypa
 
 def test_per_head_is_the_h_div_n_rep_mapping():
     """per_head gives head h the matrix of KV head h // n_rep, with the gradient of indexing."""
-    from icml_fptquant.transforms import per_head
+    from icml_fptquant.transforms import HeadLeft, PreRoPETransform, per_head
 
-    m = torch.randn(3, 4, 4, dtype=torch.float64, requires_grad=True)
+    gen = torch.Generator().manual_seed(0)
+    m = torch.randn(3, 4, 4, dtype=torch.float64, generator=gen, requires_grad=True)
     index = torch.arange(6) // 2
     assert torch.equal(per_head(m, 2), m[index])
-    g = torch.randn(6, 4, 4, dtype=torch.float64)
+    g = torch.randn(6, 4, 4, dtype=torch.float64, generator=gen)
     (got,) = torch.autograd.grad((per_head(m, 2) * g).sum(), m)
     (expect,) = torch.autograd.grad((m[index] * g).sum(), m)
     assert torch.allclose(got, expect, rtol=0, atol=1e-15)
     assert per_head(m, 1) is m
+    with pytest.raises(ValueError, match="multiple of n_rep"):
+        HeadLeft(PreRoPETransform(2, 4), "query", heads=5, n_rep=2)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
