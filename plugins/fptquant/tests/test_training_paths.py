@@ -1,0 +1,86 @@
+"""0.3.3's faster training paths give the same numbers as the plain ones: the fused
+round-and-clamp STE, training with the model's own weights frozen, and one computation of
+the transformed weights for the end-to-end student and teacher."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import pytest
+import torch
+from icml_fptquant import FPTQuantConfig, apply_fpt_transforms, inject_outliers, training
+from icml_fptquant.apply import transform_parameters
+from icml_fptquant.quantizers import round_clamp_ste
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_round_clamp_ste_equals_the_detach_expression(dtype):
+    """Values (sign of zero aside) and gradients equal ``clamp(x + (round(x) - x).detach())``,
+    on ties, both range ends, values beyond them and huge values."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.cat([20 * torch.randn(4000, generator=gen, dtype=dtype),
+                   torch.tensor([-8.5, -8.0, -7.5, 7.0, 7.5, 0.5, -0.5, 1.5, 2.5, 1e9, -1e9],
+                                dtype=dtype)])
+    upstream = torch.randn(x.shape, generator=gen, dtype=dtype)
+    got, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y = round_clamp_ste(got, -8, 7)
+    y_ref = torch.clamp(ref + (torch.round(ref) - ref).detach(), -8, 7)
+    assert torch.equal(y, y_ref)
+    y.backward(upstream)
+    y_ref.backward(upstream)
+    assert torch.equal(got.grad, ref.grad)
+    assert 0 < int((got.grad == 0).sum()) < x.numel()  # both in-range and clipped entries
+
+
+def _transformed(tiny_model):
+    model = tiny_model("llama", num_layers=2)
+    inject_outliers(model, 10.0)
+    cfg = FPTQuantConfig(w_bits=4, a_bits=4, kv_bits=4, local_steps=3, e2e_steps=3,
+                         e2e_batch_size=2, e2e_recalibrate_every=2)
+    apply_fpt_transforms(model, cfg)
+    return model, cfg
+
+
+def test_only_trainable_same_gradients_and_settings_restored(tiny_model, ids):
+    """Gradients of the transform parameters are bit for bit those with every weight
+    trainable; the frozen weights get none; each parameter's setting comes back."""
+    model, _ = _transformed(tiny_model)
+    params = transform_parameters(model)
+    keep = {id(p) for p in params}
+    others = [p for p in model.parameters() if id(p) not in keep]
+    others[0].requires_grad_(False)  # a user's own frozen weight stays frozen
+    before = [p.requires_grad for p in model.parameters()]
+    grads = []
+    for frozen in (False, True):
+        ctx = training.only_trainable(model, params) if frozen else contextlib.nullcontext()
+        with ctx:
+            loss = model(ids, use_cache=False).logits.pow(2).mean()
+            grads.append(torch.autograd.grad(loss, params))
+            if frozen:
+                assert not any(p.requires_grad for p in others)
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    assert [p.requires_grad for p in model.parameters()] == before
+
+
+def test_training_trains_the_same_and_leaves_no_weight_grads(tiny_model, monkeypatch):
+    """optimize_local and optimize_e2e train bit-identical transforms with the model's own
+    weights frozen as without, and leave no gradient on those weights (without, they collect
+    one)."""
+    model, cfg = _transformed(tiny_model)
+    calib = torch.randint(4, 260, (4, 16), generator=torch.Generator().manual_seed(5))
+    plain = copy.deepcopy(model)
+    training.optimize_local(model, cfg)
+    training.optimize_e2e(model, calib, cfg)
+    keep = {id(p) for p in transform_parameters(model)}
+    assert all(p.grad is None and p.requires_grad for p in model.parameters()
+               if id(p) not in keep)
+    monkeypatch.setattr(training, "only_trainable", lambda m, p: contextlib.nullcontext())
+    training.optimize_local(plain, cfg)
+    training.optimize_e2e(plain, calib, cfg)
+    for p, q in zip(model.fpt_transforms.state_dict().values(),
+                    plain.fpt_transforms.state_dict().values()):
+        assert torch.equal(p, q)
+    assert any(p.grad is not None for p in plain.parameters() if p.dim() == 2
+               and id(p) not in {id(t) for t in transform_parameters(plain)})
