@@ -57,7 +57,8 @@ def round_ste(x: torch.Tensor) -> torch.Tensor:
 class _RoundClamp(torch.autograd.Function):
     """``clamp(round(x), lo, hi)`` in two passes, saving only the in-range mask: the same
     values and gradient as ``clamp(x + (round(x) - x).detach(), lo, hi)`` (``round(x) - x`` is
-    exact in floating point, so is their sum), at a third of that graph's elementwise work."""
+    exact in floating point, so is their sum), in fewer elementwise passes and with a boolean
+    mask as the only saved tensor."""
 
     @staticmethod
     def forward(ctx: object, x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
