@@ -149,6 +149,8 @@ def run() -> None:
     ap.add_argument("--weights", default="rtn,gptq", help="weight quantizers (rows for each)")
     ap.add_argument("--gptq-bits", default="w4a4kv4,w4a8kv8,w8a8",
                     help="widths with GPTQ rows")
+    ap.add_argument("--gptq-dtype", default="float64", choices=("float64", "float32"),
+                    help="GPTQ's arithmetic (float32: the reference GPTQ code's precision)")
     ap.add_argument("--eval-windows", type=int, default=4)
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--calib", type=int, default=4, help="calibration sequences")
@@ -211,7 +213,8 @@ def run() -> None:
     base = FPTQuantConfig(untie_embeddings=True, local_steps=args.local_steps,
                           local_row_fraction=args.local_row_fraction,
                           e2e_steps=args.e2e_steps, e2e_batch_size=1,
-                          e2e_recalibrate_every=4, e2e_lr=args.e2e_lr)
+                          e2e_recalibrate_every=4, e2e_lr=args.e2e_lr,
+                          gptq_dtype=args.gptq_dtype)
     rows = [{"bits": "FP", "arm": "fp", "wq": "-", "ppl": ppl_fp, "kl": 0.0,
              "zero_shot": len(keep), "choice": fp_mc,
              "cpu_s": time.process_time() - c_start, "wall_s": time.perf_counter() - w_start}]

@@ -26,6 +26,9 @@ class FPTQuantConfig:
                                    "error correction", choices=("rtn", "gptq"))
     gptq_sequential: bool = option(True, help="GPTQ layer by layer with already-quantized "
                                    "predecessors (false = all Hessians from one FP pass)")
+    gptq_dtype: str = option("float64", help="GPTQ's arithmetic (Hessians, Choleskys, column "
+                             "updates): float64, or float32 as the reference GPTQ code does",
+                             choices=("float64", "float32"))
     act_range: str = option("mse", help="how static activation/KV ranges are set from the "
                             "calibration set", choices=("mse", "minmax"))
     act_dynamic: bool = option(False, help="QuaRot-style dynamic quantization instead of "

@@ -139,7 +139,8 @@ def _has_online_ops(mod: Any) -> bool:
 
 
 def _hessian_hooks(lins: dict[str, Any], hs: dict[str, torch.Tensor],
-                   shared: dict[str, str] | None = None) -> list:
+                   shared: dict[str, str] | None = None,
+                   dtype: torch.dtype = torch.float64) -> list:
     """Forward pre-hooks adding ``X^T X`` of each linear's input (after its online ops).
     Linears that read the very same input tensor (q/k/v, gate/up) share one product; with
     ``shared`` given, ``shared[name]`` is set to the first linear that read it (the group
@@ -158,7 +159,7 @@ def _hessian_hooks(lins: dict[str, Any], hs: dict[str, torch.Tensor],
             else:
                 if not plain:
                     x = mod.online_input(x)
-                x2 = x.reshape(-1, x.shape[-1]).double()
+                x2 = x.reshape(-1, x.shape[-1]).to(dtype)
                 contrib = x2.T @ x2
                 if plain:
                     last.update(x=args[0], h=contrib, name=name)
@@ -170,7 +171,8 @@ def _hessian_hooks(lins: dict[str, Any], hs: dict[str, torch.Tensor],
 
 
 def _gptq_groups(lins: dict[str, Any], hs: dict[str, torch.Tensor], bits: int, damp: float,
-                 shared: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+                 shared: dict[str, str] | None = None,
+                 dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
     """GPTQ of every linear; linears sharing an input (``shared``: name -> leader) run as one
     matrix of stacked rows (GPTQ treats rows independently given ``H``, so this equals
     separate runs up to float summation order, at one Cholesky and one column loop)."""
@@ -180,7 +182,7 @@ def _gptq_groups(lins: dict[str, Any], hs: dict[str, torch.Tensor], bits: int, d
     out = {}
     for leader, names in groups.items():
         ws = [lins[n].weight.detach() for n in names]
-        q = quantize_weight_gptq(torch.cat(ws, 0), hs[leader], bits, damp)
+        q = quantize_weight_gptq(torch.cat(ws, 0), hs[leader], bits, damp, dtype=dtype)
         for n, part in zip(names, q.split([w.shape[0] for w in ws], 0)):
             out[n] = part.to(lins[n].weight.dtype).contiguous()
     return out
@@ -188,10 +190,11 @@ def _gptq_groups(lins: dict[str, Any], hs: dict[str, torch.Tensor], bits: int, d
 
 @torch.no_grad()
 def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor],
-                    shared: dict[str, str] | None = None) -> dict:
+                    shared: dict[str, str] | None = None,
+                    dtype: torch.dtype = torch.float64) -> dict:
     """Every linear's input Hessian from one full-precision pass (the non-sequential variant)."""
     hs: dict[str, torch.Tensor] = {}
-    handles = _hessian_hooks(lins, hs, shared)
+    handles = _hessian_hooks(lins, hs, shared, dtype)
     device = next(model.parameters()).device
     try:
         with quant_disabled(model):
@@ -201,6 +204,15 @@ def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor
         for h in handles:
             h.remove()
     return hs
+
+
+def gptq_dtype(config: FPTQuantConfig) -> torch.dtype:
+    """The torch dtype of ``config.gptq_dtype`` (float64, or float32 as reference GPTQ)."""
+    name = getattr(config, "gptq_dtype", "float64")
+    if name not in ("float64", "float32"):
+        raise ValueError(f"gptq_dtype={name!r} is not supported: use 'float64' (default) or "
+                         "'float32' (the reference GPTQ code's precision)")
+    return getattr(torch, name)
 
 
 class _Stop(Exception):
@@ -236,6 +248,7 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
     outputs of the layers before it *with their weights already quantized* (activations and KV
     in full precision meanwhile); sets every decoder linear's ``fpt_qweight`` (and lm_head's
     with ``quantize_lm_head``, from inputs of the fully weight-quantized decoder)."""
+    dtype = gptq_dtype(config)
     inputs = _layer_inputs(model, batches)
     hidden = [h for h, _, _ in inputs]
     state = getattr(model.model.layers[0], "fpt_drs_state", None)  # dynamic residual scaling
@@ -247,7 +260,7 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
             lins = {n: m for n, m in all_lins.items() if n.startswith(f"layers.{i}.")}
             hs: dict[str, torch.Tensor] = {}
             shared: dict[str, str] = {}
-            handles = _hessian_hooks(lins, hs, shared)
+            handles = _hessian_hooks(lins, hs, shared, dtype)
             try:
                 for k, (_, args, kwargs) in enumerate(inputs):
                     if state is not None:
@@ -256,7 +269,8 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
             finally:
                 for h in handles:
                     h.remove()
-            for name, q in _gptq_groups(lins, hs, config.w_bits, damp, shared).items():
+            for name, q in _gptq_groups(lins, hs, config.w_bits, damp, shared,
+                                        dtype).items():
                 rounded[name] = q
                 lins[name].fpt_qweight = q  # the next layers see this layer quantized
             for k, (_, args, kwargs) in enumerate(inputs):
@@ -271,7 +285,7 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
         lin.fpt_qweight = rounded[name]
     if config.quantize_lm_head:
         hs = {}
-        handles = _hessian_hooks({"lm_head": model.lm_head}, hs)
+        handles = _hessian_hooks({"lm_head": model.lm_head}, hs, dtype=dtype)
         qs = quantizers(model)
         states = [q.state for q in qs]
         head = (model.lm_head.w_bits, model.lm_head.fpt_qweight)
@@ -290,7 +304,7 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
             model.lm_head.w_bits, model.lm_head.fpt_qweight = head
         w = model.lm_head.weight.detach()
         model.lm_head.fpt_qweight = quantize_weight_gptq(w, hs["lm_head"], config.w_bits,
-                                                         damp).to(w.dtype)
+                                                         damp, dtype=dtype).to(w.dtype)
 
 
 @torch.no_grad()
@@ -309,8 +323,9 @@ def round_weights(model: Any, config: FPTQuantConfig, calibration_data: Any = No
         return
     if method == "gptq":
         shared: dict[str, str] = {}
-        hs = _input_hessians(model, lins, as_batches(calibration_data), shared)
-        gptq = _gptq_groups(lins, hs, config.w_bits, 0.01, shared)
+        dtype = gptq_dtype(config)
+        hs = _input_hessians(model, lins, as_batches(calibration_data), shared, dtype)
+        gptq = _gptq_groups(lins, hs, config.w_bits, 0.01, shared, dtype)
     for name, lin in lins.items():
         w = lin.weight.detach()
         if method == "rtn":
