@@ -49,11 +49,6 @@ def frozen_rounding(mode: str) -> Iterator[None]:
         _FROZEN = {**_FROZEN, "mode": "off"}  # offsets kept for further replays
 
 
-def round_ste(x: torch.Tensor) -> torch.Tensor:
-    """Round to nearest with a straight-through gradient (identity)."""
-    return x + (torch.round(x) - x).detach()
-
-
 class _RoundClamp(torch.autograd.Function):
     """``clamp(round(x), lo, hi)`` in two passes, saving only the in-range mask: the same
     values and gradient as ``clamp(x + (round(x) - x).detach(), lo, hi)`` (``round(x) - x`` is
