@@ -169,13 +169,18 @@ def run(
                      ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     threads: Annotated[Optional[int], typer.Option(
-        help="CPU threads for torch during the run (default: the plugin's default_threads, "
-             "else torch's own choice).")] = None,
+        help="CPU threads for torch during the run (default: ICML_THREADS, else the plugin's "
+             "default_threads, else torch's own choice).")] = None,
+    save_results: Annotated[Optional[Path], typer.Option(
+        "--save-results", help="Also write the run's tables as a results file (the evidence "
+        "behind a README table; see `icml reproduce`).")] = None,
 ) -> None:
     """Run a plugin's job; writes result.json and report.md into a fresh run folder."""
     import logging
+    import shlex
 
     from icml.config import ConfigError
+    from icml.results import Clock
     from icml.runner import RunFailed
     from icml.runner import run as do_run
 
@@ -189,6 +194,7 @@ def run(
         run_dir.append(path)
         typer.echo(f"run folder: {path}", err=True)
 
+    clock = Clock()
     try:
         result = do_run(slug, capability, config_file=config, overrides=set_, out=out,
                         seed=seed, device=device, dtype=dtype, host=host,
@@ -214,6 +220,18 @@ def run(
         raise _fail(f"interrupted; {kept or 'nothing had finished'}; result.json, report.md "
                     f"and run.log are in {run_dir[0]}", 130) from None
     _print_summary(result)
+    if save_results is not None:
+        from icml.results import ResultsError, make_table, write
+
+        try:
+            path = write(save_results, [make_table(t.title, t.columns, t.rows)
+                                        for t in result.tables],
+                         command="icml " + shlex.join(sys.argv[1:]), plugin=slug, seeds=[seed],
+                         quick=True, threads=result.threads, clock=clock,
+                         metrics=result.metrics)
+        except (ResultsError, OSError) as exc:
+            raise _fail(f"--save-results {save_results}: {exc}", 1) from None
+        typer.echo(f"results file: {path}", err=True)
 
 
 def _kept(result) -> str:  # noqa: ANN001
@@ -252,6 +270,87 @@ def _print_summary(result) -> None:  # noqa: ANN001
     con.print(f"{result.plugin} {result.capability}: {result.status}"
               + (f" in {total:.1f} s" if total is not None else "")
               + f" -> {result.run_dir}/result.json, report.md", markup=False)
+
+
+@app.command()
+def reproduce(
+    slug: Annotated[Optional[str], typer.Argument(
+        help="The plugin's slug; omit with --all.")] = None,
+    tables: Annotated[Optional[list[str]], typer.Argument(
+        help="Results files to rerun (names under plugins/SLUG/results, .json optional); "
+             "default: all.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Only the files marked quick (each "
+                                        "plugin's default-run table at least).")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="Every installed plugin.")] = False,
+    threads: Annotated[Optional[int], typer.Option(
+        help="Torch threads for the reruns (ICML_THREADS), where the command names none.")
+    ] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Demand bit-equal raw values (same "
+                                      "machine checks), not equality as shown.")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Accept the reruns: overwrite the "
+                                        "results files and re-render the README tables.")
+                     ] = False,
+) -> None:
+    """Rerun the commands behind a plugin's README tables and compare with the committed
+    results files; prints every cell that differs. Exit 1 when any differs or fails."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from icml.reproduce import reproduce as do_reproduce
+    from icml.results import ResultsError
+
+    if threads is not None and threads < 1:
+        raise _fail(f"--threads must be >= 1, got {threads}", 2)
+    if all_ == (slug is not None):
+        raise _fail("name one plugin, or pass --all", 2)
+    slugs = [r.slug for r in _host().all_records] if all_ else [slug]
+    con = _console()
+    outcomes = []
+    for s in slugs:
+        try:
+            outcomes += do_reproduce(s, tables or (), quick=quick, threads=threads, raw=raw,
+                                     write=write, echo=lambda m: typer.echo(m, err=True))
+        except ResultsError as exc:
+            raise _fail(str(exc), 2) from None
+    for o in outcomes:
+        if o.diffs:
+            table = Table("table", "row", "column", "committed", "rerun", "allowed",
+                          title=escape(f"{o.slug} {o.file}: {len(o.diffs)} cell(s) differ"),
+                          title_justify="left")
+            for d in o.diffs:
+                table.add_row(*map(escape, d.as_row()))
+            con.print(table)
+        elif o.message:
+            con.print(f"{o.slug} {o.file}: {o.message}", markup=False)
+    for o in outcomes:
+        con.print(f"[{o.status}] {o.slug} {o.file} ({o.wall_s:.0f} s)", markup=False)
+    bad = [o for o in outcomes if o.status != "ok"]
+    con.print(f"{len(outcomes) - len(bad)} reproduced, {len(bad)} not"
+              + (" (files rewritten)" if write else ""), markup=False)
+    raise typer.Exit(1 if bad and not write else 0)
+
+
+@app.command()
+def render(
+    slug: Annotated[str, typer.Argument(help="The plugin's slug.")],
+    check: Annotated[bool, typer.Option("--check", help="Only report; exit 1 if any README "
+                                        "table differs from its results file.")] = False,
+) -> None:
+    """Render a plugin's README tables from its results files (the blocks between
+    `<!-- results: FILE -->` and `<!-- /results -->`)."""
+    from icml.results import ResultsError, readme_problems, render_readme, results_dir
+
+    try:
+        rdir = results_dir(slug)
+    except ResultsError as exc:
+        raise _fail(str(exc), 2) from None
+    readme = rdir.parent / "README.md"
+    problems = readme_problems(readme, rdir) if check else render_readme(readme, rdir)
+    for p in problems:
+        typer.echo(p)
+    if check:
+        raise typer.Exit(1 if problems else 0)
+    typer.echo(f"{readme}: {len(problems)} block(s) re-rendered")
 
 
 @app.command()

@@ -163,6 +163,13 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     rec = host.loaded(slug)
     capability = resolve_capability(host, slug, capability)
     cfg = make_config(host, slug, capability, config, config_file, overrides)
+    if threads is None:  # `icml reproduce --threads N` asks through the environment
+        from icml.results import ResultsError, env_threads
+
+        try:
+            threads = env_threads()
+        except ResultsError as exc:
+            raise ConfigError(str(exc)) from None
     if threads is None and rec.info is not None:
         threads = rec.info.default_threads
     run_dir = fresh_run_dir(out, slug, capability)

@@ -1,0 +1,87 @@
+"""``icml reproduce``: rerun the command behind each results file and compare with the committed
+file (see :mod:`icml.results` for what a rerun must give). The rerun writes into a temporary
+folder (``ICML_RESULTS_DIR``), so the committed file changes only with ``write=True``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from icml import results as R
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one results file's rerun gave."""
+
+    slug: str
+    file: str
+    status: str  # "ok", "differs", "failed"
+    wall_s: float
+    diffs: list[R.Diff] = dataclasses.field(default_factory=list)
+    message: str = ""
+
+
+def _env(tmp: Path, threads: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env[R.RESULTS_DIR_ENV] = str(tmp)
+    if threads is not None:
+        env[R.THREADS_ENV] = str(threads)
+    bindir = str(Path(sys.executable).parent)  # `icml` and `python` of this environment first
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def rerun_file(slug: str, path: Path, *, threads: int | None = None, raw: bool = False,
+               write: bool = False, echo: Callable[[str], None] = lambda s: None) -> Outcome:
+    """Rerun one results file's command and compare (``write``: accept the rerun as the new
+    committed file and re-render the README's blocks)."""
+    committed = R.load(path)
+    root = R.repo_root(path.parent)
+    with tempfile.TemporaryDirectory(prefix="icml-reproduce-") as tmp_name:
+        tmp = Path(tmp_name)
+        log = tmp / "command.log"
+        echo(f"{slug} {path.name}: {committed['command']}")
+        start = time.perf_counter()
+        with log.open("w", encoding="utf-8") as fh:
+            proc = subprocess.run(committed["command"], shell=True, cwd=root,  # noqa: S602
+                                  env=_env(tmp, threads), stdout=fh, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL)
+        wall = round(time.perf_counter() - start, 1)
+        out = tmp / path.name
+        if proc.returncode != 0 or not out.is_file():
+            tail = "\n".join(log.read_text(encoding="utf-8", errors="replace")
+                             .splitlines()[-15:])
+            why = f"exit {proc.returncode}" if proc.returncode else f"it wrote no {path.name}"
+            return Outcome(slug, path.name, "failed", wall,
+                           message=f"the command failed ({why}):\n{tail}")
+        fresh = R.load(out)
+        diffs = R.compare(committed, fresh, raw=raw)
+        if write:
+            shutil.copyfile(out, path)
+            readme = path.parent.parent / "README.md"
+            if readme.is_file():
+                R.render_readme(readme, path.parent)
+    return Outcome(slug, path.name, "differs" if diffs else "ok", wall, diffs)
+
+
+def reproduce(slug: str, names: Sequence[str] = (), *, quick: bool = False,
+              threads: int | None = None, raw: bool = False, write: bool = False,
+              echo: Callable[[str], None] = lambda s: None) -> list[Outcome]:
+    """Rerun ``slug``'s results files (all, the ``names`` given, or the quick ones)."""
+    rdir = R.results_dir(slug)
+    paths = R.files(rdir, names, quick=quick)
+    if not paths:
+        raise R.ResultsError(f"{slug}: no {'quick ' if quick else ''}results files in {rdir}")
+    return [rerun_file(slug, p, threads=threads, raw=raw, write=write, echo=echo)
+            for p in paths]
+
+
+__all__ = ["Outcome", "reproduce", "rerun_file"]
