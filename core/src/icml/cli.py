@@ -58,13 +58,18 @@ def _root(
     _state["modules"] = list(plugin_module)
 
 
-def _host(only: list[str] | None = None):  # noqa: ANN202
+def _host(only: list[str] | None = None, *, require_modules: bool = True):  # noqa: ANN202
     from icml.loader import PluginLoadError, load_plugins
 
     try:
-        return load_plugins(only=only, modules=_state["modules"])  # type: ignore[arg-type]
+        host = load_plugins(only=only, modules=_state["modules"])  # type: ignore[arg-type]
     except PluginLoadError as exc:
         raise _fail(str(exc), 1) from None
+    if require_modules:  # a module the user named with -p must load: never ignore it silently
+        for rec in host.all_records:
+            if rec.target in _state["modules"] and not rec.ok:  # type: ignore[operator]
+                raise _fail(f"-p {rec.target}: {rec.error}", 2)
+    return host
 
 
 @app.command("list")
@@ -377,7 +382,7 @@ def doctor(
     """Check the environment: Python, torch, CUDA, installed plugins and their load status."""
     from icml.doctor import diagnose
 
-    report = diagnose(_host())
+    report = diagnose(_host(require_modules=False))
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         raise typer.Exit(0 if report["healthy"] else 1)
@@ -407,7 +412,25 @@ def doctor(
 
 
 def main() -> None:
-    app()
+    """The console script: typer's usage errors (an unknown command, ``--seed abc``) become one
+    ``error:`` line with exit status 2, like every other bad input."""
+    import click
+
+    try:
+        code = app(standalone_mode=False)
+    except click.UsageError as exc:
+        hint = ""
+        if exc.ctx is not None and exc.ctx.command_path:
+            hint = f" (see `{exc.ctx.command_path} --help`)"
+        typer.echo(f"error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.Abort:  # Ctrl-C outside a run (a prompt, plugin discovery)
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

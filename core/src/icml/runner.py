@@ -4,6 +4,7 @@ through a caller that reaches only that plugin (plus wrappers), write ``result.j
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import importlib.metadata as md
@@ -11,9 +12,11 @@ import importlib.util
 import logging
 import platform
 import re
+import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,44 @@ from icml.config import ConfigError, build_config, load_toml, to_dict, validate
 from icml.hookspecs import CAPABILITY_HOOKS
 from icml.loader import PluginHost, load_plugins
 from icml.types import RunContext, RunResult
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a run: handled as Ctrl-C (``status: interrupted``, finished arms kept)."""
+
+
+def interruption(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM) behind ``exc``, also when Python wrapped it: a KeyboardInterrupt
+    raised inside ``__set_name__`` during an import arrives as ``RuntimeError`` whose
+    ``__cause__`` is the interrupt."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return None
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Terminated` for the run (main thread only; restored after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated("terminated (SIGTERM)")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # no signals here (an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class RunFailed(RuntimeError):
@@ -70,6 +111,14 @@ def check_device(device: str) -> None:
     """A clear error for a device string torch would reject, or CUDA asked for but absent."""
     if not _DEVICE.match(device):
         raise ConfigError(f"device {device!r} is not valid: use auto, cpu, cuda, cuda:N or mps")
+    if device == "mps" and importlib.util.find_spec("torch") is not None:
+        import torch
+
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError("device 'mps' asked for, but torch sees no Apple MPS device "
+                              "(it exists only on macOS with Apple silicon): use --device cpu "
+                              "(or auto)")
     if device.startswith("cuda") and importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -203,7 +252,8 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
     result: RunResult | None = None
     start = time.perf_counter()
     try:
-        returned = caller(ctx=ctx, config=cfg)
+        with _sigterm_as_interrupt():
+            returned = caller(ctx=ctx, config=cfg)
         if not isinstance(returned, RunResult):
             raise TypeError(f"{hook_name} of {slug!r} returned {type(returned).__name__}, "
                             "not icml.RunResult")
@@ -213,6 +263,7 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
             raise TypeError(f"{hook_name} of {slug!r} returned an invalid result: "
                             + "; ".join(problems))
     except BaseException as exc:  # noqa: BLE001 - keep what was written, then report
+        exc = interruption(exc) or exc
         if isinstance(exc, SystemExit):
             error = f"the plugin called sys.exit({exc.code!r})"
         else:
