@@ -253,3 +253,28 @@ def test_mps_without_mps_is_refused_before_the_run(flaky, cli, tmp_path: Path) -
     proc = cli("run", "flaky", "--device", "mps", "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "mps" in _one_line_error(proc)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_run_whose_every_call_failed_is_failed(flaky, cli, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    proc = cli("run", "flaky", "--set", "mode=calls", "--out", str(out))
+    assert proc.returncode == 1
+    assert "every one of the 3 call(s)" in _one_line_error(proc)
+    assert "connection refused" in proc.stderr
+    res = load_result(_run_dir(out))
+    assert res.status == "failed" and res.metrics  # what was measured is still kept
+    proc = cli("run", "flaky", "--set", "mode=calls_some", "--out", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr  # some calls worked: a measurement
+
+
+def test_progress_logs_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import icml.types as T
+
+    monkeypatch.setattr(T, "LOG_EVERY_S", 0.0)
+    ctx = T.RunContext(out_dir=tmp_path, logger=logging.getLogger("icml.test.progress"))
+    with caplog.at_level(logging.INFO, logger="icml.test.progress"):
+        assert list(ctx.progress(range(3), desc="arms")) == [0, 1, 2]
+    lines = [r.getMessage() for r in caplog.records]
+    assert "arms: 1/3 (33%) after 0 s" in lines and lines[-1].startswith("arms done in")

@@ -258,6 +258,8 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
             raise TypeError(f"{hook_name} of {slug!r} returned {type(returned).__name__}, "
                             "not icml.RunResult")
         result = returned
+        if ctx.calls_problem():  # a setup failure is not a measurement of zero
+            raise RuntimeError(ctx.calls_problem())
         problems = result.problems()
         if problems:
             raise TypeError(f"{hook_name} of {slug!r} returned an invalid result: "

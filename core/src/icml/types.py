@@ -94,6 +94,9 @@ class PluginInfo:
         return found
 
 
+#: Seconds between progress lines when stderr is not a terminal (logs, CI).
+LOG_EVERY_S = 5.0
+
 #: The statuses the core writes (a plugin returns "ok", the default).
 STATUSES = ("ok", "failed", "interrupted", "running")
 
@@ -250,6 +253,7 @@ class RunContext:
     on_record: Callable[[RunResult], None] | None = field(default=None, repr=False)
     partial: RunResult = field(default_factory=lambda: RunResult(status="running", partial=True),
                                repr=False)
+    calls: dict[str, Any] = field(default_factory=dict, repr=False)
 
     # -- partial results: what survives a failure or Ctrl-C ---------------------------------
     def record(self, metrics: Mapping[str, float] | None = None, *,
@@ -330,8 +334,16 @@ class RunContext:
 
             yield from track(iterable, total=total, description=desc or "working",
                              transient=True)
-        else:
-            yield from iterable
+        else:  # logs and CI: a line every LOG_EVERY_S seconds instead of a bar
+            last = start
+            for i, item in enumerate(iterable, 1):
+                yield item
+                now = time.perf_counter()
+                if self.show_progress and now - last >= LOG_EVERY_S:
+                    last = now
+                    of = f"/{total} ({100 * i / total:.0f}%)" if total else ""
+                    self.logger.info("%s: %d%s after %.0f s", desc or "working", i, of,
+                                     now - start)
         self.logger.info("%s done in %.1f s", desc or "step", time.perf_counter() - start)
 
     @contextmanager
@@ -343,6 +355,45 @@ class RunContext:
 
             with Console(stderr=True).status(desc):
                 yield
+        elif self.show_progress:  # logs and CI: a heartbeat line every LOG_EVERY_S seconds
+            import threading
+
+            done = threading.Event()
+
+            def beat() -> None:
+                while not done.wait(LOG_EVERY_S):
+                    self.logger.info("%s: still working after %.0f s", desc,
+                                     time.perf_counter() - start)
+
+            thread = threading.Thread(target=beat, name="icml-heartbeat", daemon=True)
+            thread.start()
+            try:
+                yield
+            finally:
+                done.set()
+                thread.join()
         else:
             yield
         self.logger.info("%s done in %.1f s", desc, time.perf_counter() - start)
+
+    # -- calls to outside systems: a run whose every call failed is a failed run -------------
+    def call_ok(self) -> None:
+        """Count one successful call to a model endpoint, agent or tool."""
+        self.calls["ok"] = self.calls.get("ok", 0) + 1
+
+    def call_failed(self, error: str | BaseException) -> None:
+        """Count one failed call (kept as the run's error if no call succeeds). The core marks
+        a run whose calls all failed ``failed``: a setup error (an unreachable endpoint, a
+        missing agent binary) is not a measurement of zero."""
+        self.calls["failed"] = self.calls.get("failed", 0) + 1
+        if "first_error" not in self.calls:
+            text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+            self.calls["first_error"] = text
+
+    def calls_problem(self) -> str:
+        """Why the run cannot count as ok ('' when at least one call worked or none was made)."""
+        failed, ok = self.calls.get("failed", 0), self.calls.get("ok", 0)
+        if failed and not ok:
+            return (f"every one of the {failed} call(s) to the system under test failed; the "
+                    f"first: {self.calls['first_error']}")
+        return ""
