@@ -278,3 +278,25 @@ def test_progress_logs_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch
         assert list(ctx.progress(range(3), desc="arms")) == [0, 1, 2]
     lines = [r.getMessage() for r in caplog.records]
     assert "arms: 1/3 (33%) after 0 s" in lines and lines[-1].startswith("arms done in")
+
+
+def test_offline_kernel_warnings_of_peft_are_quiet() -> None:
+    pytest.importorskip("peft")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", "import icml, peft"], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0 and "kernels-community" not in proc.stderr, proc.stderr
+    assert "publisher trust" not in proc.stderr
+
+
+def test_other_warnings_of_those_loggers_still_show(caplog) -> None:
+    import logging
+
+    from icml import _quiet
+
+    _quiet.install()
+    log = logging.getLogger("kernels._internals.hf_hub")
+    with caplog.at_level(logging.WARNING):
+        log.warning("Skipping publisher trust check because Hugging Face Hub is in offline mode")
+        log.warning("a real problem")
+    assert [r.getMessage() for r in caplog.records] == ["a real problem"]

@@ -21,6 +21,10 @@ from icml.hookspecs import CAPABILITY_HOOKS, hookimpl, hookspec
 from icml.loader import API_VERSION
 from icml.types import Paper, PluginInfo, RunContext, RunResult, Table
 
+from icml import _quiet
+
+_quiet.install()  # two offline-mode warnings of peft's imports that are not failures
+
 __version__ = "0.1.5"
 CAPABILITIES = tuple(CAPABILITY_HOOKS)
 

@@ -1,0 +1,70 @@
+"""Issue 47: every number in a plugin README's tables is rendered from a committed results file,
+every results file is well formed and names the command that made it, and `icml.stats` is the
+only bootstrap in the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from icml import results as R
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+
+# Tables whose command takes far longer than a session here; each entry says what is missing.
+# The list may only shrink: a plugin listed here that passes fails the test (strict xfail).
+PENDING: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
+def test_readme_tables_are_rendered_from_results_files(plugin: Path, request) -> None:
+    if plugin.name in PENDING:
+        request.applymarker(pytest.mark.xfail(reason=PENDING[plugin.name], strict=True))
+    readme = plugin / "README.md"
+    problems = R.readme_problems(readme, plugin / "results")
+    assert not problems, "\n".join(problems) + \
+        f"\nfix: `icml render {plugin.name}` re-renders blocks; put numeric tables in blocks"
+
+
+@pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
+def test_results_files_are_well_formed(plugin: Path) -> None:
+    rdir = plugin / "results"
+    paths = sorted(rdir.glob("*.json"))
+    assert (rdir / "default.json").is_file(), \
+        f"{plugin.name}: no results/default.json (icml run {plugin.name} --save-results ...)"
+    blocks = set(re.findall(r"<!-- results: ([\w.\-/]+)", (plugin / "README.md").read_text()))
+    for path in paths:
+        data = R.load(path)
+        assert data["plugin"] in (plugin.name, None), path
+        cmd = data["command"]
+        assert cmd.startswith(("icml ", "python ", "python3 ", "nox ")), \
+            f"{path}: command {cmd!r} must be runnable from the repository root"
+        if cmd.startswith(("python ", "python3 ")):
+            script = cmd.split()[1]
+            assert (ROOT / script).is_file(), f"{path}: {script} does not exist"
+        assert path.name in blocks, f"{path.name} is not shown in {plugin.name}'s README"
+    assert R.load(rdir / "default.json")["quick"], "the default-run table must be quick"
+
+
+_BOOT_DEF = re.compile(r"def \w*(bootstrap|resampl)\w*\(", re.I)
+_USES_STATS = re.compile(r"from icml(\.stats)? import|import icml\.stats|icml\.stats\.")
+
+
+def _sources() -> list[Path]:
+    out = []
+    for base in (ROOT / "plugins", ROOT / "core" / "src", ROOT / "benchmarks"):
+        out += [p for p in base.rglob("*.py") if "tests" not in p.parts]
+    return [p for p in out if p != ROOT / "core" / "src" / "icml" / "stats.py"]
+
+
+def test_icml_stats_is_the_only_bootstrap() -> None:
+    offenders = []
+    for path in _sources():
+        text = path.read_text(encoding="utf-8")
+        if _BOOT_DEF.search(text) and not (_USES_STATS.search(text) and "stats" in text):
+            offenders.append(str(path.relative_to(ROOT)))
+    assert not offenders, "bootstraps outside icml.stats (call icml.stats instead): " + \
+        ", ".join(offenders)
