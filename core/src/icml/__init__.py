@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from icml import _quiet
 from icml.config import ConfigError, option
 from icml.hookspecs import CAPABILITY_HOOKS, hookimpl, hookspec
 from icml.loader import API_VERSION
 from icml.types import Paper, PluginInfo, RunContext, RunResult, Table
-
-from icml import _quiet
 
 _quiet.install()  # two offline-mode warnings of peft's imports that are not failures
 
