@@ -2,7 +2,11 @@
 clock), framework overhead per model call against bare ``asyncio.gather`` on the same scripted
 model, virtual-clock throughput, and 64 concurrent HTTP requests to a local server.
 
-    OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...]
+    python plugins/tipex/benchmarks/bench.py [--tasks 100] [--parts ...] [--out-results FILE]
+
+``--out-results plugins/tipex/results/NAME.json`` writes every table of the parts run as a
+results file (``icml.results``), its command the command line as typed; columns read off a
+clock are marked ``timing`` (shown, never compared by ``icml reproduce``).
 
 Parts: sweep, overhead, throughput, ceiling (the scripted model's own cost), cap (what caps
 throughput: full run, free model, model alone, loop floor), floor (the goal's budget per model
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 import time
 from dataclasses import replace
@@ -33,16 +38,35 @@ from icml_tipex.sweep import complementarity, configs_of, sweep
 from icml_tipex.synthgaia import SynthGAIA
 from icml_tipex.trace import Trace
 
+from icml import results as R
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput_ab's grid
 
 
-def table(title: str, cols: list[str], rows: list[list]) -> str:
+TABLES: list[dict] = []  # every table printed, for --out-results
+TIMING: dict[str, dict] = {}  # columns read off a clock: shown, never compared on a rerun
+
+
+def table(title: str, cols: list[str], rows: list[list], name: str | None = None,
+          timing: tuple[str, ...] = ()) -> str:
+    """Print a Markdown table and keep it for the results file; ``timing`` names the columns
+    that come from a clock (CPU or wall time, or a ratio or verdict computed from one)."""
     def f(v: object) -> str:
         return f"{v:.3g}" if isinstance(v, float) else str(v)
     out = [f"\n{title}\n", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(f(v) for v in r) + " |" for r in rows]
     text = "\n".join(out)
     print(text, flush=True)
+    # the README's format: floats at 3 significant digits, everything else as printed
+    fmts = {c: ".3g" for j, c in enumerate(cols)
+            if rows and all(isinstance(r[j], float) or not isinstance(r[j], (int, float))
+                            for r in rows) and any(isinstance(r[j], float) for r in rows)}
+    TABLES.append(R.make_table(title, cols, [[v if isinstance(v, (int, float, type(None)))
+                                              else str(v) for v in r] for r in rows],
+                               name=name, formats=fmts))
+    for c in timing:
+        TIMING[c] = {"timing": True, "why": "CPU or wall time of this machine under its load "
+                     "(or a ratio or verdict computed from it): shown, not compared"}
     return text
 
 
@@ -67,7 +91,20 @@ def part_sweep(n_tasks: int, seed: int) -> tuple[str, dict]:
                     ["level", "structure", "N", "accuracy", "latency s", "tokens"],
                     [[r["level"], "bare agent" if r["planner"] == "chain" else
                       f"DAG w={r['width']}", r["n_replicas"], r["accuracy"], r["latency_s"],
-                      r["tokens"]] for r in main]))
+                      r["tokens"]] for r in main], name="sweep"))
+    grid = []  # the README's layout: one cell per N, accuracy / latency s / k tokens
+    for lvl in (1, 2, 3):
+        for key in ["chain"] + [f"w={w}" for w in (1, 2, 4, 8)]:
+            cells = {r["n_replicas"]: f"{r['accuracy']:.2f} / {r['latency_s']:.1f} / "
+                     f"{r['tokens'] / 1000:.1f}" for r in main if r["level"] == lvl and (
+                         r["planner"] == "chain" if key == "chain" else
+                         r["planner"] == "dag" and f"w={r['width']}" == key)}
+            grid.append([lvl, "bare agent (no planner)" if key == "chain" else f"DAG {key}"]
+                        + [cells.get(n) for n in (1, 3, 5, 9)])
+    md.append(table(f"Sweep over N and w (g=4, K=none, plurality, {n_tasks} tasks per level); "
+                    "each cell is accuracy / latency s / k tokens",
+                    ["level", "structure", "N=1", "N=3", "N=5", "N=9"], grid,
+                    name="sweep-grid"))
     comp = []
     for lvl in (1, 2, 3):
         for n, w in ((3, 4), (9, 8)):
@@ -76,13 +113,15 @@ def part_sweep(n_tasks: int, seed: int) -> tuple[str, dict]:
                          c["interaction"], c["speedup"], c["token_ratio"]])
     md.append(table("Complementarity (gains over the bare agent, N=1 chain)",
                     ["level", "N", "w", "bare acc", "gain RP", "gain SP", "gain both",
-                     "interaction", "speed-up", "token ratio"], comp))
+                     "interaction", "speed-up", "token ratio"], comp,
+                    name="complementarity"))
     gr = [r for r in rows if r["n_replicas"] == 5 and r["width"] == 8
           and r["max_inflight"] is None]
     md.append(table("Granularity g at N=5, w=8, K=none",
                     ["level", "g", "accuracy", "latency s", "tokens"],
                     [[r["level"], r["granularity"], r["accuracy"], r["latency_s"], r["tokens"]]
-                     for r in sorted(gr, key=lambda r: (r["level"], r["granularity"]))]))
+                     for r in sorted(gr, key=lambda r: (r["level"], r["granularity"]))],
+                    name="granularity"))
     kr = [r for r in rows if r["width"] == 8 and r["granularity"] == 8 and r["planner"] == "dag"
           and r["n_replicas"] in (5, 9)]
     md.append(table("In-flight limit K at w=8, g=8 (over-aggressive N meets a finite K)",
@@ -90,7 +129,7 @@ def part_sweep(n_tasks: int, seed: int) -> tuple[str, dict]:
                     [[r["level"], r["n_replicas"], r["max_inflight"] or "none", r["accuracy"],
                       r["latency_s"], r["tokens"]] for r in sorted(
                           kr, key=lambda r: (r["level"], r["n_replicas"],
-                                             r["max_inflight"] or 10**9))]))
+                                             r["max_inflight"] or 10**9))], name="finite-k"))
     best = []
     for lvl in (1, 2, 3):
         lv = [r for r in rows if r["level"] == lvl]
@@ -100,7 +139,7 @@ def part_sweep(n_tasks: int, seed: int) -> tuple[str, dict]:
                      top["tokens"]])
     md.append(table("Most accurate config per level (ties: fewer tokens)",
                     ["level", "planner", "N", "w", "g", "K", "accuracy", "latency s", "tokens"],
-                    best))
+                    best, name="best"))
     print(f"sweep: {len(cfgs)} configs x 3 levels x {n_tasks} tasks in {cpu:.1f} CPU s")
     return "\n".join(md), {"rows": rows, "cpu_s": cpu, "main": main}
 
@@ -149,7 +188,8 @@ def part_overhead(n_tasks: int, seed: int, repeats: int = 3) -> tuple[str, dict]
     md = table(f"Framework overhead per model call (scripted model, zero latency, wall clock, "
                f"{n_tasks} tasks x 4 replicas, CPU time of one process, best of {repeats})",
                ["level", "arm", "model calls", "us per call", "overhead us per call",
-                "ratio to bare"], rows)
+                "ratio to bare"], rows, name="overhead",
+               timing=("us per call", "overhead us per call", "ratio to bare"))
     return md, res
 
 
@@ -209,7 +249,9 @@ def part_throughput(n_tasks: int, seed: int, engines: tuple[str, ...] = ("sim", 
     if len(engines) > 1:
         cols.append("same results")
     md = table(f"Virtual-clock throughput, {n_tasks} tasks per row, one process (one core), "
-               f"engines {', '.join(engines)}, best of {rounds} (alternating)", cols, rows)
+               f"engines {', '.join(engines)}, best of {rounds} (alternating)", cols, rows,
+               name="throughput", timing=tuple(c for c in cols if "CPU" in c or "/" in c
+                                                or "1,000" in c))
     return md, res
 
 
@@ -254,7 +296,8 @@ def part_ceiling(n_tasks: int, seed: int) -> tuple[str, dict]:
     md = table(f"The scripted model alone (replies replayed without runner, loop or tools), "
                f"{n_tasks} tasks per row, one core, best of 2",
                ["level", "structure", "N", "w", "g", "K", "model calls per task",
-                "model CPU us per call", "ceiling tasks per CPU s"], rows)
+                "model CPU us per call", "ceiling tasks per CPU s"], rows,
+               name="ceiling", timing=("model CPU us per call", "ceiling tasks per CPU s"))
     return md, res
 
 
@@ -385,7 +428,9 @@ def part_cap(n_tasks: int, seed: int, rounds: int = 2) -> tuple[str, dict]:
                ["level", "structure", "N", "w", "g", "K", "model calls per task",
                 "timers fired per task", "full run", "free model (replies replayed)",
                 "model alone", "loop floor", "full us per call", "model us per call",
-                "same results"], rows)
+                "same results"], rows, name="cap",
+               timing=("full run", "free model (replies replayed)", "model alone", "loop floor",
+                       "full us per call", "model us per call"))
     res["sleep_cycle_us"] = 1e6 * c_sleep
     return md, res
 
@@ -633,7 +678,13 @@ def part_floor(n_tasks: int, seed: int, rounds: int = 2, profile_tasks: int = 10
                 "best conceivable tasks per CPU s (model alone + ideal engine)",
                 "real logic, no scheduling: us per call", "real logic, no scheduling: tasks "
                 "per CPU s", "Python calls per model call", "builtin calls per model call",
-                "goal", "same results"], rows)
+                "goal", "same results"], rows, name="floor",
+               timing=("full run us per call", "full run tasks per CPU s",
+                       "full run, rng=counter: tasks per CPU s", "model alone us per call",
+                       "of which MT seeding us", "ideal engine us per call",
+                       "best conceivable tasks per CPU s (model alone + ideal engine)",
+                       "real logic, no scheduling: us per call",
+                       "real logic, no scheduling: tasks per CPU s", "goal"))
     return md, res
 
 
@@ -671,7 +722,11 @@ def part_http(seed: int) -> tuple[str, dict]:
                "ignore_eos)",
                ["run", "requests", "completed", "cancelled by disconnect", "max in flight",
                 "K", "tokens generated", "tokens if none cancelled", "wall s", "decided by"],
-               rows)
+               rows, name="http",
+               # a real server on the wall clock: how many requests are cancelled (and so
+               # how many tokens are generated) depends on when the quorum lands
+               timing=("cancelled by disconnect", "max in flight", "tokens generated",
+                       "wall s", "decided by"))
     return md, res
 
 
@@ -714,7 +769,8 @@ def part_batch(seed: int, n_requests: int = 16, max_tokens: int = 32) -> tuple[s
     md = table(f"Batched greedy generation: {n_requests} concurrent worker prompts, "
                f"{max_tokens} new tokens each (ignore_eos), best of 2, wall clock",
                ["model", "batch_size", "generate calls", "wall s", "tokens per s",
-                "speed-up vs batch_size=1", "same texts as batch_size=1"], rows)
+                "speed-up vs batch_size=1", "same texts as batch_size=1"], rows,
+               name="batch", timing=("wall s", "tokens per s", "speed-up vs batch_size=1"))
     return md, res
 
 
@@ -729,10 +785,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="throughput: best of this many")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
+    ap.add_argument("--out-results", default="",
+                    help="write the tables as a results file (plugins/tipex/results/NAME.json)")
     a = ap.parse_args()
-    import torch
-
-    torch.set_num_threads(1)
+    clock = R.Clock()
+    threads = R.apply_threads(1)  # ICML_THREADS when set (icml reproduce --threads)
     md, res = [], {}
     for part in a.parts.split(","):
         if part == "sweep":
@@ -766,6 +823,14 @@ def main() -> None:
                              "TIPEX on SynthGAIA (g=4, K=none, 100 tasks per level)")
         Path(a.out, "bench.md").write_text("\n".join(md) + "\n")
         Path(a.out, "bench.json").write_text(json.dumps(res, indent=1, default=str))
+    if a.out_results:
+        R.write(a.out_results, TABLES, plugin="tipex", seeds=[a.seed], clock=clock,
+                threads=threads,
+                # the parts that run in well under 90 s on 2 cores join `icml reproduce --quick`
+                quick=set(a.parts.split(",")) <= {"overhead", "http"},
+                command=" ".join(["python", "plugins/tipex/benchmarks/bench.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]),
+                tolerance=TIMING or None)
 
 
 if __name__ == "__main__":
