@@ -30,11 +30,42 @@ def test_scaffolded_plugin_installs_and_passes_its_tests(tmp_path: Path, cli) ->
                             "--rootdir", str(root), str(root / "tests")],
                            capture_output=True, text=True, timeout=300, env=env, cwd=root)
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "11 passed" in tests.stdout
+    # the conformance kit in full (config is the API, shape checks on) plus the method's tests
+    assert "18 passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout
+    rerun = tmp_path / "rerun.json"
     run = subprocess.run([sys.executable, "-m", "icml.cli", "run", "demo-method", "--out",
-                          str(tmp_path / "runs")], capture_output=True, text=True, env=env,
-                         timeout=300)
+                          str(tmp_path / "runs"), "--save-results", str(rerun)],
+                         capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
+    # the evidence the template ships is what its default job gives, and the README shows it
+    from icml import results
+
+    shipped = results.load(root / "results" / "default.json")
+    assert shipped["plugin"] == "demo-method" and "demo-method" in shipped["command"]
+    assert results.compare(shipped, results.load(rerun), raw=True) == []
+    assert results.readme_problems(root / "README.md") == []
+
+
+def test_template_has_the_one_plugin_shape(tmp_path: Path) -> None:
+    from icml.testing.shape import (
+        changelog_problems,
+        citation_problems,
+        plugin_shape_problems,
+        readme_shape_problems,
+    )
+
+    root = scaffold("shape-demo", tmp_path, title="Shape demo")
+    pkg = root / "src" / "icml_shape_demo"
+    for rel in ("plugin.py", "job.py", "config.py", "method.py", "__init__.py"):
+        assert (pkg / rel).is_file(), rel
+    for rel in ("CHANGELOG.md", "CITATION.cff", "results/default.json",
+                "tests/test_conformance.py", "README.md"):
+        assert (root / rel).is_file(), rel
+    assert readme_shape_problems(root) == []
+    assert changelog_problems(root) == []
+    assert citation_problems(root) == []
+    assert plugin_shape_problems(root) == []
+    assert not list(root.rglob("*.tmpl")) and "{{" not in (root / "README.md").read_text()
 
 
 def test_rendered_python_is_ruff_clean(tmp_path: Path) -> None:

@@ -1,7 +1,11 @@
 """`icml new`: render the plugin template shipped inside icml-core.
 
 The template lives in ``icml/_template`` with ``.tmpl`` suffixes, so linters, test collectors and
-plugin discovery never see it as code.
+plugin discovery never see it as code. It teaches the one plugin shape (issue 48): ``config.py``
+(the method's settings are what the method takes), ``method.py`` (components), ``job.py``
+(typed default jobs), a thin ``plugin.py``, a README with the required sections in order, its
+benchmark table rendered from ``results/default.json``, ``CHANGELOG.md``, ``CITATION.cff`` and a
+conformance test with ``shape_checks`` and ``api`` on.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ def scaffold(slug: str, parent: str | Path = ".", *, title: str = "") -> Path:
     except OSError as exc:
         raise ScaffoldError(f"--dir {str(parent)!r}: cannot write {exc.filename or dest}: "
                             f"{exc.strerror or exc}; pass a writable folder") from None
+    from icml.results import render_readme
+
+    render_readme(dest / "README.md")  # the benchmark table, from results/default.json
     return dest
 
 
