@@ -166,6 +166,20 @@ def test_api_faults_are_named() -> None:
     assert "adds settings ['budget']" in api_problems(JobConfig, "press", Extra)[0]
 
 
+def test_runtime_arguments_are_not_settings() -> None:
+    @dataclass
+    class RatioPress(PressConfig):  # kvpress: CapPress(compression_ratio, tau=5.0)
+        compression_ratio: float = 0.0
+
+    assert api_problems(JobConfig, "press", RatioPress, runtime={"compression_ratio": 0.5}) == []
+
+    class Strategy2:
+        def __init__(self, config: PressConfig, model: object) -> None:
+            self.config, self.model = config, model
+
+    assert api_problems(JobConfig, "press", Strategy2, runtime={"model": object()}) == []
+
+
 def test_api_that_rewrites_a_value_is_caught() -> None:
     @dataclass
     class Rewriting(PressConfig):

@@ -241,7 +241,7 @@ def resolve(target: str) -> Any:
     return _get(importlib.import_module(mod), attr)
 
 
-def _handoff(api_cls: type, cfg: Any) -> tuple[Any, str]:
+def _handoff(api_cls: type, cfg: Any, runtime: dict[str, Any]) -> tuple[Any, str]:
     """The API object built from the config section ``cfg`` and the path inside it at which
     the section's keys must be found ("" = on the object itself)."""
     if isinstance(cfg, api_cls):
@@ -249,10 +249,10 @@ def _handoff(api_cls: type, cfg: Any) -> tuple[Any, str]:
     section = type(cfg)
     if isinstance(api_cls, type) and issubclass(api_cls, section):
         if hasattr(api_cls, "from_config"):
-            return api_cls.from_config(cfg), ""
+            return api_cls.from_config(cfg, **runtime), ""
         kwargs = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.init}
-        return api_cls(**kwargs), ""
-    obj = api_cls(cfg)
+        return api_cls(**kwargs, **runtime), ""
+    obj = api_cls(cfg, **runtime)
     for name, value in (vars(obj) if hasattr(obj, "__dict__") else {}).items():
         if value is cfg:
             return obj, name
@@ -264,17 +264,23 @@ def _handoff(api_cls: type, cfg: Any) -> tuple[Any, str]:
         f"given: store it (self.config = config) and read settings from it, not from copies")
 
 
-def _sole_config_arg(api_cls: Any, section: type) -> str | None:
+def _sole_config_arg(api_cls: Any, section: type, runtime: dict[str, Any]) -> str | None:
     """Why ``api_cls`` cannot take ``section`` as its only required argument (None if it can)."""
     try:
         sig = inspect.signature(api_cls)
     except (TypeError, ValueError):
         return f"{api_cls!r} has no inspectable signature"
     required = [p for p in sig.parameters.values() if p.default is p.empty
-                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in runtime]
+    label = getattr(api_cls, "__name__", api_cls)
+    if not required:
+        return (f"{label} must be {section.__name__}, subclass it, or take a "
+                f"{section.__name__} as its only required argument; it takes its settings as "
+                f"keyword arguments of its own (a second copy of {section.__name__}'s fields "
+                f"and defaults): make it subclass {section.__name__}")
     if len(required) != 1:
-        return (f"{getattr(api_cls, '__name__', api_cls)} must be {section.__name__}, subclass "
-                f"it, or take a {section.__name__} as its only required argument; it requires "
+        return (f"{label} must be {section.__name__}, subclass it, or take a "
+                f"{section.__name__} as its only required argument; it requires "
                 f"{[p.name for p in required]}")
     ann = required[0].annotation
     try:
@@ -289,14 +295,19 @@ def _sole_config_arg(api_cls: Any, section: type) -> str | None:
     return None
 
 
-def api_problems(schema: type, path: str, api: Any,
-                 given: dict[str, Any] | None = None) -> list[str]:
+def api_problems(schema: type, path: str, api: Any, given: dict[str, Any] | None = None,
+                 runtime: dict[str, Any] | None = None) -> list[str]:
     """Check that the config section at ``path`` (``""`` = the whole config) of ``schema`` is
     what ``api`` takes: ``api`` is the section's class, subclasses it (without re-declaring its
     defaults or adding settings no key reaches), or takes the section object as its only
     required argument and keeps it. Then, for every leaf key under ``path``, ``--set`` it to a
     non-default value, hand the built section to ``api`` and read the value back at the same
-    path of the API object: it must be there, equal and of the same type."""
+    path of the API object: it must be there, equal and of the same type.
+
+    ``runtime`` holds the API's arguments that are not settings (a compression ratio a table
+    sweeps, a model): passed to every construction and exempt from the "adds settings"
+    check."""
+    runtime = dict(runtime or {})
     api_cls = resolve(api) if isinstance(api, str) else api
     section = _get(build_config(schema, {}), path) if path else build_config(schema, {})
     sec_cls = type(section)
@@ -313,13 +324,13 @@ def api_problems(schema: type, path: str, api: Any,
                     out.append(f"{label}.{f.name} re-declares the default "
                                f"({_default(g)!r} vs {_default(f)!r} in {sec_cls.__name__}): "
                                f"delete it from {label}")
-            added = sorted(n for n in theirs if n not in {f.name for f in
+            added = sorted(n for n in theirs if n not in runtime and n not in {f.name for f in
                                                            dataclasses.fields(sec_cls)})
             if added and not hasattr(api_cls, "from_config"):
                 out.append(f"{label} adds settings {added} that no --set key reaches: move them "
                            f"into {sec_cls.__name__} or make them field(init=False)")
     elif not isinstance(section, api_cls if isinstance(api_cls, type) else ()):
-        why = _sole_config_arg(api_cls, sec_cls)
+        why = _sole_config_arg(api_cls, sec_cls, runtime)
         if why:
             return [why]
     prefix = f"{path}." if path else ""
@@ -334,7 +345,7 @@ def api_problems(schema: type, path: str, api: Any,
         rel = leaf.key[len(prefix):]
         want = _get(sub, rel)
         try:
-            obj, inner = _handoff(api_cls, sub)
+            obj, inner = _handoff(api_cls, sub, runtime)
             got = _get(obj, f"{inner}.{rel}" if inner else rel)
         except AssertionError as exc:
             return [*out, str(exc)]

@@ -112,7 +112,9 @@ class PluginConformance:
     config class, subclass it, or take the section object as its only required argument (and
     keep it). ``test_set_keys_reach_the_api`` then sets every key under the path to a
     non-default value with ``build_config`` and reads it back, unchanged, from the API object.
-    ``probe_values`` gives a valid non-default value for keys the kit cannot guess (a model
+    ``api_runtime`` gives, per ``api`` key, the API's arguments that are not settings (a swept
+    ``compression_ratio``): ``{"press": {"compression_ratio": 0.5}}``. ``probe_values`` gives a
+    valid non-default value for keys the kit cannot guess (a model
     name, a list of known names): ``{"objectives": ["logp"]}``.
 
     ``shape_checks = True`` turns on the plugin-shape tests (README sections, CHANGELOG.md,
@@ -124,6 +126,7 @@ class PluginConformance:
     smoke: ClassVar[dict[str, dict[str, Any]]] = {}
     smoke_device: ClassVar[str] = "cpu"
     api: ClassVar[dict[str, str]] = {}
+    api_runtime: ClassVar[dict[str, dict[str, Any]]] = {}
     probe_values: ClassVar[dict[str, Any]] = {}
     shape_checks: ClassVar[bool] = False
     plugin_root: ClassVar[str | Path | None] = None
@@ -152,8 +155,8 @@ class PluginConformance:
 
         return find_plugin_root(Path(sys.modules[cls.__module__].__file__ or "."))
 
-    def _api_targets(self) -> list[tuple[str, type, str, str]]:
-        """``(capability, schema, path, target)`` for every ``api`` entry."""
+    def _api_targets(self) -> list[tuple[str, type, str, str, dict[str, Any]]]:
+        """``(capability, schema, path, target, runtime)`` for every ``api`` entry."""
         configs = self._record().info.configs
         out = []
         for key, target in self.api.items():
@@ -161,7 +164,9 @@ class PluginConformance:
             caps = [cap] if sep else list(configs)
             path = path if sep else key
             assert not sep or cap in configs, f"api key {key!r}: {cap!r} is not a capability"
-            hits = [(c, configs[c], path, target) for c in caps if _has_path(configs[c], path)]
+            runtime = self.api_runtime.get(key, {})
+            hits = [(c, configs[c], path, target, runtime) for c in caps
+                    if _has_path(configs[c], path)]
             assert hits, (f"api key {key!r}: no capability config has a section {path!r} "
                           f"(capabilities: {', '.join(configs)})")
             out += hits
@@ -348,9 +353,9 @@ class PluginConformance:
         from icml.testing.configs import api_problems
 
         problems = []
-        for cap, schema, path, target in self._api_targets():
+        for cap, schema, path, target, runtime in self._api_targets():
             problems += [f"{cap}: {p}" for p in api_problems(schema, path, target,
-                                                             self.probe_values)]
+                                                             self.probe_values, runtime)]
         assert not problems, "\n".join(problems)
 
     def test_lazy_exports_resolve(self) -> None:
