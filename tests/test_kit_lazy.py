@@ -90,3 +90,17 @@ def test_kit_modules_are_light() -> None:
 
     for module in ("icml.lazy", "icml.training"):
         assert_light_import(module)
+
+
+def test_host_never_imports_the_kit() -> None:
+    """The host (loader, cli, runner, config, types) runs without the kit: importing it loads
+    none of icml.testing, icml.training, icml.lazy (nor pytest)."""
+    import subprocess
+
+    code = ("import sys, icml, icml.loader, icml.cli, icml.runner, icml.config, icml.types; "
+            "print(sorted(m for m in sys.modules if m.startswith(('icml.testing', "
+            "'icml.training', 'icml.lazy', 'pytest', '_pytest'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
