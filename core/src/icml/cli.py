@@ -336,6 +336,71 @@ def reproduce(
 
 
 @app.command()
+def sweep(
+    slug: Annotated[str, typer.Argument(help="The plugin's slug (see `icml list`).")],
+    capability: CapabilityArg = None,
+    grid: Annotated[list[str], typer.Option(
+        "--grid", "-g", help="A config key and its values: key=v1,v2 (repeatable; the sweep "
+        "is the cartesian product).")] = [],  # noqa: B006
+    seeds: Annotated[str, typer.Option(help="Seeds: 0-4, or 0,1,5.")] = "0",
+    out: Annotated[Path, typer.Option("--out", "-o", help="The sweep's folder (rerun the "
+                                      "same command to resume).")] = Path("sweeps"),
+    set_: Annotated[list[str], typer.Option(
+        "--set", "-s", help="Override one config key in every cell: key=value.")
+    ] = [],  # noqa: B006
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", "-c", help="TOML file with config keys.")] = None,
+    backend: Annotated[str, typer.Option(help="local (a process pool) or ray.")] = "local",
+    workers: Annotated[Optional[int], typer.Option(
+        help="Cells at a time (default: the core count; ray: the cluster's CPUs / threads)."
+    )] = None,
+    threads: Annotated[Optional[int], typer.Option(
+        help="Torch threads per cell (default: max(1, cores // workers)).")] = None,
+    address: Annotated[Optional[str], typer.Option(
+        help="Ray cluster to join (ray://host:10001 or host:6379; default: RAY_ADDRESS, "
+             "else a local Ray).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16, float64")] = "float32",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No line per cell.")] = False,
+) -> None:
+    """Run a plugin over a grid of config values and seeds (each cell one `icml run`), then
+    aggregate with bootstrap CIs into sweep.json and report.md. Resumable; exit 1 if a cell
+    failed."""
+    import shlex
+
+    from icml.config import ConfigError
+    from icml.loader import PluginLoadError, UnknownPluginError
+    from icml.sweep import SweepInterrupted
+    from icml.sweep import sweep as do_sweep
+
+    def progress(cell, done: int, total: int) -> None:  # noqa: ANN001
+        if quiet:
+            return
+        took = f" in {cell.wall_s:.1f} s" if cell.wall_s is not None and not cell.reused else ""
+        why = f": {cell.error}" if cell.error and cell.status != "ok" else ""
+        typer.echo(f"[{done}/{total}] {cell.name}: {cell.status}"
+                   + (" (already finished)" if cell.reused else took) + why, err=True)
+
+    try:
+        result = do_sweep(slug, capability, grid=grid, seeds=seeds, out=out, backend=backend,
+                          workers=workers, threads=threads, device=device, dtype=dtype,
+                          overrides=set_, config_file=config, address=address,
+                          modules=list(_state["modules"]), on_cell=progress)  # type: ignore
+    except (ConfigError, UnknownPluginError) as exc:
+        raise _fail(str(exc), 2) from None
+    except PluginLoadError as exc:
+        raise _fail(str(exc), 1) from None
+    except SweepInterrupted as exc:
+        raise _fail(f"{exc}: icml {shlex.join(sys.argv[1:])}", 130) from None
+    con = _console()
+    con.print(result.report.read_text(encoding="utf-8"), markup=False)
+    bad = [c for c in result.cells if c.status != "ok"]
+    con.print(f"{len(result.cells) - len(bad)} of {len(result.cells)} cells ok -> "
+              f"{result.path}, {result.report}", markup=False)
+    raise typer.Exit(1 if bad else 0)
+
+
+@app.command()
 def render(
     slug: Annotated[str, typer.Argument(help="The plugin's slug.")],
     check: Annotated[bool, typer.Option("--check", help="Only report; exit 1 if any README "
