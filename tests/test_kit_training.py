@@ -159,6 +159,8 @@ def test_settings_are_a_config_and_reject_bad_values() -> None:
         build_config(TrainSettings, {}, ["betas=[0.9]"])
     with pytest.raises(ConfigError, match="one-cycle"):
         build_config(TrainSettings, {}, ["schedule=one-cycle"])
+    with pytest.raises(ConfigError, match="must span more than one step"):
+        build_config(TrainSettings, {}, ["schedule=one-cycle", "warmup=0.1", "steps=10"])
     with pytest.raises(ConfigError, match="'schedule'"):
         build_config(TrainSettings, {}, ["schedule=cosin"])
 
@@ -187,3 +189,45 @@ def test_device_and_dtype_are_settings() -> None:
         model = _tiny_llama()
         train_lm(model, _counting_data(torch, n=8), TrainSettings(steps=2, device="cuda"))
         assert next(model.parameters()).device.type == "cuda"
+
+
+@pytest.mark.parametrize("schedule", ["one-cycle", "constant"])
+def test_reproduces_the_hand_written_plugin_loops_bit_for_bit(schedule: str) -> None:
+    """capkv's train_tiny_lm (AdamW wd 0.01, OneCycleLR pct 0.1, clip 1) and cage's chain_sft
+    (AdamW defaults, clip 1, no schedule) give the same losses and weights through train_lm,
+    so a plugin adopting it keeps its numbers."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from icml.training import train_lm
+
+    data = _counting_data(torch)
+    steps, lr = 20, 5e-3
+
+    def next_batch(step: int):
+        rows = data[(step * 4) % 64:(step * 4) % 64 + 4]
+        return rows, rows
+
+    ref = _tiny_llama()
+    opt = torch.optim.AdamW(ref.parameters(), lr=lr, weight_decay=0.01)
+    sched = (torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps,
+                                                 pct_start=0.1)
+             if schedule == "one-cycle" else None)
+    ref.train()
+    ref_losses = []
+    for step in range(steps):
+        ids, labels = next_batch(step)
+        out = ref(input_ids=ids, labels=labels)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+        opt.step()
+        if sched is not None:
+            sched.step()
+        ref_losses.append(float(out.loss.detach()))
+
+    ours = _tiny_llama()
+    log = train_lm(ours, next_batch, TrainSettings(
+        steps=steps, lr=lr, schedule=schedule, warmup=0.1 if schedule == "one-cycle" else 0))
+    assert log.losses == ref_losses
+    sr, so = _state(ref), _state(ours)
+    assert all(torch.equal(sr[k], so[k]) for k in sr)

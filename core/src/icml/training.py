@@ -76,9 +76,12 @@ class TrainSettings:
         if self.schedule == "one-cycle" and self.warmup <= 0:
             raise ValueError("schedule 'one-cycle' needs warmup > 0 (its rising phase), "
                              "e.g. warmup=0.1")
-        if self.schedule == "one-cycle" and self.warmup >= 1 and self.warmup >= self.steps > 0:
-            raise ValueError(f"warmup {self.warmup:g} steps is not shorter than steps "
-                             f"{self.steps}")
+        if self.schedule == "one-cycle" and self.steps > 0:
+            rise = self.warmup * self.steps if self.warmup < 1 else self.warmup
+            if not 1 < rise < self.steps - 1:  # torch's OneCycleLR divides by rise - 1
+                raise ValueError(f"one-cycle with steps={self.steps}, warmup={self.warmup:g}: "
+                                 f"the warm-up must span more than one step and end before "
+                                 f"the last (it spans {rise:g})")
 
 
 @dataclass
