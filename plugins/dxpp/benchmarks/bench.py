@@ -2,6 +2,7 @@
 
     python plugins/dxpp/benchmarks/bench.py                    # our arms only
     python plugins/dxpp/benchmarks/bench.py --peers /tmp/dxpp-peers   # + qpth, cvxpylayers
+    ... --out-results plugins/dxpp/results/bench.json   # also write the tables (icml.results)
 
 qpth and cvxpylayers are never dependencies of the plugin: installing them into the shared
 environment downgrades numpy/cvxpy. Install them beside it, without dependencies, and pass the
@@ -27,8 +28,11 @@ import sys
 import time
 from typing import Any
 
+import _results
 import numpy as np
 import scipy.sparse as sp
+
+from icml import results
 
 
 def _ints(s: str) -> list[int]:
@@ -235,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--numpy-backward", action="store_true",
                     help="0.1.0's protocol: our backwards as bare NumPy on one shared forward "
                          "(default: every arm through torch with its own forward)")
+    _results.add_option(ap)
     args = ap.parse_args(argv)
+    clock = results.Clock()
     if args.peers:
         sys.path.insert(0, args.peers)
     from icml_dxpp.problems import chain_projection, random_qp, simplex_projection
@@ -247,15 +253,17 @@ def main(argv: list[str] | None = None) -> int:
             __import__(mod)
             peers[name] = fn
         except ImportError as exc:
+            if args.peers:  # asked for: a table without the peer would be a different table
+                print(f"error: {name} not importable from --peers {args.peers}: {exc}",
+                      file=sys.stderr)
+                return 2
             print(f"# {name} not available ({exc}); pass --peers DIR", file=sys.stderr)
+    threads = results.apply_threads(max(args.blas_threads, 1))  # ICML_THREADS wins
     limit = contextlib.nullcontext()
     if args.blas_threads > 0:
         from threadpoolctl import threadpool_limits
 
-        limit = threadpool_limits(limits=args.blas_threads, user_api="blas")
-    import torch
-
-    torch.set_num_threads(max(args.blas_threads, 1))
+        limit = threadpool_limits(limits=threads, user_api="blas")
     jobs = ([("random", n, lambda n=n: random_qp(n, seed=args.seed).problem)
              for n in args.random_sizes] +
             [("simplex", n, lambda n=n: simplex_projection(n, seed=args.seed))
@@ -265,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| family | size | n | m | p | arm | fwd ms | bwd ms | total ms | bwd / dXPP | "
           "total / dXPP | grad err |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    main_rows: list[list[Any]] = []
+    port_rows: list[list[Any]] = []
     with limit:
         for family, size, make in jobs:
             prob = make()
@@ -287,12 +297,17 @@ def main(argv: list[str] | None = None) -> int:
                 head = f"| {family} | {size} | {prob.n} | {prob.m} | {prob.p} | {name} |"
                 if "skip" in r:
                     print(f"{head} – | – | – | – | – | {r['skip']} |")
+                    main_rows.append([family, size, prob.n, prob.m, prob.p, name,
+                                      None, None, None, None, None, r["skip"]])
                     continue
                 tot, btot = r["fwd"] + r["bwd"], base["fwd"] + base["bwd"]
                 err = _err(r["grads"], ref) if name != "KKT-reduced" else 0.0
                 print(f"{head} {1e3 * r['fwd']:.2f} | {1e3 * r['bwd']:.2f} | {1e3 * tot:.2f} | "
                       f"{r['bwd'] / base['bwd']:.2f} | {tot / btot:.2f} | {err:.2e} |",
                       flush=True)
+                main_rows.append([family, size, prob.n, prob.m, prob.p, name, 1e3 * r["fwd"],
+                                  1e3 * r["bwd"], 1e3 * tot, r["bwd"] / base["bwd"],
+                                  tot / btot, err])
         if args.portfolio_steps:
             from icml_dxpp.benchmark import portfolio_training
 
@@ -307,8 +322,26 @@ def main(argv: list[str] | None = None) -> int:
                 dt = (time.perf_counter() - t) / args.portfolio_steps
                 c = curves[method]
                 print(f"| {method} gradients | {c[0]:.5f} | {c[-1]:.5f} | {dt:.3f} |")
+                port_rows.append([f"{method} gradients", c[0], c[-1], dt])
             gap = max(abs(a - b) for a, b in zip(curves["dxpp"], curves["kkt"], strict=True))
             print(f"\nmax |loss_dXPP - loss_KKT| over {args.portfolio_steps} steps: {gap:.2e}")
+            for row in port_rows:
+                row.insert(3, gap)
+    if args.out_results:
+        ms = ("fwd ms", "bwd ms", "total ms", "bwd / dXPP", "total / dXPP")
+        tables = [results.make_table(
+            "dXPP vs KKT backwards and peers: time and gradient error vs reduced KKT",
+            ["family", "size", "n", "m", "p", "arm", *ms, "grad err"], main_rows, name="main",
+            formats={**dict.fromkeys(ms, ".2f"), "grad err": ".2e"})]
+        if port_rows:
+            tables.append(results.make_table(
+                f"portfolio (T=5, k=10, n=50, batch 8), {args.portfolio_steps} Adam steps",
+                ["arm", "initial loss", "final loss",
+                 "max abs loss gap dXPP vs KKT", "s / step"], port_rows, name="portfolio",
+                formats={"initial loss": ".5f", "final loss": ".5f",
+                         "max abs loss gap dXPP vs KKT": ".2e", "s / step": ".3f"}))
+        _results.write(args.out_results, __file__, tables, clock=clock, threads=threads,
+                       seeds=[args.seed], tolerance=_results.timing(*ms, "s / step"))
     return 0
 
 

@@ -17,7 +17,10 @@ import os
 import sys
 import time
 
+import _results
 import numpy as np
+
+from icml import results
 
 
 def _time(fn, repeats):
@@ -34,7 +37,7 @@ def _time(fn, repeats):
     return best_f, best_b, out
 
 
-def run_size(n: int, repeats: int, CvxpyLayer) -> None:
+def run_size(n: int, repeats: int, CvxpyLayer, out: list) -> None:
     """One table block: the tensor API, the cvxpy layer (and cvxpylayers) on random_qp(n)."""
     import cvxpy as cp
     import torch
@@ -87,6 +90,8 @@ def run_size(n: int, repeats: int, CvxpyLayer) -> None:
         err = np.sqrt(sum(np.sum((a - r) ** 2) for a, r in zip(gr, ref, strict=True)))
         print(f"| {n} | {name} | {build_s} | {f * 1e3:.2f} | {b * 1e3:.2f} | "
               f"{(f + b) * 1e3:.2f} | {(f + b) / base:.2f} | {err / nref:.2e} |")
+        out.append([n, name, float(build_s) if build_s else None, f * 1e3, b * 1e3,
+                    (f + b) * 1e3, (f + b) / base, err / nref])
 
 
 def main() -> int:
@@ -94,23 +99,37 @@ def main() -> int:
     ap.add_argument("--sizes", default="20,100,300")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--peers", default="")
+    _results.add_option(ap)
     args = ap.parse_args()
+    clock = results.Clock()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.peers:
         sys.path.insert(0, args.peers)
-    import torch
     from threadpoolctl import threadpool_limits
 
-    torch.set_num_threads(1)
+    threads = results.apply_threads(1)
     try:
         from cvxpylayers.torch import CvxpyLayer
-    except ImportError:
+    except ImportError as exc:
+        if args.peers:
+            print(f"error: cvxpylayers not importable from --peers {args.peers}: {exc}",
+                  file=sys.stderr)
+            return 2
         CvxpyLayer = None
+    rows: list[list[object]] = []
     print("| n | arm | build s | fwd ms | bwd ms | total ms | total / tensor API | grad err |")
     print("|---|---|---|---|---|---|---|---|")
-    with threadpool_limits(1):
+    with threadpool_limits(threads):
         for n in (int(s) for s in args.sizes.split(",")):
-            run_size(n, args.repeats, CvxpyLayer)
+            run_size(n, args.repeats, CvxpyLayer, rows)
+    if args.out_results:
+        ms = ("build s", "fwd ms", "bwd ms", "total ms", "total / tensor API")
+        table = results.make_table(
+            "the same QP through the tensor API, CvxpyQPLayer and cvxpylayers",
+            ["n", "arm", *ms, "grad err"], rows, name="cvxpy-layer",
+            formats={**dict.fromkeys(ms, ".2f"), "grad err": ".2e"})
+        _results.write(args.out_results, __file__, [table], clock=clock, threads=threads,
+                       tolerance=_results.timing(*ms))
     return 0
 
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+import _results
 import numpy as np
+
+from icml import results
 
 
 def problems(cp):
@@ -49,7 +52,11 @@ def problems(cp):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--peers", default="")
+    _results.add_option(ap)
     args = ap.parse_args()
+    clock = results.Clock()
+    threads = results.apply_threads(1)
+    rows: list[list[object]] = []
     if args.peers:
         sys.path.insert(0, args.peers)
     import cvxpy as cp
@@ -74,6 +81,14 @@ def main() -> int:
         errs = [np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
                 for a, b in zip(res["ours"][1], res["peer"][1], strict=True)]
         print(f"| {name} | {dx:.1e} | {', '.join(f'{e:.1e}' for e in errs)} |")
+        rows.append([name, float(dx), ", ".join(f"{e:.1e}" for e in errs)])
+    if args.out_results:
+        table = results.make_table(
+            "CvxpyQPLayer vs cvxpylayers (Clarabel) on QPs from cvxpylayers' docs",
+            ["problem", "max abs x diff", "grad rel. err (per parameter)"], rows,
+            name="parity", formats={"max abs x diff": ".1e"})
+        _results.write(args.out_results, __file__, [table], clock=clock, threads=threads,
+                       quick=True)
     return 0
 
 

@@ -18,7 +18,10 @@ import argparse
 import os
 import time
 
+import _results
 import numpy as np
+
+from icml import results
 
 
 def _known(n: int, m: int, p: int, k: int, seed: int, q_rank: int | None = None,
@@ -101,21 +104,43 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--simplex-n", type=int, default=100_000)
     ap.add_argument("--chain-d", type=int, default=500)
+    _results.add_option(ap)
     args = ap.parse_args()
+    clock = results.Clock()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(1):
+    threads = results.apply_threads(1)
+    rho_rows: list[list[object]] = []
+    cg_rows: list[list[object]] = []
+    with threadpool_limits(threads):
         print("| problem | max err, paper's rule unguarded (zero_dual_guard=None) | "
               "max err, default (paper + zero-dual guard) | max err, rho_min=1 |")
         print("|---|---|---|---|")
         for name, e0, eg, e1 in rho_rule(args.seeds):
             print(f"| {name} | {e0:.2e} | {eg:.2e} | {e1:.2e} |")
+            rho_rows.append([name, e0, eg, e1])
         print()
         print("| problem | n | linear solver | backward ms | err vs KKT |")
         print("|---|---|---|---|---|")
         for name, n, label, ms, err in auto_solver(args.simplex_n, args.chain_d):
             print(f"| {name} | {n} | {label} | {ms:.1f} | {err:.2e} |")
+            cg_rows.append([name, n, label, ms, err])
+    if args.out_results:
+        errs = ("paper's rule unguarded (zero_dual_guard=None)",
+                "default (paper + zero-dual guard)", "rho_min=1")
+        tables = [
+            results.make_table(
+                f"rho rule: max relative gradient error vs reduced KKT over {args.seeds} seeds",
+                ["problem", *errs], rho_rows, name="rho",
+                formats=dict.fromkeys(errs, ".2e")),
+            results.make_table(
+                "linear_solver='auto' on large sparse systems: backward only, fastest of 3",
+                ["problem", "n", "linear solver", "backward ms", "err vs KKT"], cg_rows,
+                name="cg", formats={"backward ms": ".1f", "err vs KKT": ".2e"}),
+        ]
+        _results.write(args.out_results, __file__, tables, clock=clock, threads=threads,
+                       seeds=list(range(args.seeds)), tolerance=_results.timing("backward ms"))
     return 0
 
 

@@ -15,7 +15,10 @@ import dataclasses
 import os
 import time
 
+import _results
 import numpy as np
+
+from icml import results
 
 
 def _best(f, repeats: int):
@@ -33,15 +36,19 @@ def main() -> int:
     ap.add_argument("--random-n", type=int, default=300)
     ap.add_argument("--eps", default="0.01,0.3,3")
     ap.add_argument("--repeats", type=int, default=3)
+    _results.add_option(ap)
     args = ap.parse_args()
+    clock = results.Clock()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    threads = results.apply_threads(1)
+    rows: list[list[object]] = []
     from icml_dxpp.forward import solve_qp
     from icml_dxpp.problems import random_qp, simplex_projection
     from threadpoolctl import threadpool_limits
 
     print("| problem | eps | cold ms | warm ms | warm path | max dx |")
     print("|---|---|---|---|---|---|")
-    with threadpool_limits(1):
+    with threadpool_limits(threads):
         for name, prob in ((f"simplex n={args.simplex_n}", simplex_projection(args.simplex_n,
                                                                                seed=0)),
                            (f"random n={args.random_n}", random_qp(args.random_n,
@@ -56,6 +63,17 @@ def main() -> int:
                                  args.repeats)
                 print(f"| {name} | {eps:g} | {tc * 1e3:.1f} | {tw * 1e3:.1f} | "
                       f"{warm.extras['path']} | {np.abs(warm.x - cold.x).max():.1e} |")
+                rows.append([name, eps, tc * 1e3, tw * 1e3, tc / tw, warm.extras["path"],
+                             float(np.abs(warm.x - cold.x).max())])
+    if args.out_results:
+        ms = ("cold ms", "warm ms", "cold / warm")
+        table = results.make_table(
+            "warm start from the previous active set vs a cold solve (fastest of "
+            f"{args.repeats})", ["problem", "eps", *ms, "warm path", "max dx"], rows,
+            name="warm", formats={"eps": "g", "cold ms": ".1f", "warm ms": ".1f",
+                                  "cold / warm": ".2f", "max dx": ".1e"})
+        _results.write(args.out_results, __file__, [table], clock=clock, threads=threads,
+                       tolerance=_results.timing(*ms))
     return 0
 
 
