@@ -71,3 +71,23 @@ def test_plots_write_png(tmp_path: Path) -> None:
     q = bar_plot(tmp_path / "b.png", {"method": 1.0, "baseline": 2.0})
     for path in (p, q):
         assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_figure_heatmap_and_bands_write_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from icml.report import figure, heatmap, line_plot
+
+    with figure(tmp_path / "grid.png", 1, 2) as axes:
+        axes[0].plot([1, 2], [3, 4])
+        axes[1].scatter([1], [2])
+    h = heatmap(tmp_path / "h.png", [[1, 2, 3], [4, 5, 6]], rows=["a", "b"],
+                cols=["x", "y", "z"], label="score")
+    band = line_plot(tmp_path / "band.png", {"m": ([1, 2, 3], [1, 2, 3])},
+                     bands={"m": ([0.5, 1.5, 2.5], [1.5, 2.5, 3.5])})
+    for path in (tmp_path / "grid.png", h, band):
+        assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="2 x 3"):
+        heatmap(tmp_path / "bad.png", [[1, 2]], rows=["a", "b"], cols=["x", "y", "z"])
+    with pytest.raises(RuntimeError), figure(tmp_path / "never.png"):
+        raise RuntimeError("a failing plot writes no file")
+    assert not (tmp_path / "never.png").exists()
