@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -88,16 +89,20 @@ def test_writing_outside_the_workspace_invalidates_only_that_run(suite, sandbox,
 
 
 def test_time_limit_kills_the_agent(suite, sandbox, tmp_path):
+    """An agent still running at the limit is killed (SIGKILL, not left to end its sleep):
+    checked by how it ended, not by how long that took on this machine."""
     body = "import time\nopen('results/x.csv','w').write('gene_id\\n')\ntime.sleep(30)\n"
     rec = run_agent(suite[("deseq", "clean")], CommandAgent(_script(tmp_path, body)), sandbox,
                     limits=Limits(time_s=1.0))
-    assert rec.status == "timeout" and rec.seconds < 10 and not rec.results_match
+    assert rec.status == "timeout" and not rec.results_match
+    assert rec.trace["error"] == "killed after the 1 s limit"
+    assert rec.trace["steps"][0]["returncode"] == -signal.SIGKILL
 
 
 def test_disk_limit(suite, sandbox, tmp_path):
     body = "open('outputs/big.bin','wb').write(b'0' * (3 * 2**20))\n"
     rec = run_agent(suite[("deseq", "clean")], CommandAgent(_script(tmp_path, body)), sandbox,
-                    limits=Limits(disk_mb=2.0))
+                    limits=Limits(time_s=1e6, disk_mb=2.0))  # no wall clock
     assert rec.status == "disk_limit" and any("MB" in p for p in rec.problems)
 
 

