@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def _scene(n: int, res: int, seed: int = 0):  # noqa: ANN202
@@ -53,10 +53,26 @@ def one_arm(mode: str, n: int, res: int, repeats: int) -> dict[str, float]:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+GRIDS = {"full": [(64, 256), (64, 1024), (128, 1024), (256, 1024), (256, 4096)],
+         "tiny": [(16, 16)]}
+RASTER_TOLERANCE = {
+    "tiled ms": {"timing": True, "why": "clock reading on a shared machine"},
+    "dense ms": {"timing": True, "why": "clock reading on a shared machine"},
+    "naive ms": {"timing": True, "why": "clock reading on a shared machine"},
+    "tiled / dense time": {"timing": True, "why": "ratio of two clock readings"},
+    "tiled peak RSS MB": {"rel": 0.25, "why": "peak RSS of a fresh process, ~250 MB of it "
+                                              "torch itself; allocator- and version-dependent"},
+    "dense peak RSS MB": {"rel": 0.25, "why": "peak RSS of a fresh process, ~250 MB of it "
+                                              "torch itself; allocator- and version-dependent"},
+}
+
+
 def raster(args: argparse.Namespace) -> None:
-    grid = [(64, 256), (64, 1024), (128, 1024), (256, 1024), (256, 4096)]
+    from icml import results
+
+    clock = results.Clock()
     rows = []
-    for res, n in grid:
+    for res, n in GRIDS[args.grid]:
         row = {"res": res, "n": n}
         for mode in ("tiled", "dense", "naive"):
             if mode == "naive" and res > 64:
@@ -69,28 +85,49 @@ def raster(args: argparse.Namespace) -> None:
             row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| image | Gaussians | tiled ms | dense ms | naive ms | tiled / dense | "
-          "tiled peak RSS MB | dense peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    cols = ["image", "Gaussians", "tiled ms", "dense ms", "naive ms", "tiled / dense time",
+            "tiled peak RSS MB", "dense peak RSS MB"]
+    trows = []
     for r in rows:
         t, d, nv = r["tiled"], r.get("dense"), r.get("naive")
-        print(f"| {r['res']}² | {r['n']} | {t['ms']:.0f} | {d['ms'] if d else math.nan:.0f} | "
-              f"{nv['ms'] if nv else math.nan:.0f} | "
-              f"{t['ms'] / d['ms'] if d else math.nan:.2f} | {t['peak_rss_mb']:.0f} | "
-              f"{d['peak_rss_mb'] if d else math.nan:.0f} |")
+        trows.append([f"{r['res']}²", r["n"], t["ms"], d["ms"] if d else None,
+                      nv["ms"] if nv else None, t["ms"] / d["ms"] if d else None,
+                      t["peak_rss_mb"], d["peak_rss_mb"] if d else None])
+    table = results.make_table(
+        "Rasterizer forward + backward, one thread (median of repeats; naive: 1 run)", cols,
+        trows, name="raster", formats={"tiled ms": ".0f", "dense ms": ".0f", "naive ms": ".0f",
+                                       "tiled / dense time": ".2f", "tiled peak RSS MB": ".0f",
+                                       "dense peak RSS MB": ".0f"})
+    print(results.render_table(table))
+    if args.out_results:
+        cmd = ("OMP_NUM_THREADS=1 python plugins/expo-gs/benchmarks/bench.py raster "
+               + (f"--grid {args.grid} " if args.grid != "full" else "")
+               + f"--repeats {args.repeats} --out-results {args.out_results}")
+        # a new file starts with the declared tolerance; an existing one keeps its own
+        tol = None if Path(args.out_results).is_file() else RASTER_TOLERANCE
+        path = results.write(args.out_results, [table], command=cmd, plugin="expo-gs",
+                             quick=False, clock=clock, threads=1, tolerance=tol)
+        print(f"results file: {path}")
+
+
+METHOD_KEYS = (("ldr_oe_psnr", "LDR-OE PSNR"), ("ldr_ne_psnr", "LDR-NE PSNR"),
+               ("hdr_psnr", "HDR PSNR (mu-law)"), ("depth_rmse", "depth RMSE"),
+               ("floater_fraction", "floater fraction"))
 
 
 def method(args: argparse.Namespace) -> None:
-    import torch
     from icml_expo_gs.config import ExpoGSConfig
     from icml_expo_gs.metrics import evaluate_hdr_nvs, floater_fraction
     from icml_expo_gs.scene import make_synthetic_hdr_scene
     from icml_expo_gs.trainer import ExpoGSTrainer
 
-    torch.set_num_threads(1)
-    keys = ("ldr_oe_psnr", "ldr_ne_psnr", "hdr_psnr", "depth_rmse", "floater_fraction")
+    from icml import results, stats
+
+    clock = results.Clock()
+    threads = results.apply_threads(1)
+    seeds = list(range(args.seeds))
     res: dict[str, list[dict[str, float]]] = {"hdrgs": [], "expo-gs": []}
-    for s in range(args.seeds):
+    for s in seeds:
         scene = make_synthetic_hdr_scene(32, 12, 3, seed=s)
         for m in res:
             t0 = time.perf_counter()
@@ -102,17 +139,43 @@ def method(args: argparse.Namespace) -> None:
             ev["s"] = time.perf_counter() - t0
             res[m].append(ev)
             print(json.dumps({"seed": s, "method": m, **ev}), flush=True)
-    print("\n| method | " + " | ".join(keys) + " | Gaussians | train s |")
-    print("|---" * (len(keys) + 3) + "|")
+    # per method: mean over seeds [95% bootstrap CI over seeds]
+    cols = ["method"] + [c for _, c in METHOD_KEYS] + ["Gaussians", "train s"]
+    rows = []
     for m, evs in res.items():
-        cells = [f"{statistics.mean(e[k] for e in evs):.3f} ± "
-                 f"{statistics.pstdev(e[k] for e in evs):.3f}" for k in keys]
-        print(f"| {m} | " + " | ".join(cells) + f" | {statistics.mean(e['n'] for e in evs):.0f}"
-              f" | {statistics.mean(e['s'] for e in evs):.0f} |")
-    for k in keys:
+        rows.append([m] + [stats.mean_ci([e[k] for e in evs], seed=0) for k, _ in METHOD_KEYS]
+                    + [statistics.mean(e["n"] for e in evs),
+                       statistics.mean(e["s"] for e in evs)])
+    fmt = {"LDR-OE PSNR": ".2f", "LDR-NE PSNR": ".2f", "HDR PSNR (mu-law)": ".2f",
+           "depth RMSE": ".3f", "floater fraction": ".3f", "Gaussians": ".0f", "train s": ".0f"}
+    per_method = results.make_table(
+        f"HDR-GS vs Expo-GS, mean over seeds {seeds[0]}-{seeds[-1]} [95% bootstrap CI over "
+        "seeds]", cols, rows, name="methods", formats=fmt)
+    # Expo-GS - HDR-GS, paired by seed: the headline difference, its seed spread and MDE
+    drows = []
+    for k, c in METHOD_KEYS:
         d = [a[k] - b[k] for a, b in zip(res["expo-gs"], res["hdrgs"], strict=True)]
-        print(f"expo-gs - hdrgs {k}: mean {statistics.mean(d):+.3f}, per seed "
-              + ", ".join(f"{x:+.2f}" for x in d))
+        drows.append([c, stats.paired_diff_ci([a[k] for a in res["expo-gs"]],
+                                              [b[k] for b in res["hdrgs"]], seed=0),
+                      ", ".join(f"{x:+.2f}" for x in d), statistics.stdev(d),
+                      stats.mde_from_samples(d, seed=0), sum(x > 0 for x in d)])
+    diff = results.make_table(
+        "Expo-GS - HDR-GS, paired by seed", ["metric", "difference [95% CI]", "per seed",
+                                             "SD over seeds", "MDE", "seeds Expo-GS higher"],
+        drows, name="difference", formats={"difference [95% CI]": ".2f", "SD over seeds": ".2f",
+                                           "MDE": ".2f"})
+    for t in (per_method, diff):
+        print("\n" + t["title"] + "\n" + results.render_table(t))
+    if args.out_results:
+        cmd = ("python plugins/expo-gs/benchmarks/bench.py method "
+               f"--seeds {args.seeds} --out-results {args.out_results}")
+        path = results.write(args.out_results, [per_method, diff], command=cmd,
+                             plugin="expo-gs", seeds=seeds, quick=False, clock=clock,
+                             threads=threads,
+                             notes="train s is a clock reading (shown, never compared); "
+                                   "MDE = icml.stats.mde_from_samples of the per-seed "
+                                   "differences (alpha 0.05, power 0.8)")
+        print(f"results file: {path}")
 
 
 def main() -> None:
@@ -124,6 +187,10 @@ def main() -> None:
     p.add_argument("what", choices=("raster", "method"))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--grid", choices=sorted(GRIDS), default="full",
+                   help="raster sizes: full (the README's) or tiny (a smoke test)")
+    p.add_argument("--out-results", default=None,
+                   help="also write a results file (plugins/expo-gs/results/NAME.json)")
     args = p.parse_args()
     raster(args) if args.what == "raster" else method(args)
 
