@@ -569,6 +569,7 @@ def load(out: str | Path) -> dict[str, Any]:
 
 # -- claims -------------------------------------------------------------------------------------
 _HOST = socket.gethostname()
+_LIVE: set[str] = set()  # tokens of the sweeps running in this process
 
 
 def _alive(pid: int) -> bool:
@@ -603,6 +604,7 @@ class Claims:
         self.out = out
         self.token = uuid.uuid4().hex
         self.held: set[str] = set()
+        _LIVE.add(self.token)
 
     def _path(self, name: str) -> Path:
         return self.out / name / CLAIM
@@ -619,7 +621,7 @@ class Claims:
 
     def _stale(self, path: Path) -> bool:
         """Left by a sweep on this host whose process is gone (or by an earlier sweep of this
-        process that did not release it)."""
+        process that has ended)."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -635,7 +637,7 @@ class Claims:
         if not isinstance(pid, int):
             return False
         if pid == os.getpid():
-            return data.get("token") != self.token
+            return data.get("token") not in _LIVE
         return not _alive(pid)
 
     def acquire(self, name: str) -> bool:
@@ -671,6 +673,11 @@ class Claims:
         for name in list(self.held):
             self.release(name)
 
+    def close(self) -> None:
+        """Release every claim; claims of this object left behind count as stale from now."""
+        self.release_all()
+        _LIVE.discard(self.token)
+
 
 # -- running one cell (in a worker process) ----------------------------------------------------
 _HOSTS: dict[tuple[str, tuple[str, ...]], Any] = {}
@@ -699,6 +706,7 @@ def _die_with_parent() -> None:
 
 
 _IN_POOL = False
+_PARENT = 0
 
 
 def _init_worker(threads: int | None) -> None:
@@ -706,8 +714,8 @@ def _init_worker(threads: int | None) -> None:
     (a running cell is interrupted by it: :func:`run_cell` restores the handler)."""
     import signal
 
-    global _IN_POOL
-    _IN_POOL = True
+    global _IN_POOL, _PARENT
+    _IN_POOL, _PARENT = True, os.getppid()
     _limit_threads(threads)
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -762,6 +770,8 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
         out.update(status="error", error=f"{type(exc).__name__}: {exc}")
     out["run_dir"] = str(run_dir[0]) if run_dir else ""
     out["wall_s"] = round(time.perf_counter() - start, 3)
+    if _IN_POOL and os.getppid() != _PARENT:  # the sweep died: nobody waits for this worker
+        os._exit(1)
     return out
 
 
@@ -1099,7 +1109,7 @@ def sweep(slug: str, capability: str | None = None, *,
         raise SweepInterrupted(f"interrupted: {kept} of {total} cells finished and kept in "
                                f"{out_}; rerun the same sweep to resume", result) from None
     finally:
-        claims.release_all()
+        claims.close()
         if runner is not None:
             with contextlib.suppress(Exception):
                 runner.close()
