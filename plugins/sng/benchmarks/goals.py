@@ -70,6 +70,31 @@ def _ratio(other: dict, mine: dict, key: str, budget_key: str) -> str:
 
 
 RESULTS: dict = {}
+#: Tables for ``--out-results`` (icml.results), filled where the Markdown tables are printed.
+TABLES: list[dict] = []
+#: Clock readings, or cells that depend on how far a CPU-time budget got (icml.results timing).
+TIMING_COLUMNS = ("CPU s to target", "final rel L2", "steps run", "CPU-time ratio Adam/method",
+                  "CPU-time ratio ENGD/method", "iteration ratio Adam/method",
+                  "iteration ratio ENGD/method", "CPU ms per step", "/ ENGD (12-point grid)")
+GOAL_COLUMNS = ["method", "seed", "steps to target", "CPU s to target", "final rel L2",
+                "steps run"]
+RATIO_COLUMNS = ["method", "seed", "CPU-time ratio Adam/method", "CPU-time ratio ENGD/method",
+                 "iteration ratio Adam/method", "iteration ratio ENGD/method"]
+
+
+def _cell(value: float) -> float | str:
+    return value if math.isfinite(value) else "never"
+
+
+def _table(title: str, columns: list[str], rows: list[list], name: str,
+           formats: dict[str, str] | None = None) -> None:
+    from icml import results
+
+    TABLES.append(results.make_table(title, columns, rows, name=name, formats=formats))
+
+
+def _goal_row(label: str, seed: int, r: dict) -> list:
+    return [label, seed, _cell(r["steps_to"]), _cell(r["time_to"]), r["final"], r["steps"]]
 
 
 def _to(value: float, spec: str = "") -> str:
@@ -92,12 +117,14 @@ def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: lis
              "sng-full": ("sng", {"line_search_on": "full"}), "lbfgs": ("lbfgs", {}),
              "sng-fixed": ("sng", {"adaptive_damping": False})}  # SNG as in 0.3 (fixed damping)
     res: dict[str, list[dict]] = {}
+    goal_rows: list[list] = []
     for label in [a for a in arms_wanted if a != "adam"]:
         m, kw = table[label]
         res[label] = []
         for s in seeds:
             r = run(m, dim, s, base_budget if m == "lbfgs" else budget, target, **kw)
             res[label].append(r)
+            goal_rows.append(_goal_row(label, s, r))
             print(f"| {label} | {s} | {_to(r['steps_to'])} | {_to(r['time_to'], '.2f')} | "
                   f"{r['final']:.2e} | {r['steps']} |", flush=True)
     if "adam" in arms_wanted:
@@ -109,6 +136,7 @@ def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: lis
         for s in seeds:
             r = run("adam", dim, s, base_budget, target, adam_lr=lr)
             res["adam"].append(r)
+            goal_rows.append(_goal_row(f"adam (lr {lr:g})", s, r))
             print(f"| adam (lr {lr:g}) | {s} | {_to(r['steps_to'])} | "
                   f"{_to(r['time_to'], '.2f')} | {r['final']:.2e} | {r['steps']} |", flush=True)
         RESULTS.setdefault(dim, {})["adam_lr"] = lr
@@ -120,13 +148,18 @@ def goals(dim: int, budget: float, tune_budget: float, target: float, seeds: lis
     for label, rows in res.items():
         RESULTS.setdefault(dim, {}).setdefault("arms", {})[label] = dict(zip(map(str, seeds),
                                                                                 rows))
-    ratio_table(res, seeds)
+    _table(f"{dim}D Poisson: CPU seconds and iterations to {target:g}, budget {budget:g} CPU s "
+           f"per run (Adam, L-BFGS: {base_budget:g})", GOAL_COLUMNS, goal_rows,
+           name=f"goals-{dim}d",
+           formats={"CPU s to target": ".2f", "final rel L2": ".2e"})
+    ratio_table(res, seeds, dim)
     print(f"\n({time.perf_counter() - t0:.0f} s wall for this table)", flush=True)
 
 
-def ratio_table(res: dict[str, list[dict]], seeds: list[int]) -> None:
+def ratio_table(res: dict[str, list[dict]], seeds: list[int], dim: int | str = "") -> None:
     """Time and iteration ratios to Adam and ENGD, per method and seed."""
     if "adam" in res and "engd" in res:
+        rows = []
         print("\n| method | seed | CPU-time ratio Adam/method | CPU-time ratio ENGD/method | "
               "iteration ratio Adam/method | iteration ratio ENGD/method |")
         print("|---|---|---|---|---|---|")
@@ -135,10 +168,12 @@ def ratio_table(res: dict[str, list[dict]], seeds: list[int]) -> None:
                 r, a, e = res[label][i], res["adam"][i], res["engd"][i]
                 if r is NOT_RUN:
                     continue
-                print(f"| {label} | {s} | {_ratio(a, r, 'time_to', 'time')} | "
-                      f"{_ratio(e, r, 'time_to', 'time')} | "
-                      f"{_ratio(a, r, 'steps_to', 'steps')} | "
-                      f"{_ratio(e, r, 'steps_to', 'steps')} |")
+                cells = [_ratio(a, r, 'time_to', 'time'), _ratio(e, r, 'time_to', 'time'),
+                         _ratio(a, r, 'steps_to', 'steps'), _ratio(e, r, 'steps_to', 'steps')]
+                rows.append([label, s, *cells])
+                print(f"| {label} | {s} | " + " | ".join(cells) + " |")
+        _table(f"{dim}D Poisson: ratios to Adam and ENGD (other / method; >x: the other arm "
+               "never reached the target)", RATIO_COLUMNS, rows, name=f"ratios-{dim}d")
 
 
 #: A seed an arm's files do not have (merged files may cover different seeds): no row, and
@@ -163,6 +198,7 @@ def merge(paths: list[str]) -> None:
     for dim, d in sorted(by_dim.items()):
         seeds = sorted({int(s) for rows in d["arms"].values() for s in rows})
         print(f"\n### {dim}D Poisson (merged from {len(paths)} files)\n")
+        goal_rows = []
         print("| method | seed | steps to target | CPU s to target | final rel L2 | steps run |")
         print("|---|---|---|---|---|---|")
         res = {}
@@ -172,12 +208,16 @@ def merge(paths: list[str]) -> None:
                 else label
             for s, r in zip(seeds, res[label]):
                 if r is not NOT_RUN:
+                    goal_rows.append(_goal_row(name, s, r))
                     print(f"| {name} | {s} | {_to(r['steps_to'])} | "
                           f"{_to(r['time_to'], '.2f')} | {r['final']:.2e} | {r['steps']} |")
         if d.get("adam_scores"):
             print("\nAdam lr grid scores (late-run median): " + ", ".join(
                 f"{k}: {v:.2e}" for k, v in d["adam_scores"].items()))
-        ratio_table(res, seeds)
+        _table(f"{dim}D Poisson: CPU seconds and iterations to the target (merged from "
+               f"{len(paths)} files)", GOAL_COLUMNS, goal_rows, name=f"goals-{dim}d",
+               formats={"CPU s to target": ".2f", "final rel L2": ".2e"})
+        ratio_table(res, seeds, dim)
 
 
 def cost(dim: int, rounds: int, steps: int) -> None:
@@ -235,9 +275,16 @@ def cost(dim: int, rounds: int, steps: int) -> None:
           f"rows), median of {rounds} interleaved rounds of {steps} steps\n")
     print("| arm | CPU ms per step | / ENGD (12-point grid) | line-search evaluations per step |")
     print("|---|---|---|---|")
+    rows = []
     for label, (*_, ms, ev) in state.items():
         med = statistics.median(ms)
+        rows.append([label, med, med / ref, sum(ev) / len(ev)])
         print(f"| {label} | {med:.2f} | {med / ref:.2f} | {sum(ev) / len(ev):.1f} |", flush=True)
+    _table(f"{dim}D: CPU ms per step at equal rows, median of {rounds} interleaved rounds of "
+           f"{steps} steps", ["arm", "CPU ms per step", "/ ENGD (12-point grid)",
+                              "line-search evaluations per step"], rows, name=f"cost-{dim}d",
+           formats={"CPU ms per step": ".2f", "/ ENGD (12-point grid)": ".2f",
+                    "line-search evaluations per step": ".1f"})
 
 
 def main() -> None:
@@ -261,13 +308,20 @@ def main() -> None:
                     help="comma-separated --json files: print their merged tables and exit")
     ap.add_argument("--cost-rounds", type=int, default=5)
     ap.add_argument("--cost-steps", type=int, default=20)
+    ap.add_argument("--out-results", default="",
+                    help="also write the tables as a results file (plugins/sng/results/*.json)")
     args = ap.parse_args()
+    from icml import results
+
+    clock = results.Clock()
     if args.merge:
         merge(args.merge.split(","))
+        _write(args, clock, 1)
         return
-    torch.set_num_threads(1)
+    threads = results.apply_threads(1)
     t0 = time.perf_counter()
-    print(f"torch {torch.__version__}, 1 thread, times in CPU seconds (time.process_time)")
+    print(f"torch {torch.__version__}, {threads} thread(s), times in CPU seconds "
+          "(time.process_time)")
     seeds = [int(s) for s in args.seeds.split(",")]
     global MAX_STEPS
     MAX_STEPS = args.max_steps
@@ -282,7 +336,30 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(RESULTS, f, indent=1)
+    _write(args, clock, threads, seeds)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s wall, {time.process_time():.0f} s CPU")
+
+
+def _write(args: argparse.Namespace, clock: object, threads: int,
+           seeds: list[int] | None = None) -> None:
+    """``--out-results``: the printed tables as an icml results file, command as typed."""
+    if not args.out_results or not TABLES:
+        return
+    import shlex
+    import sys
+
+    from icml import results
+
+    why = ("CPU-time budgets: clock readings, and cells that depend on how far a run got "
+           "within its CPU-time budget; shown, never compared")
+    out = results.write(
+        args.out_results, TABLES, plugin="sng", seeds=seeds or [], clock=clock,
+        quick=bool(args.merge),  # a merge of committed runs takes a second
+        threads=threads,
+        command="python " + shlex.join(["plugins/sng/benchmarks/goals.py", *sys.argv[1:]]),
+        tolerance={c: {"timing": True, "why": why} for c in TIMING_COLUMNS
+                   if any(c in t["columns"] for t in TABLES)})
+    print(f"# wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.4.0"
+__version__ = "0.4.1"
 
 _EXPORTS = {
     "SNG": "optim", "SPRING": "optim", "NonFiniteError": "optim",

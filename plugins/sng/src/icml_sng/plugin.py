@@ -44,10 +44,14 @@ def _fmt_time(t: float) -> str:
     return "never" if not math.isfinite(t) else f"{t:.2f}"
 
 
+def _fmt_steps(s: float) -> int | str:
+    return "never" if not math.isfinite(s) else int(s)
+
+
 def _arm(m: str, h, target: float) -> tuple[list, dict[str, float]]:  # noqa: ANN001
     """One method's table row and metrics; a diverged method reports nan/inf, not an error."""
     row = [m, h.steps[-1], round(h.times[-1], 2), h.final, h.best, h.late_median(),
-           _fmt_time(h.time_to(target))]
+           _fmt_steps(h.steps_to(target)), _fmt_time(h.time_to(target))]
     metrics = {f"{m}_rel_l2": float(h.final), f"{m}_late_median_rel_l2": float(h.late_median()),
                f"{m}_seconds": float(h.times[-1]), f"{m}_steps": float(h.steps[-1])}
     if math.isfinite(h.time_to(target)):
@@ -75,7 +79,8 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     histories = {}
     title = f"{config.dim}D Poisson PINN, relative L2 error (target {config.target:g})"
     columns = ["method", "steps", "seconds", "final rel L2", "best rel L2",
-               "median rel L2 (last 10%)", f"seconds to {config.target:g}"]
+               "median rel L2 (last 10%)", f"steps to {config.target:g}",
+               f"seconds to {config.target:g}"]
     for method in config.methods:
         model = mlp(config.dim, config.hidden, dtype=dtype, device=device, seed=ctx.seed)
         problem = PoissonPINN(model, dim=config.dim,

@@ -50,6 +50,14 @@ class History:
         n = len(tail)
         return tail[n // 2] if n % 2 else 0.5 * (tail[n // 2 - 1] + tail[n // 2])
 
+    def steps_to(self, target: float) -> float:
+        """Optimizer steps until the error first drops to ``target`` (inf if never); unlike
+        :meth:`time_to` it does not depend on the machine's speed."""
+        for st, e in zip(self.steps, self.errors):
+            if e <= target:
+                return float(st)
+        return math.inf
+
     def time_to(self, target: float) -> float:
         """Training seconds until the error first drops to ``target`` (inf if never)."""
         for t, e in zip(self.times, self.errors):
