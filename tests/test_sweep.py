@@ -247,6 +247,17 @@ def test_a_failed_cell_is_recorded_and_the_sweep_goes_on(site, tmp_path: Path) -
     assert (out / failed.run_dir / "result.json").stat().st_mtime_ns == mtime
 
 
+def test_a_resumed_sweep_keeps_its_thread_count(site, tmp_path: Path) -> None:  # noqa: ANN001
+    site.add_example()
+    out = tmp_path / "sw"
+    first = sweep("example", seeds=[0], out=out, workers=1, plot=False)
+    threads = jsonio.loads((out / "sweep.json").read_text())["threads"]
+    more = sweep("example", seeds=[0, 1], out=out, workers=2, plot=False)  # other --workers
+    assert first.cell("seed=0").status == more.cell("seed=1").status == "ok"
+    _, result = finished_run(out / "seed=1")
+    assert result["threads"] == threads
+
+
 def test_a_finished_cell_with_another_config_is_an_error(site, tmp_path: Path) -> None:  # noqa: ANN001
     site.add_example()
     out = tmp_path / "sw"

@@ -849,10 +849,16 @@ class _Ray:
             import ray
         except ImportError:
             raise ConfigError("--backend ray needs Ray: pip install 'icml-core[ray]'") from None
+        import warnings
+
+        warnings.filterwarnings("ignore", message=".*override accelerator visible devices",
+                                category=FutureWarning)  # num_gpus=0 hides GPUs: intended
         self.ray = ray
         self.started = False
         if not ray.is_initialized():
-            if address or os.environ.get("RAY_ADDRESS"):
+            if address and address.startswith("ray://"):  # Ray Client: few init options
+                ray.init(address=address)
+            elif address or os.environ.get("RAY_ADDRESS"):
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
                          logging_level="WARNING")
             else:
@@ -979,8 +985,6 @@ def sweep(slug: str, capability: str | None = None, *,
         except ImportError:
             raise ConfigError("--backend ray needs Ray: pip install 'icml-core[ray]'") from None
     n_cores = cores()
-    if threads is None:
-        threads = max(1, n_cores // (workers or n_cores))
     results = [CellResult(c.name, dict(c.params), c.seed) for c in cells]
     by_name = {r.name: r for r in results}
 
@@ -1000,12 +1004,18 @@ def sweep(slug: str, capability: str | None = None, *,
         if problem:
             r.status, r.error = "error", problem
 
+    used: set[Any] = set()
     for r in results:  # a finished cell must be the run asked for, or nothing is mixed
         if _fill_from_disk(r, out_):
             r.reused = True
             problem = mismatch(r)
             if problem:
                 raise ConfigError(problem)
+            used.add((_read_json(out_ / r.run_dir / "result.json") or {}).get("threads"))
+    if threads is None:  # a resumed sweep keeps its cells' thread count (comparable numbers)
+        recorded = [t for t in used if isinstance(t, int) and t >= 1]
+        threads = recorded[0] if len(used) == 1 and recorded else \
+            max(1, n_cores // (workers or n_cores))
     result = SweepResult(slug, capability, out_, grid_, seeds_, results, [],
                          out_ / "sweep.json", out_ / "report.md")
     settings = {"backend": backend, "device": device, "dtype": dtype, "threads": threads,
