@@ -14,17 +14,28 @@ and last included), then the analysis under several settings on the same represe
 * translation -> English retrieval per language and layer (what the model aligns across
   languages).
 
-Writes ``report.md`` (all tables), ``results.json`` and the PNG profiles into ``--out``.
+Writes ``report.md`` (all tables), ``results.json`` and the PNG profiles into ``--out``, and
+with ``--out-results`` the tables as a results file (``icml.results``) that the README renders:
 
-    OMP_NUM_THREADS=1 python benchmarks/real_model.py --out results/real
+    python plugins/synsem/benchmarks/real_model.py --out plugins/synsem/docs/real \
+        --out-results plugins/synsem/results/real_model.json
+
+Intervals are :func:`icml.stats.mean_ci` over the queries; each table's "MDE" column is the
+minimum detectable difference between two conditions' recalls over these queries
+(:func:`icml.stats.mde_proportion`, independent-samples worst case).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
+
+from icml import results as R
+from icml import stats
 
 
 def md_table(cols: list[str], rows: list[list]) -> str:
@@ -40,6 +51,16 @@ def ci_cell(val: float, ci: tuple[float, float]) -> str:
     return f"{val:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
+def ci_table(title: str, cols: list[str], layers: list[int], vals: dict, cis: dict,
+             conditions: tuple, mde: float, name: str | None = None) -> dict:
+    """A layer x condition table of recall estimates (value [lo, hi]) plus the MDE column."""
+    rows = [[layer] + [{"value": vals[c][i], "lo": cis[c][i][0], "hi": cis[c][i][1]}
+                       for c in conditions] + [mde] for i, layer in enumerate(layers)]
+    return R.make_table(title, cols + ["MDE"], rows,
+                        name=name or title.split(":")[0].lower() + "-main",
+                        formats={c: ".2f" for c in cols[1:] + ["MDE"]})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -52,19 +73,21 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--resamples", type=int, default=200, help="Information Imbalance resamples")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (ICML_THREADS wins)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default="results/real")
+    ap.add_argument("--out-results", default="", help="write the tables as a results file")
     args = ap.parse_args()
+    clock = R.Clock()
+    tables: list[dict] = []
 
-    import torch
     from icml_synsem import analyse_reps, make_english_data, sentence_reps
     from icml_synsem.protocol import CONDITION_NAMES, CONDITIONS, SentenceReps
     from icml_synsem.report import band_plot, profile_plots
 
     from icml.models import load_pretrained
 
-    torch.set_num_threads(args.threads)
+    threads = R.apply_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -150,6 +173,7 @@ def main() -> None:
              "analysis (all variants) "
              f"{t_analyse:.1f} s.\n"]
     cols = ["layer"] + [CONDITION_NAMES[c] for c in CONDITIONS]
+    mde = stats.mde_proportion(len(data))
     for title, vals, cis in (("Semantics: paraphrase recall", main_res.semantic,
                               main_res.semantic_ci),
                              ("Syntax: same-template twin recall", main_res.syntactic,
@@ -157,6 +181,8 @@ def main() -> None:
         rows = [[layer] + [ci_cell(vals[c][i], cis[c][i]) for c in CONDITIONS]
                 for i, layer in enumerate(main_res.layers)]
         parts += [f"## {title} (main settings)\n", md_table(cols, rows), ""]
+        tables.append(ci_table(f"{title} (main settings)", cols, main_res.layers, vals, cis,
+                               CONDITIONS, mde))
     if en_res is not None:
         for title, vals, cis in (("Semantics: paraphrase recall", en_res.semantic,
                                   en_res.semantic_ci),
@@ -166,6 +192,9 @@ def main() -> None:
                     for i, layer in enumerate(en_res.layers)]
             parts += [f"## {title}, c_sem = mean of the English rewordings {en} (not in the "
                       "paper)\n", md_table(cols, rows), ""]
+            tables.append(ci_table(f"{title}, c_sem = mean of the English rewordings {en}",
+                                   cols, en_res.layers, vals, cis, CONDITIONS, mde,
+                                   name=f"{title.split(':')[0].lower()}-english-centroids"))
     geo_cols = ["layer", "expl. c_sem", "expl. c_sem perm", "expl. c_syn", "expl. c_syn perm",
                 "II syn->sem", "II sem->syn", "II syn->sem (official est.)",
                 "II sem->syn (official est.)"]
@@ -177,6 +206,8 @@ def main() -> None:
                paper.imbalance["ii_syn_to_sem"][i], paper.imbalance["ii_sem_to_syn"][i]]
             for i, layer in enumerate(main_res.layers)]
     parts += ["## Centroid geometry (main settings)\n", md_table(geo_cols, rows), ""]
+    tables.append(R.make_table("Centroid geometry (main settings)", geo_cols, rows,
+                               name="geometry", formats={c: ".2f" for c in geo_cols[1:]}))
     trows = [[layer] + [main_res.translation_recall[lang][i] for lang in langs]
              + [per_lang[lang].semantic["sem"][i] for lang in langs]
              for i, layer in enumerate(main_res.layers)]
@@ -184,6 +215,12 @@ def main() -> None:
               "recall after removing a one-language c_sem\n",
               md_table(["layer"] + [f"{lang}->en R@{args.k}" for lang in langs]
                        + [f"sem R@{args.k} -c_sem({lang})" for lang in langs], trows), ""]
+    tcols = (["layer"] + [f"{lang}->en R@{args.k}" for lang in langs]
+             + [f"sem R@{args.k} -c_sem({lang})" for lang in langs])
+    tables.append(R.make_table("Other languages: translation -> English original recall, and "
+                               "paraphrase recall after removing a one-language c_sem", tcols,
+                               trows, name="languages",
+                               formats={c: ".2f" for c in tcols[1:]}))
     vcols = ["setting", "sem none", "sem -c_sem", "sem -c_sem perm", "sem -c_syn",
              "sem -c_syn perm", "syn none", "syn -c_sem", "syn -c_sem perm", "syn -c_syn",
              "syn -c_syn perm", "II syn->sem"]
@@ -195,6 +232,10 @@ def main() -> None:
                      + [s.get("ii_syn_to_sem", float("nan"))])
     parts += ["## Settings compared (recall averaged over layers; same representations)\n",
               md_table(vcols, vrows), ""]
+    tables.append(R.make_table("Settings compared (recall averaged over layers; same "
+                               "representations)", vcols + ["MDE"],
+                               [r + [mde] for r in vrows], name="settings",
+                               formats={c: ".2f" for c in vcols[1:] + ["MDE"]}))
     (out / "report.md").write_text("\n".join(parts) + "\n")
 
     # ---- plots
@@ -242,6 +283,11 @@ def main() -> None:
     (out / "results.json").write_text(json.dumps(res_json, indent=1))
     print((out / "report.md").read_text())
     print(f"total {time.perf_counter() - t0 + t_extract + t_load:.1f} s; wrote {out}")
+    if args.out_results:
+        R.write(args.out_results, tables, plugin="synsem", seeds=[args.seed], clock=clock,
+                threads=threads, quick=False,
+                command=" ".join(["python", "plugins/synsem/benchmarks/real_model.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ def test_user_model_path_reproduces_builtin_model(tmp_path):
     loaded = _run(tmp_path, SMALL + [f"model={tmp_path / 'model'}"], "loaded")
     assert builtin.status == loaded.status == "ok"
     assert loaded.metrics == pytest.approx(builtin.metrics, abs=1e-6)
-    assert len(builtin.tables) == 4 and builtin.tables[0].rows[0][0] == 1
+    # the layer-averaged headline (with its MDE column), then the per-layer tables
+    assert len(builtin.tables) == 5 and builtin.tables[1].rows[0][0] == 1
+    assert builtin.tables[0].columns[-1] == "MDE"
     assert set(builtin.artifacts) == {"semantics profile", "syntax profile",
                                       "centroid geometry"}
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 from icml_synsem import (
-    bootstrap_ci,
     center_sets,
     information_imbalance,
     official_imbalance,
@@ -134,10 +133,3 @@ def test_centering_modes_by_hand():
     assert center_sets(x, tw, pa, tr, "none")[0] is x
     with pytest.raises(ValueError, match="centering must be one of"):
         center_sets(x, tw, pa, tr, "median")
-
-
-def test_bootstrap_ci_by_hand():
-    hits = [[1.0, 0.0, 0.0, 1.0]]
-    idx = torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1], [0, 3, 1, 2]])  # means 1, 0, 0.5
-    # linear-interpolated 2.5% and 97.5% quantiles of [0, 0.5, 1]: 0.025 and 0.975
-    assert bootstrap_ci(hits, idx) == [pytest.approx((0.025, 0.975))]

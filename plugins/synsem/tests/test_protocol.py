@@ -201,3 +201,27 @@ def test_generator_structure():
     assert again == data
     with pytest.raises(ValueError, match="distinct templates"):
         make_toy_data(n_templates=100, length=2, n_pos=3)
+
+
+def test_intervals_are_the_core_bootstrap_of_the_hits():
+    """The 95% intervals are icml.stats.mean_ci over the queries' 0/1 hits (seed + 1), the same
+    draws for every condition, and each interval holds its point estimate."""
+    from icml_synsem.protocol import center_sets
+    from icml_synsem.retrieval import recall_hits
+
+    from icml import stats
+
+    reps, data = _gaussian_reps()
+    res = analyse_reps(reps, data, k=1, imbalance_resamples=0, n_boot=500, seed=3)
+    x, twins, paras, trans = center_sets(reps.originals[0].double(), reps.twins[0].double(),
+                                         reps.paraphrases[0].double(),
+                                         [v[0].double() for v in reps.translations.values()],
+                                         "official")
+    want = stats.mean_ci(recall_hits(x, paras, 1), n_boot=500, seed=4)
+    assert res.semantic_ci["none"][0] == (want.lo, want.hi)
+    assert res.semantic["none"][0] == pytest.approx(want.value)
+    for vals, cis in ((res.semantic, res.semantic_ci), (res.syntactic, res.syntactic_ci)):
+        for cond, (lo, hi) in ((c, cis[c][0]) for c in cis):
+            assert lo <= vals[cond][0] <= hi
+    with pytest.raises(ValueError, match="n_boot"):
+        analyse_reps(reps, data, k=1, imbalance_resamples=0, n_boot=50)

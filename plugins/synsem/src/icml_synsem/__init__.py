@@ -30,7 +30,6 @@ _EXPORTS = {
     "SentenceReps": "protocol", "ProfileResult": "protocol", "sentence_reps": "protocol",
     "analyse_reps": "protocol", "centroid_ablation_profile": "protocol",
     "CONDITIONS": "protocol", "CENTERINGS": "protocol", "center_sets": "protocol",
-    "bootstrap_ci": "protocol",
     "profile_tables": "report", "profile_plots": "report",
 }
 

@@ -75,7 +75,7 @@ class EvaluateConfig:
                                       "all_pairs or official (split-half rows x columns)",
                                       choices=("all_pairs", "official"))
     n_boot: int = option(0, help="bootstrap resamples of the queries for 95% intervals "
-                         "(0 = none)", ge=0)
+                         "(0 = none, else at least 100; icml.stats.mean_ci)", ge=0)
     batch_size: int = option(64, help="most sentences per forward pass", ge=1)
     batch_tokens: int = option(1024, help="most padded tokens per forward pass (sentences are "
                                "sorted by length; a batch holding a quarter of it ends where "

@@ -3,8 +3,13 @@ heavy libraries (torch, transformers) are imported inside the hook body."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import icml
 from icml_synsem.config import EvaluateConfig
+
+if TYPE_CHECKING:
+    from icml_synsem.protocol import ProfileResult
 
 BIBTEX = """@article{acevedo2026synsem,
   title   = {Differential syntactic and semantic encoding in {LLMs}},
@@ -136,5 +141,22 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
              "lowers paraphrase recall far below its permuted control, and -c_syn lowers "
              "same-template twin recall far below its control. Information Imbalance ~1 means "
              "the centroid spaces carry independent information.")
-    return icml.RunResult(metrics=m, tables=profile_tables(res), artifacts=artifacts,
-                          notes=notes)
+    return icml.RunResult(metrics=m, tables=[_headline(res)] + profile_tables(res),
+                          artifacts=artifacts, notes=notes)
+
+
+def _headline(res: ProfileResult) -> icml.Table:
+    """Recall@k averaged over the layers, per retrieval and condition, with the minimum
+    detectable effect of a difference between two conditions' recalls over these queries
+    (``icml.stats.mde_proportion``, independent-samples worst case p = 0.5, alpha 0.05, power
+    0.8: a conservative bound, the conditions share their queries)."""
+    from icml import stats
+    from icml_synsem.protocol import CONDITION_NAMES, CONDITIONS
+
+    mde = round(stats.mde_proportion(res.n_queries), 3)
+    rows = [[name] + [round(sum(vals[c]) / len(vals[c]), 2) for c in CONDITIONS] + [mde]
+            for name, vals in (("paraphrase (semantics)", res.semantic),
+                               ("same-template twin (syntax)", res.syntactic))]
+    return icml.Table(f"Recall@{res.k} averaged over layers {res.layers}, {res.n_queries} "
+                      "queries", ["retrieval"] + [CONDITION_NAMES[c] for c in CONDITIONS]
+                      + ["MDE"], rows)

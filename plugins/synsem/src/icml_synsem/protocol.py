@@ -161,18 +161,6 @@ def center_sets(x: Any, twins: Any, paras: Any, trans: list[Any], mode: str
     return x - center, twins - center, paras - center, [t - center for t in trans]
 
 
-def bootstrap_ci(hits: Any, idx: Any, level: float = 0.95) -> list[tuple[float, float]]:
-    """Percentile intervals of the mean of ``hits`` ([n_series, N]) over bootstrap resamples
-    ``idx`` ([B, N] indices of the queries); one ``(low, high)`` per series."""
-    import torch
-
-    h = torch.as_tensor(hits, dtype=torch.float64)
-    means = h[:, idx].mean(-1)  # [n_series, B]
-    a = (1.0 - level) / 2.0
-    q = torch.quantile(means, torch.tensor([a, 1.0 - a], dtype=torch.float64), dim=1)
-    return [(float(lo), float(hi)) for lo, hi in q.T.tolist()]
-
-
 def select_queries(data: SynSemData, min_group_size: int = 2) -> list[int]:
     """Indices of the originals whose template has at least ``min_group_size`` members."""
     sizes = data.group_sizes()
@@ -195,9 +183,10 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
     ``global_center=False`` is ``centering="none"``). ``perm_control`` picks the permuted
     control (:func:`icml_synsem.centroids.permuted_ablation`: ``"centroid"`` ours,
     ``"official"`` the paper's code). ``imbalance_estimator`` is ``"all_pairs"`` (ours) or
-    ``"official"`` (split-half rows x columns). ``n_boot > 0`` adds percentile confidence
-    intervals (``semantic_ci``/``syntactic_ci``) from ``n_boot`` bootstrap resamples of the
-    queries (the same resamples for every condition; candidates and centroids fixed).
+    ``"official"`` (split-half rows x columns). ``n_boot > 0`` (at least 100) adds percentile
+    confidence intervals (``semantic_ci``/``syntactic_ci``) from ``n_boot`` bootstrap resamples
+    of the queries, by :func:`icml.stats.mean_ci` (seed ``seed + 1``, so the same resamples for
+    every condition and layer; candidates and centroids fixed).
     ``translation_retrieval`` adds, per language, recall@k of each translation's English
     original among all originals (no ablation): how well the model aligns that language with
     English at each layer.
@@ -207,8 +196,7 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
     the sentence itself, so removing it would trivially destroy every similarity. With
     ``min_group_size=1`` they are kept (not allowed with ``leave_one_out``).
     """
-    import torch
-
+    from icml import stats
     from icml_synsem.centroids import (
         PERM_CONTROLS,
         ablate,
@@ -229,8 +217,9 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
     if imbalance_estimator not in ESTIMATORS:
         raise ValueError(f"imbalance_estimator must be one of {ESTIMATORS}, got "
                          f"{imbalance_estimator!r}")
-    if n_boot < 0 or not 0 < ci_level < 1:
-        raise ValueError(f"need n_boot >= 0 and 0 < ci_level < 1, got {n_boot}, {ci_level}")
+    if not (n_boot == 0 or n_boot >= 100) or not 0 < ci_level < 1:
+        raise ValueError(f"need n_boot = 0 or >= 100 and 0 < ci_level < 1, got {n_boot}, "
+                         f"{ci_level}")
     if not global_center:
         centering = "none"
 
@@ -262,9 +251,6 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
     imb: dict[str, list[float]] = {}
     sem_ci: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS} if n_boot else {}
     syn_ci: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS} if n_boot else {}
-    boot = (torch.randint(len(data), (n_boot, len(data)),
-                          generator=torch.Generator().manual_seed(seed + 1))
-            if n_boot else None)
     trans_rec: dict[str, list[float]] = {lang: [] for lang in reps.translations} \
         if translation_retrieval else {}
     layer_range = range(len(reps.layers))
@@ -292,10 +278,13 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
                             if syntax_match == "template" else recall_hits(q, twins, k))
             sem[cond].append(float(sum(sem_hits[-1]) / len(data)))
             syn[cond].append(float(sum(syn_hits[-1]) / len(data)))
-        if boot is not None:
+        if n_boot:
+            # icml.stats' percentile bootstrap over the queries; one seed, so every condition
+            # and layer is resampled with the same draws
             for hits, out in ((sem_hits, sem_ci), (syn_hits, syn_ci)):
-                for cond, ci in zip(CONDITIONS, bootstrap_ci(hits, boot, ci_level), strict=True):
-                    out[cond].append(ci)
+                for cond, h in zip(CONDITIONS, hits, strict=True):
+                    est = stats.mean_ci(h, level=ci_level, n_boot=n_boot, seed=seed + 1)
+                    out[cond].append((est.lo, est.hi))
         for lang, t in zip(trans_rec, trans, strict=False):
             trans_rec[lang].append(recall_at_k(t, x, k))
         for cond in CONDITIONS[1:]:
