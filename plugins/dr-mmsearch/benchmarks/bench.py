@@ -11,6 +11,11 @@
   agreement and queries/s.
 
     python plugins/dr-mmsearch/benchmarks/bench.py --part all --seeds 3 --steps 60
+
+``--out-results plugins/dr-mmsearch/results/<name>.json`` also writes the part's table as an
+``icml.results`` file (its command: this invocation, run from the repository root), which the
+README renders and ``icml reproduce dr-mmsearch <name>`` reruns. Threads: one per process, or
+``ICML_THREADS`` (``icml.results.apply_threads``); results are bit-equal at any count.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -40,7 +46,9 @@ def _ms(vals: list[float]) -> tuple[float, float]:
 def _one_seed(cfg, seed: int) -> dict:
     from icml_dr_mmsearch.experiment import run_arms
 
-    torch.set_num_threads(1)
+    from icml.results import apply_threads
+
+    apply_threads(1)
     t0 = time.perf_counter()
     res = run_arms(cfg, seed=seed)
     print(f"seed {seed} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -226,6 +234,68 @@ def bench_bm25(repeats: int) -> dict:
     return res
 
 
+ARM_COLS = [("acc 3-hop", "accuracy_hop3"), ("turns 3-hop", "turns_hop3"),
+            ("collapse 3-hop", "collapse_rate"), ("premature", "premature_rate"),
+            ("acc 2-hop", "accuracy_hop2"), ("acc 1-hop", "accuracy_hop1"),
+            ("held-out acc 3-hop", "heldout_accuracy_hop3"),
+            ("held-out acc 2-hop", "heldout_accuracy_hop2")]
+
+
+def arms_tables(res: dict, label: str) -> list[dict]:
+    """The arms part as a results table: per arm, the mean over seeds with a percentile
+    bootstrap CI over seeds (``icml.stats.mean_ci``; the per-question outcomes are not kept, so
+    items are not resampled), and the 3-hop accuracy difference to the baseline paired by seed
+    (``icml.stats.paired_diff_ci``) with its MDE (``icml.stats.mde_from_samples`` of the per-seed
+    differences; ``inf`` with one seed)."""
+    from icml import results, stats
+
+    per = res["per_seed"]
+    cols = ["arm"] + [c for c, _ in ARM_COLS] + ["Δ acc 3-hop vs baseline", "MDE Δ acc 3-hop"]
+    rows = []
+    for arm, ms in per.items():
+        row: list = [arm]
+        for _, k in ARM_COLS:
+            vals = [m[k] for m in ms if not math.isnan(m.get(k, float("nan")))]
+            row.append(stats.mean_ci(vals, seed=0).to_dict() if vals else None)
+        if arm not in ("warm start", "baseline") and "baseline" in per:
+            a = [m["accuracy_hop3"] for m in ms]
+            b = [m["accuracy_hop3"] for m in per["baseline"]]
+            row.append(stats.paired_diff_ci(a, b, seed=0).to_dict())
+            d = [x - y for x, y in zip(a, b, strict=True)]
+            row.append(stats.mde_from_samples(d, seed=0))
+        else:
+            row += [None, None]
+        rows.append(row)
+    c = res["config"]
+    title = (f"Arms over {c['seeds']} seed(s), {c['steps']} GRPO steps, mu={c['mu']}, "
+             f"premature_fraction={c['premature_fraction']}, per-call penalty "
+             f"{c['per_call_penalty']} (mean [95% CI over seeds])")
+    fmt = {col: ".3f" for col in cols[1:]}
+    fmt["turns 3-hop"] = ".2f"
+    return [results.make_table(title, cols, rows, name=label, formats=fmt)]
+
+
+def throughput_tables(res: dict) -> list[dict]:
+    from icml import results
+
+    names = {"kv_reuse": "one KV cache across turns", "re_encode": "re-encode every turn",
+             "hf_generate": "peer: model.generate() per turn"}
+    rows = []
+    for key, arms in res["results"].items():
+        peer = arms.get("hf_generate", {}).get("tokens_per_s")
+        for arm, r in arms.items():
+            if "error" in r:
+                rows.append([key, names[arm], None, None, None])
+                continue
+            rows.append([key, names[arm], r["tokens_per_s"], r["speed_vs_re_encode"],
+                         r["tokens_per_s"] / peer if peer else None])
+    cols = ["model", "rollout", "tokens/s", "vs re-encoding each turn", "vs generate() peer"]
+    return [results.make_table("Rollout throughput (best of repeats)", cols, rows,
+                               name="throughput",
+                               formats={"tokens/s": ".0f", "vs re-encoding each turn": ".2f",
+                                        "vs generate() peer": ".2f"})]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", default="all", choices=("all", "arms", "throughput", "bm25"))
@@ -247,8 +317,14 @@ def main() -> None:
                     help="the baseline's per-call search penalty (use_search_count_penalty)")
     ap.add_argument("--label", default=None, help="key of this arms table in the JSON file")
     ap.add_argument("--out", default=str(HERE / "results.json"))
+    ap.add_argument("--out-results", default=None,
+                    help="also write the part's table as an icml.results file (arms or "
+                    "throughput part only)")
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    from icml import results
+
+    clock = results.Clock()
+    threads = results.apply_threads(1)
     out = {}
     path = Path(a.out)
     if path.is_file():
@@ -262,6 +338,21 @@ def main() -> None:
         out[key if key.startswith("arms") else f"arms_{key}"] = bench_arms(
             a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms, a.workers,
             a.premature_fraction, a.per_call_penalty)
+    if a.out_results:
+        command = "python plugins/dr-mmsearch/benchmarks/bench.py " + shlex.join(sys.argv[1:])
+        if a.part == "arms":
+            key = a.label or (f"arms_mu_{a.mu}" if a.mu else "arms")
+            key = key if key.startswith("arms") else f"arms_{key}"
+            tables, seeds, tol = arms_tables(out[key], key), list(range(a.seeds)), None
+        elif a.part == "throughput":
+            tables, seeds = throughput_tables(out["throughput"]), [0]
+            tol = {c: {"timing": True, "why": "clock reading on a shared machine"}
+                   for c in ("tokens/s", "vs re-encoding each turn", "vs generate() peer")}
+        else:
+            raise SystemExit("--out-results needs --part arms or --part throughput")
+        print("results file:", results.write(a.out_results, tables, command=command,
+                                              plugin="dr-mmsearch", seeds=seeds, quick=False,
+                                              clock=clock, threads=threads, tolerance=tol))
     out.setdefault("machine", "2-core CPU shared by eight sessions, heavily loaded (load average "
                    "20-35), torch threads 1 per process")   # tables without their own load
     path.write_text(json.dumps(out, indent=1))

@@ -164,9 +164,16 @@ def make_tiny_model(vocab_size: int, *, arch: str = "qwen2", hidden_size: int = 
     from icml.models import tiny_causal_lm
 
     heads = 4 if hidden_size % 4 == 0 else 1
-    return tiny_causal_lm(arch, seed=seed, hidden_size=hidden_size, num_layers=num_layers,
-                          num_heads=heads, num_kv_heads=2 if heads == 4 else 1,
-                          vocab_size=vocab_size, device=device, dtype=dtype, max_positions=1024)
+    model = tiny_causal_lm(arch, seed=seed, hidden_size=hidden_size, num_layers=num_layers,
+                           num_heads=heads, num_kv_heads=2 if heads == 4 else 1,
+                           vocab_size=vocab_size, device=device, dtype=dtype, max_positions=1024)
+    # Eager attention, not SDPA: on CPU, SDPA's kernel splits a one-token query over the KV
+    # cache across threads, so cached decoding gave log-probs that differed in the last bits
+    # between 1 and 2 threads, and 30 GRPO steps amplified that into different runs (the
+    # default run's proximity arm collapsed at one thread count and not at the other).
+    # Eager attention (matmul + softmax) gives bit-equal results at any thread count.
+    model.set_attn_implementation("eager")
+    return model
 
 
 @dataclass

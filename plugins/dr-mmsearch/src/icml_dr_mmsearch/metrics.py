@@ -56,6 +56,7 @@ def agent_metrics(trajs: Sequence[Any], rewards: Sequence[float] | None = None, 
         ix = [i for i, t in enumerate(trajs) if t.question.hops == h]
         out[f"accuracy_hop{h}"] = sum(correct[i] for i in ix) / len(ix)
         out[f"turns_hop{h}"] = sum(turns[i] for i in ix) / len(ix)
+        out[f"n_hop{h}"] = float(len(ix))
     need = [t for t in trajs if t.question.required_searches > 0]
     out["premature_rate"] = (sum(t.episode.searches < t.question.required_searches
                                  and t.episode.actions[-1:] == ["A"] for t in need) / len(need)
