@@ -60,6 +60,20 @@ def smoke_overrides(slug: str, capability: str) -> list[str]:
     return []
 
 
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_config_reads_back_from_result_json_unchanged(slug: str) -> None:
+    """What resuming relies on: a finished cell is reused only when the config in its
+    result.json equals the one asked for, so every capability's config must survive JSON."""
+    from icml import jsonio
+    from icml.config import build_config, to_dict
+    from icml.sweep import _same
+
+    info = load_plugins(only=[slug]).loaded(slug).info
+    for cap, schema in info.configs.items():
+        data = to_dict(build_config(schema, {}))
+        assert _same(data, jsonio.loads(jsonio.dumps(data, strict=False))), cap
+
+
 @pytest.mark.slow  # one or two default jobs' time per plugin (up to about a minute)
 @pytest.mark.parametrize("slug", SLUGS)
 def test_a_1x2_sweep_of_every_plugin(slug: str, tmp_path: Path) -> None:
