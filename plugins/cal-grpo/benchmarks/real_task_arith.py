@@ -31,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
+import sys
 import time
 
 
@@ -184,14 +186,8 @@ def profile(a) -> None:
               f"{med['up_all']:.1f} |", flush=True)
 
 
-def _bootstrap(diffs, reps=10_000, seed=0):
-    import numpy as np
-
-    d = np.asarray(diffs, dtype=float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(d), size=(reps, len(d)))
-    means = d[idx].mean(axis=1)
-    return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+# "train CPU s" is copied from the runs' records: a clock reading of the original runs.
+TOLERANCE = {"train CPU s": {"timing": True, "why": "CPU seconds measured by the original runs"}}
 
 
 def _sd(v):
@@ -202,6 +198,8 @@ def _sd(v):
 
 def report(a) -> None:
     import statistics as st
+
+    from icml import stats
 
     sd = _sd
 
@@ -238,27 +236,84 @@ def report(a) -> None:
         v3 = [runs[(m, s)]["ver@3"] for s in full]
         print(f"| {m} | {len(full)} | {st.mean(v1):.3f} +- {sd(v1):.3f} | "
               f"{st.mean(v3):.3f} +- {sd(v3):.3f} | {', '.join(f'{x:.3f}' for x in v3)} |")
-    print("\nPaired comparisons (same seeds, same held-out questions). Per-seed differences, "
-          "and a paired bootstrap over the held-out questions of the seed-averaged "
-          "per-question difference (10,000 resamples, 95 % CI):\n")
-    print("| comparison | metric | per-seed differences | mean | 95 % CI (questions) | "
-          "seeds ahead |")
+    print("\nPaired comparisons (same seeds, same held-out questions): per-seed differences, "
+          "and the mean difference with a two-level bootstrap over seeds x questions "
+          "(icml.stats.hierarchical_diff_ci, crossed design, 10,000 resamples, 95 % CI), "
+          "which counts the seed-to-seed spread; MDE: the smallest true difference this "
+          "design detects (alpha 0.05, power 0.8; icml.stats.mde_from_samples of the "
+          "seed x question differences):\n")
+    print("| comparison | metric | per-seed differences | mean [95 % CI, seeds x questions] | "
+          "MDE | seeds ahead |")
     print("|---|---|---|---|---|---|")
+    comp_rows = []
     for x, y in (("cal", "naive"), ("cal", "trajectory"), ("trajectory", "naive")):
         if x not in modes or y not in modes:
             continue
         for k in (1, 3):
             per_seed = [runs[(x, s)][f"ver@{k}"] - runs[(y, s)][f"ver@{k}"] for s in full]
-            n_q = len(runs[(x, full[0])]["first"])
-            per_q = []
-            for q in range(n_q):
-                dq = [float(0 < runs[(x, s)]["first"][q] <= k)
-                      - float(0 < runs[(y, s)]["first"][q] <= k) for s in full]
-                per_q.append(sum(dq) / len(dq))
-            mean, lo, hi = _bootstrap(per_q)
+            solved = {m: [[float(0 < f <= k) for f in runs[(m, s)]["first"]] for s in full]
+                      for m in (x, y)}
+            est = stats.hierarchical_diff_ci(solved[x], solved[y], n_boot=10_000, seed=0)
+            cells = [[u - v for u, v in zip(rx, ry, strict=True)]
+                     for rx, ry in zip(solved[x], solved[y], strict=True)]
+            mde = stats.mde_from_samples(cells, seed=0)
             ahead = sum(1 for d in per_seed if d > 0)
             print(f"| {x} - {y} | Ver@{k} | {', '.join(f'{d:+.3f}' for d in per_seed)} | "
-                  f"{mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {ahead}/{len(full)} |")
+                  f"{est.value:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}] | {mde:.3f} | "
+                  f"{ahead}/{len(full)} |")
+            comp_rows.append([f"{x} - {y}", f"Ver@{k}",
+                              ", ".join(f"{d:+.3f}" for d in per_seed), est.to_dict(), mde,
+                              f"{ahead}/{len(full)}"])
+    if a.out_results:
+        from icml import results
+
+        seed_rows = [[m, len(full), stats.mean_ci([runs[(m, s)]["ver@1"] for s in full],
+                                                  seed=0).to_dict(),
+                      stats.hierarchical_ci([[float(0 < f <= 3) for f in runs[(m, s)]["first"]]
+                                             for s in full], n_boot=10_000, seed=0).to_dict(),
+                      ", ".join(f"{runs[(m, s)]['ver@3']:.3f}" for s in full)] for m in modes]
+        seed_rows = [[r[0], r[1], r[3], r[4]] for r in seed_rows]
+        per_rows = []
+        if base:
+            per_rows.append(["base (greedy, no seed)", None, base["ver@1"], base["ver@2"],
+                             base["ver@3"], base["ver@3"] - base["ver@1"], base["repeat_rate"],
+                             None])
+        per_rows += [[m, s, runs[(m, s)]["ver@1"], runs[(m, s)]["ver@2"], runs[(m, s)]["ver@3"],
+                      runs[(m, s)]["ver@3"] - runs[(m, s)]["ver@1"],
+                      runs[(m, s)]["repeat_rate"], runs[(m, s)]["train_cpu_s"]]
+                     for s in seeds for m in modes if (m, s) in runs]
+        f3 = ".3f"
+        tables = [
+            results.make_table(
+                f"Held-out, greedy, after {step} updates, per seed",
+                ["arm", "seed", "Ver@1", "Ver@2", "Ver@3", "Ver@3 - Ver@1",
+                 "repeats an answer", "train CPU s"], per_rows, name="per_seed",
+                formats={"Ver@1": f3, "Ver@2": f3, "Ver@3": f3, "Ver@3 - Ver@1": f3,
+                         "repeats an answer": ".2f", "train CPU s": ".0f"}),
+            results.make_table(
+                f"Held-out Ver@3 after {step} updates (mean [95% CI, seeds x questions])",
+                ["arm", "seeds", "Ver@3", "Ver@3 per seed"], seed_rows, name="arms",
+                formats={"Ver@3": ".3f"}),
+            results.make_table(
+                f"Paired differences after {step} updates (seeds x questions)",
+                ["comparison", "metric", "per-seed differences",
+                 "mean [95% CI, seeds x questions]", "MDE", "seeds ahead"], comp_rows,
+                name="paired", formats={"mean [95% CI, seeds x questions]": "+.3f",
+                                        "MDE": ".3f"})]
+        width = max(len(r["train_ver@3"]) for r in runs.values())
+        blocks = [(lo, min(lo + 5, width)) for lo in range(0, width, 5)]
+        tables.append(results.make_table(
+            "Training batches: Ver@3 averaged over seeds and blocks of 5 updates",
+            ["arm"] + [f"updates {lo + 1}-{hi}" for lo, hi in blocks],
+            [[m] + [st.mean([x for s in full for x in runs[(m, s)]["train_ver@3"][lo:hi]])
+                    for lo, hi in blocks] for m in modes], name="training",
+            formats={f"updates {lo + 1}-{hi}": ".3f" for lo, hi in blocks}))
+        command = ("python plugins/cal-grpo/benchmarks/real_task_arith.py "
+                   + shlex.join(sys.argv[1:]))
+        print("results file:", results.write(a.out_results, tables, command=command,
+                                              plugin="cal-grpo", seeds=full, quick=True,
+                                              tolerance=TOLERANCE),
+              file=sys.stderr)
     print("\nTraining batches (16 sampled rollouts per update, T=1), Ver@3 averaged over "
           "seeds and blocks of 5 updates:\n")
     width = max(len(r["train_ver@3"]) for r in runs.values())
@@ -310,6 +365,8 @@ def main() -> None:
     p.add_argument("files", nargs="+")
     p.add_argument("--step", type=int, default=0, help="updates to compare at (default: last)")
     p.add_argument("--curve", default="", help="the learning-curve run's jsonl (one arm)")
+    p.add_argument("--out-results", default="", help="also write the Ver@3 and paired tables "
+                   "as an icml.results file (the README renders it)")
     f = sub.add_parser("profile")
     f.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
