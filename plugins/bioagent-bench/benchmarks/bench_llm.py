@@ -2,15 +2,22 @@
 every task and condition next to the scripted agents, and the LLM judge against the rule judge
 on the scripted agents' runs. One process, same suite, same timing (perf_counter per run).
 
-    python plugins/bioagent-bench/benchmarks/bench_llm.py [--model smollm2-135m-instruct]
+    python plugins/bioagent-bench/benchmarks/bench_llm.py [--model smollm2-135m-instruct] \
+        [--out-results plugins/bioagent-bench/results/bench_llm.json]
+
+``--out-results`` writes the LLM agent's completion table as a results file (``icml.results``).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+from icml import results as R
 
 
 def main() -> None:
@@ -18,10 +25,10 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--no-prefix", action="store_true", help="do not prefill the JSON start")
+    ap.add_argument("--out-results", default="", help="write the table as a results file")
     args = ap.parse_args()
-    import torch
-
-    torch.set_num_threads(1)
+    clock = R.Clock()
+    threads = R.apply_threads(1)  # ICML_THREADS when set (icml reproduce --threads)
     from icml_bioagent_bench.agents import ScriptedAgent
     from icml_bioagent_bench.harness import run_agent
     from icml_bioagent_bench.judge import LLMJudge, RuleJudge, transformers_generator
@@ -41,6 +48,15 @@ def main() -> None:
         tools = sorted({s["action"][:40] for r in recs for s in r.trace["steps"]
                         if s["returncode"] == 0})
         cols, rows = completion_table(recs)
+        if args.out_results:
+            R.write(args.out_results,
+                    [R.make_table(f"LLM agent {args.model}, json_prefix={prefix}, "
+                                  f"{args.max_turns} tool calls per run", cols, rows,
+                                  name="llm-agent",
+                                  formats={c: ".1f" for c in cols if "%" in c})],
+                    plugin="bioagent-bench", clock=clock, threads=threads, quick=False,
+                    command=" ".join(["python", "plugins/bioagent-bench/benchmarks/bench_llm.py"]
+                                     + [shlex.quote(x) for x in sys.argv[1:]]))
         print(f"LLM agent {args.model}, json_prefix={prefix}, {len(recs)} runs in {t_llm:.0f} s;"
               f" {parsed}/{total} actions valid; distinct valid actions: {tools[:5]}")
         print("| " + " | ".join(cols) + " |")

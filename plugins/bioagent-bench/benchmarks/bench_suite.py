@@ -4,15 +4,28 @@ time per task and total, the completion table per agent and condition, and the D
 the pydeseq2 peer where installed. Every arm runs the same suite in the same process, timed with
 perf_counter around generation and around run+grade.
 
-    python plugins/bioagent-bench/benchmarks/bench_suite.py [--backends pypi debian builtin]
+    python plugins/bioagent-bench/benchmarks/bench_suite.py [--backends pypi debian builtin] \
+        [--out-results plugins/bioagent-bench/results/bench_suite.json]
+
+``--out-results`` writes the tables as a results file (``icml.results``); the seconds and the
+ratios of seconds are clock readings, declared ``timing`` (shown, never compared on a rerun).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+from icml import results as R
+
+TIMING = {c: {"timing": True, "why": "wall-clock seconds on a shared machine (or their ratio): "
+              "shown, not compared"}
+          for c in ("generate s", "run+grade s (12 runs)", "total s", "total vs pypi",
+                    "seconds")}
 
 
 def run_backend(backend: str, root: Path, seed: int) -> dict:
@@ -60,7 +73,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backends", nargs="+", default=["pypi", "debian", "builtin"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out-results", default="", help="write the tables as a results file")
     args = ap.parse_args()
+    clock = R.Clock()
+    tables = []
     from icml_bioagent_bench.tools import ToolMissingError, resolve
 
     results = {}
@@ -77,6 +93,18 @@ def main() -> None:
 
             remove_tree(Path(d) / "runs")
     base = results.get("pypi") or next(iter(results.values()))
+    trows = []
+    for b, r in results.items():
+        for tid, (g, s) in r["per_task"].items():
+            bg, bs = base["per_task"][tid]
+            trows.append([b, tid, g, s, g + s, (g + s) / (bg + bs)])
+        tot, btot = r["gen"] + r["run"], base["gen"] + base["run"]
+        trows.append([b, "**all (48 runs)**", r["gen"], r["run"], tot, tot / btot])
+    tables.append(R.make_table(
+        "Time to generate and grade the whole suite per tool backend",
+        ["backend", "task", "generate s", "run+grade s (12 runs)", "total s", "total vs pypi"],
+        trows, name="time", formats={"generate s": ".2f", "run+grade s (12 runs)": ".2f",
+                                     "total s": ".2f", "total vs pypi": ".2f"}))
     print("| backend | task | generate s | run+grade s (12 runs) | total s | total vs pypi |")
     print("|---|---|---|---|---|---|")
     for b, r in results.items():
@@ -89,6 +117,11 @@ def main() -> None:
     print()
     for b, r in results.items():
         cols, rows = r["table"]
+        tables.append(R.make_table(f"Completion per agent and condition, backend={b}", cols,
+                                   rows, name=f"completion-{b}",
+                                   formats={c: ".1f" for c in cols
+                                            if any(isinstance(row[cols.index(c)], float)
+                                                   for row in rows)}))
         print(f"completion table, backend={b}")
         print("| " + " | ".join(cols) + " |")
         print("|" + "---|" * len(cols))
@@ -102,6 +135,17 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for row in rows:
         print(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]:.3f} |")
+    tables.append(R.make_table("DE step vs the pydeseq2 peer (deseq task, 30 planted DE genes)",
+                               ["DE test", "genes padj<0.05", "planted found (of 30)",
+                                "false calls", "seconds"], rows, name="de-peer",
+                               formats={"seconds": ".3f"}))
+    if args.out_results:
+        R.write(args.out_results, tables, plugin="bioagent-bench", seeds=[args.seed],
+                clock=clock, quick=True,
+                tolerance={**TIMING, **(R.load(args.out_results).get("tolerance") or {}
+                                        if Path(args.out_results).is_file() else {})},
+                command=" ".join(["python", "plugins/bioagent-bench/benchmarks/bench_suite.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
 
 
 if __name__ == "__main__":
