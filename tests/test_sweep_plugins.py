@@ -26,11 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SLUGS = sorted(r.slug for r in load_plugins().all_records if r.ok)
 
 # CPU seconds of one default run at one torch thread (2-core machine, results files and
-# measurements of 2026-12-05): dxpp 2.5, sng 7.6, cage 8.6, bioagent-bench 10, tipex 14,
-# cal-grpo 16, expo-gs 19, dr-mmsearch 29, sarsteer 30, smart 30, synsem 31, het-cpflora 41.
+# measurements of 2026-12-05): dxpp 2.5, sng 7.6, cage 8.6, bioagent-bench 10, fptquant 13,
+# tipex 14, cal-grpo 16, modality-pairing 18, expo-gs 19, capkv 21, led 23, lalm-judge 28,
+# dr-mmsearch 29, sarsteer 30, smart 30, synsem 31, het-cpflora 41; beyond-nll 58 s wall on a
+# loaded machine; xspecmesh had not finished after 240 s wall (19 CPU s) on a loaded machine.
 # Two runs in parallel on two cores plus the pool's start-up must stay under about a minute,
 # so only jobs over ~35 CPU s are swept at their plugin's smoke scale.
-SMOKE = {"het-cpflora"}
+SMOKE = {"het-cpflora", "xspecmesh"}
 
 
 def _set_args(overrides: dict[str, Any], prefix: str = "") -> list[str]:
