@@ -2,7 +2,8 @@
 icml.models.load_pretrained): LoRA on q_proj/v_proj, the synthetic federated task tokenized
 with the model's own tokenizer (digits are single tokens), no task pre-training.
 
-    OMP_NUM_THREADS=1 python plugins/het-cpflora/benchmarks/bench_pretrained.py
+    python plugins/het-cpflora/benchmarks/bench_pretrained.py \
+        --out-results plugins/het-cpflora/results/bench_pretrained.json
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import shlex
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
 from icml_het_cpflora.config import TrainConfig
 from icml_het_cpflora.job import _check, run_strategy
 from icml_het_cpflora.ranks import ClientRankSpec
@@ -23,6 +25,8 @@ from icml_het_cpflora.simulator import ClientDataset
 from icml_het_cpflora.task import STYLES, encode, make_examples
 
 import icml
+from icml import results as R
+from icml import stats
 from icml.models import load_pretrained
 from icml.seeding import seed_everything
 
@@ -33,8 +37,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--local-steps", type=int, default=8)
     ap.add_argument("--strategies", nargs="+", default=["het-cpflora", "fedit", "local"])
+    ap.add_argument("--out-results", default="", help="write the table as a results file")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    clock = R.Clock()
+    threads = R.apply_threads(1)  # ICML_THREADS when set (icml reproduce --threads)
     seed_everything(args.seed)
     cfg = TrainConfig(rounds=args.rounds, local_steps=args.local_steps, lr=1e-3, batch_size=8,
                       train_size=32, test_size=24, strategies=args.strategies)
@@ -55,6 +61,7 @@ def main() -> None:
                           show_progress=False, logger=logging.getLogger("bench"))
     print("| strategy | local acc | other-clients acc | bytes/round | s/round |")
     print("|---|---|---|---|---|")
+    rows = []
     for name in cfg.strategies:
         t0 = time.perf_counter()
         out = run_strategy(ctx, cfg, env, name)
@@ -62,7 +69,26 @@ def main() -> None:
             print(f"| {arm} | {statistics.mean(a for a, _ in accs):.3f} | "
                   f"{statistics.mean(g for _, g in accs):.3f} | {out['bytes_per_round']:.0f} | "
                   f"{out['round_s']:.2f} |", flush=True)
+            loc, gen = [a for a, _ in accs], [g for _, g in accs]
+            rows.append([arm, stats.mean_ci(loc), stats.mde_from_samples(loc),
+                         stats.mean_ci(gen), stats.mde_from_samples(gen),
+                         out["bytes_per_round"], out["round_s"]])
         print(f"<!-- {name}: {time.perf_counter() - t0:.0f} s -->", flush=True)
+    if args.out_results:
+        cols = ["strategy", "local acc", "local MDE", "other-clients acc", "other MDE",
+                "bytes/round", "s/round"]
+        table = R.make_table(f"SmolLM2-135M-Instruct, seed {args.seed}, {args.rounds} rounds x "
+                             f"{args.local_steps} local steps: mean over {len(specs)} clients "
+                             "[95% bootstrap CI over clients]", cols, rows, name="pretrained",
+                             formats={c: ".3f" for c in cols[1:5]}
+                             | {"bytes/round": ".0f", "s/round": ".2f"})
+        R.write(args.out_results, [table], plugin="het-cpflora", seeds=[args.seed], clock=clock,
+                threads=threads, quick=False,
+                tolerance={"s/round": {"timing": True, "why": "wall time on a shared machine"},
+                           **(R.load(args.out_results).get("tolerance") or {}
+                              if Path(args.out_results).is_file() else {})},
+                command=" ".join(["python", "plugins/het-cpflora/benchmarks/bench_pretrained.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
 
 
 if __name__ == "__main__":
