@@ -16,8 +16,10 @@ class _Data:
                         "(and to train the toy audio-LM); official N=100", ge=1, le=150)
     n_eval: int = option(40, help="held-out harmful/benign pairs the defenses are scored on",
                          ge=1, le=150)
-    audio_backend: str = option("auto", help="speech renderer: espeak-ng (Debian package), "
-                                "a pure-numpy tone codec, or auto (espeak-ng when installed)",
+    audio_backend: str = option("tones", help="speech renderer: the pure-numpy tone codec "
+                                "(default: the same audio on every machine), espeak-ng "
+                                "(Debian package) or auto (espeak-ng when installed, so the "
+                                "numbers depend on what is installed)",
                                 choices=("auto", "espeak", "tones"))
 
 
@@ -64,7 +66,8 @@ class _Eval:
                                  "steering defenses (trade-off curve); empty: none")
     max_new_tokens: int = option(12, help="greedy tokens generated per response", ge=1)
     batch_size: int = option(40, help="queries per generate call", ge=1)
-    n_boot: int = option(1000, help="bootstrap resamples of the confidence intervals", ge=10)
+    n_boot: int = option(1000, help="bootstrap resamples of the confidence intervals "
+                         "(icml.stats.mean_ci)", ge=100)
 
     def _check_defenses(self) -> None:
         bad = [d for d in self.defenses if d not in DEFENSE_NAMES]

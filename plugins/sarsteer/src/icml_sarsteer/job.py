@@ -75,7 +75,16 @@ def fit_defenses(model: Any, prompt: Any, bench: Any, cfg: Any, names: list[str]
 
 
 def _pct(r: dict[str, float]) -> str:
-    return f"{100 * r['rate']:.1f} [{100 * r['lo']:.0f}, {100 * r['hi']:.0f}]"
+    """A rate in percent with its 95% interval (icml.stats.mean_ci over items)."""
+    return f"{100 * r['rate']:.1f} [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]"
+
+
+def _mde_points(n: int) -> float:
+    """MDE (percentage points) of a difference between two arms' rates over ``n`` items each
+    (icml.stats.mde_proportion, worst case p = 0.5, alpha 0.05, power 0.8)."""
+    from icml import stats
+
+    return 100 * stats.mde_proportion(n)
 
 
 def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
@@ -97,7 +106,8 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     cols = ["defense", "alpha", "refusal on harmful audio % [95% CI]",
             "over-refusal on benign audio % [95% CI]", "well-formed responses %"]
     title = (f"Defenses on held-out speech ({cfg.n_eval} harmful + {cfg.n_eval} benign "
-             f"queries, {bench.backend} voices, keyword judge)")
+             f"queries, {bench.backend} voices, keyword judge; a difference between two rows "
+             f"below {_mde_points(cfg.n_eval):.0f} points is not detectable (MDE))")
     metrics: dict[str, float] = {**times}
     t0 = time.perf_counter()
     text = evaluate_defense(model, prompt.as_text(), NoDefense(), bench.eval_harmful,

@@ -112,21 +112,16 @@ def refusal_rate(responses: Sequence[str], questions: Sequence[str] | None = Non
 
 def bootstrap_ci(values: Sequence[float] | Any, *, n_boot: int = 2000, level: float = 0.95,
                  seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap CI of the mean of ``values`` (resampling with replacement)."""
-    import numpy as np
+    """Percentile-bootstrap CI of the mean of ``values`` over items: ``(lo, hi)`` of
+    :func:`icml.stats.mean_ci` (the repository's one bootstrap)."""
+    from icml import stats
 
-    x = np.asarray(values, dtype=float).ravel()
-    if x.size == 0:
-        raise ValueError("bootstrap_ci needs at least one value")
-    if not 0 < level < 1:
-        raise ValueError(f"level={level} must lie in (0, 1)")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+    est = stats.mean_ci(values, level=level, n_boot=n_boot, seed=seed)
+    return float(est.lo), float(est.hi)
 
 
 def rate_with_ci(flags: Sequence[bool], **kw: Any) -> dict[str, float]:
-    """``{"rate", "lo", "hi", "n"}`` for a list of 0/1 outcomes."""
+    """``{"rate", "lo", "hi", "n"}`` for a list of 0/1 outcomes (:func:`icml.stats.mean_ci`
+    over items; ``n_boot``, ``level``, ``seed`` are passed on)."""
     lo, hi = bootstrap_ci([float(f) for f in flags], **kw)
     return {"rate": sum(flags) / len(flags), "lo": lo, "hi": hi, "n": len(flags)}
