@@ -305,10 +305,22 @@ def test_second_load_reads_the_cache(counted_convert: list[int],
 
     pretrained.load_pretrained(NAME)
     assert counted_convert == [1] and pretrained.model_status(NAME)["cached"]
+    _assert_manifest_hashes(Path(pretrained.model_status(NAME)["cache_dir"]))
     again, tok = pretrained.load_pretrained(NAME)
     assert counted_convert == [1] and again is not smollm[0]
     ids = tok("The hacker's dictionary")["input_ids"]
     assert torch.equal(_logits(again, ids), _logits(smollm[0], ids))
+
+
+def _assert_manifest_hashes(folder: Path) -> None:
+    """The manifest records every cached file, each with its size and SHA-256."""
+    manifest = json.loads((folder / pretrained.MANIFEST).read_text())
+    assert manifest["format"] == pretrained.CACHE_FORMAT == 2
+    on_disk = {p.name for p in folder.iterdir()} - {pretrained.MANIFEST}
+    assert set(manifest["files"]) == on_disk and "model.safetensors" in on_disk
+    for name, entry in manifest["files"].items():
+        assert entry == {"size": (folder / name).stat().st_size,
+                         "sha256": pretrained._sha256(folder / name)}
 
 
 def _truncate(folder: Path) -> None:
@@ -319,6 +331,25 @@ def _truncate(folder: Path) -> None:
 def _same_size_garbage(folder: Path) -> None:  # sizes match the manifest; the load fails
     f = folder / "model.safetensors"
     f.write_bytes(b"\xff" * f.stat().st_size)
+
+
+def _corrupt_1kb_in_the_middle(folder: Path) -> None:  # same size: +inf weights if loaded
+    f = folder / "model.safetensors"
+    with open(f, "r+b") as fh:
+        fh.seek(f.stat().st_size // 2 // 4 * 4)
+        fh.write(b"\x00\x00\x80\x7f" * 256)  # 256 float32 +inf
+
+
+def _format_1_manifest(folder: Path) -> None:  # a cache written before the hashes
+    m = json.loads((folder / pretrained.MANIFEST).read_text())
+    files = {name: e["size"] for name, e in m["files"].items()}
+    (folder / pretrained.MANIFEST).write_text(json.dumps({**m, "format": 1, "files": files}))
+
+
+def _hashes_dropped(folder: Path) -> None:  # the current format, but no hashes in it
+    m = json.loads((folder / pretrained.MANIFEST).read_text())
+    files = {name: {"size": e["size"]} for name, e in m["files"].items()}
+    (folder / pretrained.MANIFEST).write_text(json.dumps({**m, "files": files}))
 
 
 def _stale_format(folder: Path) -> None:
@@ -334,24 +365,136 @@ def _missing_tokenizer(folder: Path) -> None:
     (folder / "tokenizer.json").unlink()
 
 
+# each damage, and what the rebuild's warning names (None: an older cache, rebuilt silently)
+DAMAGES = [(_truncate, "model.safetensors has 1000 bytes"),
+           (_same_size_garbage, "model.safetensors does not match the SHA-256"),
+           (_corrupt_1kb_in_the_middle, "model.safetensors does not match the SHA-256"),
+           (_format_1_manifest, None), (_stale_format, None),
+           (_hashes_dropped, "does not record a size and a hash per file"),
+           (_broken_manifest, "icml-cache.json cannot be read"),
+           (_missing_tokenizer, "tokenizer.json is missing")]
+
+
+def _load_warnings(name: str) -> tuple[Any, Any, list[str]]:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model, tok = pretrained.load_pretrained(name)
+    return model, tok, [str(w.message) for w in seen if "cached" in str(w.message)]
+
+
+def _assert_rebuilt(said: list[str], expected: str | None) -> None:
+    if expected is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and "is corrupt" in said[0] and expected in said[0], said
+        assert "rebuilding it from" in said[0]
+
+
+def _states(model: Any) -> dict[str, Any]:
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def _assert_same_finite_weights(model: Any, clean: Any) -> None:
+    import torch
+
+    got, want = _states(model), _states(clean)
+    assert got.keys() == want.keys()
+    assert all(torch.isfinite(v).all() and torch.equal(v, want[k]) for k, v in got.items())
+
+
 @pytest.mark.pretrained
-@pytest.mark.parametrize("damage", [_truncate, _same_size_garbage, _stale_format,
-                                    _broken_manifest, _missing_tokenizer])
+@pytest.mark.parametrize(("damage", "expected"), [
+    d for d in DAMAGES if d[0] not in (_stale_format, _hashes_dropped)])  # those: tiny model
 def test_corrupt_or_stale_cache_is_rebuilt(counted_convert: list[int], damage: Any,
-                                           smollm: tuple[Any, Any]) -> None:
+                                           expected: str | None, smollm: tuple[Any, Any],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     pretrained.load_pretrained(NAME)
     folder = Path(pretrained.model_status(NAME)["cache_dir"])
     damage(folder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the same-size case warns that it rebuilds
-        model, tok = pretrained.load_pretrained(NAME)
-    assert counted_convert == [1, 1] and pretrained.model_status(NAME)["cached"]
+    loaded: list[Path] = []
+    real_load = pretrained._load_cached
+    monkeypatch.setattr(pretrained, "_load_cached",
+                        lambda f: loaded.append(f) or real_load(f))
+    model, tok, said = _load_warnings(NAME)
+    assert loaded == [] and counted_convert == [1, 1]  # rebuilt, the damaged cache never read
+    _assert_rebuilt(said, expected)
+    assert pretrained.model_status(NAME)["cached"]
     reread, _ = pretrained.load_pretrained(NAME)
-    assert counted_convert == [1, 1]
+    assert counted_convert == [1, 1] and loaded == [folder]
+    _assert_same_finite_weights(reread, smollm[0])
     ids = tok("A corrupt cache")["input_ids"]
     assert torch.equal(_logits(reread, ids), _logits(smollm[0], ids))
+
+
+# ---------------------------------------------------------------- the cache check on a tiny model
+
+@pytest.fixture
+def tiny_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
+    """A registered fake model whose GGUF 'conversion' gives a tiny random Llama and the byte
+    tokenizer, and a private cache folder: the real cache write, check and load, in seconds."""
+    import hashlib
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from icml.models import byte_tokenizer, tiny_causal_lm
+
+    entry = _fake_entry(monkeypatch, "icml-fake-model-dist")
+    gguf = tmp_path / "weights.gguf"
+    gguf.write_bytes(b"GGUF")
+    source = pretrained._Source(entry, gguf, hashlib.sha256(b"GGUF").hexdigest())
+    monkeypatch.setattr(pretrained, "_locate", lambda e: source)
+    monkeypatch.setenv("ICML_CACHE_DIR", str(tmp_path / "cache"))
+    state: dict[str, Any] = {"converted": 0, "read": [], "source": source,
+                             "folder": source.cache_dir,
+                             "clean": tiny_causal_lm("llama", hidden_size=64, num_layers=2)}
+
+    def convert(src: Any) -> tuple[Any, Any]:
+        state["converted"] += 1
+        return tiny_causal_lm("llama", hidden_size=64, num_layers=2), byte_tokenizer()
+
+    real_load = pretrained._load_cached
+
+    def load_cached(folder: Path) -> tuple[Any, Any]:
+        state["read"].append(folder)
+        return real_load(folder)
+
+    monkeypatch.setattr(pretrained, "_convert", convert)
+    monkeypatch.setattr(pretrained, "_load_cached", load_cached)
+    return state
+
+
+def test_tiny_cache_records_a_hash_per_file_and_reads_it_back(tiny_cache: dict[str, Any]) -> None:
+    pretrained.load_pretrained("fake-model")
+    folder = tiny_cache["folder"]
+    _assert_manifest_hashes(folder)
+    model, _, said = _load_warnings("fake-model")
+    assert tiny_cache["converted"] == 1 and tiny_cache["read"] == [folder] and said == []
+    _assert_same_finite_weights(model, tiny_cache["clean"])
+
+
+@pytest.mark.parametrize(("damage", "expected"), DAMAGES)
+def test_tiny_corrupt_or_stale_cache_is_rebuilt_never_loaded(
+        tiny_cache: dict[str, Any], damage: Any, expected: str | None) -> None:
+    pretrained.load_pretrained("fake-model")
+    folder = tiny_cache["folder"]
+    size = (folder / "model.safetensors").stat().st_size
+    damage(folder)
+    if damage in (_same_size_garbage, _corrupt_1kb_in_the_middle):
+        assert (folder / "model.safetensors").stat().st_size == size
+        source = tiny_cache["source"]
+        assert pretrained._manifest_ok(folder, source)  # the light check (doctor's) passes...
+        assert pretrained._cache_state(folder, source)[0] == "corrupt"
+    model, _, said = _load_warnings("fake-model")
+    assert tiny_cache["converted"] == 2 and tiny_cache["read"] == []  # ...the load's does not
+    _assert_rebuilt(said, expected)
+    if expected is not None:
+        assert str(folder) in said[0]  # the warning names the file by its full path
+    _assert_same_finite_weights(model, tiny_cache["clean"])
+    reread, _, said = _load_warnings("fake-model")  # the rebuilt cache is whole again
+    assert tiny_cache["converted"] == 2 and tiny_cache["read"] == [folder] and said == []
+    _assert_same_finite_weights(reread, tiny_cache["clean"])
 
 
 @pytest.mark.pretrained
