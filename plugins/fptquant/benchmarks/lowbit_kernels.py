@@ -3,7 +3,10 @@ W8A8 (torch._int_mm) and W4A16 (torch's packed int4 CPU kernel), each against it
 (fake-quant) twin: perplexity on the core's evaluation text, greedy decode latency per token
 and resident weight bytes (every distinct parameter/buffer storage).
 
-    python plugins/fptquant/benchmarks/lowbit_kernels.py
+    python plugins/fptquant/benchmarks/lowbit_kernels.py [--out-results FILE]
+
+``--out-results plugins/fptquant/results/lowbit_kernels.json`` writes the table as a results
+file (``icml.results``); ms/token and CPU s are clock readings, declared ``timing``.
 
 Weights: RTN per output channel, no transform (the kernels run whatever merge_and_quantize
 produced; the transformed models add only their online ops). W8A8 activations: static
@@ -14,9 +17,17 @@ from __future__ import annotations
 
 import argparse
 import copy
+import shlex
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+from icml import results as R
+
+TIMING = {c: {"timing": True, "why": "wall or CPU time of this machine under its load: shown, "
+              "not compared"} for c in ("ms / token", "CPU s")}
 
 
 def ms_per_token(model, prompt, new_tokens, repeats):
@@ -36,8 +47,10 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--new-tokens", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out-results", default="", help="write the table as a results file")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    clock = R.Clock()
+    threads = R.apply_threads(1)  # ICML_THREADS when set (icml reproduce --threads)
     from icml_fptquant import FPTQuantConfig, merge_and_quantize
     from icml_fptquant.kernels import to_kernels, weight_bytes
 
@@ -63,6 +76,7 @@ def main() -> None:
     fp_bytes = weight_bytes(fp32)
     print("| model | perplexity | ms / token | weight MB | weight vs FP32 | CPU s |")
     print("|---|---|---|---|---|---|")
+    rows = []
     for name, m in models.items():
         c0 = time.process_time()
         ppl = perplexity(m, ev, window=w)
@@ -70,6 +84,21 @@ def main() -> None:
         b = weight_bytes(m)
         print(f"| {name} | {ppl:.3f} | {ms:.1f} | {b / 2**20:.1f} | {b / fp_bytes:.3f} | "
               f"{time.process_time() - c0:.0f} |", flush=True)
+        rows.append([name, ppl, ms, b / 2**20, b / fp_bytes, time.process_time() - c0])
+    if args.out_results:
+        cols = ["model", "perplexity", "ms / token", "weight MB", "weight vs FP32", "CPU s"]
+        table = R.make_table(
+            f"Real low-bit kernels on SmolLM2-135M-Instruct: perplexity ({args.eval_windows} "
+            f"windows of {w} tokens), greedy decode of {args.new_tokens} tokens (best of "
+            f"{args.repeats}), weight storage", cols, rows, name="lowbit",
+            formats={"perplexity": ".3f", "ms / token": ".1f", "weight MB": ".1f",
+                     "weight vs FP32": ".3f", "CPU s": ".0f"})
+        old = R.load(args.out_results).get("tolerance") if Path(args.out_results).is_file() \
+            else None
+        R.write(args.out_results, [table], plugin="fptquant", clock=clock, threads=threads,
+                quick=False, tolerance={**TIMING, **(old or {})},
+                command=" ".join(["python", "plugins/fptquant/benchmarks/lowbit_kernels.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
 
 
 if __name__ == "__main__":

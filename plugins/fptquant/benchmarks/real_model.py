@@ -6,6 +6,11 @@ prompts as 4-way multiple choice.
 
     python plugins/fptquant/benchmarks/real_model.py                 # the README table
     python plugins/fptquant/benchmarks/real_model.py --bits w4a4kv4 --arms fp,rtn,quarot
+    python plugins/fptquant/benchmarks/real_model.py \
+        --out-results plugins/fptquant/results/real_model.json
+
+``--out-results`` writes the table as a results file (``icml.results``; CPU s is a clock
+reading, declared ``timing``); ``--json`` keeps writing the raw rows.
 
 Fair by construction of the loop: one weight quantizer per row for every arm (RTN rows at every
 width, GPTQ rows at the widths in ``--gptq-bits``), the same calibration sequences (tokens
@@ -23,10 +28,14 @@ import dataclasses
 import json
 import math
 import os
+import shlex
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+from icml import results as R
 
 PROMPTS = (  # (prompt, expected answer in the first new tokens); only FP-correct ones count
     ("The capital of France is", "Paris"), ("The capital of Japan is", "Tokyo"),
@@ -166,6 +175,7 @@ def run() -> None:
                     "loaded when the file exists (its training time is then not in the total), "
                     "else trained and saved there")
     ap.add_argument("--json", default="", help="write the rows to this file")
+    ap.add_argument("--out-results", default="", help="write the table as a results file")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (0: one per core of the machine)")
     ap.add_argument("--no-share", action="store_true",
@@ -176,7 +186,9 @@ def run() -> None:
                     "runs (saves a few forward passes; changes the trained rows beyond float "
                     "rounding, see README), instead of the default teacher")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    clock = R.Clock()
+    # ICML_THREADS (icml reproduce --threads) wins over --threads
+    threads = R.apply_threads(args.threads or os.cpu_count() or 1)
     torch.manual_seed(0)
     from icml_fptquant import FPTQuantConfig
     from icml_fptquant.apply import apply_fpt_transforms
@@ -348,6 +360,26 @@ def run() -> None:
         print(f"| {r['bits']} | {r['wq']} | {LABELS[r['arm']]} | {r['ppl']:.3f} | "
               f"{r['kl']:.4f} | {g} | {r['zero_shot']}/{len(keep)} | "
               f"{r['choice']}/{len(prompts)} | {r['cpu_s']:.0f}{star} |")
+    if args.out_results:
+        cols = ["bits", "weights", "arm", "perplexity", "KL to FP", "RTN gap closed", "greedy",
+                "choice", "CPU s"]
+        trows = [[r["bits"], r["wq"], LABELS[r["arm"]], r["ppl"], r["kl"],
+                  None if r["gap_closed"] != r["gap_closed"] else r["gap_closed"],
+                  f"{r['zero_shot']}/{len(keep)}", f"{r['choice']}/{len(prompts)}",
+                  r["cpu_s"]] for r in rows]
+        table = R.make_table(
+            f"SmolLM2-135M-Instruct: every arm, {ev.numel()} evaluation tokens ({len(ev)} "
+            f"windows of {win}), {calib.numel()} calibration tokens", cols, trows, name="real",
+            formats={"perplexity": ".3f", "KL to FP": ".4f", "RTN gap closed": ".3f",
+                     "CPU s": ".0f"})
+        old = R.load(args.out_results).get("tolerance") if os.path.isfile(args.out_results) \
+            else None
+        R.write(args.out_results, [table], plugin="fptquant", seeds=[0], clock=clock,
+                threads=threads, quick=False,
+                tolerance={"CPU s": {"timing": True, "why": "CPU time of this machine: shown, "
+                                     "not compared"}, **(old or {})},
+                command=" ".join(["python", "plugins/fptquant/benchmarks/real_model.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"rows": rows, "args": vars(args), "prompts_fp_correct": keep,
