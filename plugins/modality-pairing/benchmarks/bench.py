@@ -254,31 +254,146 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--peers", default=None, help="folder with pyhessian installed")
     ap.add_argument("--json", default=None, help="write raw results here")
+    ap.add_argument("--out-results", default=None,
+                    help="also write the printed tables as a results file "
+                         "(plugins/modality-pairing/results/*.json)")
+    ap.add_argument("--from-raw", default=None,
+                    help="tabulate the printed output of an earlier run (benchmarks/results.md) "
+                         "for --part instead of running it")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    from icml import results
+
+    clock = results.Clock()
+    threads = results.apply_threads(1)
+    tables: list[dict] = []
     out = {}
+    if args.from_raw:
+        tables = _from_raw(Path(args.from_raw).read_text(encoding="utf-8"), args.part)
+        _write(args, tables, clock, threads)
+        return
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"{os.cpu_count()} CPUs visible")
     if args.part in ("all", "regimes"):
         text, raw = regime_table(args.regimes, args.seeds, "cosine")
         print("\n## Regimes (cosine schedule)\n\n" + text)
+        tables += _md_tables(text, "regimes (cosine schedule)", "cosine")
         out["regimes_cosine"] = raw
         if args.constant_lr_regimes:
             text, raw = regime_table(args.constant_lr_regimes, args.seeds, "constant")
             print("\n## Regimes (constant learning rate)\n\n" + text)
+            tables += _md_tables(text, "regimes (constant learning rate)", "constant")
             out["regimes_constant"] = raw
     if args.part in ("all", "sweep"):
         text, raw = p_sweep(args.sweep_regime, args.seeds, args.sweep_shared, args.sweep_p)
         print("\n## Mixing probability × shared noise\n\n" + text)
+        tables += _md_tables(text, "mixing probability x shared noise", "sweep")
         out["sweep"] = raw
     if args.part in ("all", "sharpness"):
         for w in args.widths:
             text, raw = sharpness_costs(w, args.peers, args.repeats, args.probes,
                                         w in args.check_widths)
             print(f"\n## Sharpness measures, width {w}\n" + text)
+            tables += _md_tables(text, f"sharpness measures, width {w}", f"sharpness-w{w}")
             out[f"sharpness_w{w}"] = raw
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=float))
+    _write(args, tables, clock, threads)
+
+
+#: Headings of the printed output, per --part: (heading, title, table name).
+_SECTIONS = {"regimes": [("Regimes (cosine schedule)", "regimes (cosine schedule)", "cosine"),
+                         ("Regimes (constant learning rate)", "regimes (constant learning rate)",
+                          "constant")],
+             "sweep": [("Mixing probability × shared noise", "mixing probability x shared noise",
+                        "sweep")],
+             "sharpness": [(f"Sharpness measures, width {w}", f"sharpness measures, width {w}",
+                            f"sharpness-w{w}") for w in (32, 64)]}
+
+
+def _from_raw(text: str, part: str) -> list[dict]:
+    """The tables of the printed output ``text`` (``## heading`` sections) for ``part``."""
+    sections = {}
+    for chunk in ("\n" + text).split("\n## ")[1:]:
+        head, _, body = chunk.partition("\n")
+        sections[head.strip()] = body
+    wanted = [x for k, v in _SECTIONS.items() if part in ("all", k) for x in v]
+    tables = []
+    for head, title, name in wanted:
+        if head in sections:
+            tables += _md_tables(sections[head], title, name)
+    return tables
+
+
+def _write(args: argparse.Namespace, tables: list[dict], clock: object, threads: int) -> None:
+    from icml import results
+
+    if args.out_results and tables:
+        import shlex
+        import sys
+
+        why = ("clock reading on a shared CPU (best of --repeats in one run): shown, never "
+               "compared; speed ratios are from the same run")
+        timing = {c: {"timing": True, "why": why} for t in tables for c in t["columns"]
+                  if any(k in c for k in ("ms", " s", "time", "speed", "×", "x faster"))}
+        results.write(args.out_results, tables, plugin="modality-pairing",
+                      seeds=list(range(args.seeds)), clock=clock, threads=threads,
+                      command="python " + shlex.join(
+                          ["plugins/modality-pairing/benchmarks/bench.py", *sys.argv[1:]]),
+                      tolerance=timing or None, quick=bool(args.from_raw),
+                      notes=f"tabulated from {args.from_raw}" if args.from_raw else "")
+
+
+def _md_tables(text: str, title: str, name: str) -> list[dict]:
+    """The Markdown tables in ``text`` as icml.results tables (cells as printed: numbers where
+    a cell is one number, else the text, e.g. ``0.570 ± 0.037``)."""
+    from icml import results
+
+    blocks, cur = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            blocks.append(cur)
+            cur = []
+    out = []
+    for i, block in enumerate(blocks):
+        cols = _cells(block[0])
+        texts = [_cells(line) for line in block[2:]]
+        rows = [[_num(c) for c in cells] for cells in texts]
+        formats = {}
+        for j, c in enumerate(cols):
+            dec = {_decimals(t[j]) for t in texts}
+            if all(isinstance(r[j], float) for r in rows) and len(dec) == 1 and None not in dec:
+                formats[c] = f".{dec.pop()}f"  # one fixed-point format: numbers, as printed
+            else:  # blanks, mixed or exponent forms: keep the text exactly as printed
+                for r, t in zip(rows, texts):
+                    r[j] = t[j]
+        out.append(results.make_table(title if i == 0 else f"{title}, table {i + 1}", cols,
+                                      rows, name=name if i == 0 else f"{name}-{i + 1}",
+                                      formats=formats))
+    return out
+
+
+def _cells(line: str) -> list[str]:
+    """A Markdown table row's cells (an escaped ``\\|`` stays inside its cell)."""
+    import re
+
+    inner = line.strip()[1:-1] if line.strip().endswith("|") else line.strip()[1:]
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", inner)]
+
+
+def _num(cell: str) -> float | str:
+    try:
+        return float(cell.replace(",", ""))
+    except ValueError:
+        return cell
+
+
+def _decimals(text: str) -> int | None:
+    """Decimals of a fixed-point number as printed (None for exponent or grouped forms)."""
+    if "e" in text.lower() or "," in text:
+        return None
+    return len(text.split(".")[1]) if "." in text else 0
 
 
 if __name__ == "__main__":

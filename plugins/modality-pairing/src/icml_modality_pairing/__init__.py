@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 _EXPORTS = {
     # stochastic modality pairing
