@@ -135,12 +135,15 @@ def cost(tokens: int, vocab: int, dtype: str, reps: int, device: str,
     return rows
 
 
-def claim(seeds: int, objectives: str, steps: int) -> tuple[str, float]:
+def claim(seeds: int, objectives: str, steps: int) -> tuple[list[dict], float]:
     """The default train job once per seed (each seed redraws the prior's initialisation, its
-    pretraining data, the SFT data, the cipher and the batch order); mean ± sd over seeds."""
-    import statistics
+    pretraining data, the SFT data, the cipher and the batch order); per cell the mean over
+    seeds with a 95% percentile-bootstrap interval over seeds (icml.stats.mean_ci), and per
+    objective the MDE of its difference from NLL (icml.stats.mde_from_samples of the per-seed
+    differences). Returns the results-file tables and the seconds taken."""
     import time
 
+    from icml import results, stats
     from icml.runner import run
 
     t0 = time.perf_counter()
@@ -152,23 +155,38 @@ def claim(seeds: int, objectives: str, steps: int) -> tuple[str, float]:
                             out=Path(tmp), seed=seed, device="cpu", show_progress=False).metrics)
     keys = [k.strip() for k in objectives.split(",")]
 
-    def cell(metric: str) -> str:
-        vals = [m[metric] for m in runs]
-        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-        return f"{statistics.mean(vals):.3f} ± {sd:.3f}"
+    def cell(metric: str) -> object:
+        return stats.mean_ci([m[metric] for m in runs], seed=0)
 
-    rows = [["objective", "model-strong acc", "model-weak acc", "strong: seeds >= NLL",
-             "weak: seeds < NLL"]]
+    def mde_vs_nll(regime: str, k: str) -> object:
+        if k == "logp" or len(runs) < 2:
+            return None
+        return stats.mde_from_samples([m[f"acc_{regime}_{k}"] - m[f"acc_{regime}_logp"]
+                                       for m in runs], seed=0)
+
+    rows = []
     for k in keys:
         ge = sum(m[f"acc_strong_{k}"] >= m["acc_strong_logp"] for m in runs)
         lt = sum(m[f"acc_weak_{k}"] < m["acc_weak_logp"] for m in runs)
         rows.append([k, cell(f"acc_strong_{k}"), cell(f"acc_weak_{k}"),
                      f"{ge}/{seeds}" if k != "logp" else "-",
-                     f"{lt}/{seeds}" if k != "logp" else "-"])
-    prior = [["regime", "mean target p (diagnostic)", "accuracy before fine-tuning"],
-             ["strong", cell("prior_mean_p_strong"), cell("acc_before_strong")],
-             ["weak", cell("prior_mean_p_weak"), cell("acc_before_weak")]]
-    return md(rows) + "\n\n" + md(prior), time.perf_counter() - t0
+                     f"{lt}/{seeds}" if k != "logp" else "-",
+                     mde_vs_nll("strong", k), mde_vs_nll("weak", k)])
+    acc_cols = ["model-strong acc [95% CI]", "model-weak acc [95% CI]"]
+    claim_t = results.make_table(
+        f"Greedy exact match after {steps} steps, seeds 0-{seeds - 1} (mean [95% bootstrap CI "
+        "over seeds]); MDE of the difference from NLL", ["objective", *acc_cols,
+                                                         "strong: seeds >= NLL",
+                                                         "weak: seeds < NLL", "MDE strong",
+                                                         "MDE weak"],
+        rows, name="claim", formats={c: ".3f" for c in [*acc_cols, "MDE strong", "MDE weak"]})
+    prior_cols = ["mean target p (diagnostic) [95% CI]", "accuracy before fine-tuning [95% CI]"]
+    prior_t = results.make_table(
+        "The prior on each regime's SFT data, over seeds", ["regime", *prior_cols],
+        [["strong", cell("prior_mean_p_strong"), cell("acc_before_strong")],
+         ["weak", cell("prior_mean_p_weak"), cell("acc_before_weak")]],
+        name="prior", formats={c: ".3f" for c in prior_cols})
+    return [claim_t, prior_t], time.perf_counter() - t0
 
 
 def md(rows: list[list[str]]) -> str:
@@ -191,11 +209,30 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--out-results", default=None,
+                    help="with --part claim: also write a results file "
+                         "(plugins/beyond-nll/results/NAME.json)")
     args = ap.parse_args()
+    if args.out_results and args.part != "claim":
+        ap.error("--out-results needs --part claim")
     if args.part in ("claim", "both"):
-        text, secs = claim(args.seeds, args.objectives, args.steps)
-        print(f"## Claim: greedy exact match, {args.seeds} seeds (mean ± sd), {secs:.0f} s\n")
-        print(text + "\n")
+        from icml import results
+
+        clock = results.Clock()
+        tables, secs = claim(args.seeds, args.objectives, args.steps)
+        print(f"## Claim: greedy exact match, {args.seeds} seeds, {secs:.0f} s\n")
+        for t in tables:
+            print(results.render_table(t) + "\n")
+        if args.out_results:
+            defaults = ap.parse_args(["--part", "claim"])
+            extra = [f"--{k} {getattr(args, k)}" for k in ("seeds", "objectives", "steps")
+                     if getattr(args, k) != getattr(defaults, k)]
+            cmd = " ".join(["python plugins/beyond-nll/benchmarks/bench.py --part claim",
+                            *extra, f"--out-results {args.out_results}"])
+            path = results.write(args.out_results, tables, command=cmd, plugin="beyond-nll",
+                                 seeds=list(range(args.seeds)), quick=False, clock=clock,
+                                 threads=results.env_threads() or 1)
+            print(f"results file: {path}")
     if args.part in ("cost", "both"):
         head = ["loss", "logits dtype", "ms / fwd+bwd (CPU time)", "time vs CE",
                 "time vs chunked CE", "peak extra MiB", "memory vs CE", "memory vs chunked CE"]
