@@ -15,12 +15,18 @@ top-k rules, transformers ``generate`` (greedy) and transformers' prompt-lookup 
 
     python plugins/xspecmesh/benchmarks/bench.py mesh --seeds 3
     python plugins/xspecmesh/benchmarks/bench.py text
+
+``--out-results plugins/xspecmesh/results/<name>.json`` also writes the printed table as an
+``icml.results`` file whose command is this invocation (run from the repository root); the
+README renders it and ``icml reproduce xspecmesh <name>`` reruns it. Wall-clock speed-ups are
+declared ``timing`` (shown, not compared).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -35,7 +41,20 @@ from icml_xspecmesh.job import LABEL, _base_of, _baseline_arms, _refs, _run, mak
 from icml_xspecmesh.metrics import bootstrap_ci, bootstrap_diff_ci
 
 import icml
+from icml import results as icml_results
 from icml.config import build_config
+
+WALL_TOL = {"speed-up (wall)": {"timing": True, "why": "wall-clock ratio on a shared machine"}}
+
+
+def _write(args: argparse.Namespace, table: dict, seeds: list[int], clock: object) -> None:
+    if not args.out_results:
+        return
+    command = "python plugins/xspecmesh/benchmarks/bench.py " + shlex.join(sys.argv[1:])
+    path = icml_results.write(args.out_results, [table], command=command, plugin="xspecmesh",
+                              seeds=seeds, quick=False, clock=clock, threads=args.threads,
+                              tolerance=None if os.path.isfile(args.out_results) else WALL_TOL)
+    print(f"results file: {path}", file=sys.stderr)
 
 
 def _ms(xs: list[float], f: str = ".2f") -> str:
@@ -45,6 +64,7 @@ def _ms(xs: list[float], f: str = ".2f") -> str:
 
 
 def mesh(args: argparse.Namespace) -> None:
+    clock = icml_results.Clock()
     cfg = build_config(EvaluateConfig, {"num_meshes": args.meshes}, args.set)
     per: dict[str, dict[str, list]] = {}
     order: list[str] = []
@@ -84,6 +104,7 @@ def mesh(args: argparse.Namespace) -> None:
           "valid rate [95% CI] | Chamfer [95% CI] | valid diff vs AR [95% CI] | "
           "Chamfer diff vs AR [95% CI] |")
     print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for name in order:
         d = per[name]
         b = per[d["base"]]
@@ -101,6 +122,23 @@ def mesh(args: argparse.Namespace) -> None:
         print(f"| {name}{same} | {_ms(d['tpc'])} | {_ms(d['calls'])}x | {_ms(d['wall'])}x | "
               f"{acc} | {v:.3f} [{vlo:.3f}, {vhi:.3f}] | {c:.4f} [{clo:.4f}, {chi:.4f}] | "
               f"{diffs[0]} | {diffs[1]} |")
+        est = (lambda t: {"value": t[0], "lo": t[1], "hi": t[2]})  # noqa: E731
+        rows.append([name + same, statistics.mean(d["tpc"]), statistics.mean(d["calls"]),
+                     statistics.mean(d["wall"]),
+                     None if all(np.isnan(d["acc"])) else statistics.mean(d["acc"]),
+                     est((v, vlo, vhi)), est((c, clo, chi)),
+                     None if name == d["base"] else est(dv),
+                     None if name == d["base"] else est(dc)])
+    cols = ["decoder", "tokens/call", "speed-up (calls)", "speed-up (wall)", "draft acceptance",
+            "valid rate [95% CI]", "Chamfer [95% CI]", "valid diff vs AR [95% CI]",
+            "Chamfer diff vs AR [95% CI]"]
+    fmts = {"tokens/call": ".2f", "speed-up (calls)": ".2f", "speed-up (wall)": ".2f",
+            "draft acceptance": ".3f", "valid rate [95% CI]": ".3f", "Chamfer [95% CI]": ".4f",
+            "valid diff vs AR [95% CI]": "+.3f", "Chamfer diff vs AR [95% CI]": "+.4f"}
+    _write(args, icml_results.make_table(
+        f"Meshes: {args.seeds} seeds x {args.meshes} meshes per decoder (means over seeds; CIs: "
+        "per-mesh bootstrap pooled over seeds)", cols, rows, name="mesh", formats=fmts),
+        list(range(args.seeds)), clock)
 
 
 class _CallCounter:
@@ -120,6 +158,7 @@ def text(args: argparse.Namespace) -> None:
     from icml.data import eval_token_ids
     from icml.models import load_pretrained
 
+    clock = icml_results.Clock()
     torch.manual_seed(0)
     model, tok = load_pretrained("smollm2-135m-instruct")
     model.eval()
@@ -203,16 +242,27 @@ def text(args: argparse.Namespace) -> None:
     print("| decoder | backbone calls / sequence | tokens/call | speed-up (calls) | "
           "speed-up (wall) | output = AR greedy |")
     print("|---|---|---|---|---|---|")
+    rows = []
     for name, s in stats.items():
         cps = s["calls"] / args.prompts
         same = sum(a == b for a, b in zip(s["seqs"], base["seqs"], strict=True))
         print(f"| {name} | {cps:.1f} | {new / cps:.2f} | {base['calls'] / s['calls']:.2f}x | "
               f"{base['sec'] / s['sec']:.2f}x | {same}/{args.prompts} |")
+        rows.append([name, cps, new / cps, base["calls"] / s["calls"], base["sec"] / s["sec"],
+                     f"{same}/{args.prompts}"])
+    cols = ["decoder", "backbone calls / sequence", "tokens/call", "speed-up (calls)",
+            "speed-up (wall)", "output = AR greedy"]
+    _write(args, icml_results.make_table(
+        f"SmolLM2-135M-Instruct, {args.prompts} prompts of {args.prompt_len} tokens, {new} new "
+        f"tokens each; heads distilled (sparse KL, top-{args.support} support) {args.steps} "
+        f"steps x {args.batch} x {args.seq_len} tokens", cols, rows, name="text",
+        formats={"backbone calls / sequence": ".1f", "tokens/call": ".2f",
+                 "speed-up (calls)": ".2f", "speed-up (wall)": ".2f"}), [0], clock)
 
 
 def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
+    threads = icml_results.apply_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="part", required=True)
     m = sub.add_parser("mesh")
@@ -220,9 +270,12 @@ def main() -> None:
     m.add_argument("--meshes", type=int, default=30)
     m.add_argument("--device", default="cpu")
     m.add_argument("--set", action="append", default=[], help="config key=value")
+    m.add_argument("--out-results", default=None, help="also write an icml.results file")
     t = sub.add_parser("text")
     t.add_argument("--heads", type=int, default=3)
-    t.add_argument("--steps", type=int, default=60)
+    t.add_argument("--steps", type=int, default=300,
+                   help="distillation steps (300 made the README's table)")
+    t.add_argument("--out-results", default=None, help="also write an icml.results file")
     t.add_argument("--batch", type=int, default=2)
     t.add_argument("--seq-len", type=int, default=128)
     t.add_argument("--train-seqs", type=int, default=32)
@@ -234,6 +287,7 @@ def main() -> None:
     t.add_argument("--support", type=int, default=32, help="teacher top tokens per position "
                    "in the sparse KL")
     args = ap.parse_args()
+    args.threads = threads
     mesh(args) if args.part == "mesh" else text(args)
 
 

@@ -1,5 +1,5 @@
 """Quality and speed metrics: Chamfer distance on surface samples (trimesh), valid-mesh rate,
-bootstrap confidence intervals."""
+bootstrap confidence intervals (thin calls into :mod:`icml.stats`)."""
 
 from __future__ import annotations
 
@@ -48,28 +48,31 @@ def chamfer_to_references(mesh: tuple[Any, Any], references: Sequence[np.ndarray
     return min(chamfer_points(pts, r) for r in references)
 
 
+def _finite(values: Sequence[float]) -> list[float]:
+    return [float(v) for v in values if np.isfinite(v)]
+
+
 def bootstrap_ci(values: Sequence[float], *, n_boot: int = 2000, alpha: float = 0.05,
                  seed: int = 0) -> tuple[float, float, float]:
-    """Mean and percentile bootstrap (1 - alpha) interval."""
-    x = np.asarray([v for v in values if np.isfinite(v)], dtype=np.float64)
-    if len(x) == 0:
+    """Mean and percentile bootstrap (1 - alpha) interval over the finite values
+    (:func:`icml.stats.mean_ci`); ``nan`` for none."""
+    from icml import stats
+
+    x = _finite(values)
+    if not x:
         return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(x.mean()), float(lo), float(hi)
+    e = stats.mean_ci(x, level=1 - alpha, n_boot=n_boot, seed=seed)
+    return e.value, e.lo, e.hi
 
 
 def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], *, n_boot: int = 2000,
                       alpha: float = 0.05, seed: int = 0) -> tuple[float, float, float]:
-    """Mean of ``a`` minus mean of ``b`` (independent samples) with a bootstrap interval."""
-    xa = np.asarray([v for v in a if np.isfinite(v)], dtype=np.float64)
-    xb = np.asarray([v for v in b if np.isfinite(v)], dtype=np.float64)
-    if len(xa) == 0 or len(xb) == 0:
+    """Mean of ``a`` minus mean of ``b`` (independent samples) with a bootstrap interval
+    (:func:`icml.stats.unpaired_diff_ci`); ``nan`` when either has no finite value."""
+    from icml import stats
+
+    xa, xb = _finite(a), _finite(b)
+    if not xa or not xb:
         return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    da = xa[rng.integers(0, len(xa), size=(n_boot, len(xa)))].mean(axis=1)
-    db = xb[rng.integers(0, len(xb), size=(n_boot, len(xb)))].mean(axis=1)
-    d = da - db
-    return (float(xa.mean() - xb.mean()), float(np.quantile(d, alpha / 2)),
-            float(np.quantile(d, 1 - alpha / 2)))
+    e = stats.unpaired_diff_ci(xa, xb, level=1 - alpha, n_boot=n_boot, seed=seed)
+    return e.value, e.lo, e.hi
