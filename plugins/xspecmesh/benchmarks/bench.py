@@ -122,7 +122,9 @@ def mesh(args: argparse.Namespace) -> None:
         print(f"| {name}{same} | {_ms(d['tpc'])} | {_ms(d['calls'])}x | {_ms(d['wall'])}x | "
               f"{acc} | {v:.3f} [{vlo:.3f}, {vhi:.3f}] | {c:.4f} [{clo:.4f}, {chi:.4f}] | "
               f"{diffs[0]} | {diffs[1]} |")
-        est = (lambda t: {"value": t[0], "lo": t[1], "hi": t[2]})  # noqa: E731
+        def est(t: tuple) -> dict | None:
+            return None if np.isnan(t[0]) else {"value": t[0], "lo": t[1], "hi": t[2]}
+
         rows.append([name + same, statistics.mean(d["tpc"]), statistics.mean(d["calls"]),
                      statistics.mean(d["wall"]),
                      None if all(np.isnan(d["acc"])) else statistics.mean(d["acc"]),
