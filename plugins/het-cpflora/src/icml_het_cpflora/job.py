@@ -131,23 +131,29 @@ def train_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
     rows, metrics = [], {"pretrain_loss": env["pretrain_loss"]}
     fedit_bytes = None
     outs = {}
+    def strategy_rows(out: dict[str, Any], fedit: float | None) -> list[list[Any]]:
+        found = []
+        for arm, accs in out["arms"].items():
+            local = statistics.mean(a for a, _ in accs)
+            gen = statistics.mean(g for _, g in accs)
+            ratio = out["bytes_per_round"] / fedit if fedit else float("nan")
+            found.append([arm, local, gen, out["bytes_per_round"], ratio, out["round_s"]])
+        return found
+
     for name in ctx.progress(cfg.strategies, desc="strategies"):
         out = run_strategy(ctx, cfg, env, name)
         outs[name] = out
         if name == "fedit":
             fedit_bytes = out["bytes_per_round"]
+        for row in strategy_rows(out, fedit_bytes):  # kept at once: Ctrl-C loses no strategy
+            ctx.record_row("strategies (as they finished)", cols, row)
     for out in outs.values():
-        for arm, accs in out["arms"].items():
-            local = statistics.mean(a for a, _ in accs)
-            gen = statistics.mean(g for _, g in accs)
-            key = arm.replace(" ", "").replace("(", "_").replace(")", "")
-            metrics[f"{key}_local_acc"] = local
-            metrics[f"{key}_other_acc"] = gen
+        for row in strategy_rows(out, fedit_bytes):
+            key = row[0].replace(" ", "").replace("(", "_").replace(")", "")
+            metrics[f"{key}_local_acc"] = row[1]
+            metrics[f"{key}_other_acc"] = row[2]
             metrics[f"{key}_bytes_per_round"] = out["bytes_per_round"]
-            ratio = out["bytes_per_round"] / fedit_bytes if fedit_bytes else float("nan")
-            row = [arm, local, gen, out["bytes_per_round"], ratio, out["round_s"]]
             rows.append(row)
-            ctx.record_row("strategies", cols, row)
     table = icml.Table("Personalization vs generalization (teacher-forced exact match, mean "
                        "over clients)", cols, rows)
     per_client = []

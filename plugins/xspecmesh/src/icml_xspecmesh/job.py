@@ -123,7 +123,9 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
     from icml_xspecmesh.evaluation import Arm
 
     info = prepare(ctx, cfg)
+    ctx.record({"backbone_loss": info["backbone_loss"]})  # each finished stage is kept
     heads, hlosses = make_heads(ctx, cfg, info, cfg.loss)
+    ctx.record({f"head_{cfg.loss}_loss": sum(hlosses[-10:]) / max(len(hlosses[-10:]), 1)})
     refs = _refs(ctx, cfg, info)
     bases = _baseline_arms(cfg.acceptance)
     arms = bases + [Arm(f"XSpecMesh {LABEL[r]}", heads, r) for r in cfg.acceptance]
