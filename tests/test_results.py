@@ -103,6 +103,11 @@ def test_readme_blocks_render_and_check(tmp_path) -> None:
     assert "numeric table outside a results block" in R.readme_problems(readme)[0]
     readme.write_text(text + "\n## Config keys\n\n| key | default |\n|---|---|\n| lr | 0.1 |\n")
     assert R.readme_problems(readme) == []  # settings, not results
+    readme.write_text(text + "\n## Results\n\n<!-- pending: needs 2 h -->\n| arm | acc |\n"
+                      "|---|---|\n| a | 0.51 |\n")
+    pending: list[str] = []
+    assert R.readme_problems(readme, pending=pending) == []
+    assert len(pending) == 1 and "pending: needs 2 h" in pending[0]
     readme.write_text(text.replace("main.json -->", "main.json table=nope -->"))
     assert "no table 'nope'" in R.readme_problems(readme)[0]
 

@@ -415,10 +415,14 @@ def render(
     except ResultsError as exc:
         raise _fail(str(exc), 2) from None
     readme = rdir.parent / "README.md"
-    problems = readme_problems(readme, rdir) if check else render_readme(readme, rdir)
+    pending: list[str] = []
+    problems = readme_problems(readme, rdir, pending=pending) if check else \
+        render_readme(readme, rdir)
     for p in problems:
         typer.echo(p)
     if check:
+        for p in pending:
+            typer.echo(f"(pending) {p}")
         raise typer.Exit(1 if problems else 0)
     typer.echo(f"{readme}: {len(problems)} block(s) re-rendered")
 

@@ -31,6 +31,11 @@ set: then to that folder under the same file name. ``icml reproduce`` sets it, s
 touches the committed file. ``ICML_THREADS`` (set by ``icml reproduce --threads N``) is the torch
 thread count for commands that do not name one: :func:`apply_threads` and ``icml run`` honour it.
 
+**Pending tables.** A typed table whose command has not been rerun yet sits right under
+``<!-- pending: what is missing, how long the rerun takes -->`` with visible prose saying so;
+the check lists it as pending, not as rendered. ``icml render --check`` prints every pending
+table, so the list is visible and can only shrink by rerunning.
+
 **README blocks.** A rendered table sits between two comments::
 
     <!-- results: default.json -->            (or: <!-- results: bench.json table=main -->)
@@ -460,9 +465,17 @@ def render_readme(readme: str | Path, results_dir: str | Path | None = None, *,
     return problems
 
 
-def unrendered_tables(text: str) -> list[str]:
+_PENDING = re.compile(r"^<!-- pending: (?P<why>.+?) -->$")
+
+
+def unrendered_tables(text: str, *, pending: list[str] | None = None) -> list[str]:
     """Markdown tables with numeric cells outside results blocks, outside exempt sections:
-    one line each (heading and first numeric cell)."""
+    one line each (heading and first numeric cell).
+
+    A table right under ``<!-- pending: WHY -->`` (a typed table whose command has not yet been
+    rerun to write its results file; WHY says what is missing and how long the rerun takes) is
+    not reported here but appended to ``pending``, so `icml render --check` can list it: the
+    README must say so in visible prose too."""
     stripped = _BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
     found, heading, in_code = [], "", False
     lines = stripped.splitlines()
@@ -479,7 +492,13 @@ def unrendered_tables(text: str) -> list[str]:
                 i += 1
             body = lines[start + 2:i]  # skip header and rule
             exempt = _EXEMPT_SECTION.search(heading)
-            if not exempt:
+            above = next((ln.strip() for ln in reversed(lines[:start]) if ln.strip()), "")
+            marked = _PENDING.match(above)
+            if marked and not exempt:
+                if pending is not None:
+                    pending.append(f"line {start + 1} (under '{heading}'): pending: "
+                                   f"{marked.group('why')}")
+            elif not exempt:
                 cells = [c.strip() for row in body for c in row.strip().strip("|").split("|")]
                 numeric = [c for c in cells if _NUMERIC.match(c)]
                 if numeric:
@@ -490,11 +509,17 @@ def unrendered_tables(text: str) -> list[str]:
     return found
 
 
-def readme_problems(readme: str | Path, results_dir: str | Path | None = None) -> list[str]:
-    """Blocks out of date with their files, plus numeric tables outside any block."""
+def readme_problems(readme: str | Path, results_dir: str | Path | None = None, *,
+                    pending: list[str] | None = None) -> list[str]:
+    """Blocks out of date with their files, plus numeric tables outside any block (tables
+    marked pending go to ``pending`` instead)."""
     path = Path(readme)
     problems = render_readme(path, results_dir, check=True)
-    problems += [f"{path}: {p}" for p in unrendered_tables(path.read_text(encoding="utf-8"))]
+    waiting: list[str] = []
+    problems += [f"{path}: {p}" for p in unrendered_tables(path.read_text(encoding="utf-8"),
+                                                           pending=waiting)]
+    if pending is not None:
+        pending += [f"{path}: {p}" for p in waiting]
     return problems
 
 
