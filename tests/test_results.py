@@ -21,6 +21,8 @@ def test_render_cells_and_table() -> None:
     assert R.render_cell(None) == "-"
     assert R.render_cell(3) == "3"
     assert R.render_cell(0.123456) == "0.1235"
+    assert R.render_cell(20410.3) == "20410" and R.render_cell(1.5e-7) == "1.5e-07"
+    assert R.render_cell(2.5e16) == "2.5e+16" and R.render_cell(1234.5, ".1f") == "1234.5"
     assert R.render_cell({"value": 1.0, "lo": 0.5, "hi": 2.0}, ".1f") == "1.0 [0.5, 2.0]"
     assert R.render_cell("a|b") == "a\\|b"
     assert R.render_cell(float("nan")) == "nan"

@@ -135,10 +135,15 @@ def render_cell(cell: Any, fmt: str = DEFAULT_FORMAT) -> str:
 
 
 def _num(x: float | int, fmt: str) -> str:
+    """``fmt`` applied to ``x``; the default (``.4g``) writes ints whole and floats from 1,000 to
+    10**15 as whole numbers rather than in e-notation (``20410``, not ``2.041e+04``)."""
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
-    if isinstance(x, int) and not isinstance(x, bool) and fmt == DEFAULT_FORMAT:
-        return str(x)
+    if fmt == DEFAULT_FORMAT:
+        if isinstance(x, int) and not isinstance(x, bool):
+            return str(x)
+        if 1e3 <= abs(x) < 1e15:
+            return f"{x:.0f}"
     return format(x, fmt)
 
 
