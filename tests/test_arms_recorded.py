@@ -11,11 +11,15 @@ from icml.runner import load_result, run
 from icml.types import RunContext
 
 SLUGS = sorted(r.slug for r in load_plugins().all_records if r.ok)
+# Default jobs that are one arm: nothing finishes before the whole result does.
+ONE_ARM = {"synsem": "one extraction pass over all layers, then seconds of statistics on it"}
 
 
 @pytest.mark.slow  # each runs a default job up to its first arm (5-60 s)
 @pytest.mark.parametrize("slug", SLUGS)
 def test_ctrl_c_after_the_first_arm_keeps_it(slug, tmp_path, monkeypatch) -> None:
+    if slug in ONE_ARM:
+        pytest.skip(f"{slug}'s default job is one arm: {ONE_ARM[slug]}")
     recorded = RunContext._recorded
 
     def interrupt_after_first(self: RunContext) -> None:

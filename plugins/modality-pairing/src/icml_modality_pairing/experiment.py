@@ -113,8 +113,10 @@ def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
 def run_regimes(regimes: Sequence[str], seeds: Sequence[int], s: Settings, *,
                 arms: Sequence[str] = ARMS[:3], device: Any = None, dtype: Any = None,
                 progress: Callable | None = None, keep: Callable[[ArmRun], bool] | None = None,
-                ) -> list[ArmRun]:
-    """All (regime, seed, arm) runs; ``keep(run)`` says which trained models to keep."""
+                on_run: Callable[[ArmRun], None] | None = None) -> list[ArmRun]:
+    """All (regime, seed, arm) runs; ``keep(run)`` says which trained models to keep;
+    ``on_run`` receives each run as soon as it finishes (so a job can keep it if
+    interrupted)."""
     jobs = [(r, seed, arm) for r in regimes for seed in seeds for arm in arms]
     parsed = {r: parse_regime(r) for r in regimes}
     out = []
@@ -124,6 +126,8 @@ def run_regimes(regimes: Sequence[str], seeds: Sequence[int], s: Settings, *,
         if keep is None or not keep(run):
             run.model = run.test = None
         out.append(run)
+        if on_run is not None:
+            on_run(run)
     return out
 
 

@@ -97,14 +97,17 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     if bad or not config.arms:
         raise icml.ConfigError(f"config key 'arms': {bad or 'empty'}; choose from {list(ARMS)}")
     s = _settings(config)
+    keys = ("accuracy", "lambda_max", "trace", "eps_sharpness", "gauss_sharpness", "train_s")
     seeds = [ctx.seed + k for k in range(config.seeds)]
     first = (config.regimes[0], seeds[0])
     runs = run_regimes(config.regimes, seeds, s, arms=config.arms, device=ctx.torch_device(),
                        dtype=ctx.torch_dtype(), progress=lambda j: ctx.progress(
                            j, desc="train arms (regime × seed × arm)"),
-                       keep=lambda r: (r.regime, r.seed) == first)
+                       keep=lambda r: (r.regime, r.seed) == first,
+                       on_run=lambda r: ctx.record_row(
+                           "arms (as they finished)", ["regime", "seed", "arm", *keys],
+                           [r.regime, r.seed, r.arm, *(r.metrics.get(k) for k in keys)]))
     cols = ["regime", "arm", "test acc", "λ_max", "trace", "ε-sharp", "Gauss ΔL", "train s"]
-    keys = ("accuracy", "lambda_max", "trace", "eps_sharpness", "gauss_sharpness", "train_s")
     stats = {k: summarize(runs, k) for k in keys}
     rows, metrics = [], {}
     for regime in config.regimes:

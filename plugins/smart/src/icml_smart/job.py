@@ -119,6 +119,7 @@ def train_arms(ctx: icml.RunContext, cfg: TrainConfig) -> tuple[dict, dict, Any,
         results[name] = {**ev, "params": num_params(model), "train_s": stats.seconds,
                          "final_loss": sum(stats.losses[-20:]) / len(stats.losses[-20:])}
         models[name] = model
+        ctx.record(_metrics({name: results[name]}))  # each trained arm is kept at once
     if cfg.case != "laplace":
         results["free_stream"] = {**evaluate_surrogate(free_stream_predictor(train.space_dim),
                                                        test), "params": 0, "train_s": 0.0}

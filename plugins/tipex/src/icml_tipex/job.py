@@ -118,8 +118,12 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
              for g in cfg.granularities if g != cfg.granularity]
     extra += [replace(base, planner="dag", n_replicas=n_max, width=w_max, max_inflight=k or None)
               for k in cfg.inflight_limits if (k or None) != cfg.max_inflight]
+    keys = ["level", "planner", "n_replicas", "width", "granularity", "max_inflight",
+            "accuracy", "latency_s", "tokens"]
     rows = sweep(runner, tasks, base, configs=configs + extra,
-                 progress=lambda it: ctx.progress(it, desc="sweep"))
+                 progress=lambda it: ctx.progress(it, desc="sweep"),
+                 on_row=lambda r: ctx.record_row("sweep rows (as they finished)", keys,
+                                                 [r[k] for k in keys]))
     main = [r for r in rows if r["granularity"] in (cfg.granularity, 1)
             and r["max_inflight"] == cfg.max_inflight]
     main = [r for r in main if r["planner"] == "chain" or r["granularity"] == cfg.granularity]

@@ -50,14 +50,18 @@ def configs_of(base: ExecutionConfig, grid: Mapping[str, Sequence[Any]]) -> list
 def sweep(runner: TipexRunner, tasks_by_level: Mapping[int, Sequence[Any]],
           base: ExecutionConfig, grid: Mapping[str, Sequence[Any]] | None = None, *,
           configs: Iterable[ExecutionConfig] | None = None,
-          progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None) -> list[dict]:
+          progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
+          on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """Run every config (``grid`` over ``base``, or ``configs``) on every level's tasks and
-    return one :func:`summarize` row per (config, level)."""
+    return one :func:`summarize` row per (config, level); ``on_row`` receives each row as soon
+    as it is done (so a run can keep it if interrupted)."""
     cfgs = list(configs) if configs is not None else configs_of(base, grid or {})
     jobs = [(c, lvl) for c in cfgs for lvl in tasks_by_level]
     rows = []
     for cfg, lvl in (progress(jobs) if progress else jobs):
         rows.append(summarize(lvl, cfg, runner.run(tasks_by_level[lvl], cfg)))
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 
