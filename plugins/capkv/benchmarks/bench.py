@@ -1,7 +1,16 @@
 """CapKV vs eviction baselines, in one run: tensor-level output error, model-level accuracy/KL
 (several independently trained tiny models, bootstrap 95% intervals, the tied-best verdict), and
 cost (scoring time as a fraction of prefill time, measured in the same run, cache bytes).
-Prints Markdown tables.
+Prints Markdown tables; ``--out-results FILE`` also writes the named tables (model and LM
+parts, tensor level) as a results file (``icml.results``), rendered into the README:
+
+    python plugins/capkv/benchmarks/bench.py --parts tensor,model \
+        --out-results plugins/capkv/results/bench_model.json
+    python plugins/capkv/benchmarks/bench.py --parts lm \
+        --out-results plugins/capkv/results/bench_lm.json
+
+Intervals: :func:`icml_capkv.fidelity.summarize`, i.e. ``icml.stats.hierarchical_ci`` over
+seeds, then questions within each drawn seed (seed variance counts).
 
     python benchmarks/bench.py --parts model            # ~1-2 min: 3 seeds x 8 policies x 4 ratios
     python benchmarks/bench.py --parts cost             # T = 1024, 4096; tiny and d_h = 128 models
@@ -13,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shlex
+import sys
 import time
 
 import torch
@@ -32,7 +43,15 @@ REALISTIC = dict(hidden_size=1024, num_layers=2, num_heads=8, num_kv_heads=2,
                  intermediate_size=3584)
 
 
-def md(title: str, cols: list[str], rows: list[list]) -> str:
+TABLES: list[dict] = []  # the named tables, written by --out-results
+
+
+def md(title: str, cols: list[str], rows: list[list], name: str | None = None) -> str:
+    if name is not None:
+        from icml.results import make_table
+
+        TABLES.append(make_table(title, cols, rows, name=name))
+
     def cell(v):
         return f"{v:.3g}" if isinstance(v, float) else str(v)
 
@@ -74,8 +93,13 @@ def main() -> None:
     ap.add_argument("--parts", default="tensor,model,cost", help="which parts to run (also: lm)")
     ap.add_argument("--lm-steps", type=int, default=LM["steps"])
     ap.add_argument("--lm-docs", type=int, default=LM["docs"], help="held-out documents per seed")
+    ap.add_argument("--out-results", default="", help="write the named tables to this results "
+                    "file (icml.results; the command recorded is this one, from the repo root)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    from icml import results
+
+    clock = results.Clock()
+    threads = results.apply_threads(args.threads)  # $ICML_THREADS wins (icml reproduce)
     pol = list(POLICIES)
     cols = ["policy"] + [f"r={r}" for r in RATIOS]
     print(f"machine: {platform.machine()} {torch.get_num_threads()} threads, torch "
@@ -91,9 +115,10 @@ def main() -> None:
     for mode in ("retrieval", "diffuse") if "tensor" in parts else ():
         t0 = time.perf_counter()
         rows, rho = tensor_benchmark(RATIOS, pol, (0, 1, 2), query_mode=mode)
+        print(f"tensor level, {mode}: {time.perf_counter() - t0:.0f} s")
         print(md(f"Tensor level, {mode} queries: relative attention-output error (x = ratio to "
-                 f"capkv); Spearman(capacity, error) = {rho:.2f} [{time.perf_counter() - t0:.0f}"
-                 " s]", cols, grid(rows, "error", pol, RATIOS, ref="capkv")))
+                 f"capkv); Spearman(capacity, error) = {rho:.2f}", cols,
+                 grid(rows, "error", pol, RATIOS, ref="capkv"), name=f"tensor-{mode}"))
 
     if "model" in parts:
         model_level(args, pol, cols)
@@ -101,6 +126,12 @@ def main() -> None:
         cost(args)
     if "lm" in parts:
         lm_level(args, pol, cols)
+    if args.out_results:
+        seeds = [int(x) for x in args.seeds.split(",")]
+        cmd = shlex.join(["python", "plugins/capkv/benchmarks/bench.py", *sys.argv[1:]])
+        path = results.write(args.out_results, TABLES, command=cmd, plugin="capkv", seeds=seeds,
+                             quick=False, clock=clock, threads=threads)
+        print(f"results file: {path}")
 
 
 def model_level(args, pol, cols) -> None:
@@ -129,16 +160,16 @@ def model_level(args, pol, cols) -> None:
     print(f"\ntiny Llama (hidden 64, 2 layers, GQA 4/2), layout {args.layout}, trained "
           f"{args.steps} steps per seed; {args.samples} questions per seed; "
           f"{time.perf_counter() - t0:.0f} s in all")
-    print("| seed | final train loss | full-cache accuracy |\n|---|---|---|")
-    for seed, loss, acc in fulls:
-        print(f"| {seed} | {loss:.3f} | {acc:.3f} |")
+    print(md("Trained models", ["seed", "final train loss", "full-cache accuracy"],
+             [[seed, f"{loss:.3f}", f"{acc:.3f}"] for seed, loss, acc in fulls],
+             name="model-seeds"))
     skl, sacc = summarize(runs, "kl"), summarize(runs, "accuracy")
     n = len(seeds) * args.samples
     print(md(f"Model level: KL(full || compressed), mean over {n} questions [95% bootstrap CI]",
-             cols, ci_grid(skl, pol, RATIOS)))
+             cols, ci_grid(skl, pol, RATIOS), name="model-kl"))
     print(md(f"Model level: answer accuracy (full cache "
              f"{sum(f[2] for f in fulls) / len(fulls):.3f}), mean [95% bootstrap CI]",
-             cols, ci_grid(sacc, pol, RATIOS)))
+             cols, ci_grid(sacc, pol, RATIOS), name="model-accuracy"))
     vrows = []
     for r in RATIOS:
         row = [r]
@@ -150,13 +181,14 @@ def model_level(args, pol, cols) -> None:
     print(md("Verdict (rule fixed beforehand: tied = CapKV's 95% CI overlaps the best other "
              "policy's; competitors = the six baselines)", ["ratio", "best other (KL)",
                                                             "CapKV on KL", "best other (acc.)",
-                                                            "CapKV on accuracy"], vrows))
+                                                            "CapKV on accuracy"], vrows,
+             name="model-verdict"))
     if tau_runs:
         names = [f"capkv tau={t:g}" for t in taus]
         print(md("CapKV tau sensitivity (post hoc; NOT used for the verdict): KL mean [95% CI]",
-                 cols, ci_grid(summarize(tau_runs, "kl"), names, RATIOS)))
+                 cols, ci_grid(summarize(tau_runs, "kl"), names, RATIOS), name="tau-kl"))
         print(md("CapKV tau sensitivity: accuracy mean [95% CI]", cols,
-                 ci_grid(summarize(tau_runs, "accuracy"), names, RATIOS)))
+                 ci_grid(summarize(tau_runs, "accuracy"), names, RATIOS), name="tau-accuracy"))
 
 
 def cost(args) -> None:
@@ -230,24 +262,23 @@ def lm_level(args, pol, cols) -> None:
           f"steps per seed on GrammarCorpus (vocab {corpus.vocab_size}); context T = {T}, "
           f"continuation M = {M}; {args.lm_docs} held-out documents per seed; "
           f"{time.perf_counter() - t0:.0f} s in all")
-    print("| seed | final train loss | continuation NLL (full cache) | share of name mass on this "
-          "document's names, full cache | same, sinks + last 10% only | chance |\n"
-          "|---|---|---|---|---|---|")
-    for seed, loss, cnll, cf, cr, ch in info:
-        print(f"| {seed} | {loss:.3f} | {cnll:.3f} | {cf:.3f} | {cr:.3f} | {ch:.3f} |")
+    print(md("LM models", ["seed", "final train loss", "continuation NLL (full cache)",
+                           "share of name mass on this document's names, full cache",
+                           "same, sinks + last 10% only", "chance"],
+             [[seed] + [f"{v:.3f}" for v in vals] for seed, *vals in info], name="lm-seeds"))
     n = len(seeds) * args.lm_docs
     skl, spr = summarize(runs, "kl"), summarize(runs, "ppl_ratio")
     print(md(f"LM continuation: mean KL(full || compressed) per token, mean over {n} documents "
-             "[95% bootstrap CI]", cols, ci_grid(skl, pol, RATIOS)))
+             "[95% bootstrap CI]", cols, ci_grid(skl, pol, RATIOS), name="lm-kl"))
     print(md("LM continuation: perplexity ratio compressed / full, mean over documents [95% "
-             "bootstrap CI]", cols, ci_grid(spr, pol, RATIOS, digits=4)))
+             "bootstrap CI]", cols, ci_grid(spr, pol, RATIOS, digits=4), name="lm-ppl"))
     ent = {(r["policy"], r["ratio"]): [] for r in runs[0]}
     for rows in runs:
         for r in rows:
             ent[r["policy"], r["ratio"]].append(r["entities_kept"])
     print(md("LM context: fraction of name (entity) tokens kept, mean over layers, KV heads and "
              "seeds", cols, [[p] + [sum(ent[p, r]) / len(ent[p, r]) for r in RATIOS]
-                             for p in pol]))
+                             for p in pol], name="lm-entities"))
     vrows = []
     for r in RATIOS:
         row = [r]
@@ -259,7 +290,8 @@ def lm_level(args, pol, cols) -> None:
     print(md("LM verdict (same rule: tied = CapKV's 95% CI overlaps the best other policy's; "
              "competitors = the six baselines)", ["ratio", "best other (KL)", "CapKV on KL",
                                                   "best other (ppl ratio)",
-                                                  "CapKV on ppl ratio"], vrows))
+                                                  "CapKV on ppl ratio"], vrows,
+             name="lm-verdict"))
 
 
 if __name__ == "__main__":

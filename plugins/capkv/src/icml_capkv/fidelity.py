@@ -85,31 +85,25 @@ def fidelity_table(model: Any, contexts: torch.Tensor, questions: torch.Tensor,
 
 def bootstrap_ci(groups: Sequence[Sequence[float]], n_boot: int = 2000, level: float = 0.95,
                  seed: int = 0) -> tuple[float, float, float]:
-    """Mean of all values in ``groups`` and its percentile-bootstrap ``level`` interval,
-    resampling values with replacement *within* each group (stratified: one group per trained
-    model/seed, so every resample keeps each model's share). Returns ``(mean, lo, hi)``."""
-    groups = [torch.as_tensor(list(g), dtype=torch.float64) for g in groups]
-    if not groups or any(g.numel() == 0 for g in groups):
+    """Mean of all values in ``groups`` (one group of per-item values per trained model/seed)
+    and its ``level`` interval by :func:`icml.stats.hierarchical_ci` with ``design="nested"``:
+    each resample draws seeds with replacement, then items within each drawn seed, so the
+    seed-to-seed variance counts (one group: a plain bootstrap over items). Returns
+    ``(mean, lo, hi)``; a thin wrapper kept for the verdict tables' ``(mean, lo, hi)`` cells."""
+    from icml import stats
+
+    groups = [list(g) for g in groups]
+    if not groups or any(len(g) == 0 for g in groups):
         raise ValueError("bootstrap_ci needs at least one non-empty group of values")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    gen = torch.Generator().manual_seed(seed)
-    total = sum(g.numel() for g in groups)
-    boots = torch.zeros(n_boot, dtype=torch.float64)
-    for g in groups:
-        idx = torch.randint(g.numel(), (n_boot, g.numel()), generator=gen)
-        boots += g[idx].sum(1)
-    boots /= total
-    a = (1 - level) / 2
-    q = torch.quantile(boots, torch.tensor([a, 1 - a], dtype=torch.float64))
-    mean = float(torch.cat(groups).mean())
-    return mean, float(q[0]), float(q[1])
+    est = stats.hierarchical_ci(groups, level=level, n_boot=n_boot, seed=seed, design="nested")
+    return float(est.value), float(est.lo), float(est.hi)
 
 
 def summarize(runs: Sequence[Sequence[dict]], key: str = "kl", n_boot: int = 2000,
               seed: int = 0) -> dict[tuple[str, float], tuple[float, float, float]]:
     """Pool :func:`fidelity_table` rows of several runs (one per trained model/seed) into
-    ``{(policy, ratio): (mean, lo, hi)}`` with stratified bootstrap 95% intervals of the mean
+    ``{(policy, ratio): (mean, lo, hi)}`` with two-level (seeds, then items) bootstrap 95%
+    intervals (:func:`bootstrap_ci`) of the mean
     per-question ``key`` (``"kl"`` or ``"accuracy"``; ``"ppl_ratio"`` for the per-document rows
     of :func:`icml_capkv.lm.continuation_fidelity`)."""
     field = {"kl": "kl_each", "accuracy": "correct_each", "ppl_ratio": "ppl_ratio_each"}.get(key)
