@@ -136,23 +136,26 @@ def cost(tokens: int, vocab: int, dtype: str, reps: int, device: str,
 
 
 def claim(seeds: int, objectives: str, steps: int) -> tuple[list[dict], float]:
-    """The default train job once per seed (each seed redraws the prior's initialisation, its
-    pretraining data, the SFT data, the cipher and the batch order); per cell the mean over
+    """The default train job once per seed, as an ``icml sweep`` over the seeds (each seed
+    redraws the prior's initialisation, its pretraining data, the SFT data, the cipher and the
+    batch order); per cell the mean over
     seeds with a 95% percentile-bootstrap interval over seeds (icml.stats.mean_ci), and per
     objective the MDE of its difference from NLL (icml.stats.mde_from_samples of the per-seed
     differences). Returns the results-file tables and the seconds taken."""
     import time
 
     from icml import results, stats
-    from icml.runner import run
+    from icml.sweep import sweep
 
     t0 = time.perf_counter()
-    runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(seeds):
-            runs.append(run("beyond-nll", "train", overrides=[f"objectives={objectives}",
-                                                               f"steps={steps}"],
-                            out=Path(tmp), seed=seed, device="cpu", show_progress=False).metrics)
+    with tempfile.TemporaryDirectory() as tmp:  # one cell per seed, on every core (icml sweep)
+        res = sweep("beyond-nll", "train", seeds=list(range(seeds)), out=Path(tmp),
+                    overrides=[f"objectives={objectives}", f"steps={steps}"], device="cpu",
+                    plot=False)
+    if not res.ok:
+        raise SystemExit("claim: cells failed: " + "; ".join(
+            f"{c.name}: {c.error}" for c in res.cells if c.status != "ok"))
+    runs = [c.metrics for c in sorted(res.cells, key=lambda c: c.seed)]
     keys = [k.strip() for k in objectives.split(",")]
 
     def cell(metric: str) -> object:
