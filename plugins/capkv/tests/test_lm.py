@@ -104,7 +104,11 @@ def test_bench_lm_part_end_to_end(capsys) -> None:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     args = argparse.Namespace(seeds="0", lm_steps=3, lm_docs=4)
-    bench.lm_level(args, ["capkv", "streaming", "snapkv"], ["policy", "r"])
+    bench.lm_level(args, ["capkv", "streaming", "snapkv"],
+                   ["policy"] + [f"r={r}" for r in bench.RATIOS])
     out = capsys.readouterr().out
     assert "LM verdict" in out and "perplexity ratio" in out
     assert out.count("| 0.9 |") == 1  # one verdict row per ratio
+    # the tables --out-results writes (results file tables, named for the README blocks)
+    assert [t["name"] for t in bench.TABLES] == ["lm-seeds", "lm-kl", "lm-ppl", "lm-entities",
+                                                 "lm-verdict"]
