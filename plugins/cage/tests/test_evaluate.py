@@ -32,7 +32,7 @@ def test_metric_separates_oracle_from_unfaithful() -> None:
     assert fluent["AG"] > 0.5 and fluent["AG_lo"] > 0.5
     assert fluent["S_text"] == pytest.approx(oracle["S_text"])  # same fluent text
     assert fluent["AG"] - oracle["AG"] > 0.5
-    rungs = {r["rung"] for r in evaluate(OracleResponder(BENCH), BENCH).summary(n_boot=10)}
+    rungs = {r["rung"] for r in evaluate(OracleResponder(BENCH), BENCH).summary(n_boot=100)}
     assert rungs == {"association", "intervention", "counterfactual", "overall"}
 
 
@@ -102,7 +102,7 @@ def test_hook_uses_configured_prompts_and_writes_files(tmp_path: Path) -> None:
 
     from icml.runner import run
 
-    res = run("cage", overrides=["n_images=2", "responders=oracle", "n_bootstrap=20",
+    res = run("cage", overrides=["n_images=2", "responders=oracle", "n_bootstrap=100",
                                  "chain_prompt=Q: {question} CHAIN:", "save_benchmark=true"],
               out=tmp_path, device="cpu", show_progress=False)
     assert res.metrics["oracle.overall.AG"] == 0.0
@@ -141,7 +141,7 @@ def test_package_evaluate_is_the_function_not_the_submodule() -> None:
     assert callable(icml_cage.evaluate) and icml_cage.evaluate.__name__ == "evaluate"
     code = ("from icml_cage import generate_benchmark, evaluate, OracleResponder\n"
             "b = generate_benchmark(1)\n"
-            "print(evaluate(OracleResponder(b), b).summary(n_boot=5)[-1]['AG'])")
+            "print(evaluate(OracleResponder(b), b).summary(n_boot=0)[-1]['AG'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "0.0"
 

@@ -182,10 +182,18 @@ def test_oracle_chains_are_consistent_and_bare_chains_uncheckable() -> None:
     from icml_cage.responders import FluentUnfaithfulResponder, OracleResponder
 
     bench = generate_benchmark(6, seed=2)
-    oracle = next(r for r in evaluate(OracleResponder(bench), bench).summary(n_boot=10)
+    oracle = next(r for r in evaluate(OracleResponder(bench), bench).summary(
+        n_boot=100)
                   if r["rung"] == "overall")
     assert oracle["consistency"] == 1.0 and oracle["n_consistency"] == len(bench)
     assert oracle["S_chain"] == pytest.approx(10.0)
-    fluent = next(r for r in evaluate(FluentUnfaithfulResponder(bench), bench).summary(n_boot=10)
+    fluent = next(r for r in evaluate(FluentUnfaithfulResponder(bench), bench).summary(
+        n_boot=100)
                   if r["rung"] == "overall")
     assert fluent["n_consistency"] == 0 and math.isnan(fluent["consistency"])
+
+
+def test_bootstrap_zero_means_no_interval_and_small_counts_are_refused() -> None:
+    assert all(math.isnan(x) for x in bootstrap_ci([6.0, 7.0], [1.0, 2.0], n_boot=0))
+    with pytest.raises(ValueError, match="n_boot"):
+        bootstrap_ci([6.0, 7.0], [1.0, 2.0], n_boot=50)

@@ -48,7 +48,8 @@ class EvaluateConfig:
                                                     "chain states", ge=0, le=1)
     chain_weight: float = option(0.8, help="weight of chain similarity vs answer in the chain "
                                            "score", ge=0, le=1)
-    n_bootstrap: int = option(1000, help="bootstrap resamples for AG intervals", ge=0)
+    n_bootstrap: int = option(1000, help="bootstrap resamples for AG intervals (0 = none, "
+                                                  "else >= 100)", ge=0)
     text_prompt: str = option(TEXT_PROMPT, help="Text-Only Probe template ({question})")
     chain_prompt: str = option(CHAIN_PROMPT, help="Chain-Text Probe template ({question})")
     save_benchmark: bool = option(False, help="also write the benchmark as JSONL + PNG")

@@ -50,20 +50,24 @@ def per_item_gap(text: Sequence[float], chain: Sequence[float], eps: float = 1e-
 
 def bootstrap_ci(text: Sequence[float], chain: Sequence[float], norm: str = "relative",
                  n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
-    """Percentile interval of AG over paired item resamples (NaN resamples dropped)."""
+    """Percentile interval of AG over paired item resamples: a thin call into
+    ``icml.stats.bootstrap`` (rows of both score lists resampled together; resamples with an
+    undefined AG left out). ``n_boot=0`` means no interval, ``(nan, nan)``; otherwise
+    ``n_boot`` must be at least 100 (icml.stats' minimum)."""
     import numpy as np
+
+    from icml import stats
 
     t, c = np.asarray(text, dtype=float), np.asarray(chain, dtype=float)
     if t.shape != c.shape or t.size == 0:
         raise ValueError("bootstrap_ci needs two equally long, non-empty score lists")
-    if n_boot < 1:
+    if n_boot == 0:
         return (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, t.size, size=(n_boot, t.size))
-    st, sc = t[idx].mean(axis=1), c[idx].mean(axis=1)
-    gaps = np.array([abstraction_gap(a, b, norm) for a, b in zip(st, sc)])
-    gaps = gaps[~np.isnan(gaps)]
-    if gaps.size == 0:
-        return (math.nan, math.nan)
-    lo, hi = np.quantile(gaps, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
+    try:
+        est = stats.bootstrap(lambda a, b: abstraction_gap(float(a.mean()), float(b.mean()), norm),
+                              t, c, level=1 - alpha, n_boot=n_boot, seed=seed)
+    except ValueError as e:
+        if "finite statistic" in str(e):  # AG undefined in (almost) every resample
+            return (math.nan, math.nan)
+        raise
+    return est.lo, est.hi

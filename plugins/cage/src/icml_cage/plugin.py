@@ -15,6 +15,16 @@ BIBTEX = """@inproceedings{hoang2026cage,
 }"""
 
 
+def _mde(row: dict[str, Any]) -> float:
+    """Smallest AG shift this row's n detects (alpha 0.05, power 0.8), from the bootstrap SE
+    read off the 95% interval (``(hi - lo) / 3.92``); NaN without an interval."""
+    from icml import stats
+
+    if row["AG_lo"] != row["AG_lo"]:
+        return float("nan")
+    return stats.mde((row["AG_hi"] - row["AG_lo"]) / 3.92)
+
+
 @icml.hookimpl
 def icml_plugin_info() -> icml.PluginInfo:
     return icml.PluginInfo(
@@ -137,6 +147,9 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
         raise icml.ConfigError(f"config key 'graded_levels': {bad[0]} is not a corruption rate "
                                "in [0, 1]")
     _check_families(config.families)
+    if 0 < config.n_bootstrap < 100:
+        raise icml.ConfigError(f"config key 'n_bootstrap' is {config.n_bootstrap}: use 0 (no "
+                               "interval) or at least 100 resamples")
     with ctx.step("generating scenes"):
         bench = generate_benchmark(config.n_images, seed=ctx.seed, families=config.families,
                                    size=config.size)
@@ -214,7 +227,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
                         graded_rows.append([name, sum(faith) / len(faith), row["S_text"],
                                             row["S_chain"], row["AG"],
                                             f"[{row['AG_lo']:.2f}, {row['AG_hi']:.2f}]",
-                                            row["AG_item_median"]])
+                                            _mde(row), row["AG_item_median"]])
     ctx.path("items.json").write_text(json.dumps(details, indent=1))
     tables.append(icml.Table("Abstraction Gap per responder, judge and rung", _COLUMNS, rows))
     if graded_rows:
@@ -222,7 +235,7 @@ def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResul
                                  "edges corrupted at the given rate, answers right "
                                  f"{config.graded_accuracy:.0%} of the time independently)",
                                  ["responder", "mean faithfulness", "S_text", "S_chain", "AG",
-                                  "AG 95% CI", "item AG median"], graded_rows))
+                                  "AG 95% CI", "AG MDE", "item AG median"], graded_rows))
     if agree_rows:
         tables.append(icml.Table("Judge agreement, rule vs llm (SmolLM2-135M-Instruct) on the "
                                  "same responses", ["responder", "n", "text pearson",
