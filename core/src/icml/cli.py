@@ -480,23 +480,33 @@ def doctor(
     raise typer.Exit(0 if report["healthy"] else 1)
 
 
+def _click_exceptions():  # noqa: ANN202 - typer >= 0.22 vendors click as typer._click
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
 def main() -> None:
     """The console script: typer's usage errors (an unknown command, ``--seed abc``) become one
     ``error:`` line with exit status 2, like every other bad input."""
-    import click
-
+    errors = _click_exceptions()
     try:
         code = app(standalone_mode=False)
-    except click.UsageError as exc:
+    except errors.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `icml`: the help, as always
+            exc.show()
+            sys.exit(exc.exit_code)
         hint = ""
         if exc.ctx is not None and exc.ctx.command_path:
             hint = f" (see `{exc.ctx.command_path} --help`)"
         typer.echo(f"error: {exc.format_message()}{hint}", err=True)
         sys.exit(2)
-    except click.Abort:  # Ctrl-C outside a run (a prompt, plugin discovery)
+    except typer.Abort:  # Ctrl-C outside a run (a prompt, plugin discovery)
         typer.echo("error: interrupted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
+    except errors.ClickException as exc:
         typer.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
