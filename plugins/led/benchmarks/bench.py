@@ -2,7 +2,7 @@
 
 1. Trains the tiny model on the task (SFT, then post-training to entropy collapse), exactly as
    `icml run led` does, and prints pass@1 / pass@16 per method and temperature over several
-   sampling seeds (mean +- std over seeds) with the ratio to temperature sampling.
+   sampling seeds (95% CIs over seeds x problems, icml.stats) with the ratio to sampling.
 2. Measures per-token decoding cost (ms/token, batch 64, fixed length) of LED, DoLa and plain
    sampling in the same token loop, and of transformers' native sampler.
 
@@ -31,11 +31,12 @@ import icml
 from icml.config import build_config
 
 
-def _fmt(xs: list[float]) -> str:
-    return f"{statistics.mean(xs):.3f} ± {statistics.pstdev(xs):.3f}"
+def quality(args: argparse.Namespace, tables: list) -> None:
+    from icml_led.metrics import pass_at_k
 
+    from icml import stats
+    from icml.results import make_table
 
-def quality(args: argparse.Namespace) -> None:
     cfg = build_config(InferConfig, {}, args.set)
     ctx = icml.RunContext(out_dir=Path(tempfile.mkdtemp()), seed=0, device=args.device,
                           show_progress=False)
@@ -47,26 +48,42 @@ def quality(args: argparse.Namespace) -> None:
     model, tok, led_cfg = info["model"], info["tok"], info["led_config"]
     problems = make_problems(args.problems, cfg.num_terms, cfg.base, seed=12345,
                              min_terms=cfg.min_terms)
-    ks = [1, cfg.num_samples]
-    print(f"| T | method | pass@1 (mean ± std over {args.seeds} seeds) | pass@{ks[1]} | "
-          f"pass@{ks[1]} / sampling |")
-    print("|---|---|---|---|---|")
+    n = cfg.num_samples
+    ks = [1, n]
+    cols = ["T", "method", "pass@1 [95% CI]", f"pass@{n} [95% CI]",
+            f"d pass@{n} vs sampling [95% CI]", f"MDE d pass@{n}", f"pass@{n} / sampling"]
+    rows = []
     for t in args.temperatures:
-        res: dict[str, dict[int, list[float]]] = {}
+        # seeds x problems per method: the same problems under every sampling seed (crossed)
+        per: dict[str, dict[int, list[list[float]]]] = {}
         for seed in range(args.seeds):
             for m in _methods(cfg, led_cfg, t):
-                r = run_method(model, tok, problems, m, num_samples=cfg.num_samples, ks=ks,
+                r = run_method(model, tok, problems, m, num_samples=n, ks=ks,
                                seed=1000 + seed, max_new_tokens=cfg.num_terms + 4)
                 for k in ks:
-                    res.setdefault(m.name, {}).setdefault(k, []).append(r.pass_at[k])
-        ref = statistics.mean(res["sampling"][ks[1]])
-        for name, by_k in res.items():
-            ratio = statistics.mean(by_k[ks[1]]) / ref if ref else float("nan")
-            print(f"| {t:g} | {name} | {_fmt(by_k[1])} | {_fmt(by_k[ks[1]])} | {ratio:.3f} |")
+                    per.setdefault(m.name, {}).setdefault(k, []).append(
+                        [pass_at_k(n, c, k) for c in r.correct])
+        ref = per["sampling"][n]
+        ref_mean = statistics.mean(x for row in ref for x in row)
+        for name, by_k in per.items():
+            mean_n = statistics.mean(x for row in by_k[n] for x in row)
+            diff = [[a - b for a, b in zip(ra, rb)] for ra, rb in zip(by_k[n], ref)]
+            rows.append([f"{t:g}", name, stats.hierarchical_ci(by_k[1], seed=0),
+                         stats.hierarchical_ci(by_k[n], seed=0),
+                         stats.hierarchical_diff_ci(by_k[n], ref, seed=0),
+                         stats.mde_from_samples(diff, seed=0),
+                         mean_n / ref_mean if ref_mean else float("nan")])
+    tables.append(make_table(
+        f"pass@k on the tiny model ({args.problems} problems x {n} samples x {args.seeds} "
+        "sampling seeds; 95% CIs: bootstrap over seeds x problems)", cols, rows, name="quality",
+        formats={c: ".3f" for c in cols[2:]}))
+    for r in rows:
+        print("| " + " | ".join(v.fmt(".3f") if hasattr(v, "fmt") else
+                                (v if isinstance(v, str) else f"{v:.3f}") for v in r) + " |")
     sys.stdout.flush()
 
 
-def cost(args: argparse.Namespace) -> None:
+def cost(args: argparse.Namespace, tables: list) -> None:
     from icml_led import DoLaDecoding, LEDConfig, LEDDecoding, SamplingDecoding
 
     from icml.models import tiny_causal_lm
@@ -103,11 +120,17 @@ def cost(args: argparse.Namespace) -> None:
         base = times["transformers sampling"]
         same = times["sampling (same loop)"]
         for name, ms in times.items():
-            rows.append(f"| {layers} | {name} | {ms:.4f} | {ms / base:.2f} | {ms / same:.2f} |")
-    print("\n| layers | decoder | ms/token (batch 64) | vs transformers sampling | "
-          "vs sampling, same loop |")
-    print("|---|---|---|---|---|")
-    print("\n".join(rows))
+            rows.append([layers, name, ms, ms / base, ms / same])
+    from icml.results import make_table
+
+    cols = ["layers", "decoder", "ms/token", "vs transformers sampling",
+            "vs sampling in the same loop"]
+    tables.append(make_table(f"per-token decoding cost (batch 64, {args.tokens} new tokens, "
+                             f"random prompts, best of {args.repeats})", cols, rows, name="cost",
+                             formats={"ms/token": ".4f", "vs transformers sampling": ".2f",
+                                      "vs sampling in the same loop": ".2f"}))
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]:.4f} | {r[3]:.2f} | {r[4]:.2f} |")
 
 
 def main() -> None:
@@ -122,12 +145,26 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--set", action="append", default=[], help="InferConfig override key=value")
     p.add_argument("--skip-quality", action="store_true")
+    p.add_argument("--out-results", default=None,
+                   help="write the tables as an icml results file (path from the repo root)")
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
+    from icml import results
+
+    clock = results.Clock()
+    threads = results.apply_threads(args.threads)     # $ICML_THREADS overrides --threads
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}")
+    tables: list = []
     if not args.skip_quality:
-        quality(args)
-    cost(args)
+        quality(args, tables)
+    cost(args, tables)
+    if args.out_results:
+        import shlex
+
+        command = "python plugins/led/benchmarks/bench.py " + shlex.join(sys.argv[1:])
+        path = results.write(args.out_results, tables, command=command, plugin="led",
+                             seeds=list(range(args.seeds)), quick=True, clock=clock,  # ~70 s here
+                             threads=threads)
+        print(f"results file: {path}")
 
 
 if __name__ == "__main__":

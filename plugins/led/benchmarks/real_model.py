@@ -2,14 +2,15 @@
 
 One command reproduces every real-model table of the README:
 
-    python plugins/led/benchmarks/real_model.py   # 16 prompts, T 0.6 and 1.0, every arm
+    python plugins/led/benchmarks/real_model.py --out-results plugins/led/results/real_model.json
+    # 16 prompts, T 0.6 and 1.0, every arm; the tables also go to that icml results file
 
 1. pass@k (k = 1..16) on the generated chat suite (:mod:`icml_led.suite`) for temperature
    sampling (top-k 20, top-p 0.95, the official baseline config), DoLa (transformers' algorithm,
    "high" layers), LED's base path alone (top-8 sampling = LED with d = 1) and LED (official d = 8,
-   k = 8) at several temperatures; prompts are the unit of resampling (percentile bootstrap CIs),
-   16 samples per prompt, one generator per sample. The LED - sampling difference is paired by
-   prompt.
+   k = 8) at several temperatures; prompts are the unit of resampling (icml.stats bootstrap
+   CIs, MDEs, McNemar), 16 samples per prompt, one generator per sample. The LED - sampling
+   difference is paired by prompt.
 2. Layer-wise entropy profiles of the quantity LED reads (softmax(lm_head(h_i) / T) without the
    final norm, official ln=0) and of the standard logit lens (through the final norm), on the
    model's own replies (the first temperature-sampling sample per prompt), with a PNG.
@@ -36,7 +37,6 @@ from icml_led.evaluation import Method, run_chat_method
 from icml_led.generate import DoLaDecoding, LEDDecoding, SamplingDecoding
 from icml_led.layers import entropy_profiles
 from icml_led.led import LEDConfig
-from icml_led.metrics import bootstrap_ci
 from icml_led.suite import make_suite
 
 HERE = Path(__file__).resolve().parent
@@ -57,10 +57,6 @@ def methods(temperature: float, depth: int, top_k: int) -> dict[str, Method]:
                            lambda g: LEDDecoding(LEDConfig(depth=depth, top_k=top_k,
                                                            use_final_norm=True), g), led_kw),
     }
-
-
-def fmt_ci(m: float, lo: float, hi: float) -> str:
-    return f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def quality(model, tok, args, log) -> dict:
@@ -104,42 +100,99 @@ def quality(model, tok, args, log) -> dict:
     return res
 
 
-def quality_tables(res: dict, args) -> str:
+_ORDER = {"sampling": 0, "dola": 1, "top8": 2, "led": 3, "led_norm": 4}
+_PAIRS = [("led", b) for b in ("sampling", "dola", "top8")] + [
+    ("led_norm", b) for b in ("sampling", "dola", "top8", "led")]
+
+
+def quality_rows(res: dict, args) -> tuple[list[list], list[list]]:
+    """Rows of the pass@k table and of the paired LED-minus-baseline table, with every interval,
+    test and MDE from :mod:`icml.stats` (one sampling seed: prompts are the resampled unit).
+
+    pass@1 per prompt is ``c / n`` (a mean of 0/1 samples); pass@n per prompt is "solved at least
+    once" (0/1), so paired pass@n differences also get McNemar's exact test. MDEs are at alpha
+    0.05 and power 0.8: of a pass@1 mean against a fixed value (bootstrap SE over prompts), of a
+    paired pass@1 difference (bootstrap SE of the per-prompt differences) and of a paired pass@n
+    difference (worst-case discordance for the pair's mean accuracy, ``mde_proportion``)."""
     from icml_led.metrics import pass_at_k
 
+    from icml import stats
+
     n = args.samples
-    lines = [f"| T | method | pass@1 [95% CI] | pass@4 | pass@{n} [95% CI] | explored |",
-             "|---|---|---|---|---|---|"]
-    order = {"sampling": 0, "dola": 1, "top8": 2, "led": 3, "led_norm": 4}
-    runs = sorted(res["runs"].items(), key=lambda kv: (kv[1]["T"], order.get(
+    runs = sorted(res["runs"].items(), key=lambda kv: (kv[1]["T"], _ORDER.get(
         kv[0].split("/")[1], 9)))
+    rows = []
     for _key, run in runs:
         c = run["correct"]
-        p1 = bootstrap_ci([pass_at_k(n, x, 1) for x in c])
+        v1 = [pass_at_k(n, x, 1) for x in c]
         p4 = statistics.mean(pass_at_k(n, x, min(4, n)) for x in c)
-        pn = bootstrap_ci([pass_at_k(n, x, n) for x in c])
+        pn = stats.mean_ci([pass_at_k(n, x, n) for x in c], seed=0)
         ex = run["explored"]
-        lines.append(f"| {run['T']:g} | {run['name']} | {fmt_ci(*p1)} | {p4:.3f} | "
-                     f"{fmt_ci(*pn)} | {'-' if ex != ex else f'{ex:.3f}'} |")
-    lines += ["", "Paired by prompt (bootstrap over prompts), LED minus each baseline:", "",
-              f"| T | led | baseline | Δ pass@1 [95% CI] | Δ pass@{n} [95% CI] |",
-              "|---|---|---|---|---|"]
-    temps = sorted({run["T"] for run in res["runs"].values()})
-    pairs = [("led", b) for b in ("sampling", "dola", "top8")] + [
-        ("led_norm", b) for b in ("sampling", "dola", "top8", "led")]
-    for t in temps:
-        for lkey, key in pairs:
+        rows.append([f"{run['T']:g}", run["name"], stats.mean_ci(v1, seed=0),
+                     stats.mde_from_samples(v1, seed=0), p4, pn,
+                     "-" if ex != ex else ex])
+    paired = []
+    for t in sorted({run["T"] for run in res["runs"].values()}):
+        for lkey, key in _PAIRS:
             led = res["runs"].get(f"{t:g}/{lkey}")
             base = res["runs"].get(f"{t:g}/{key}")
             if led is None or base is None:
                 continue
             d1 = [pass_at_k(n, a, 1) - pass_at_k(n, b, 1)
                   for a, b in zip(led["correct"], base["correct"])]
-            dn = [pass_at_k(n, a, n) - pass_at_k(n, b, n)
-                  for a, b in zip(led["correct"], base["correct"])]
-            lines.append(f"| {t:g} | {led['name']} | {base['name']} | "
-                         f"{fmt_ci(*bootstrap_ci(d1))} | {fmt_ci(*bootstrap_ci(dn))} |")
+            sa = [int(a > 0) for a in led["correct"]]
+            sb = [int(b > 0) for b in base["correct"]]
+            dn = [x - y for x, y in zip(sa, sb)]
+            acc = (sum(sa) + sum(sb)) / (2 * len(sa))
+            paired.append([f"{t:g}", led["name"], base["name"],
+                           stats.paired_diff_ci(d1, [0.0] * len(d1), seed=0),
+                           stats.mde_from_samples(d1, seed=0),
+                           stats.paired_diff_ci(dn, [0] * len(dn), seed=0),
+                           stats.mcnemar(sa, sb).p_value,
+                           stats.mde_proportion(len(sa), p=acc, paired=True)])
+    return rows, paired
+
+
+def _cell(v, spec: str = ".3f") -> str:
+    if hasattr(v, "fmt"):
+        return v.fmt(spec)
+    return v if isinstance(v, str) else f"{v:{spec}}"
+
+
+def quality_tables(res: dict, args) -> str:
+    n = args.samples
+    rows, paired = quality_rows(res, args)
+    lines = [f"| T | method | pass@1 [95% CI] | MDE pass@1 | pass@4 | pass@{n} [95% CI] | "
+             "explored |", "|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in rows]
+    lines += ["", "Paired by prompt (bootstrap over prompts), LED minus each baseline:", "",
+              f"| T | led | baseline | Δ pass@1 [95% CI] | MDE Δ pass@1 | Δ pass@{n} [95% CI] | "
+              f"McNemar p (pass@{n}) | MDE Δ pass@{n} |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in paired]
     return "\n".join(lines)
+
+
+def quality_results(res: dict, args) -> list[dict]:
+    """The two quality tables as results-file tables (estimates kept as dicts)."""
+    from icml.results import make_table
+
+    n = args.samples
+    rows, paired = quality_rows(res, args)
+    three = ".3f"
+    prompts = len(next(iter(res["runs"].values()))["correct"])
+    t1 = make_table(f"pass@k ({prompts} prompts x {n} samples)",
+                    ["T", "method", "pass@1 [95% CI]", "MDE pass@1", "pass@4",
+                     f"pass@{n} [95% CI]", "explored"], rows, name="passk",
+                    formats={"pass@1 [95% CI]": three, "MDE pass@1": three, "pass@4": three,
+                             f"pass@{n} [95% CI]": three, "explored": three})
+    t2 = make_table("LED minus each baseline, paired by prompt",
+                    ["T", "led", "baseline", "Δ pass@1 [95% CI]", "MDE Δ pass@1",
+                     f"Δ pass@{n} [95% CI]", f"McNemar p (pass@{n})", f"MDE Δ pass@{n}"],
+                    paired, name="paired",
+                    formats={"Δ pass@1 [95% CI]": three, "MDE Δ pass@1": three,
+                             f"Δ pass@{n} [95% CI]": three, f"McNemar p (pass@{n})": three,
+                             f"MDE Δ pass@{n}": three})
+    return [t1, t2]
 
 
 def pass_at_k_plot(res: dict, args) -> None:
@@ -198,6 +251,11 @@ def profiles(model, tok, res: dict, args) -> str:
     for (n, t), v in rows.items():
         name = f"{'final norm' if n else 'no norm (what LED reads)'}, T={t:g}"
         lines.append(f"| {name} | " + " | ".join(f"{v[i - 1]:.2f}" for i in shown) + " |")
+    _collect(args, "profile", "entropy profile (nats, mean over reply tokens)",
+             ["read-out"] + [str(i) for i in shown],
+             [[f"{'final norm' if n else 'no norm (what LED reads)'}, T={t:g}"]
+              + [v[i - 1] for i in shown] for (n, t), v in rows.items()],
+             {str(i): ".2f" for i in shown})
     lines.append(f"\n(tokens: {count}; layer 30 is the model's own logits; LED at d=8 reads "
                  f"30, 28, 27, ..., 22; T={t0:g} is the sampling temperature)")
     return "\n".join(lines)
@@ -225,6 +283,7 @@ def cost(model, tok, args, log) -> str:
     }
     out = ["| batch | decoder | ms/token (median of reps) | vs transformers sampling | "
            "rows reading intermediate layers |", "|---|---|---|---|---|"]
+    cost_rows: list[list] = []
     for B in (1, 8):
         enc = tok([p.prompt(tok) for p in probs[:B]], return_tensors="pt", padding=True,
                   add_special_tokens=False)
@@ -252,8 +311,23 @@ def cost(model, tok, args, log) -> str:
             med = statistics.median(times[name])
             dr = f"{deep[name]:.2f}" if name in deep else "-"
             out.append(f"| {B} | {name} | {med:.1f} | {med / ref:.2f} | {dr} |")
+            cost_rows.append([B, name, med, med / ref, deep.get(name, "-")])
         log(f"cost batch {B} done")
+    _collect(args, "cost", f"decoding cost ({n_new} new tokens, KV cache, T={T:g}, "
+             f"{args.cost_reps} interleaved reps)",
+             ["batch", "decoder", "ms/token (median of reps)", "vs transformers sampling",
+              "rows reading intermediate layers"], cost_rows,
+             {"ms/token (median of reps)": ".1f", "vs transformers sampling": ".2f",
+              "rows reading intermediate layers": ".2f"})
     return "\n".join(out)
+
+
+def _collect(args, name: str, title: str, columns: list, rows: list, formats: dict) -> None:
+    """Add a table to ``args.tables`` (the results file's tables), when collecting."""
+    from icml.results import make_table
+
+    if getattr(args, "tables", None) is not None:
+        args.tables.append(make_table(title, columns, rows, name=name, formats=formats))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -286,7 +360,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="with --resume: run no new pass@k arm, only tables/plots/profiles")
     ap.add_argument("--resume", action="store_true",
                     help="keep the pass@k runs already in --out/real_model.json (same problems)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads ($ICML_THREADS overrides, as for icml reproduce)")
+    ap.add_argument("--out-results", default=None,
+                    help="also write the README's tables as an icml results file (path from "
+                         "the repository root, e.g. plugins/led/results/real_model.json)")
     args = ap.parse_args(argv)
     if args.methods is None:
         args.methods = ["sampling", "dola", "top8", "led", "led_norm"]
@@ -296,8 +374,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import shlex
+
+    from icml import results as icml_results
+
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    clock = icml_results.Clock()
+    args.threads = icml_results.apply_threads(args.threads)
+    args.tables = []
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
 
@@ -318,6 +402,7 @@ def main(argv: list[str] | None = None) -> None:
         res = quality(model, tok, args, log)
         report += [f"## pass@k ({args.problems} prompts x {args.samples} samples, max "
                    f"{args.max_new_tokens} new tokens)", "", quality_tables(res, args), ""]
+        args.tables += quality_results(res, args)
         pass_at_k_plot(res, args)
         log("pass@k arms done")
         if "profile" not in skip:
@@ -333,6 +418,16 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n".join(report)
     (args.out / "real_model.md").write_text(text + "\n")
     print(text)
+    if args.out_results:
+        argv_used = sys.argv[1:] if argv is None else argv
+        command = "python plugins/led/benchmarks/real_model.py " + shlex.join(argv_used)
+        path = icml_results.write(
+            args.out_results, args.tables, command=command.strip(), plugin="led",
+            seeds=[args.seed], quick=False, clock=clock, threads=args.threads,
+            notes="pass@k CIs: percentile bootstrap over prompts (one sampling seed; 16 seeded "
+                  "samples per prompt); paired pass@16 also McNemar's exact test; MDEs at "
+                  "alpha 0.05, power 0.8 (icml.stats).")
+        log(f"results file: {path}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def test_tables_pair_led_norm_with_led_and_baselines():
     rows = [r for r in paired.splitlines() if r.startswith("| 1 | led norm |")]
     assert [r.split(" | ")[2] for r in rows] == ["sampling", "led"]
     # led_norm - led: pass@1 (1 + 0.5) / 2 = 0.75, pass@16 1.0 on both prompts
-    assert rows[1].split(" | ")[3].startswith("0.750") and rows[1].split(" | ")[4].startswith(
+    assert rows[1].split(" | ")[3].startswith("0.750") and rows[1].split(" | ")[5].startswith(
         "1.000")
 
 
@@ -67,3 +67,18 @@ def test_default_command_runs_the_full_grid():
     assert bench.parse_args(["--methods", "dola"]).methods == ["dola"]
     with pytest.raises(SystemExit):
         bench.parse_args(["--full", "--methods", "led"])
+
+
+def test_quality_results_tables_use_icml_stats():
+    """The results-file tables: estimates as dicts from icml.stats, McNemar on pass@16."""
+    bench = _bench()
+    runs = {"1/sampling": {"name": "sampling", "T": 1.0, "correct": [4, 0],
+                           "explored": float("nan")},
+            "1/led": {"name": "led", "T": 1.0, "correct": [16, 8], "explored": 0.5}}
+    passk, paired = bench.quality_results({"runs": runs}, SimpleNamespace(samples=16))
+    assert passk["name"] == "passk" and passk["rows"][1][2]["value"] == 0.75
+    row = paired["rows"][0]
+    assert row[1:3] == ["led", "sampling"]
+    assert row[3]["value"] == (1.0 - 0.25 + 0.5) / 2           # paired pass@1 difference
+    assert row[5]["value"] == 0.5                              # pass@16: 1,1 vs 1,0
+    assert row[6] == 1.0                                       # McNemar: one discordant pair

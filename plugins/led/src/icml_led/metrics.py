@@ -43,20 +43,12 @@ def pass_at_k_curve(correct_counts: Sequence[int], n: int, ks: Sequence[int]) ->
 def bootstrap_ci(per_problem: Sequence[float], num_resamples: int = 2000, level: float = 0.95,
                  seed: int = 0) -> tuple[float, float, float]:
     """``(mean, low, high)``: the mean of ``per_problem`` values and a percentile bootstrap CI
-    with problems (prompts) as the unit of resampling. For a paired comparison pass the
-    per-problem differences."""
-    import random
+    with problems (prompts) as the unit of resampling, i.e. :func:`icml.stats.mean_ci` (the
+    repository's one bootstrap). For a paired comparison pass the per-problem differences."""
+    from icml import stats
 
-    vals = [float(v) for v in per_problem]
-    if not vals:
+    if len(per_problem) == 0:
         raise ValueError("bootstrap_ci needs at least one problem")
-    if not 0 < level < 1 or num_resamples < 1:
-        raise ValueError(f"need 0 < level < 1 and num_resamples >= 1, got {level}, "
-                         f"{num_resamples}")
-    rng = random.Random(seed)
-    n = len(vals)
-    means = sorted(sum(vals[rng.randrange(n)] for _ in range(n)) / n
-                   for _ in range(num_resamples))
-    lo = means[int((1 - level) / 2 * (num_resamples - 1))]
-    hi = means[int((1 + level) / 2 * (num_resamples - 1))]
-    return sum(vals) / n, lo, hi
+    est = stats.mean_ci([float(v) for v in per_problem], n_boot=num_resamples, level=level,
+                        seed=seed)
+    return est.value, est.lo, est.hi
