@@ -6,7 +6,7 @@ from icml_lalm_judge import espeak_available
 from icml.testing import icml_cli, one_line_error
 
 _TINY = ["--set", "n_base=1", "--set", "n_train_base=1", "--set", "cnn_steps=2",
-         "--set", "n_boot=10", "--set", "max_turns=4"]
+         "--set", "n_boot=100", "--set", "max_turns=4"]
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -17,7 +17,7 @@ from icml_lalm_judge import (
 
 
 def test_oracle_known_metrics(bench):
-    rep = evaluate_judge(OracleJudge(), bench, ("T",), n_boot=20).modalities["T"]
+    rep = evaluate_judge(OracleJudge(), bench, ("T",), n_boot=100).modalities["T"]
     assert rep.sensitivity == pytest.approx(0.6)  # mean severity 3 / 5
     assert rep.specificity == 1.0 and rep.spearman == pytest.approx(1.0)
     assert abs(rep.slope) < 1e-9 and rep.spread < 1e-9 and rep.failures == 0
@@ -26,14 +26,14 @@ def test_oracle_known_metrics(bench):
 
 def test_decay_judge_has_negative_slope():
     bench = make_dialogues(20, per_base_position=False, seed=2)
-    rep = evaluate_judge(PositionDecayJudge(0.6), bench, ("T",), n_boot=50).modalities["T"]
+    rep = evaluate_judge(PositionDecayJudge(0.6), bench, ("T",), n_boot=100).modalities["T"]
     assert rep.slope < 0 and rep.slope_ci[1] < 0 and rep.spread > 0.05
     assert rep.specificity == 1.0  # still ordered: the decay multiplies every severity alike
 
 
 def test_random_judge_specificity_near_half():
     big = make_dialogues(40, seed=3)
-    spec = [evaluate_judge(RandomJudge(s), big, ("T",), n_boot=10).modalities["T"]
+    spec = [evaluate_judge(RandomJudge(s), big, ("T",), n_boot=100).modalities["T"]
             for s in range(6)]
     assert abs(np.mean([r.item_specificity for r in spec]) - 0.5) < 0.03
     assert abs(np.mean([r.sensitivity for r in spec])) < 0.05
@@ -61,7 +61,7 @@ class _Bad:
 
 @pytest.mark.parametrize("value", [1.5, -0.1, float("nan")])
 def test_bad_scores_counted_as_failures(bench, value):
-    rep = evaluate_judge(_Bad(value), bench, ("T", "A"), n_boot=10)
+    rep = evaluate_judge(_Bad(value), bench, ("T", "A"), n_boot=100)
     assert rep.modalities["T"].failures == sum(v.severity == 5 for v in bench.variants)
     assert "A" not in rep.modalities and any("does not support A" in e for e in rep.errors)
     assert any("[0, 1]" in e for e in rep.errors)
@@ -79,7 +79,7 @@ def test_audio_cnn_learns_and_checks_rate(bench, audio):
     waves = [audio[d.id] for d in bench.variants[:6] + bench.bases[:2]]
     np.testing.assert_allclose(j.score_batch(waves), [j.score_batch([w])[0] for w in waves],
                                atol=1e-6)  # padding never changes a score
-    rep = evaluate_judge(j, bench, ("A",), audio=audio, n_boot=20).modalities["A"]
+    rep = evaluate_judge(j, bench, ("A",), audio=audio, n_boot=100).modalities["A"]
     assert rep.sensitivity > 0.05 and rep.spearman > 0.5
     with pytest.raises(ValueError, match="8000 Hz"):
         j.score(bench.bases[0], "A", synthesize(bench.bases[0], sr=8000))

@@ -3,6 +3,8 @@ trained in-process to regress the safety score ``1 - severity / 5`` from the aud
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -67,6 +69,24 @@ def _net(n_mels: int, width: int) -> Any:
     return LogMelCNN()
 
 
+@contextmanager
+def _one_cpu_thread(device: Any) -> Iterator[None]:
+    """Run the CNN on one CPU thread: torch's CPU convolutions split their reductions by
+    thread count, so training at 1 and 2 threads gave different weights (and scores). The net
+    is tiny; one thread costs little and makes the scores independent of ``--threads``."""
+    import torch
+
+    if getattr(device, "type", str(device)) != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class CNNAudioJudge:
     """Log-mel + 2-layer CNN (global max pool over time) + sigmoid. Call :meth:`fit` first."""
 
@@ -114,15 +134,16 @@ class CNNAudioJudge:
         losses = []
         it = range(steps) if progress is None else progress(range(steps))
         self.net.train()
-        for _ in it:
-            idx = torch.randint(0, len(waves), (min(batch_size, len(waves)),), generator=g)
-            i = idx.to(self.device)
-            pred = torch.sigmoid(self.net(xall[i], lall[i])[:, 0])
-            loss = torch.nn.functional.mse_loss(pred, y[idx.to(self.device)])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.detach()))
+        with _one_cpu_thread(self.device):
+            for _ in it:
+                idx = torch.randint(0, len(waves), (min(batch_size, len(waves)),), generator=g)
+                i = idx.to(self.device)
+                pred = torch.sigmoid(self.net(xall[i], lall[i])[:, 0])
+                loss = torch.nn.functional.mse_loss(pred, y[idx.to(self.device)])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss.detach()))
         self.net.eval()
         self.fitted = True
         return losses
@@ -130,7 +151,7 @@ class CNNAudioJudge:
     def score_batch(self, waves: list[Waveform]) -> list[float]:
         import torch
 
-        with torch.no_grad():
+        with torch.no_grad(), _one_cpu_thread(self.device):
             return torch.sigmoid(self.net(*self._features(waves))[:, 0]).cpu().tolist()
 
     def score(self, dialogue: DialogueVariant, modality: str,

@@ -54,7 +54,7 @@ class EvaluateConfig:
     cnn_steps: int = option(200, help="training steps of the audio CNN", ge=1)
     fusion_weight: float = option(0.5, help="text weight of the A+T late fusion", ge=0, le=1)
     n_boot: int = option(200, help="bootstrap resamples (over base dialogues) for the CIs",
-                         ge=10)
+                         ge=100)
 
     def __post_init__(self) -> None:
         if self.min_turns > self.max_turns:

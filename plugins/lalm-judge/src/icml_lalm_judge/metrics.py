@@ -143,27 +143,20 @@ def classify_modality(t: float, a: float, at: float, tol: float = 0.01) -> str:
 
 def bootstrap_ci(fn: Callable[..., float], *arrays: Sequence, n: int = 1000, seed: int = 0,
                  alpha: float = 0.05, groups: Sequence | None = None) -> tuple[float, float]:
-    """Percentile bootstrap CI of ``fn(*arrays)``: items are resampled jointly across the
-    arrays, or whole groups (e.g. base dialogues) when ``groups`` is given."""
+    """Percentile bootstrap CI of ``fn(*arrays)``, a thin call into ``icml.stats.bootstrap``:
+    items are resampled jointly across the arrays, or whole groups (e.g. base dialogues) when
+    ``groups`` is given; non-finite resamples are left out. ``n`` >= 100 (icml.stats' minimum).
+    ``(nan, nan)`` when (almost) no resample gives a finite value."""
+    from icml import stats
+
     arrs = [np.asarray(a) for a in arrays]
-    m = len(arrs[0])
-    if any(len(a) != m for a in arrs) or not m:
+    if not arrs or any(len(a) != len(arrs[0]) for a in arrs) or not len(arrs[0]):
         raise ValueError("bootstrap_ci needs non-empty arrays of equal length")
-    rng = np.random.default_rng(seed)
-    if groups is not None:
-        g = np.asarray(groups)
-        uniq, inv = np.unique(g, return_inverse=True)
-        members = [np.flatnonzero(inv == j) for j in range(len(uniq))]
-    stats = []
-    for _ in range(n):
-        if groups is None:
-            idx = rng.integers(0, m, m)
-        else:
-            idx = np.concatenate([members[j] for j in rng.integers(0, len(members), len(members))])
-        v = fn(*[a[idx] for a in arrs])
-        if np.isfinite(v):
-            stats.append(v)
-    if not stats:
-        return float("nan"), float("nan")
-    lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
+    try:
+        est = stats.bootstrap(fn, *arrs, groups=None if groups is None else list(groups),
+                              level=1 - alpha, n_boot=n, seed=seed)
+    except ValueError as e:
+        if "finite statistic" in str(e):
+            return float("nan"), float("nan")
+        raise
+    return est.lo, est.hi
