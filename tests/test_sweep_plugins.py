@@ -16,30 +16,18 @@ sweeps a full default job.
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from icml import stats
 from icml.loader import load_plugins
 from icml.sweep import sweep
+from icml.testing.conformance import _to_set_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SLUGS = sorted(r.slug for r in load_plugins().all_records if r.ok)
 
-
-
-def _set_args(overrides: dict[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for k, v in overrides.items():
-        if isinstance(v, dict):
-            out += _set_args(v, f"{prefix}{k}.")
-        else:
-            text = json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
-            out.append(f"{prefix}{k}={text}")
-    return out
 
 
 def smoke_overrides(slug: str, capability: str) -> list[str]:
@@ -54,7 +42,7 @@ def smoke_overrides(slug: str, capability: str) -> list[str]:
     for obj in vars(module).values():
         if isinstance(obj, type) and getattr(obj, "slug", None) == slug and \
                 isinstance(getattr(obj, "smoke", None), dict):
-            return _set_args(obj.smoke.get(capability, {}))
+            return _to_set_args(obj.smoke.get(capability, {}))
     return []
 
 
