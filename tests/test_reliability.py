@@ -170,6 +170,22 @@ def test_interrupt_writes_partial_results(flaky, tmp_path: Path, sig: str) -> No
     assert [r[0] for r in res.tables[0].rows] == ["arm0", "arm1", "arm2"]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_second_sigterm_does_not_kill_the_result_write() -> None:
+    """A dying sweep's kernel may send its workers the parent-death SIGTERM more than once; only
+    the first interrupts, later ones wait until the interrupted result is on disk."""
+    from icml.runner import Terminated, _sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with _sigterm_as_interrupt() as state:
+        with pytest.raises(Terminated):
+            signal.raise_signal(signal.SIGTERM)
+            time.sleep(5)  # not reached: the handler raises at once
+        signal.raise_signal(signal.SIGTERM)  # the second one: noted, not raised
+        assert state.pending
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 # -- 6. the seed is checked once, in the core ------------------------------------------------
 @pytest.mark.parametrize("seed", ["-1", str(2**32)])
 def test_bad_seed_names_the_option(flaky, cli, tmp_path: Path, seed: str) -> None:

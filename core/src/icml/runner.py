@@ -43,23 +43,41 @@ def interruption(exc: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+class _SigtermState:
+    """What :func:`_sigterm_as_interrupt` saw: ``shielded`` once the hook has returned (a SIGTERM
+    then only sets ``pending``, so the finished result is still written)."""
+
+    def __init__(self) -> None:
+        self.shielded = False
+        self.pending = False
+
+
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Terminated` for the run (main thread only; restored after)."""
+def _sigterm_as_interrupt() -> Iterator[_SigtermState]:
+    """Turn SIGTERM into :class:`Terminated` for the run (main thread only; restored after).
+
+    Only the first SIGTERM raises: the kernel may deliver a parent-death signal more than once
+    (once per thread of the dying parent), and a second one must not kill the process while it
+    writes the interrupted result. The handler stays installed until the result is on disk."""
+    state = _SigtermState()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield state
         return
 
     def handler(signum: int, frame: Any) -> None:
+        if state.shielded or state.pending:
+            state.pending = True
+            return
+        state.pending = True
         raise Terminated("terminated (SIGTERM)")
 
     try:
         previous = signal.signal(signal.SIGTERM, handler)
     except (ValueError, OSError):  # no signals here (an embedded interpreter)
-        yield
+        yield state
         return
     try:
-        yield
+        yield state
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -251,40 +269,44 @@ def run(slug: str, capability: str | None = None, *, config: Any = None,
                 threads if threads is not None else "torch default", run_dir)
     result: RunResult | None = None
     start = time.perf_counter()
-    try:
-        with _sigterm_as_interrupt():
+    with _sigterm_as_interrupt() as sigterm:
+        try:
             returned = caller(ctx=ctx, config=cfg)
-        if not isinstance(returned, RunResult):
-            raise TypeError(f"{hook_name} of {slug!r} returned {type(returned).__name__}, "
-                            "not icml.RunResult")
-        result = returned
-        if ctx.calls_problem():  # a setup failure is not a measurement of zero
-            raise RuntimeError(ctx.calls_problem())
-        problems = result.problems()
-        if problems:
-            raise TypeError(f"{hook_name} of {slug!r} returned an invalid result: "
-                            + "; ".join(problems))
-    except BaseException as exc:  # noqa: BLE001 - keep what was written, then report
-        exc = interruption(exc) or exc
-        if isinstance(exc, SystemExit):
-            error = f"the plugin called sys.exit({exc.code!r})"
-        else:
-            error = f"{type(exc).__name__}: {exc}"
-        logger.error("run failed: %s", error)
-        handler.stream.write(traceback.format_exc())
-        handler.flush()
-        if result is None:  # nothing returned: keep what the plugin recorded as it went
-            result = ctx.partial
-            result.partial = bool(result.metrics or result.tables or result.artifacts
-                                  or result.notes)
-        result.status, result.error = "failed", error
-        if isinstance(exc, KeyboardInterrupt):
-            result.status, interrupted = "interrupted", exc
-        elif isinstance(exc, ConfigError):  # a setting only the hook could check
-            config_error = exc
-        result.timings.setdefault("total_s", round(time.perf_counter() - start, 4))
-    fill(result)
-    _write(run_dir, result, logger)
+            sigterm.shielded = True  # from here a SIGTERM waits until the result is written
+            if not isinstance(returned, RunResult):
+                raise TypeError(f"{hook_name} of {slug!r} returned {type(returned).__name__}, "
+                                "not icml.RunResult")
+            result = returned
+            if ctx.calls_problem():  # a setup failure is not a measurement of zero
+                raise RuntimeError(ctx.calls_problem())
+            problems = result.problems()
+            if problems:
+                raise TypeError(f"{hook_name} of {slug!r} returned an invalid result: "
+                                + "; ".join(problems))
+        except BaseException as exc:  # noqa: BLE001 - keep what was written, then report
+            sigterm.shielded = True
+            exc = interruption(exc) or exc
+            if isinstance(exc, SystemExit):
+                error = f"the plugin called sys.exit({exc.code!r})"
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+            logger.error("run failed: %s", error)
+            handler.stream.write(traceback.format_exc())
+            handler.flush()
+            if result is None:  # nothing returned: keep what the plugin recorded as it went
+                result = ctx.partial
+                result.partial = bool(result.metrics or result.tables or result.artifacts
+                                      or result.notes)
+            result.status, result.error = "failed", error
+            if isinstance(exc, KeyboardInterrupt):
+                result.status, interrupted = "interrupted", exc
+            elif isinstance(exc, ConfigError):  # a setting only the hook could check
+                config_error = exc
+            result.timings.setdefault("total_s", round(time.perf_counter() - start, 4))
+        fill(result)
+        _write(run_dir, result, logger)
+        if sigterm.pending and interrupted is None:  # SIGTERM while writing a finished run
+            interrupted = Terminated("terminated (SIGTERM) after the run finished")
     logger.removeHandler(handler)
     handler.close()
     if interrupted is not None:
