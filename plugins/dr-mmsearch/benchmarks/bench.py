@@ -58,15 +58,15 @@ def _one_seed(cfg, seed: int) -> dict:
 def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
                mu: str | None = None, arms: list[str] | None = None, workers: int = 1,
                premature_fraction: float | None = None, per_call_penalty: bool = False) -> dict:
-    from icml_dr_mmsearch.experiment import ARMS, ExperimentConfig
-    from icml_dr_mmsearch.grpo import RewardConfig
+    from icml_dr_mmsearch.config import RewardConfig, TrainConfig
+    from icml_dr_mmsearch.experiment import ARMS
 
     reward = RewardConfig(per_call_penalty=per_call_penalty)
     if mu is not None:
         reward = RewardConfig(mu=mu, per_call_penalty=per_call_penalty)
     extra = {} if premature_fraction is None else {"premature_fraction": premature_fraction}
-    cfg = ExperimentConfig(steps=steps, warm_steps=warm_steps, eval_generations=eval_generations,
-                           reward=reward, arms=list(arms or ARMS), **extra)
+    cfg = TrainConfig(steps=steps, warm_steps=warm_steps, eval_generations=eval_generations,
+                      reward=reward, arms=list(arms or ARMS), **extra)
     per: dict[str, list[dict]] = {}
     t0 = time.perf_counter()
     load_start = os.getloadavg()
@@ -164,11 +164,12 @@ def _generate_peer(model, tok, env, questions, G, max_turn_tokens, seed):
 
 
 def bench_throughput(hidden_sizes: list[int], repeats: int, G: int, n_questions: int) -> dict:
+    from icml_dr_mmsearch.config import WorldConfig
     from icml_dr_mmsearch.experiment import build_world, make_tiny_model, warm_start_data
     from icml_dr_mmsearch.grpo import warm_start
     from icml_dr_mmsearch.rollout import RolloutConfig, agent_rollout
 
-    kb, env, tok = build_world(60, 0)
+    kb, env, tok = build_world(WorldConfig(n_entities=60, world_seed=0))
     qs = [q for h in (3, 2, 1) for q in kb.questions_by_hops(h)][:n_questions]
     out = {}
     for h in hidden_sizes:
@@ -312,7 +313,7 @@ def main() -> None:
                     help="seeds run in parallel processes (one thread each)")
     ap.add_argument("--premature-fraction", type=float, default=None,
                     help="share of image questions whose warm-start demonstration answers early "
-                    "(default: ExperimentConfig's 0.5)")
+                    "(default: TrainConfig's 0.5)")
     ap.add_argument("--per-call-penalty", action="store_true",
                     help="the baseline's per-call search penalty (use_search_count_penalty)")
     ap.add_argument("--label", default=None, help="key of this arms table in the JSON file")

@@ -29,6 +29,7 @@ def log(msg: str) -> None:
 
 
 def main() -> None:
+    from icml_dr_mmsearch.config import WorldConfig
     from icml_dr_mmsearch.env import DEFAULT_INSTRUCTION
     from icml_dr_mmsearch.experiment import ARMS, build_world, evaluate_policy, warm_start_data
     from icml_dr_mmsearch.grpo import (
@@ -73,7 +74,7 @@ def main() -> None:
 
     model, tok = load_pretrained(a.model, device=a.device)
     check_tokenizer(tok)
-    kb, env, _ = build_world(60, 0)
+    kb, env, _ = build_world(WorldConfig(n_entities=60, world_seed=0))
     env.instruction = DEFAULT_INSTRUCTION
     train_qs, held = kb.split(a.holdout, seed=0)
     # 1-hop questions are memorisation questions (no tool answers them in the demonstrations);

@@ -1,22 +1,12 @@
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest single-threaded (and the test machine is shared)."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="session")
 def world():
+    from icml_dr_mmsearch.config import WorldConfig
     from icml_dr_mmsearch.experiment import build_world
 
-    return build_world(24, seed=0)
+    return build_world(WorldConfig(n_entities=24, world_seed=0))
 
 
 @pytest.fixture(scope="session")

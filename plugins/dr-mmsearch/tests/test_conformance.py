@@ -11,3 +11,12 @@ class TestConformance(PluginConformance):
                   "world": {"n_entities": 12}},
         "evaluate": {"warm_steps": 3, "num_generations": 1, "world": {"n_entities": 12}},
     }
+    # the config is the API (issue 48): each section is what the method takes
+    api = {
+        "reward": "icml_dr_mmsearch.grpo:TrajectoryReward",
+        "advantage": "icml_dr_mmsearch.grpo:AdvantageConfig",
+        "world": "icml_dr_mmsearch.config:WorldConfig",
+        "train:": "icml_dr_mmsearch.config:TrainConfig",
+    }
+    probe_values = {"arms": ["baseline"], "save_model": "both"}
+    shape_checks = True

@@ -16,6 +16,7 @@ def smollm():
 
 @pytest.mark.pretrained
 def test_rollout_and_one_grpo_step_on_smollm(smollm):
+    from icml_dr_mmsearch.config import WorldConfig
     from icml_dr_mmsearch.env import DEFAULT_INSTRUCTION
     from icml_dr_mmsearch.experiment import build_world
     from icml_dr_mmsearch.grpo import GRPOConfig, RewardConfig, SearchGRPOTrainer, gold_trajectory
@@ -26,7 +27,7 @@ def test_rollout_and_one_grpo_step_on_smollm(smollm):
     torch.manual_seed(0)
     model, tok = smollm
     check_tokenizer(tok)                                   # BPE writes every tag
-    kb, env, _ = build_world(16, 0)
+    kb, env, _ = build_world(WorldConfig(n_entities=16, world_seed=0))
     env.instruction = DEFAULT_INSTRUCTION
     q3 = kb.questions_by_hops(3)[0]
     # the gold trajectory tokenises with the tool results masked, and re-decodes to the turns

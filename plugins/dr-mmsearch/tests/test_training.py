@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from icml_dr_mmsearch.config import TrainConfig, WorldConfig
 from icml_dr_mmsearch.grpo import (
     AdvantageConfig,
     GRPOConfig,
@@ -143,9 +144,9 @@ def test_warm_start_and_training_never_see_held_out_questions(monkeypatch):
 
     monkeypatch.setattr(ex, "warm_start_data", demos)
     monkeypatch.setattr(ex, "SearchGRPOTrainer", trainer)
-    cfg = ex.ExperimentConfig(arms=["both"], n_entities=16, hidden_size=16, warm_steps=2,
-                              steps=1, prompts_per_step=2, num_generations=2,
-                              eval_generations=1, holdout=0.3)
+    cfg = TrainConfig(arms=["both"], world=WorldConfig(n_entities=16), hidden_size=16,
+                      warm_steps=2, steps=1, prompts_per_step=2, num_generations=2,
+                      eval_generations=1, holdout=0.3)
     res = ex.run_arms(cfg, seed=0)
     held = {q.id for q in res["warm"].heldout_questions}
     assert held and seen and not held & set(seen)

@@ -8,8 +8,7 @@ functions that need them.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from icml.lazy import lazy_exports
 
 _EXPORTS = {
     # environment
@@ -34,35 +33,20 @@ _EXPORTS = {
     "structural_proximity_advantages": "advantages",
     # training
     "token_logprobs": "loss", "grpo_loss": "loss", "low_var_kl": "loss",
-    "SearchGRPOTrainer": "grpo", "GRPOConfig": "grpo", "RewardConfig": "grpo",
-    "AdvantageConfig": "grpo", "TrajectoryReward": "grpo", "compute_advantages": "grpo",
+    "SearchGRPOTrainer": "grpo", "GRPOConfig": "grpo", "RewardConfig": "config",
+    "AdvantageConfig": "config", "WorldConfig": "config", "TrainConfig": "config",
+    "TrajectoryReward": "grpo", "compute_advantages": "grpo",
     "warm_start": "grpo", "gold_trajectory": "grpo", "sample_questions": "grpo",
     # metrics and experiments
     "agent_metrics": "metrics", "diverse_rate": "metrics",
     "ARMS": "experiment", "build_world": "experiment", "run_arms": "experiment",
     "evaluate_policy": "experiment", "warm_start_policy": "experiment", "train_arm": "experiment",
-    "ExperimentConfig": "experiment", "save_policy": "experiment", "load_policy": "experiment",
+    "save_policy": "experiment", "load_policy": "experiment",
+    "check_policy_folder": "experiment",
     # TRL
     "ProximityGRPOTrainer": "trl_adapter", "make_rollout_func": "trl_adapter",
     "question_dataset": "trl_adapter", "mmsearch_r1_reward_func": "trl_adapter",
     "GaussianTurnRewardFunc": "trl_adapter",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        try:
-            module = import_module(f"icml_dr_mmsearch.{_EXPORTS[name]}")
-        except ImportError as exc:
-            if _EXPORTS[name] == "trl_adapter":
-                raise ImportError(f"{name} needs TRL ({exc}): pip install "
-                                  "'icml-dr-mmsearch[trl]'") from exc
-            raise
-        return getattr(module, name)
-    raise AttributeError(f"module 'icml_dr_mmsearch' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,6 +1,11 @@
-"""Typed configs, one per capability. Field names are the CLI's ``--set`` keys and match the
-Python API's argument names (``reward.*`` -> :class:`~icml_dr_mmsearch.grpo.RewardConfig`,
-``advantage.*`` -> :class:`~icml_dr_mmsearch.grpo.AdvantageConfig`)."""
+"""The configs, one per component, and the job configs that nest them. These dataclasses are
+what the method takes: :class:`RewardConfig` is what
+:class:`~icml_dr_mmsearch.grpo.TrajectoryReward` and
+:class:`~icml_dr_mmsearch.grpo.SearchGRPOTrainer` read, :class:`AdvantageConfig` what
+:func:`~icml_dr_mmsearch.grpo.compute_advantages` reads, :class:`WorldConfig` what
+:func:`~icml_dr_mmsearch.experiment.build_world` builds, and :class:`TrainConfig` what
+:func:`~icml_dr_mmsearch.experiment.warm_start_policy` and
+:func:`~icml_dr_mmsearch.experiment.run_arms` run. Field names are the CLI's ``--set`` keys."""
 
 from __future__ import annotations
 
@@ -9,10 +14,21 @@ from dataclasses import dataclass
 from icml import option
 
 ARM_NAMES = ("baseline", "gaussian", "proximity", "both")
+REWARDS = ("mmsearch_r1", "gaussian")
+ADVANTAGES = ("group", "proximity")
+MATCH_MODES = ("EM", "SubEM")
+FORMAT_MODES = ("official", "general")
+MU_MODES = ("ema", "hop", "fixed")
+SCALES = ("group", "batch", "none")
 
 
 @dataclass
-class RewardSection:
+class RewardConfig:
+    """Which reward and its constants (every constant of both rewards is here)."""
+
+    kind: str = option("mmsearch_r1", help="reward: MMSearch-R1's or the differentiated "
+                       "Gaussian turn reward (the train job's arms set it per arm)",
+                       choices=REWARDS)
     search_penalty: float = option(0.1, help="MMSearch-R1 penalty on correct answers that "
                                    "searched", ge=0, le=1)
     format_weight: float = option(0.1, help="weight of the format score (1 - weight on "
@@ -34,21 +50,41 @@ class RewardSection:
     gamma_neg: float = option(0.1, help="largest turn reward of a wrong trajectory", ge=0,
                               le=1)
 
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("kind", self.kind, REWARDS), ("match", self.match,
+                                     MATCH_MODES), ("format_mode", self.format_mode,
+                                     FORMAT_MODES), ("mu", self.mu, MU_MODES)):
+            if value not in allowed:
+                raise ValueError(f"reward {name} {value!r} is not known: use one of "
+                                 f"{', '.join(allowed)}")
+        if self.sigma_pos <= 0 or self.sigma_neg <= 0:
+            raise ValueError("sigma_pos and sigma_neg must be > 0")
+
 
 @dataclass
-class AdvantageSection:
+class AdvantageConfig:
+    """Group GRPO (``kind="group"``) or the structural-proximity advantage (``"proximity"``)."""
+
+    kind: str = option("group", help="advantage: group GRPO or structural proximity (the "
+                       "train job's arms set it per arm)", choices=ADVANTAGES)
     tau: float = option(0.5, help="proximity kernel temperature (0 = nearest structures; "
                         "large = batch mean)", ge=0)
     eta: float = option(1.0, help="weight of the proximity term", ge=0)
     kappa: float = option(0.0, help="rarity bonus weight", ge=0)
     length_weight: float = option(0.0, help="weight of the token-length term in the "
                                   "structural distance", ge=0)
-    scale: str = option("group", help="scaling of the group advantage",
-                        choices=("group", "batch", "none"))
+    scale: str = option("group", help="scaling of the group advantage", choices=SCALES)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ADVANTAGES:
+            raise ValueError(f"advantage kind {self.kind!r} is not known: use one of "
+                             f"{', '.join(ADVANTAGES)}")
 
 
 @dataclass
-class WorldSection:
+class WorldConfig:
+    """The generated world and its search environment (:func:`build_world`)."""
+
     n_entities: int = option(60, help="entities of the generated knowledge graph", ge=8)
     world_seed: int = option(0, help="seed of the generated world", ge=0)
     max_rounds: int = option(4, help="model turns per trajectory (MMSearch-R1: 3; the 3-hop "
@@ -63,6 +99,9 @@ class WorldSection:
 
 @dataclass
 class TrainConfig:
+    """The default experiment: warm start, then the arms of the ablation (each arm sets
+    ``reward.kind`` and ``advantage.kind``)."""
+
     arms: list[str] = option(list(ARM_NAMES), help="arms to train: baseline, gaussian, "
                              "proximity, both")
     seeds: int = option(1, help="seeds per arm (run seed, seed+1, ...)", ge=1)
@@ -90,9 +129,9 @@ class TrainConfig:
                             "out of training and evaluated separately (0 = none)", ge=0, lt=1)
     save_model: str = option("", help="arm whose trained policy is saved to the run folder "
                              "('' = none)", choices=("",) + ARM_NAMES)
-    world: WorldSection = option(default_factory=WorldSection, help="environment settings")
-    reward: RewardSection = option(default_factory=RewardSection, help="reward constants")
-    advantage: AdvantageSection = option(default_factory=AdvantageSection,
+    world: WorldConfig = option(default_factory=WorldConfig, help="environment settings")
+    reward: RewardConfig = option(default_factory=RewardConfig, help="reward constants")
+    advantage: AdvantageConfig = option(default_factory=AdvantageConfig,
                                          help="proximity-advantage constants")
 
     def __post_init__(self) -> None:
@@ -102,6 +141,11 @@ class TrainConfig:
         if len(self.hop_mix) != 3 or any(w < 0 for w in self.hop_mix) or sum(self.hop_mix) <= 0:
             raise ValueError(f"hop_mix {self.hop_mix!r}: give three weights >= 0 (1-, 2-, "
                              "3-hop), not all 0")
+        for key, value, default in (("reward.kind", self.reward.kind, "mmsearch_r1"),
+                                    ("advantage.kind", self.advantage.kind, "group")):
+            if value != default:
+                raise ValueError(f"{key} is set by each arm (baseline, gaussian, proximity, "
+                                 f"both); choose arms=[...] instead of {key}={value}")
 
 
 @dataclass
@@ -119,7 +163,7 @@ class InferConfig:
     result_format: str = option("compact", help="tool-result text: compact (tiny vocab) or "
                                 "baseline (MMSearch-R1's headers, for real LMs)",
                                 choices=("compact", "baseline"))
-    world: WorldSection = option(default_factory=WorldSection, help="environment settings")
+    world: WorldConfig = option(default_factory=WorldConfig, help="environment settings")
 
 
 @dataclass

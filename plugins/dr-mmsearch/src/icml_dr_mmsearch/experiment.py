@@ -23,11 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from icml_dr_mmsearch.config import RewardConfig, TrainConfig, WorldConfig
 from icml_dr_mmsearch.env import SearchEnv
 from icml_dr_mmsearch.grpo import (
-    AdvantageConfig,
     GRPOConfig,
-    RewardConfig,
     SearchGRPOTrainer,
     TrajectoryReward,
     warm_start,
@@ -45,19 +44,18 @@ ARMS: dict[str, tuple[str, str]] = {
 """arm -> (reward kind, advantage kind)."""
 
 
-def build_world(n_entities: int = 60, seed: int = 0, *, max_rounds: int = 4,
-                image_limit: int = 1, text_limit: int = 2, topk: int = 2,
-                bm25_backend: str = "bm25s", dedupe_repeats: bool = False
-                ) -> tuple[KnowledgeBase, SearchEnv, Any]:
-    """``(kb, env, tokenizer)``: a generated world, its search environment and a word-level
-    tokenizer covering it."""
+def build_world(config: WorldConfig | None = None) -> tuple[KnowledgeBase, SearchEnv, Any]:
+    """``(kb, env, tokenizer)``: the world ``config`` describes, its search environment and a
+    word-level tokenizer covering it."""
     from icml_dr_mmsearch.tokenizer import word_tokenizer
     from icml_dr_mmsearch.tools import ImageSearch, TextSearch
 
-    kb = KnowledgeBase.generate(n_entities, seed=seed)
-    env = SearchEnv(kb, [ImageSearch(topk=3), TextSearch(topk=topk, backend=bm25_backend)],
-                    max_rounds=max_rounds, tool_limits={"image": image_limit, "text": text_limit},
-                    dedupe_repeats=dedupe_repeats)
+    c = config or WorldConfig()
+    kb = KnowledgeBase.generate(c.n_entities, seed=c.world_seed)
+    env = SearchEnv(kb, [ImageSearch(topk=3), TextSearch(topk=c.topk, backend=c.bm25_backend)],
+                    max_rounds=c.max_rounds,
+                    tool_limits={"image": c.image_limit, "text": c.text_limit},
+                    dedupe_repeats=c.dedupe_repeats)
     return kb, env, word_tokenizer(env.vocabulary())
 
 
@@ -122,41 +120,6 @@ def evaluate_policy(model: Any, tokenizer: Any, env: SearchEnv, questions: Seque
     return out
 
 
-@dataclass
-class ExperimentConfig:
-    """Settings of :func:`run_arms` (the ``train`` hook's keys)."""
-
-    arms: list[str] = field(default_factory=lambda: list(ARMS))
-    n_entities: int = 60
-    world_seed: int = 0
-    max_rounds: int = 4
-    image_limit: int = 1
-    text_limit: int = 2
-    topk: int = 2
-    bm25_backend: str = "bm25s"
-    dedupe_repeats: bool = False
-    arch: str = "qwen2"
-    hidden_size: int = 64
-    num_layers: int = 2
-    warm_steps: int = 150
-    warm_lr: float = 3e-3
-    warm_batch: int = 16
-    premature_fraction: float = 0.5
-    steps: int = 30
-    num_generations: int = 4
-    prompts_per_step: int = 8
-    learning_rate: float = 1e-3
-    beta: float = 0.001
-    epsilon: float = 0.2
-    temperature: float = 1.0
-    eval_generations: int = 4
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-    hop_mix: tuple[float, ...] = (0.5, 0.25, 0.25)
-    kv_reuse: bool = True
-    holdout: float = 0.3
-
-
 def make_tiny_model(vocab_size: int, *, arch: str = "qwen2", hidden_size: int = 64,
                     num_layers: int = 2, seed: int = 0, device: Any = "cpu",
                     dtype: Any = None) -> Any:
@@ -180,7 +143,7 @@ def make_tiny_model(vocab_size: int, *, arch: str = "qwen2", hidden_size: int = 
 class WarmStart:
     """A warm-started policy and its world, shared by every arm of one seed."""
 
-    config: ExperimentConfig
+    config: TrainConfig
     seed: int
     kb: KnowledgeBase
     env: SearchEnv
@@ -195,30 +158,23 @@ class WarmStart:
 
     @property
     def world(self) -> dict[str, Any]:
-        c = self.config
-        return {"n_entities": c.n_entities, "seed": c.world_seed, "max_rounds": c.max_rounds,
-                "image_limit": c.image_limit, "text_limit": c.text_limit, "topk": c.topk,
-                "bm25_backend": c.bm25_backend, "dedupe_repeats": c.dedupe_repeats,
-                "holdout": c.holdout}
+        """The world settings :func:`save_policy` stores (``WorldConfig`` fields + holdout)."""
+        import dataclasses
+
+        return {**dataclasses.asdict(self.config.world), "holdout": self.config.holdout}
 
 
-def warm_start_policy(config: ExperimentConfig | None = None, *, seed: int = 0,
+def warm_start_policy(config: TrainConfig | None = None, *, seed: int = 0,
                       device: Any = "cpu", dtype: Any = None) -> WarmStart:
     """Build the world and a tiny model, warm-start it on the demonstrations, evaluate it."""
     import torch
 
-    cfg = config or ExperimentConfig()
-    bad = [a for a in cfg.arms if a not in ARMS]
-    if bad or not cfg.arms:
-        raise ValueError(f"arms {cfg.arms!r}: each must be one of {', '.join(ARMS)}")
+    cfg = config or TrainConfig()
     torch.manual_seed(seed)
-    kb, env, tok = build_world(cfg.n_entities, cfg.world_seed, max_rounds=cfg.max_rounds,
-                               image_limit=cfg.image_limit, text_limit=cfg.text_limit,
-                               topk=cfg.topk, bm25_backend=cfg.bm25_backend,
-                               dedupe_repeats=cfg.dedupe_repeats)
+    kb, env, tok = build_world(cfg.world)
     base = make_tiny_model(len(tok), arch=cfg.arch, hidden_size=cfg.hidden_size,
                            num_layers=cfg.num_layers, seed=seed, device=device, dtype=dtype)
-    train_qs, heldout_qs = kb.split(cfg.holdout, seed=cfg.world_seed)
+    train_qs, heldout_qs = kb.split(cfg.holdout, seed=cfg.world.world_seed)
     demos = warm_start_data(env, train_qs, cfg.premature_fraction, seed)
     loss = warm_start(base, tok, env, demos, steps=cfg.warm_steps, batch_size=cfg.warm_batch,
                       learning_rate=cfg.warm_lr, seed=seed)
@@ -253,13 +209,13 @@ def train_arm(ws: WarmStart, arm: str) -> tuple[dict[str, float], list[dict[str,
     return m, [h.metrics for h in trainer.history], trained
 
 
-def run_arms(config: ExperimentConfig | None = None, *, seed: int = 0, device: Any = "cpu",
+def run_arms(config: TrainConfig | None = None, *, seed: int = 0, device: Any = "cpu",
              dtype: Any = None, progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
              on_arm: Callable[[str, dict[str, float]], None] | None = None) -> dict[str, Any]:
     """Warm start once, train every arm of ``config.arms`` from it, evaluate each (and the warm
     start). Returns ``{"warm_start": metrics, "arms": {arm: metrics}, "curves": {arm: [step
     metrics]}, "warm_loss": [...], "models": {arm: model}}``."""
-    cfg = config or ExperimentConfig()
+    cfg = config or TrainConfig()
     ws = warm_start_policy(cfg, seed=seed, device=device, dtype=dtype)
     out: dict[str, Any] = {"warm_loss": ws.loss, "warm_start": ws.metrics, "arms": {},
                            "curves": {}, "models": {}, "warm": ws}
@@ -299,6 +255,16 @@ ARM_COLUMNS = ["arm", "acc 1-hop", "acc 2-hop", "acc 3-hop", "turns 3-hop", "col
 WORLD_FILE = "drmm_world.json"
 
 
+def world_config_of(saved: dict[str, Any]) -> WorldConfig:
+    """The :class:`WorldConfig` of a saved policy's world settings (``WarmStart.world``; files
+    written before 0.2.x name ``world_seed`` ``seed``)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(WorldConfig)}
+    data = {("world_seed" if k == "seed" else k): v for k, v in saved.items()}
+    return WorldConfig(**{k: v for k, v in data.items() if k in names})
+
+
 def save_policy(path: Any, model: Any, tokenizer: Any, world: dict[str, Any]) -> None:
     """Save a trained policy: ``save_pretrained`` of model and tokenizer plus the world settings
     (:func:`build_world` arguments) in ``drmm_world.json``."""
@@ -312,22 +278,97 @@ def save_policy(path: Any, model: Any, tokenizer: Any, world: dict[str, Any]) ->
     (p / WORLD_FILE).write_text(json.dumps(world, indent=1), encoding="utf-8")
 
 
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+            "pytorch_model.bin.index.json")
+_TOKENIZER = ("tokenizer.json", "tokenizer_config.json")
+_EXPECTED = ("a folder written by save_pretrained() (config.json, tokenizer.json, "
+             "model.safetensors)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__).rstrip(".")
+
+
+def _local(path: Any) -> bool:
+    """Whether ``path`` names a local folder rather than a hub name (``org/name``)."""
+    import os
+
+    s = str(path)
+    return os.path.exists(os.path.expanduser(s)) or s.startswith(("/", ".", "~")) \
+        or s.count("/") > 1
+
+
+def check_policy_folder(path: Any) -> Any:
+    """The folder ``path`` as a ``Path`` if it looks loadable (exists, holds a JSON
+    ``config.json``, a non-empty weights file and tokenizer files); otherwise ``ValueError``
+    naming the file and what was expected, in one line."""
+    import json
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"could not load a policy from '{p}': no such folder; expected "
+                         f"{_EXPECTED}")
+    if not p.is_dir():
+        raise ValueError(f"could not load a policy from '{p}': it is a file, expected "
+                         f"{_EXPECTED}")
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        raise ValueError(f"could not load a policy from '{p}': no config.json in it; expected "
+                         f"{_EXPECTED}")
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        what = "empty" if cfg.stat().st_size == 0 else f"not valid JSON ({_first_line(exc)})"
+        raise ValueError(f"could not load a policy from '{p}': '{cfg}' is {what}; expected "
+                         "the model's config as JSON (save_pretrained() writes it)") from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise ValueError(f"could not load a policy from '{p}': '{cfg}' has no 'model_type'; "
+                         "expected a transformers model config")
+    weights = [p / w for w in _WEIGHTS if (p / w).is_file()]
+    if not weights:
+        raise ValueError(f"could not load a policy from '{p}': no weights file "
+                         f"({' or '.join(_WEIGHTS[::2])}); expected {_EXPECTED}")
+    if weights[0].stat().st_size == 0:
+        raise ValueError(f"could not load a policy from '{p}': '{weights[0]}' is empty; "
+                         "expected the weights save_pretrained() writes")
+    if not any((p / t).is_file() for t in _TOKENIZER):
+        raise ValueError(f"could not load a policy from '{p}': no tokenizer files "
+                         f"({' or '.join(_TOKENIZER)}); expected {_EXPECTED}")
+    return p
+
+
 def load_policy(path: Any, *, device: Any = "cpu", dtype: Any = None
                 ) -> tuple[Any, Any, dict[str, Any] | None]:
     """``(model, tokenizer, world settings or None)`` from a folder written by
-    :func:`save_policy` (or any causal LM folder / hub name: world ``None``)."""
+    :func:`save_policy` (or any causal LM folder / hub name: world ``None``).
+
+    A local folder is checked first (:func:`check_policy_folder`); a folder or file that
+    cannot be read raises ``ValueError`` in one line naming the file and what was expected."""
     import json
     from pathlib import Path
 
     from icml.models import load_causal_lm
 
-    model, tok = load_causal_lm(str(path), device=device, dtype=dtype)
+    if _local(path):
+        path = check_policy_folder(path)
+    try:
+        model, tok = load_causal_lm(str(path), device=device, dtype=dtype)
+    except Exception as exc:  # noqa: BLE001 - transformers/safetensors/torch: one line
+        raise ValueError(f"could not load a policy from '{path}': {_first_line(exc)}; "
+                         f"expected {_EXPECTED} or a cached hub name") from None
     f = Path(path) / WORLD_FILE
     world = None
     if f.is_file():
         from transformers import PreTrainedTokenizerFast
 
-        world = json.loads(f.read_text(encoding="utf-8"))
+        try:
+            world = json.loads(f.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"could not load a policy from '{path}': '{f}' is not valid JSON "
+                             f"({_first_line(exc)}); expected the world settings "
+                             "save_policy() writes") from None
         # AutoTokenizer would pick the architecture's tokenizer class (e.g. Qwen2Tokenizer),
         # whose pre-tokenizer breaks the word-level vocabulary: load the saved one as is
         tok = PreTrainedTokenizerFast.from_pretrained(str(path))

@@ -11,14 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icml_dr_mmsearch.advantages import group_advantages, structural_proximity_advantages
+from icml_dr_mmsearch.config import AdvantageConfig, RewardConfig
 from icml_dr_mmsearch.env import SearchEnv
 from icml_dr_mmsearch.knowledge import Question
 from icml_dr_mmsearch.loss import AGGREGATIONS, grpo_loss, token_logprobs
 from icml_dr_mmsearch.metrics import agent_metrics
 from icml_dr_mmsearch.rewards import (
-    FORMAT_MODES,
-    MATCH_MODES,
-    MU_MODES,
     TurnTarget,
     answer_correct,
     gaussian_turn_reward,
@@ -26,46 +24,14 @@ from icml_dr_mmsearch.rewards import (
 )
 from icml_dr_mmsearch.rollout import RolloutConfig, Trajectory, agent_rollout, trajectory_batch
 
-REWARDS = ("mmsearch_r1", "gaussian")
-ADVANTAGES = ("group", "proximity")
-
-
-@dataclass
-class RewardConfig:
-    """Which reward and its constants (every constant of both rewards is here)."""
-
-    kind: str = "mmsearch_r1"
-    search_penalty: float = 0.1
-    format_weight: float = 0.1
-    per_call_penalty: bool = False
-    match: str = "EM"
-    format_mode: str = "general"
-    mu: str = "hop"
-    mu_init: float = 3.0
-    mu_momentum: float = 0.9
-    sigma_pos: float = 1.0
-    sigma_neg: float = 0.5
-    gamma: float = 0.3
-    gamma_neg: float = 0.1
-
-    def __post_init__(self) -> None:
-        for name, value, allowed in (("kind", self.kind, REWARDS), ("match", self.match,
-                                     MATCH_MODES), ("format_mode", self.format_mode,
-                                     FORMAT_MODES), ("mu", self.mu, MU_MODES)):
-            if value not in allowed:
-                raise ValueError(f"reward {name} {value!r} is not known: use one of "
-                                 f"{', '.join(allowed)}")
-        if self.sigma_pos <= 0 or self.sigma_neg <= 0:
-            raise ValueError("sigma_pos and sigma_neg must be > 0")
-
 
 class TrajectoryReward:
     """Callable ``reward(trajectories) -> list[float]`` for a :class:`RewardConfig`; for the
     Gaussian reward it owns the :class:`TurnTarget` and updates its EMA after each batch."""
 
-    def __init__(self, config: RewardConfig | None = None,
+    def __init__(self, config: RewardConfig,
                  tool_limits: dict[str, int] | None = None) -> None:
-        self.config = config or RewardConfig()
+        self.config = config
         self.tool_limits = tool_limits
         c = self.config
         self.target = TurnTarget(c.mu, c.mu_init, c.mu_momentum)
@@ -90,23 +56,6 @@ class TrajectoryReward:
                                [answer_correct(t.responses, t.question.answer, c.match)
                                 for t in trajs])
         return out
-
-
-@dataclass
-class AdvantageConfig:
-    """Group GRPO (``kind="group"``) or the structural-proximity advantage (``"proximity"``)."""
-
-    kind: str = "group"
-    tau: float = 0.5
-    eta: float = 1.0
-    kappa: float = 0.0
-    length_weight: float = 0.0
-    scale: str = "group"
-
-    def __post_init__(self) -> None:
-        if self.kind not in ADVANTAGES:
-            raise ValueError(f"advantage kind {self.kind!r} is not known: use one of "
-                             f"{', '.join(ADVANTAGES)}")
 
 
 def compute_advantages(rewards: Sequence[float], trajs: Sequence[Trajectory],
@@ -200,7 +149,7 @@ class SearchGRPOTrainer:
         if not self.questions:
             raise ValueError("questions is empty: pass at least one training question")
         if reward is None or isinstance(reward, RewardConfig):
-            self.reward: Any = TrajectoryReward(reward, env.limits)
+            self.reward: Any = TrajectoryReward(reward or RewardConfig(), env.limits)
         elif callable(reward):
             self.reward = reward
         else:

@@ -25,11 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from icml_dr_mmsearch.config import FORMAT_MODES, MATCH_MODES, MU_MODES
 from icml_dr_mmsearch.env import IMAGE_CALL
-
-FORMAT_MODES = ("official", "general")
-MATCH_MODES = ("EM", "SubEM")
-MU_MODES = ("ema", "hop", "fixed")
 
 _DIRECT = re.compile(r"^<reason>.*</reason>.*<answer>.*</answer>$", re.DOTALL)
 _IMAGE = re.compile(r"^<reason>.*</reason>.*" + re.escape(IMAGE_CALL) + r"$", re.DOTALL)

@@ -34,12 +34,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import trl
-from trl import GRPOTrainer
+
+try:
+    import trl
+    from trl import GRPOTrainer
+except ImportError as _exc:  # one line with the fix, not a bare ModuleNotFoundError
+    raise ImportError(f"icml_dr_mmsearch.trl_adapter needs TRL ({_exc}): pip install "
+                      "'icml-dr-mmsearch[trl]'") from _exc
 
 from icml_dr_mmsearch.advantages import Structure, structural_proximity_advantages
+from icml_dr_mmsearch.config import AdvantageConfig, RewardConfig
 from icml_dr_mmsearch.env import SearchEnv
-from icml_dr_mmsearch.grpo import AdvantageConfig, RewardConfig
 from icml_dr_mmsearch.knowledge import Question
 from icml_dr_mmsearch.rewards import (
     TurnTarget,
