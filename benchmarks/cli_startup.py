@@ -2,16 +2,21 @@
 interpreter start, as medians over repeated fresh processes.
 
     python benchmarks/cli_startup.py [--repeat 7]
+
+Writes ``benchmarks/results/cli_startup.json`` (``icml.results``; every clock column is declared
+``timing``: shown, never compared), which the root README renders (``icml render core``).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import subprocess
 import sys
 import time
 from importlib.metadata import entry_points
+from pathlib import Path
 
 COMMANDS = {
     "python -c pass (baseline)": [sys.executable, "-c", "pass"],
@@ -34,15 +39,32 @@ def median_seconds(cmd: list[str], repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--results", type=Path,
+                        default=Path("benchmarks/results/cli_startup.json"))
     args = parser.parse_args()
+    from icml.results import Clock, make_table, write
+
+    clock = Clock()
     n_plugins = len(entry_points(group="icml.plugins"))
     base = None
-    print(f"{n_plugins} plugins installed; median of {args.repeat} runs\n")
-    print("| command | median s | ratio vs bare python |\n|---|---|---|")
+    rows = []
     for name, cmd in COMMANDS.items():
         t = median_seconds(cmd, args.repeat)
         base = base or t
-        print(f"| {name} | {t:.3f} | {t / base:.1f}x |")
+        rows.append([name, t, t / base])
+    table = make_table(f"CLI start-up, {n_plugins} plugins installed, median of {args.repeat} "
+                       "fresh processes", ["command", "median s", "ratio vs bare python"],
+                       rows, name="startup",
+                       formats={"median s": ".3f", "ratio vs bare python": ".1f"})
+    timing = {"timing": True, "why": "a clock reading: machine- and load-dependent"}
+    command = "python benchmarks/cli_startup.py " + shlex.join(sys.argv[1:])
+    path = write(args.results, [table], command=command.strip(), clock=clock,
+                 tolerance={"median s": timing, "ratio vs bare python": timing},
+                 metrics={"plugins": n_plugins, "repeat": args.repeat})
+    print("| command | median s | ratio vs bare python |\n|---|---|---|")
+    for name, t, r in rows:
+        print(f"| {name} | {t:.3f} | {r:.1f}x |")
+    print(f"results file: {path}")
 
 
 if __name__ == "__main__":

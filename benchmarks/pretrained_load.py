@@ -9,7 +9,9 @@ around the ``load_pretrained`` call (torch, transformers and the Llama and token
 already imported, timed apart) and around the whole process, with the process's peak RSS. The
 baseline is transformers' own ``from_pretrained`` of the converted cache folder.
 Throughput is one batch-1 forward pass (no grad, no KV cache) over real evaluation-text tokens,
-best of ``--repeat``, in tokens per second.
+best of ``--repeat``, in tokens per second. Writes ``benchmarks/results/pretrained_load.json``
+(``icml.results``; clock and memory columns declared ``timing``: shown, never compared), which
+the root README renders (``icml render core``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 CHILD = r"""
 import json, resource, sys, time
@@ -73,7 +77,7 @@ def throughput(model_name: str, cache: str, tokens: list[int], dtypes: list[str]
                     start = time.perf_counter()
                     model(input_ids=ids, use_cache=False)
                     best = min(best, time.perf_counter() - start)
-            rows.append([dtype, n, round(best, 2), round(n / best)])
+            rows.append([dtype, n, best, n / best])
     return rows
 
 
@@ -85,9 +89,14 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2, help="torch threads for the forward passes")
+    ap.add_argument("--results", type=Path,
+                    default=Path("benchmarks/results/pretrained_load.json"))
     args = ap.parse_args()
     import torch
 
+    from icml.results import Clock, make_table, write
+
+    clock = Clock()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as cache:
         cold = load_in_fresh_process(args.model, cache)
@@ -100,23 +109,37 @@ def main() -> None:
         plain = [load_in_fresh_process(args.model, cache, "plain", folder)
                  for _ in range(args.warm)]
         base = {k: statistics.median(w[k] for w in plain) for k in plain[0]}
-        print("| load | load s | torch + transformers import s | process s | peak RSS MB |")
-        print("|---|---|---|---|---|")
-        print(f"| cold: load_pretrained (GGUF conversion + cache write) | {cold['load_s']:.1f} | "
-              f"{cold['import_s']:.1f} | {cold['process_s']:.1f} | {cold['peak_rss_mb']:.0f} |")
-        print(f"| warm: load_pretrained (cache, median of {args.warm}) | {med['load_s']:.2f} | "
-              f"{med['import_s']:.1f} | {med['process_s']:.2f} | {med['peak_rss_mb']:.0f} |")
-        print(f"| baseline: transformers from_pretrained of the cache folder (median of "
-              f"{args.warm}) | {base['load_s']:.2f} | {base['import_s']:.1f} | "
-              f"{base['process_s']:.2f} | {base['peak_rss_mb']:.0f} |")
-        print(f"\ncold / warm load_pretrained: {cold['load_s'] / med['load_s']:.0f}x; "
-              f"warm / transformers baseline: {med['load_s'] / base['load_s']:.2f}x\n")
+        loads = [
+            ["cold: `load_pretrained` (GGUF conversion + cache write)", cold],
+            [f"warm: `load_pretrained` (from the cache, median of {args.warm})", med],
+            [f"baseline: `from_pretrained` of the cache folder (median of {args.warm})", base],
+        ]
         rows = throughput(args.model, cache, [int(t) for t in args.tokens.split(",")],
                           args.dtypes.split(","), args.repeat)
-    print(f"| dtype | tokens | forward s (best of {args.repeat}) | tokens/s |")
-    print("|---|---|---|---|")
-    for r in rows:
-        print("| " + " | ".join(str(x) for x in r) + " |")
+    load_table = make_table(
+        f"Loading {args.model} in a fresh process", ["load", "load s",
+                                                     "torch + transformers import s",
+                                                     "whole process s", "peak RSS MB"],
+        [[name, f["load_s"], f["import_s"], f["process_s"], f["peak_rss_mb"]]
+         for name, f in loads], name="load",
+        formats={"load s": ".2f", "torch + transformers import s": ".1f",
+                 "whole process s": ".2f", "peak RSS MB": ".0f"})
+    fwd = f"forward s (batch 1, no KV cache, best of {args.repeat})"
+    fwd_table = make_table(
+        f"Forward throughput, {args.threads} threads", ["dtype", "tokens", fwd, "tokens/s"],
+        rows, name="forward", formats={fwd: ".2f", "tokens/s": ".0f"})
+    timing = {"timing": True, "why": "a clock or memory reading: machine- and load-dependent"}
+    command = "python benchmarks/pretrained_load.py " + shlex.join(sys.argv[1:])
+    path = write(args.results, [load_table, fwd_table], command=command.strip(), clock=clock,
+                 threads=args.threads,
+                 tolerance={c: timing for c in ("load s", "torch + transformers import s",
+                                                "whole process s", "peak RSS MB", fwd,
+                                                "tokens/s")},
+                 metrics={"cold_over_warm": cold["load_s"] / med["load_s"],
+                          "warm_over_baseline": med["load_s"] / base["load_s"]})
+    print(f"cold / warm load_pretrained: {cold['load_s'] / med['load_s']:.0f}x; "
+          f"warm / transformers baseline: {med['load_s'] / base['load_s']:.2f}x")
+    print(f"results file: {path}")
 
 
 if __name__ == "__main__":

@@ -188,3 +188,15 @@ def test_run_save_results_and_icml_threads(site, cli, tmp_path) -> None:
     proc = cli("run", "example", "--out", str(tmp_path / "runs"),
                ICML_THREADS="zero")
     assert proc.returncode == 2 and "ICML_THREADS" in proc.stderr
+
+
+def test_core_names_the_repositorys_own_benchmarks(tmp_path, monkeypatch) -> None:
+    """`icml render core` / `icml reproduce core`: benchmarks/results feeds the root README and
+    its commands run from the repository root."""
+    root = Path(__file__).resolve().parents[1]
+    rdir = R.results_dir(R.CORE_SLUG)
+    assert rdir == root / "benchmarks" / "results"
+    assert R.repo_root(rdir) == root and R.readme_of(rdir) == root / "README.md"
+    plugin_rdir = root / "plugins" / "dxpp" / "results"
+    assert R.repo_root(plugin_rdir) == root
+    assert R.readme_of(plugin_rdir) == root / "plugins" / "dxpp" / "README.md"

@@ -280,7 +280,8 @@ def _print_summary(result) -> None:  # noqa: ANN001
 @app.command()
 def reproduce(
     slug: Annotated[Optional[str], typer.Argument(
-        help="The plugin's slug; omit with --all.")] = None,
+        help="The plugin's slug (`core`: the repository's own benchmarks); omit with --all."
+    )] = None,
     tables: Annotated[Optional[list[str]], typer.Argument(
         help="Results files to rerun (names under plugins/SLUG/results, .json optional); "
              "default: all.")] = None,
@@ -402,19 +403,20 @@ def sweep(
 
 @app.command()
 def render(
-    slug: Annotated[str, typer.Argument(help="The plugin's slug.")],
+    slug: Annotated[str, typer.Argument(help="The plugin's slug, or `core` for the "
+                                        "repository's own benchmarks (the root README).")],
     check: Annotated[bool, typer.Option("--check", help="Only report; exit 1 if any README "
                                         "table differs from its results file.")] = False,
 ) -> None:
     """Render a plugin's README tables from its results files (the blocks between
     `<!-- results: FILE -->` and `<!-- /results -->`)."""
-    from icml.results import ResultsError, readme_problems, render_readme, results_dir
+    from icml.results import ResultsError, readme_of, readme_problems, render_readme, results_dir
 
     try:
         rdir = results_dir(slug)
     except ResultsError as exc:
         raise _fail(str(exc), 2) from None
-    readme = rdir.parent / "README.md"
+    readme = readme_of(rdir)
     pending: list[str] = []
     problems = readme_problems(readme, rdir, pending=pending) if check else \
         render_readme(readme, rdir)

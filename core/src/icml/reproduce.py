@@ -66,7 +66,7 @@ def rerun_file(slug: str, path: Path, *, threads: int | None = None, raw: bool =
         diffs = R.compare(committed, fresh, raw=raw)
         if write:
             shutil.copyfile(out, path)
-            readme = path.parent.parent / "README.md"
+            readme = R.readme_of(path.parent)
             if readme.is_file():
                 R.render_readme(readme, path.parent)
     return Outcome(slug, path.name, "differs" if diffs else "ok", wall, diffs)

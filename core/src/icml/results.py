@@ -529,9 +529,26 @@ def readme_problems(readme: str | Path, results_dir: str | Path | None = None, *
 
 
 # -- where a plugin's results live ----------------------------------------------------------------
+CORE_SLUG = "core"  # the repository's own benchmarks: benchmarks/results, the root README
+
+
+def _core_results_dir() -> Path:
+    import icml
+
+    for base in (Path(icml.__file__).resolve().parents[3], Path.cwd(), *Path.cwd().parents):
+        candidate = base / "benchmarks" / "results"
+        if candidate.is_dir() and (base / "core" / "pyproject.toml").is_file():
+            return candidate
+    raise ResultsError("no results folder for the repository's own benchmarks: expected "
+                       "benchmarks/results beside core/ in a source checkout")
+
+
 def results_dir(slug: str) -> Path:
     """``plugins/<slug>/results`` of the plugin's source tree (found from its installed
-    package, else under the current directory)."""
+    package, else under the current directory); ``core`` names the repository's own
+    ``benchmarks/results`` (tables in the root README)."""
+    if slug == CORE_SLUG:
+        return _core_results_dir()
     spec = importlib.util.find_spec(f"icml_{slug.replace('-', '_')}")
     if spec is not None and spec.origin:
         candidate = Path(spec.origin).resolve().parents[2] / "results"
@@ -545,9 +562,21 @@ def results_dir(slug: str) -> Path:
                        "source checkout (results files are not shipped in wheels)")
 
 
+def _is_core_results(rdir: Path) -> bool:
+    rdir = rdir.resolve()
+    return rdir.parent.name == "benchmarks" and (rdir.parents[1] / "core").is_dir()
+
+
 def repo_root(rdir: Path) -> Path:
-    """The repository root of a ``plugins/<slug>/results`` folder: where commands run."""
-    return rdir.resolve().parents[2]
+    """The repository root of a ``plugins/<slug>/results`` (or ``benchmarks/results``) folder:
+    where commands run."""
+    return rdir.resolve().parents[1 if _is_core_results(rdir) else 2]
+
+
+def readme_of(rdir: Path) -> Path:
+    """The README whose tables a results folder feeds: the plugin's, or the root README for
+    ``benchmarks/results``."""
+    return repo_root(rdir) / "README.md" if _is_core_results(rdir) else rdir.parent / "README.md"
 
 
 def files(rdir: Path, names: Sequence[str] = (), *, quick: bool = False) -> list[Path]:
@@ -570,5 +599,6 @@ __all__ = [
     "Clock", "Diff", "ResultsError", "SCHEMA", "apply_threads", "caption", "compare",
     "cpu_model", "env_threads", "files", "find_table", "load", "make_table", "readme_problems",
     "render_block", "render_cell", "render_readme", "render_table", "repo_root", "results_dir",
+    "readme_of", "CORE_SLUG",
     "target_path", "unrendered_tables", "write",
 ]
