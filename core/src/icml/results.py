@@ -536,11 +536,10 @@ def _core_results_dir() -> Path:
     import icml
 
     for base in (Path(icml.__file__).resolve().parents[3], Path.cwd(), *Path.cwd().parents):
-        candidate = base / "benchmarks" / "results"
-        if candidate.is_dir() and (base / "core" / "pyproject.toml").is_file():
-            return candidate
+        if (base / "benchmarks").is_dir() and (base / "core" / "pyproject.toml").is_file():
+            return base / "benchmarks" / "results"  # may not exist before the first file
     raise ResultsError("no results folder for the repository's own benchmarks: expected "
-                       "benchmarks/results beside core/ in a source checkout")
+                       "benchmarks/ beside core/ in a source checkout")
 
 
 def results_dir(slug: str) -> Path:
