@@ -10,8 +10,9 @@ from icml import option
 @dataclass
 class _Common:
     # model
-    model: str = option("", help="HF name or local folder of a causal LM; empty = built-in tiny "
-                        "model trained on the task")
+    model: str = option("", help="a causal LM: packaged name | local HF folder | previous run "
+                        "folder (icml.compose.load_model); empty = built-in tiny model trained "
+                        "on the task")
     arch: str = option("llama", help="built-in model architecture", choices=("llama", "qwen2"))
     hidden_size: int = option(64, help="built-in model hidden size", ge=8)
     num_layers: int = option(8, help="built-in model number of blocks", ge=2)
@@ -57,6 +58,11 @@ class _Common:
     relative_top: float = option(0.1, help="DoLa relative-top threshold", gt=0, le=1)
 
     def __post_init__(self) -> None:
+        from icml.compose import is_model_spec
+
+        if self.model and not is_model_spec(self.model):
+            raise ValueError(f"model={self.model!r} is neither a packaged model name nor an "
+                             "existing folder (a local HF folder or a previous run folder)")
         if self.min_terms > self.num_terms:
             raise ValueError(f"min_terms={self.min_terms} exceeds num_terms={self.num_terms}")
         bad = [k for k in self.ks if not 1 <= k <= self.num_samples]

@@ -39,8 +39,10 @@ class MethodResult:
 
 def standard_methods(*, temperature: float, led_config: Any, dola_layers: Any = "high",
                      relative_top: float = 0.1, sampling_top_k: int = 20,
-                     sampling_top_p: float = 0.95, include_base: bool = True) -> list[Method]:
-    """Temperature sampling (the configured top-k / top-p), DoLa, LED and (optionally) LED's
+                     sampling_top_p: float = 0.95, include_base: bool = True,
+                     include_dola: bool = True) -> list[Method]:
+    """Temperature sampling (the configured top-k / top-p), DoLa (unless ``include_dola`` is
+    false: it reads un-normed layers, refused on a re-based model), LED and (optionally) LED's
     base path alone (final-layer top-k sampling, i.e. LED with depth 1)."""
     from dataclasses import replace
 
@@ -50,8 +52,10 @@ def standard_methods(*, temperature: float, led_config: Any, dola_layers: Any = 
             "top_p": sampling_top_p}
     methods = [
         Method("sampling", lambda g: SamplingDecoding(g), samp),
-        Method("dola", lambda g: DoLaDecoding(dola_layers, relative_top, g), samp),
     ]
+    if include_dola:
+        methods.append(Method("dola", lambda g: DoLaDecoding(dola_layers, relative_top, g),
+                              samp))
     if include_base:
         base_cfg = replace(led_config, depth=1, layers=None)
         methods.append(Method(f"top-{led_config.top_k} (LED d=1)",

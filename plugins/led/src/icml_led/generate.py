@@ -308,11 +308,13 @@ class LEDDecoding(_Decoding):
         self.last_info: Any = None
 
     def setup(self, model: Any, input_ids: Any, generation_config: Any) -> None:
-        from icml_led.layers import layer_indices, lm_head_of, num_layers_of
+        from icml_led.layers import check_readout, layer_indices, lm_head_of, num_layers_of
 
         cfg = self.config
         self._indices = layer_indices(num_layers_of(model), cfg.depth, cfg.skip_penultimate,
                                       cfg.layers)
+        if len(self._indices) > 1:
+            check_readout(model, cfg.use_final_norm)
         vocab = lm_head_of(model).out_features
         if cfg.top_k > vocab:
             raise ValueError(f"top_k={cfg.top_k} is larger than the vocabulary ({vocab} tokens): "
@@ -417,8 +419,9 @@ class DoLaDecoding(_Decoding):
 
     def setup(self, model: Any, input_ids: Any, generation_config: Any) -> None:
         from icml_led.dola import dola_candidate_layers
-        from icml_led.layers import num_layers_of
+        from icml_led.layers import check_readout, num_layers_of
 
+        check_readout(model, False)  # DoLa reads un-normed premature layers
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
         self._layers = dola_candidate_layers(num_layers_of(model), self.dola_layers, tied)
         self.chosen_layers = []
@@ -432,13 +435,15 @@ class DoLaDecoding(_Decoding):
         devices get."""
         import torch
 
-        from icml_led.layers import intermediate_logits, lm_head_of
+        from icml_led.layers import changes_basis, intermediate_logits, lm_head_of
 
         head = lm_head_of(model)
         w = getattr(head, "weight", None)
-        if (type(head) is not torch.nn.Linear or head.bias is not None or w is None
-                or w.device.type != "cpu" or w.requires_grad and torch.is_grad_enabled()):
-            # other heads, accelerators (no page faults to save) and autograd: the plain call
+        if (changes_basis(model) or type(head) is not torch.nn.Linear or head.bias is not None
+                or w is None or w.device.type != "cpu"
+                or w.requires_grad and torch.is_grad_enabled()):
+            # transformed residual bases (mapped), other heads, accelerators (no page faults
+            # to save) and autograd: the plain call
             return intermediate_logits(model, hidden_states, self._layers).transpose(0, 1)
         h = torch.stack([hidden_states[i][:, -1] for i in self._layers], dim=0)   # (n, B, H)
         rows = h.shape[0] * h.shape[1]

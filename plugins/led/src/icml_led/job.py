@@ -25,20 +25,30 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     """Model + tokenizer, trained as configured, with entropy profiles around post-training."""
     import torch
 
-    from icml.models import byte_tokenizer, load_causal_lm, tiny_causal_lm
-    from icml_led.layers import entropy_profile, layer_indices, num_layers_of
+    from icml.compose import load_model
+    from icml.models import byte_tokenizer, tiny_causal_lm
+    from icml_led.layers import (
+        changes_basis,
+        check_readout,
+        entropy_profile,
+        layer_indices,
+        num_layers_of,
+    )
     from icml_led.task import completion_mask, make_problems, post_train, sft
 
     device, dtype = ctx.torch_device(), ctx.torch_dtype()
     with ctx.step("building the model"):
         if cfg.model:
-            model, tok = load_causal_lm(cfg.model, device=device, dtype=dtype)
+            model, tok = load_model(cfg.model, device=device, dtype=dtype)
         else:
             model = tiny_causal_lm(cfg.arch, seed=ctx.seed, device=device, dtype=dtype,
                                    hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
                                    num_heads=4, num_kv_heads=2)
             tok = byte_tokenizer()
-    # fail early on bad LED settings (depth, k, think ids)
+    # fail early on bad LED settings (depth, k, think ids) and on read-outs a transformed
+    # model cannot give (icml.compose)
+    check_readout(model, cfg.use_final_norm)
+    check_readout(model, cfg.profile_final_norm)
     led_cfg = led_config_from(cfg, tok)
     layer_indices(num_layers_of(model), led_cfg.depth, led_cfg.skip_penultimate)
     vocab = model.get_output_embeddings().out_features
@@ -62,7 +72,11 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
                                min_terms=cfg.min_terms))
     info["profile_after"] = entropy_profile(model, pids, pmask, cfg.profile_final_norm)
     # the other read-out too: LED reads un-normed states (ln=0), the logit lens normed ones
-    info["profile_after_other"] = entropy_profile(model, pids, pmask, not cfg.profile_final_norm)
+    if changes_basis(model) and cfg.profile_final_norm:  # the un-normed one is refused there
+        info["profile_after_other"] = [math.nan] * len(info["profile_after"])
+    else:
+        info["profile_after_other"] = entropy_profile(model, pids, pmask,
+                                                      not cfg.profile_final_norm)
     info["profile_norm"] = cfg.profile_final_norm
     torch.manual_seed(ctx.seed)
     return info
@@ -84,12 +98,15 @@ def _profile_table(info: dict[str, Any]) -> icml.Table:
                       ["layer", "before", "after", "change", f"after, {there}"], rows)
 
 
-def _methods(cfg: Any, led_cfg: Any, temperature: float) -> list[Any]:
+def _methods(cfg: Any, led_cfg: Any, temperature: float, model: Any) -> list[Any]:
     from icml_led.evaluation import standard_methods
+    from icml_led.layers import changes_basis
 
+    # DoLa reads un-normed layers: left out on a model whose residual basis a producer changed
     return standard_methods(temperature=temperature, led_config=led_cfg,
                             dola_layers=cfg.dola_layers, relative_top=cfg.relative_top,
-                            sampling_top_k=cfg.sampling_top_k, sampling_top_p=cfg.sampling_top_p)
+                            sampling_top_k=cfg.sampling_top_k, sampling_top_p=cfg.sampling_top_p,
+                            include_dola=not changes_basis(model))
 
 
 def _paired_table(results: list, cfg: InferConfig) -> icml.Table:
@@ -134,7 +151,7 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
     problems = make_problems(cfg.num_problems, cfg.num_terms, cfg.base, seed=ctx.seed + 1,
                              min_terms=cfg.min_terms)
     results = []
-    for m in ctx.progress(_methods(cfg, led_cfg, cfg.temperature), desc="decoding"):
+    for m in ctx.progress(_methods(cfg, led_cfg, cfg.temperature, model), desc="decoding"):
         r = run_method(model, tok, problems, m, num_samples=cfg.num_samples, ks=list(cfg.ks),
                        seed=ctx.seed, max_new_tokens=cfg.num_terms + 4)
         results.append(r)
@@ -203,7 +220,7 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     curves: dict[str, tuple[list[float], list[float]]] = {}
     rows = []
     metrics: dict[str, float] = {}
-    jobs = [(t, m) for t in cfg.temperatures for m in _methods(cfg, led_cfg, t)]
+    jobs = [(t, m) for t in cfg.temperatures for m in _methods(cfg, led_cfg, t, model)]
     for t, m in ctx.progress(jobs, desc="decoding"):
         r = run_method(model, tok, problems, m, num_samples=cfg.num_samples, ks=list(cfg.ks),
                        seed=ctx.seed, max_new_tokens=cfg.num_terms + 4)

@@ -74,18 +74,69 @@ def final_norm_of(model: Any) -> Any:
     return norm
 
 
+READER = "LED's layer read-out"
+
+
+def changes_basis(model: Any) -> bool:
+    """Whether a producer marked ``model``'s residual stream as being in another basis
+    (``icml.compose``): its intermediate states must then be mapped before the head reads them."""
+    from icml.compose import transforms
+
+    return any(t.changes_residual_basis for t in transforms(model))
+
+
+def check_readout(model: Any, use_final_norm: bool) -> None:
+    """Refuse (one-line ``icml.compose.CompositionError`` naming the pair) a read-out that a
+    transformed model cannot give honestly. The final-norm read-out (``lm_head(norm(h_i))``)
+    is mapped with ``icml.compose.readout_basis``. The un-normed read-out (``lm_head(h_i)``,
+    official ``ln=0``) depends on how the model is parametrised, not only on its function: a
+    producer that folds the final norm's scale into ``lm_head`` or rescales the stream per
+    token changes it, and the contract maps states to the final norm's input, not to the
+    original head's; so on a basis-changing model it is refused rather than misread."""
+    from icml.compose import CompositionError, transforms
+
+    if use_final_norm:
+        return
+    for t in transforms(model):
+        if t.changes_residual_basis:
+            raise CompositionError(
+                f"{READER} without the final norm (use_final_norm=false) on {t.label()}: the "
+                "un-normed read-out of a re-based residual stream has no map back to the "
+                "original head; use use_final_norm=true (mapped), or the untransformed model")
+
+
+def readout_state(model: Any, hidden_states: Any, index: int,
+                  use_final_norm: bool = False) -> Any:
+    """The full ``(B, T, H)`` state ``hidden_states[index]`` in the basis the model's own final
+    norm and ``lm_head`` expect (``icml.compose.readout_basis``: identity on a plain model; a
+    transformed model's maps, or a one-line ``CompositionError`` when it gives none), passed
+    through the final norm when ``use_final_norm``. The whole sequence is mapped (not one
+    position): a producer's map or norm may carry per-token state of the same forward."""
+    from icml.compose import readout_basis
+
+    check_readout(model, use_final_norm)
+    h = readout_basis(model, hidden_states[index], index, reader=READER)
+    return final_norm_of(model)(h) if use_final_norm else h
+
+
 def intermediate_logits(model: Any, hidden_states: Any, indices: list[int],
                         use_final_norm: bool = False, position: int = -1,
                         rows: Any = None) -> Any:
     """Logit-lens logits ``lm_head(h_i)`` (optionally ``lm_head(norm(h_i))``) at ``position`` for
     each hidden-state index in ``indices``: a float32 tensor ``(B, len(indices), V)``; with
-    ``rows`` (an index tensor) only those batch rows are projected."""
+    ``rows`` (an index tensor) only those batch rows are projected. On a model whose residual
+    basis a producer changed (``icml.compose``), each state is first mapped with
+    :func:`readout_state`."""
     import torch
 
     if not indices:
         ref = hidden_states[-1]
         n = ref.shape[0] if rows is None else len(rows)
         return torch.empty(n, 0, lm_head_of(model).out_features, device=ref.device)
+    if changes_basis(model):
+        states = [readout_state(model, hidden_states, i, use_final_norm) for i in indices]
+        sel = (lambda s: s[:, position]) if rows is None else (lambda s: s[rows, position])
+        return lm_head_of(model)(torch.stack([sel(s) for s in states], dim=1)).float()
     if rows is None:
         h = torch.stack([hidden_states[i][:, position] for i in indices], dim=1)
     else:
@@ -142,12 +193,16 @@ def entropy_profiles(model: Any, input_ids: Any, mask: Any, use_final_norm: bool
     L = num_layers_of(model)
     m = mask.bool()
     prof: dict[float, list[float]] = {float(t): [] for t in temperatures}
+    mapped = changes_basis(model)
     with torch.no_grad():
         out = model(input_ids=input_ids, attention_mask=attention_mask,
                     output_hidden_states=True, return_dict=True)
         for i in range(1, L + 1):
             if i == L:
                 lg = out.logits[m].float()
+            elif mapped:
+                lg = lm_head_of(model)(readout_state(model, out.hidden_states, i,
+                                                     use_final_norm)[m]).float()
             else:
                 h = out.hidden_states[i][m]
                 lg = lm_head_of(model)(final_norm_of(model)(h) if use_final_norm else h).float()

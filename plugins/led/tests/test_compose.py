@@ -1,0 +1,135 @@
+"""LED on a model whose residual basis a producer changed (icml.compose, issue 50): the
+final-norm read-out is mapped back and equals the original model's per-depth distributions; the
+un-normed read-out (and DoLa, which reads un-normed layers) is refused with one line; a
+basis-changing transform without maps is refused on both read-outs."""
+
+import copy
+
+import pytest
+import torch
+from icml_led.generate import DoLaDecoding, LEDDecoding
+from icml_led.layers import entropy_profile, layer_indices, layerwise_logits
+from icml_led.led import LEDConfig
+
+from icml.compose import CompositionError, Transform, mark
+
+
+@torch.no_grad()
+def rotated(model, seed=0, maps=True, seen=None):
+    """A third party's function-preserving transform: the residual stream rotated by a random
+    orthogonal Q (h' = h Q; exact for RMSNorm with unit scales, which tiny models have)."""
+    m = copy.deepcopy(model)
+    H = m.config.hidden_size
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(H, H, generator=g, dtype=torch.float64))
+    q = q.to(m.lm_head.weight.dtype)
+    m.model.embed_tokens.weight.copy_(m.model.embed_tokens.weight @ q)
+    if not m.config.tie_word_embeddings:
+        m.lm_head.weight.copy_(m.lm_head.weight @ q)
+    for layer in m.model.layers:
+        a, f = layer.self_attn, layer.mlp
+        for lin in (a.q_proj, a.k_proj, a.v_proj, f.gate_proj, f.up_proj):
+            lin.weight.copy_(lin.weight @ q)
+        for lin in (a.o_proj, f.down_proj):
+            lin.weight.copy_(q.T @ lin.weight)
+            if lin.bias is not None:
+                lin.bias.copy_(lin.bias @ q)
+
+    def to_original(h, i):
+        if seen is not None:
+            seen.append(i)
+        return h @ q.T.to(h.dtype)
+
+    t = Transform("random rotation", "test", preserves_function=True,
+                  changes_residual_basis=True, to_original=to_original if maps else None,
+                  from_original=(lambda h, i: h @ q.to(h.dtype)) if maps else None)
+    return mark(m, t)
+
+
+def test_final_norm_readout_equals_original(model):
+    ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator()
+                        .manual_seed(0))
+    seen = []
+    rot = rotated(model, seen=seen)
+    want = layerwise_logits(model, ids, depth=4, use_final_norm=True)
+    got = layerwise_logits(rot, ids, depth=4, use_final_norm=True)
+    torch.testing.assert_close(got.softmax(-1), want.softmax(-1), atol=1e-5, rtol=0)
+    assert sorted(set(seen)) == sorted(layer_indices(6, 4)[1:])  # every read state was mapped
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    assert entropy_profile(rot, ids, mask, True) == pytest.approx(
+        entropy_profile(model, ids, mask, True), abs=1e-4)
+
+
+def test_unnormed_readout_and_dola_refused_on_rebased_model(llama):
+    ids = torch.tensor([[1, 2, 3, 4]])
+    rot = rotated(llama)
+    with pytest.raises(CompositionError, match="LED's layer read-out.*random rotation"):
+        layerwise_logits(rot, ids, depth=4, use_final_norm=False)
+    with pytest.raises(CompositionError, match="random rotation"):
+        LEDDecoding(LEDConfig(depth=3, use_final_norm=False)).setup(rot, ids, None)
+    with pytest.raises(CompositionError, match="random rotation"):
+        DoLaDecoding().setup(rot, ids, None)
+    # depth 1 reads no intermediate layer: nothing to refuse
+    LEDDecoding(LEDConfig(depth=1, use_final_norm=False)).setup(rot, ids, None)
+
+
+def test_transform_without_maps_refused(llama):
+    ids = torch.tensor([[1, 2, 3, 4]])
+    rot = rotated(llama, maps=False)
+    with pytest.raises(CompositionError) as err:
+        layerwise_logits(rot, ids, depth=4, use_final_norm=True)
+    assert "\n" not in str(err.value) and "random rotation (from test)" in str(err.value)
+
+
+def test_led_generate_on_rotated_model_matches_original(llama, tok):
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    cfg = LEDConfig(depth=3, use_final_norm=True, think_only=False)
+    rot = rotated(llama)
+    outs = []
+    for m in (llama, rot):
+        dec = LEDDecoding(cfg, torch.Generator().manual_seed(7), lazy=False)
+        outs.append(m.generate(ids, custom_generate=dec, max_new_tokens=6, do_sample=True,
+                               temperature=1.0, pad_token_id=0))
+    assert torch.equal(outs[0], outs[1])
+    assert layer_indices(llama.config.num_hidden_layers, 3) == [6, 4, 3]
+
+
+def _small(**kw):
+    base = {"hidden_size": "32", "num_layers": "4", "depth": "3", "sft_steps": "0",
+            "post_steps": "0", "num_problems": "2", "num_samples": "2", "ks": "[1, 2]",
+            "num_terms": "2"}
+    base.update(kw)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def _run_folder(path, model, tok):
+    """What a producing plugin leaves: ``<run>/model`` (icml.compose.save_model) named in
+    ``result.json``'s artifacts."""
+    import json
+
+    from icml.compose import save_model
+
+    folder = save_model(path, model, tok, producer="test")
+    (path / "result.json").write_text(json.dumps({"artifacts": {"model": str(folder)}}))
+    return path
+
+
+def test_model_from_previous_run_folder(tmp_path, tok):
+    from icml import ConfigError
+    from icml.models import tiny_causal_lm
+    from icml.runner import run
+
+    m = tiny_causal_lm("llama", num_layers=4, hidden_size=32)
+    src = _run_folder(tmp_path / "producer-run", m, tok)
+    res = run("led", "infer", overrides=_small(model=str(src)), out=tmp_path / "r",
+              device="cpu", show_progress=False)
+    assert res.status == "ok", res.error
+    # a saved re-based model without its producer's loader has lost its maps: refused
+    src2 = _run_folder(tmp_path / "rotated-run", rotated(m), tok)
+    with pytest.raises(CompositionError, match="random rotation"):
+        run("led", "infer", overrides=_small(model=str(src2), use_final_norm="true",
+                                             profile_final_norm="true"),
+            out=tmp_path / "r2", device="cpu", show_progress=False)
+    with pytest.raises(ConfigError, match="model='nowhere/at-all'"):
+        run("led", "infer", overrides=_small(model="nowhere/at-all"), out=tmp_path / "r3",
+            device="cpu")
