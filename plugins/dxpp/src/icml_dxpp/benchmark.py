@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,15 +65,22 @@ def compare_backwards(prob: QPProblem, family: str = "", size: int = 0, *,
                       reference: str = "kkt-reduced", repeats: int = 3, seed: int = 0,
                       polish: bool = False,
                       sol: QPResult | None = None,
-                      closed_form: Callable[[QPResult, np.ndarray], np.ndarray] | None = None
+                      closed_form: Callable[[QPResult, np.ndarray], np.ndarray] | None = None,
+                      step: Callable[[str], AbstractContextManager[Any]] | None = None
                       ) -> CompareRow:
     """Solve once, then time each backward on the same solution and upstream gradient
-    ḡ ~ N(0, I); errors are relative to ``reference`` over all six gradients."""
+    ḡ ~ N(0, I); errors are relative to ``reference`` over all six gradients.
+
+    ``step(desc)``, a context manager (``RunContext.step``), wraps the forward solve and each
+    backward so that long problems report progress; ``None``: silent."""
     penalty = penalty or PenaltyOptions()
+    stage = step or (lambda desc: nullcontext())
+    label = f"{family} n={prob.n}: " if family else f"n={prob.n}: "
     if sol is None:
-        forward_s, sol = best_time(lambda: solve_qp(prob, solver, tol, penalty.active_tol,
-                                                    polish_solution=polish),
-                                   1 if prob.n > 20_000 else repeats)
+        with stage(f"{label}forward solve ({solver})"):
+            forward_s, sol = best_time(lambda: solve_qp(prob, solver, tol, penalty.active_tol,
+                                                        polish_solution=polish),
+                                       1 if prob.n > 20_000 else repeats)
     else:
         forward_s = float("nan")
     g = np.random.default_rng(seed).standard_normal(prob.n)
@@ -87,10 +95,12 @@ def compare_backwards(prob: QPProblem, family: str = "", size: int = 0, *,
     for name in methods:
         if name not in run:
             raise ValueError(f"unknown method {name!r}: use {', '.join(run)}")
-        times[name], grads[name] = best_time(run[name], repeats)
+        with stage(f"{label}{name} backward"):
+            times[name], grads[name] = best_time(run[name], repeats)
     ref = grads.get(reference)
     if ref is None:
-        ref = run[reference]()
+        with stage(f"{label}{reference} reference backward"):
+            ref = run[reference]()
     errors = {k: rel_error(v, ref) for k, v in grads.items() if k != reference}
     cf = None
     if closed_form is not None:

@@ -86,9 +86,12 @@ def check_solver(solver: str) -> None:
     if solver == "auto" or solver in qpsolvers.available_solvers:
         return
     known = sorted(set(qpsolvers.available_solvers))
-    hint = _PIP.get(solver, f"pip install {solver}")
-    raise QPInputError(f"QP solver {solver!r} is not installed: run `{hint}` or pick one of the "
-                       f"installed solvers {known}")
+    if solver not in _PIP:  # a typo, not a missing package: no `pip install <typo>`
+        raise QPInputError(f"QP solver {solver!r} is not a qpsolvers backend: use 'auto' or one "
+                           f"of the installed solvers {known} (known backends: "
+                           f"{', '.join(sorted(_PIP))})")
+    raise QPInputError(f"QP solver {solver!r} is not installed: run `{_PIP[solver]}` or pick "
+                       f"one of the installed solvers {known}")
 
 
 _DEFAULT_TOL = {"clarabel": 1e-12, "osqp": 1e-10, "piqp": 1e-10, "proxqp": 1e-10,

@@ -22,45 +22,17 @@ the multiplier in ∂G is the solver's exact ν* (as in the official code).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from icml_dxpp.config import PenaltyOptions
 from icml_dxpp.gradients import assemble_grads
 from icml_dxpp.linsolve import PenaltySystem, solve_system
 from icml_dxpp.qp import QPProblem
 
 __all__ = ["PenaltyOptions", "penalty_weights", "dxpp_backward"]
-
-
-@dataclass(frozen=True)
-class PenaltyOptions:
-    """dXPP backward settings (the paper's defaults).
-
-    ``rho_min`` floors ‖dual‖₁ inside ρ (ours, off by default as in the paper: a block whose
-    duals are all zero then gets ρ = 0 and drops out of the backward; ``rho_min=1`` keeps it,
-    at some accuracy cost on small-dual problems, see the README). ``zero_dual_guard`` (ours,
-    default 1e-3; ``None`` = the paper's rule unguarded): when a block's ‖dual‖₁ is below
-    ``zero_dual_guard`` times its dual scale (see :func:`block_rhos`) the paper's ρ would make
-    that block (nearly) vanish from the backward although its constraints still bind, so ρ is
-    set from the dual scale instead; above it the paper's ρ is used unchanged. ``cg_min_n``: under
-    ``linear_solver='auto'`` a sparse system with at least this many variables is solved by
-    the residual-checked CG (direct fallback), as the official code switches to its iterative
-    solver above 50 000; ``None`` never does.
-    """
-
-    beta: float = 1e-6
-    penalty_coeff: float = 10.0
-    active_tol: float = 1e-5
-    rho_min: float = 0.0
-    zero_dual_guard: float | None = 1e-3
-    ridge: float = 1e-9
-    linear_solver: str = "auto"
-    cg_tol: float = 1e-8
-    cg_maxiter: int | None = None
-    cg_min_n: int | None = 50_000
 
 
 def _dsigmoid(z: np.ndarray) -> np.ndarray:
