@@ -12,6 +12,7 @@ from torch.nn.utils import parametrize
 
 from icml_fptquant.arch import check_supported, fuse_norms, require_untied
 from icml_fptquant.config import FPTQuantConfig
+from icml_fptquant.interop import mark_fpt
 from icml_fptquant.qlinear import as_fpt_linear
 from icml_fptquant.residual_scaling import apply_dynamic_residual_scaling
 from icml_fptquant.transforms import (
@@ -122,6 +123,7 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
     # training, ``named_modules``) until merge_transforms removes it with the parametrizations
     model.add_module("fpt_transforms", ops)
     model.fpt_config = dataclasses.replace(cfg)  # a plain attribute (not a tensor or module)
+    mark_fpt(model, "transformed")
     return model
 
 
@@ -163,10 +165,17 @@ def merge_transforms(model: Any) -> Any:
     from icml_fptquant.transforms import cached_rotation
 
     ops = model._modules.get("fpt_transforms")
-    with cached_rotation(getattr(ops, "rotation", None)):
+    rotation = getattr(ops, "rotation", None)
+    with cached_rotation(rotation):
+        if rotation is not None:  # kept (a plain attribute) for the residual-stream maps
+            q = rotation.matrix().detach().clone()
+            old = getattr(model, "fpt_rotation", None)
+            model.fpt_rotation = q if old is None else q @ old.to(q)  # x -> x Q_old^T Q^T
         for mod in parametrized_modules(model):
             for name in list(mod.parametrizations.keys()):
                 parametrize.remove_parametrizations(mod, name, leave_parametrized=True)
     if "fpt_transforms" in model._modules:
         del model.fpt_transforms  # merged into the weights: nothing left to train or save
+    if ops is not None:
+        mark_fpt(model, "merged")
     return model

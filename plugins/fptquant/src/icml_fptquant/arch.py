@@ -80,15 +80,24 @@ def require_untied(model: Any, untie: bool) -> None:
 @torch.no_grad()
 def fuse_norms(model: Any) -> None:
     """Fold every RMSNorm scale gamma into the linears that read the normalised stream
-    (q/k/v, gate/up, lm_head) and set gamma = 1. Exact."""
-    def fold(norm: nn.Module, readers: list[nn.Linear]) -> None:
+    (q/k/v, gate/up, lm_head) and set gamma = 1. Exact. The gains are kept in
+    ``model.fpt_norm_gains``."""
+    gains = dict(getattr(model, "fpt_norm_gains", None) or {})
+
+    def fold(name: str, norm: nn.Module, readers: list[nn.Linear]) -> None:
         g = norm.weight.detach().clone()
         for lin in readers:
             lin.weight.mul_(g.to(lin.weight.dtype).unsqueeze(0))
         norm.weight.fill_(1.0)
+        gains[name] = g * gains[name] if name in gains else g
 
-    for layer in layers(model):
+    for i, layer in enumerate(layers(model)):
         a, m = layer.self_attn, layer.mlp
-        fold(layer.input_layernorm, [a.q_proj, a.k_proj, a.v_proj])
-        fold(layer.post_attention_layernorm, [m.gate_proj, m.up_proj])
-    fold(model.model.norm, [model.lm_head])
+        fold(f"model.layers.{i}.input_layernorm", layer.input_layernorm,
+             [a.q_proj, a.k_proj, a.v_proj])
+        fold(f"model.layers.{i}.post_attention_layernorm", layer.post_attention_layernorm,
+             [m.gate_proj, m.up_proj])
+    fold("model.norm", model.model.norm, [model.lm_head])
+    # the gains, by norm name: a plain attribute, so icml_fptquant.interop.unwrap can put them
+    # back into the norms (a logit lens without the final norm reads lm_head unfused)
+    model.fpt_norm_gains = gains

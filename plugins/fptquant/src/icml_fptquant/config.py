@@ -83,8 +83,9 @@ class FPTQuantConfig:
 class QuantizeConfig(FPTQuantConfig):
     """The default job: a tiny Llama with injected outliers, quantized by every arm."""
 
-    model: str = option("", help="a save_pretrained folder or hub name; empty = built-in tiny "
-                        "model trained for a few seconds")
+    model: str = option("", help="model to quantize: packaged name | local HF folder | previous "
+                        "run folder (icml.compose.load_model); empty = built-in tiny model "
+                        "trained for a few seconds")
     arms: list[str] = option(list(ARMS[:6]), help=f"arms to compare, from {', '.join(ARMS)}")
     arch: str = option("llama", help="tiny model architecture", choices=("llama", "qwen2"))
     hidden_size: int = option(64, help="tiny model hidden size", ge=8)

@@ -21,6 +21,7 @@ from icml_fptquant.config import FPTQuantConfig
 
 META = "fptquant.json"
 WEIGHTS = "fptquant.safetensors"
+MAPS = "fptquant-maps.safetensors"
 LOADER = "icml_fptquant.load_quantized"
 
 
@@ -90,6 +91,15 @@ def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
         (out / stale).unlink(missing_ok=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
+    maps = {}
+    if getattr(model, "fpt_rotation", None) is not None:
+        maps["rotation"] = model.fpt_rotation
+    for name, g in (getattr(model, "fpt_norm_gains", None) or {}).items():
+        maps[f"gain.{name}"] = g
+    (out / MAPS).unlink(missing_ok=True)
+    if maps:  # the residual rotation and folded norm gains: the icml.compose maps, unwrap()
+        save_file({k: v.detach().cpu().clone().contiguous() for k, v in maps.items()},
+                  str(out / MAPS))
     (out / META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
     return out
 
@@ -165,4 +175,13 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
             q.hi.copy_(torch.tensor(entry["hi"]))
             q.state = "quant"
     model.fpt_quant_config = cfg
+    if (folder / MAPS).is_file():
+        maps = load_file(str(folder / MAPS), device=str(device))
+        if "rotation" in maps:
+            model.fpt_rotation = maps.pop("rotation")
+        model.fpt_norm_gains = {k[len("gain."):]: v for k, v in maps.items()
+                                if k.startswith("gain.")}
+    from icml_fptquant.interop import mark_fpt
+
+    mark_fpt(model, "quantized")
     return model, tok

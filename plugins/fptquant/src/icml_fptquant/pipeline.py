@@ -25,14 +25,27 @@ def method_config(cfg: QuantizeConfig) -> FPTQuantConfig:
     return FPTQuantConfig(**{k: v for k, v in dataclasses.asdict(cfg).items() if k in names})
 
 
+def load_input_model(spec: str, device: Any, dtype: Any) -> tuple[Any, Any]:
+    """``icml.compose.load_model``: a packaged name, a local HF folder or a previous run folder;
+    a model that is already quantized is refused (quantize the full-precision one)."""
+    from icml import ConfigError, compose
+
+    model, tok = compose.load_model(spec, device=device, dtype=dtype)
+    done = [t for t in compose.transforms(model) if t.quantized]
+    if done:
+        raise ConfigError(f"model={spec!r} is already quantized ({done[0].label()}): pass the "
+                          "full-precision model (its base, or an unwrapped/merged folder)")
+    return model, tok
+
+
 def build_model(cfg: QuantizeConfig, device: Any, dtype: Any, seed: int = 0,
                 progress: Any = None) -> dict[str, Any]:
     """Model + tokenizer + (train, calib, eval) token chunks; trains the tiny model."""
-    from icml.models import byte_tokenizer, load_causal_lm, tiny_causal_lm
+    from icml.models import byte_tokenizer, tiny_causal_lm
     from icml_fptquant.data import pretrain, split_data, token_chunks, training_text
 
     if cfg.model:
-        model, tok = load_causal_lm(cfg.model, device=device, dtype=dtype)
+        model, tok = load_input_model(cfg.model, device, dtype)
     else:
         tok = byte_tokenizer()
         model = tiny_causal_lm(cfg.arch, seed=seed, device=device, hidden_size=cfg.hidden_size,

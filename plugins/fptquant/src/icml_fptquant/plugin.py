@@ -39,12 +39,13 @@ def _setup(ctx: icml.RunContext, config: QuantizeConfig) -> dict:
 
 
 def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
-                save: bool = False) -> icml.RunResult:
+                save: bool = False, produce: bool = True) -> icml.RunResult:
     from icml.report import bar_plot, line_plot
     from icml_fptquant.pipeline import ARM_COLUMNS, ARM_LABELS, arm_table_rows, run_arms
 
     base = _setup(ctx, config)
-    keep = tuple(a for a in ("fptquant_e2e", "fptquant_local") if a in config.arms)[:1]
+    keep = tuple(a for a in ("fptquant_e2e", "fptquant_local")
+                 if a in config.arms and produce)[:1]
     bits = f"W{config.w_bits}A{config.a_bits}KV{config.kv_bits}"
     done: dict[str, dict[str, float]] = {}
 
@@ -55,8 +56,8 @@ def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
         ctx.record_table(icml.Table(f"{title} ({bits}; finished arms)", ARM_COLUMNS,
                                     arm_table_rows(done)))
 
-    res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info,
-                   keep=keep if save else (), on_arm=on_arm)
+    res = run_arms(config, base, ctx.seed, ctx.progress, ctx.logger.info, keep=keep,
+                   on_arm=on_arm)
     rows, hist = res["rows"], res["history"]
     metrics: dict[str, float] = {}
     for name, r in rows.items():
@@ -87,10 +88,15 @@ def _arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
             artifacts["training"] = "training.png"
     for name, model in res.get("models", {}).items():
         from icml_fptquant.export import save_quantized
+        from icml_fptquant.interop import save_fpt_model
 
-        save_quantized(model, ctx.path("quantized"), base["tokenizer"])
-        artifacts["quantized model"] = "quantized"
-        ctx.logger.info("saved the %s model to %s", ARM_LABELS[name], ctx.path("quantized"))
+        if save:
+            save_quantized(model, ctx.path("quantized"), base["tokenizer"])
+            artifacts["quantized model"] = "quantized"
+        save_fpt_model(ctx.out_dir, model, base["tokenizer"],
+                       base=config.model or f"tiny-{config.arch}")
+        artifacts["model"] = "model"  # icml.compose.load_model(<this run folder>)
+        ctx.logger.info("saved the %s model to %s", ARM_LABELS[name], ctx.path("model"))
     notes = (f"Static {bits} (weights per channel {config.weight_quantizer.upper()}, "
              f"activations per tensor, KV per head, {config.act_range} ranges from "
              f"{config.calib_samples} calibration sequences); outliers injected with strength "
@@ -116,7 +122,7 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
 @icml.hookimpl
 def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
     if not config.quantized:
-        return _arm_result(ctx, config, "Evaluation")
+        return _arm_result(ctx, config, "Evaluation", produce=False)
     from icml_fptquant.data import split_data, token_chunks, training_text
     from icml_fptquant.evaluation import perplexity
     from icml_fptquant.export import load_quantized

@@ -251,8 +251,6 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
     dtype = gptq_dtype(config)
     inputs = _layer_inputs(model, batches)
     hidden = [h for h, _, _ in inputs]
-    state = getattr(model.model.layers[0], "fpt_drs_state", None)  # dynamic residual scaling
-    scales: list = [None] * len(inputs)
     all_lins = decoder_linears(model)
     rounded: dict[str, torch.Tensor] = {}
     with quant_disabled(model):
@@ -263,8 +261,6 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
             handles = _hessian_hooks(lins, hs, shared, dtype)
             try:
                 for k, (_, args, kwargs) in enumerate(inputs):
-                    if state is not None:
-                        state.c = scales[k]
                     layer(hidden[k], *args, **kwargs)
             finally:
                 for h in handles:
@@ -274,12 +270,8 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
                 rounded[name] = q
                 lins[name].fpt_qweight = q  # the next layers see this layer quantized
             for k, (_, args, kwargs) in enumerate(inputs):
-                if state is not None:
-                    state.c = scales[k]
                 out = layer(hidden[k], *args, **kwargs)
                 hidden[k] = out[0] if isinstance(out, tuple) else out
-                if state is not None:
-                    scales[k] = state.c
     # quant_disabled put back what each linear had on entry: set the rounded weights now
     for name, lin in all_lins.items():
         lin.fpt_qweight = rounded[name]
@@ -391,4 +383,7 @@ def merge_and_quantize(model: Any, calibration_data: Any,
             lin.fpt_qweight = weights[name].to(lin.weight)
     calibrate(model, batches, observed=observed)
     model.fpt_quant_config = cfg
+    from icml_fptquant.interop import mark_fpt
+
+    mark_fpt(model, "quantized")
     return model

@@ -1,12 +1,13 @@
 """Dynamic residual scaling S_n (reconstructed, see README).
 
-The residual stream x_n is carried as z_n = x_n / c_n with a per-token running scale c. Each
-residual branch computes s = rms(z), r = z / s and c <- c * s; its RMSNorm output is
-``gamma * r / sqrt(1 + eps / c^2)`` (exactly RMSNorm(x) for any eps), and the branch output is
-divided by c *at the input* of o_proj / down_proj (at their output if they have a bias), so
-z <- r + f(r) / c. The
-final norm uses ``eps / c^2`` as well, so the logits are unchanged. The worst-outlier activations
-(o_proj / down_proj inputs) are seen divided by the token's scale.
+Inside a decoder layer the residual stream x is carried as z = x / c with a per-token running
+scale c. Each residual branch computes s = rms(z), r = z / s and c <- c * s; its RMSNorm output
+is ``gamma * r / sqrt(1 + eps / c^2)`` (exactly RMSNorm(x) for any eps), and the branch output
+is divided by c *at the input* of o_proj / down_proj (at their output if they have a bias), so
+z <- r + f(r) / c. The layer returns ``c * z`` = x: between layers (``output_hidden_states``,
+the final norm) the stream is the model's own, so the logits are unchanged and readers of
+intermediate layers need no state. The worst-outlier activations (o_proj / down_proj inputs) are
+seen divided by the token's scale.
 """
 
 from __future__ import annotations
@@ -15,11 +16,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-
-class _State:
-    def __init__(self) -> None:
-        self.c: torch.Tensor | None = None
 
 
 def _norm(norm: nn.Module, z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -53,49 +49,44 @@ def _scaled_call(lin: nn.Module, c: torch.Tensor, call: Any) -> Any:
 
 def _layer_forward(self: nn.Module, hidden_states: torch.Tensor, *args: Any,
                    **kwargs: Any) -> torch.Tensor:
-    state: _State = self.fpt_drs_state
-    z = hidden_states
-    c = torch.ones(*z.shape[:-1], 1, dtype=torch.promote_types(z.dtype, torch.float32),
-                   device=z.device) \
-        if self.fpt_drs_first else state.c
+    """One decoder layer with S_n. Stateless: it reads the residual stream x in the model's
+    own scale and returns it in that scale (``c * z``), so ``output_hidden_states``, a reader
+    of any layer, the final norm and any input shape (a 7-token read-out after a 38-token
+    forward) see the plain residual stream; the per-token scale lives only inside the layer."""
+    x = hidden_states
+    c = torch.ones(*x.shape[:-1], 1, dtype=torch.promote_types(x.dtype, torch.float32),
+                   device=x.device)
     attn, mlp = self.self_attn, self.mlp
-    r, c = _branch_scale(z, c)
+    r, c = _branch_scale(x, c)
     normed = _norm(self.input_layernorm, r, c)
     out, _ = _scaled_call(attn.o_proj, c, lambda: attn(normed, *args, **kwargs))
     z = r + out
     r, c = _branch_scale(z, c)
     normed = _norm(self.post_attention_layernorm, r, c)
     z = r + _scaled_call(mlp.down_proj, c, lambda: mlp(normed))
-    state.c = c
-    return z
-
-
-class _FinalNorm(nn.Module):
-    def __init__(self, norm: nn.Module, state: _State) -> None:
-        super().__init__()
-        self.weight = norm.weight
-        self.variance_epsilon = getattr(norm, "variance_epsilon", 1e-6)
-        self.fpt_drs_state = state
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return _norm(self, z, self.fpt_drs_state.c)
+    return z * c.to(z.dtype)
 
 
 def apply_dynamic_residual_scaling(model: Any) -> None:
-    """Install S_n on every decoder layer and the final norm (idempotent, function-preserving).
-    1/c goes to the input of o_proj / down_proj when they are bias-free, else to their output
-    (then those inputs are not rescaled)."""
+    """Install S_n on every decoder layer (idempotent, function-preserving). 1/c goes to the
+    input of o_proj / down_proj when they are bias-free, else to their output (then those
+    inputs are not rescaled). The final norm is the model's own: the stream between layers
+    is in the model's scale."""
     from icml_fptquant.qlinear import as_fpt_linear
 
     if getattr(model, "fpt_drs", False):
         return
-    state = _State()
-    for i, layer in enumerate(model.model.layers):
+    for layer in model.model.layers:
         for lin in (layer.self_attn.o_proj, layer.mlp.down_proj):
             as_fpt_linear(lin)
         cls = type(layer)
         layer.__class__ = type("DRS" + cls.__name__, (cls,), {"forward": _layer_forward})
-        layer.fpt_drs_state = state
-        layer.fpt_drs_first = i == 0
-    model.model.norm = _FinalNorm(model.model.norm, state)
     model.fpt_drs = True
+
+
+def remove_dynamic_residual_scaling(model: Any) -> None:
+    """Undo :func:`apply_dynamic_residual_scaling` (the layers' own forward again)."""
+    for layer in model.model.layers:
+        if type(layer).__name__.startswith("DRS") and type(layer).forward is _layer_forward:
+            layer.__class__ = type(layer).__mro__[1]
+    model.fpt_drs = False

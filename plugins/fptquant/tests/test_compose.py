@@ -1,0 +1,255 @@
+"""fptquant among other plugins (issue 50): the icml.compose marks and residual maps, a logit
+lens through them, unwrap() to a plain model, and passing models between runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from icml_fptquant import (
+    FPTQuantConfig,
+    apply_fpt_transforms,
+    inject_outliers,
+    merge_and_quantize,
+    merge_transforms,
+)
+from icml_fptquant.apply import transform_parameters
+from icml_fptquant.interop import save_fpt_model, unwrap
+
+from icml import compose
+
+FULL = FPTQuantConfig(local_steps=0)  # rotation, pre-RoPE, value, MLP, down Hadamard, S_n
+
+
+def _trace(model, ids):
+    """Residual stream after each of the L layers (index 0 = embeddings, L = before the final
+    norm, taken from a hook) and the logits."""
+    got = {}
+    h = model.model.norm.register_forward_pre_hook(lambda m, a: got.update(pre=a[0]))
+    try:
+        with torch.no_grad():
+            out = model(ids, use_cache=False, output_hidden_states=True)
+    finally:
+        h.remove()
+    hs = list(out.hidden_states[:-1]) + [got["pre"]]
+    return hs, out.logits
+
+
+def _lens(model, hidden, index, final_norm=True):
+    """A hand-written logit lens: (map into the read-out basis), final norm, lm_head."""
+    with torch.no_grad():
+        h = compose.readout_basis(model, hidden, index, reader="test lens")
+        return model.lm_head(model.model.norm(h) if final_norm else h)
+
+
+def _transformed(tiny_model, arch, randomize_params, merged):
+    model = tiny_model(arch)
+    inject_outliers(model, 10.0)
+    ref = copy.deepcopy(model)
+    apply_fpt_transforms(model, FULL)
+    randomize_params(transform_parameters(model), 0.2, seed=5)  # trained-looking transforms
+    if merged:
+        merge_transforms(model)
+    return ref, model
+
+
+@pytest.mark.parametrize("merged", [False, True])
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_logit_lens_through_the_maps_equals_the_original(tiny_model, ids, arch, merged,
+                                                         randomize_params):
+    """Every depth: to_original gives the original residual stream, and readout_basis + the
+    model's own final norm + lm_head gives the original model's read-out (float64, 1e-9)."""
+    ref, model = _transformed(tiny_model, arch, randomize_params, merged)
+    (t,) = compose.transforms(model)
+    assert t.producer == "fptquant" and t.preserves_function and t.changes_residual_basis
+    assert not t.quantized and t.attrs["final_norm_folded"]
+    hs_ref, logits_ref = _trace(ref, ids)
+    hs, logits = _trace(model, ids)
+    assert (logits - logits_ref).abs().max() < 1e-9
+    num_layers = ref.config.num_hidden_layers
+    assert len(hs) == num_layers + 1
+    for i in range(num_layers + 1):
+        assert (hs[i] - hs_ref[i]).abs().max() > 1e-3  # really another basis
+        assert (compose.to_original(model, hs[i], i) - hs_ref[i]).abs().max() < 1e-9
+        assert (compose.from_original(model, hs_ref[i], i) - hs[i]).abs().max() < 1e-9
+        lens, lens_ref = _lens(model, hs[i], i), _lens(ref, hs_ref[i], i)
+        assert (lens - lens_ref).abs().max() < 1e-9, i
+    # the read-out of a slice (7 of 11 positions, LED's last-token read-outs) needs no state
+    assert (_lens(model, hs[1][:, -7:], 1) - _lens(ref, hs_ref[1][:, -7:], 1)).abs().max() < 1e-9
+
+
+def test_final_norm_reads_any_shape_after_residual_scaling(tiny_model, randomize_params):
+    """Issue 50's crash: the final norm after a 38-token forward, applied to 7 positions."""
+    ref, model = _transformed(tiny_model, "llama", randomize_params, merged=True)
+    long = torch.randint(4, 260, (1, 38), generator=torch.Generator().manual_seed(1))
+    hs, _ = _trace(model, long)
+    hs_ref, _ = _trace(ref, long)
+    short = hs[1][:, :7]
+    out = model.lm_head(model.model.norm(compose.readout_basis(model, short, 1)))
+    assert out.shape[:2] == (1, 7)
+    assert (out - ref.lm_head(ref.model.norm(hs_ref[1][:, :7]))).abs().max() < 1e-9
+
+
+def _precise(model):
+    """transformers' RMSNorm computes in float32: as the tiny_model fixture does, compute the
+    unwrapped model's norms in float64 so identities are checked to 1e-9."""
+    for mod in model.modules():
+        if type(mod).__name__.endswith("RMSNorm") and mod.weight.dtype == torch.float64:
+            cls = type(mod)
+
+            def forward(self, x):
+                var = x.pow(2).mean(-1, keepdim=True)
+                return self.weight * (x * torch.rsqrt(var + self.variance_epsilon))
+            mod.__class__ = type("Precise" + cls.__name__, (cls,), {"forward": forward})
+    return model
+
+
+def _plain(model):
+    from torch.nn.utils import parametrize
+    from transformers import PreTrainedModel
+
+    assert isinstance(model, PreTrainedModel)
+    for m in model.modules():
+        assert type(m).__module__.startswith(("transformers.", "torch.")), type(m)
+        assert not parametrize.is_parametrized(m)
+        assert not any(hasattr(m, a) for a in ("fpt_input_scale", "fpt_hadamard", "act_quant",
+                                               "fpt_k_quant", "fpt_qk_hadamard"))
+    assert not model.config._attn_implementation.startswith("fptq_")
+    return True
+
+
+@pytest.mark.parametrize("stage", ["transformed", "merged", "quantized"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_unwrap_gives_the_plain_original_basis_model(tiny_model, ids, arch, stage,
+                                                     randomize_params):
+    """unwrap(): a plain transformers model computing the merged, unquantized function, in the
+    original basis with the norm gains back: same logits, same hidden states at every depth,
+    and even the logit lens without the final norm is the original's."""
+    ref, model = _transformed(tiny_model, arch, randomize_params, merged=stage != "transformed")
+    if stage == "quantized":
+        cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0,
+                             qk_hadamard=True, o_head_mix=True)
+        model = tiny_model(arch)
+        inject_outliers(model, 10.0)
+        ref = copy.deepcopy(model)
+        apply_fpt_transforms(model, cfg)
+        randomize_params(transform_parameters(model), 0.2, seed=5)
+        merge_and_quantize(model, ids, cfg)
+        (t,) = compose.transforms(model)
+        assert t.quantized and not t.preserves_function and t.unwrap is None
+        assert t.attrs["a_bits"] == 8 and t.changes_residual_basis
+        with pytest.raises(compose.CompositionError, match="fptquant"):
+            compose.unwrap(model)
+    before = _trace(model, ids)[1]
+    plain = unwrap(model)
+    assert _plain(plain) and compose.transforms(plain) == []
+    _precise(plain)
+    hs_ref, logits_ref = _trace(ref, ids)
+    hs, logits = _trace(plain, ids)
+    assert (logits - logits_ref).abs().max() < 1e-9
+    for i, (h, r) in enumerate(zip(hs, hs_ref)):
+        assert (h - r).abs().max() < 1e-9
+        assert (_lens(plain, h, i, final_norm=False)
+                - _lens(ref, r, i, final_norm=False)).abs().max() < 1e-9
+    assert torch.equal(_trace(model, ids)[1], before)  # the source model is unchanged
+    if stage != "quantized":
+        again = _precise(compose.unwrap(model))
+        assert (again(ids).logits - logits_ref).abs().max() < 1e-9
+
+
+def test_unwrap_in_the_transformed_basis_keeps_the_maps(tiny_model, ids, randomize_params):
+    ref, model = _transformed(tiny_model, "qwen2", randomize_params, merged=True)
+    plain = unwrap(model, basis="transformed")
+    assert _plain(plain)
+    _precise(plain)
+    (t,) = compose.transforms(plain)
+    assert t.changes_residual_basis and t.preserves_function
+    hs_ref, logits_ref = _trace(ref, ids)
+    hs, logits = _trace(plain, ids)
+    assert (logits - logits_ref).abs().max() < 1e-9
+    for i in range(len(hs)):
+        assert (_lens(plain, hs[i], i) - _lens(ref, hs_ref[i], i)).abs().max() < 1e-9
+    back = _precise(compose.unwrap(plain))  # then to the original basis
+    assert compose.transforms(back) == []
+    assert (_trace(back, ids)[0][1] - hs_ref[1]).abs().max() < 1e-9
+    a = plain.generate(ids[:, :4], max_new_tokens=4, do_sample=False)
+    b = ref.generate(ids[:, :4], max_new_tokens=4, do_sample=False)
+    assert torch.equal(a, b)
+
+
+def test_unwrap_rounded_weights_match_the_weight_only_quantized_model(tiny_model, ids):
+    model = tiny_model("llama")
+    cfg = FPTQuantConfig(w_bits=4, a_bits=16, kv_bits=16, local_steps=0)
+    apply_fpt_transforms(model, cfg)
+    merge_and_quantize(model, ids, cfg)
+    plain = _precise(unwrap(model, weights="rounded"))
+    assert (_trace(plain, ids)[1] - _trace(model, ids)[1]).abs().max() < 1e-9
+    full = unwrap(model)
+    assert (_trace(full, ids)[1] - _trace(model, ids)[1]).abs().max() > 1e-4
+
+
+def _quantized(tiny_model, ids, arch="llama"):
+    model = tiny_model(arch).float()
+    inject_outliers(model, 10.0)
+    ref = copy.deepcopy(model)
+    cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=3)
+    apply_fpt_transforms(model, cfg)
+    from icml_fptquant import optimize_local
+
+    optimize_local(model, cfg)
+    merge_and_quantize(model, ids, cfg)
+    return ref, model
+
+
+def test_saved_model_round_trips_through_compose(tiny_model, ids, tmp_path):
+    """save_fpt_model -> icml.compose.load_model: the quantized model with its marks and maps;
+    the folder's plain files load anywhere as the merged, unquantized original-basis model."""
+    from icml.models import byte_tokenizer, load_causal_lm
+
+    ref, model = _quantized(tiny_model, ids)
+    tok = byte_tokenizer()
+    folder = save_fpt_model(tmp_path, model, tok, base="tiny")
+    assert folder == tmp_path / "model"
+    loaded, ltok = compose.load_model(tmp_path)  # the run folder form: <run>/model
+    assert ltok is not None
+    assert (_trace(loaded, ids)[1] - _trace(model, ids)[1]).abs().max() < 1e-4
+    (t,) = compose.transforms(loaded)
+    assert t.quantized and t.changes_residual_basis and t.maps
+    hs, _ = _trace(loaded, ids)
+    hs_model, _ = _trace(model, ids)
+    assert (compose.to_original(loaded, hs[1], 1)
+            - compose.to_original(model, hs_model[1], 1)).abs().max() < 1e-4
+    plain, _ = load_causal_lm(str(folder))
+    assert _plain(plain)
+    assert (_trace(plain, ids)[1] - _trace(ref, ids)[1]).abs().max() < 1e-3
+
+
+def test_cli_quantize_takes_a_model_folder_and_saves_a_loadable_one(tiny_model, ids, tmp_path):
+    """`icml run fptquant --set model=<tiny model folder>` then load_model(<run folder>)."""
+    from icml.models import byte_tokenizer, tiny_causal_lm
+    from icml.runner import run
+
+    src = tmp_path / "tiny"
+    tiny_causal_lm("qwen2", seed=0, hidden_size=32, num_heads=4, num_kv_heads=2,
+                   intermediate_size=48, vocab_size=260).save_pretrained(src)
+    byte_tokenizer().save_pretrained(src)
+    dirs = []
+    res = run("fptquant", "quantize", out=tmp_path / "runs", show_progress=False,
+              overrides=[f"model={src}", "arms=[fp,fptquant_local]", "local_steps=2",
+                         "calib_samples=4", "eval_samples=4", "seq_len=16",
+                         "untie_embeddings=true"],
+              on_run_dir=dirs.append)
+    assert res.artifacts["model"] == "model"
+    model, tok = compose.load_model(dirs[0])
+    assert compose.transforms(model)[-1].quantized
+    manifest = (dirs[0] / "model" / compose.MANIFEST).read_text()
+    assert '"producer": "fptquant"' in manifest and str(src) in manifest
+    again, _ = compose.load_model(dirs[0] / "model")
+    x = ids[:, :8]
+    assert torch.equal(_trace(model, x)[1], _trace(again, x)[1])
+    plain, _ = compose.load_model(src)  # fp: the loaded run's FP model
+    with pytest.raises(Exception, match="already quantized"):
+        run("fptquant", "quantize", out=tmp_path / "runs", show_progress=False,
+            overrides=[f"model={dirs[0]}", "arms=[fp]"])
+    assert plain is not None
