@@ -24,6 +24,7 @@ from icml_het_cpflora.job import _setup, run_strategy
 import icml
 from icml import results as R
 from icml import stats
+from icml.config import build_config
 from icml.seeding import seed_everything
 
 TIMING = {"s/round": {"timing": True, "why": "wall time of one in-process round on a shared "
@@ -38,11 +39,7 @@ def main() -> None:
     args = ap.parse_args()
     clock = R.Clock()
     threads = R.apply_threads(1)  # ICML_THREADS when set (icml reproduce --threads)
-    kw = {}
-    for item in args.set:
-        k, v = item.split("=", 1)
-        kw[k] = type(getattr(TrainConfig(), k))(v)
-    cfg = TrainConfig(**kw)
+    cfg = build_config(TrainConfig, {}, args.set)  # the CLI's --set keys (federation.rounds=2)
     # per arm: seeds x clients of (local acc, other-clients acc)
     loc: dict[str, list[list[float]]] = {}
     gen: dict[str, list[list[float]]] = {}

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch
-from icml_het_cpflora import read_adapter, simulate
+from icml_het_cpflora import FederationConfig, read_adapter, simulate
 from icml_het_cpflora.flower import FlowerRun, run_flower_simulation, synthetic_task
 from icml_het_cpflora.flower_deploy import LoopbackDeployment
 from icml_het_cpflora.task import pretrain
@@ -47,8 +47,9 @@ def main() -> None:
                           num_kv_heads=2)
     pretrain(base, byte_tokenizer(), steps=args.pretrain_steps, length=4, seed=0)
     base.save_pretrained(work / "base")
-    common = {"r_shared": [2, 4, 3, 6], "r_personal": [2, 2, 1, 2], "rounds": args.rounds,
-              "local_steps": args.local_steps, "lr": 3e-3, "batch_size": 16,
+    fed = FederationConfig(rounds=args.rounds, local_steps=args.local_steps, lr=3e-3,
+                           batch_size=16)
+    common = {"r_shared": [2, 4, 3, 6], "r_personal": [2, 2, 1, 2], "federation": fed,
               "strategy": args.strategy, "num_threads": 1,
               "task_kwargs": {"model_path": str(work / "base")}}
     rows, finals = [], {}
@@ -58,12 +59,11 @@ def main() -> None:
                  for i in range(run.num_clients)]
         t0 = time.perf_counter()
         res = simulate(parts[0][0], [d for _, d in parts], run.specs(), run.make_strategy(),
-                       rounds=run.rounds, local_steps=run.local_steps, lr=run.lr,
-                       batch_size=run.batch_size, seed=run.seed)
+                       run.federation, seed=run.seed)
         total = time.perf_counter() - t0
         finals["inprocess"] = [{k: (f.A, f.B) for k, f in read_adapter(
             res.model, res.adapter(i)).items()} for i in range(run.num_clients)]
-        up = sum(map(sum, res.bytes_up)) / run.rounds
+        up = sum(map(sum, res.bytes_up)) / run.federation.rounds
         rows.append(("in-process simulator", res.round_seconds, total, up, None))
     for arm in ("simulation", "deployment"):
         if arm not in args.arms:
@@ -81,8 +81,8 @@ def main() -> None:
             flat = torch.load(Path(run.out_dir) / f"client{i}.pt")
             mods = {k.rsplit("|", 1)[0] for k in flat}
             finals[arm].append({m: (flat[f"{m}|A"], flat[f"{m}|B"]) for m in mods})
-        up = sum(map(sum, result.bytes_up)) / run.rounds
-        wire = sum(map(sum, result.wire_up)) / run.rounds
+        up = sum(map(sum, result.bytes_up)) / run.federation.rounds
+        wire = sum(map(sum, result.wire_up)) / run.federation.rounds
         label = ("Flower simulation runtime (Ray, 2 actors)" if arm == "simulation"
                  else f"Flower deployment, loopback (SuperLink + {run.num_clients} "
                  "SuperNodes)")

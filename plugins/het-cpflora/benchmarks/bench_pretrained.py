@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from icml_het_cpflora.config import TrainConfig
+from icml_het_cpflora.config import FederationConfig, TrainConfig
 from icml_het_cpflora.job import _check, run_strategy
 from icml_het_cpflora.ranks import ClientRankSpec
 from icml_het_cpflora.simulator import ClientDataset
@@ -42,7 +42,9 @@ def main() -> None:
     clock = R.Clock()
     threads = R.apply_threads(1)  # ICML_THREADS when set (icml reproduce --threads)
     seed_everything(args.seed)
-    cfg = TrainConfig(rounds=args.rounds, local_steps=args.local_steps, lr=1e-3, batch_size=8,
+    cfg = TrainConfig(federation=FederationConfig(rounds=args.rounds,
+                                                  local_steps=args.local_steps, lr=1e-3,
+                                                  batch_size=8),
                       train_size=32, test_size=24, strategies=args.strategies)
     base, tok = load_pretrained("smollm2-135m-instruct")
     specs = [ClientRankSpec(s, p) for s, p in zip(cfg.r_shared, cfg.r_personal)]

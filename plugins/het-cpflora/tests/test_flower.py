@@ -14,7 +14,14 @@ pytest.importorskip("flwr", minversion="1.42",
 
 from flwr.app import Context, MessageType, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
-from icml_het_cpflora import read_adapter, simulate, split_lora  # noqa: E402
+from icml_het_cpflora import (  # noqa: E402
+    FederationConfig,
+    HetCPFLoRAConfig,
+    StrategyConfig,
+    read_adapter,
+    simulate,
+    split_lora,
+)
 from icml_het_cpflora.flower import (  # noqa: E402
     FlowerRun,
     client_step,
@@ -29,10 +36,10 @@ TASK = {"hidden_size": 32, "num_layers": 2, "pretrain_steps": 0, "train_size": 1
         "test_size": 4}
 
 
-def _run(tmp_path, **kw):
-    base = {"r_shared": [2, 3], "r_personal": [2, 1], "rounds": 2, "local_steps": 3,
-            "lr": 1e-2, "batch_size": 8, "task_kwargs": TASK, "num_threads": 1,
-            "out_dir": str(tmp_path / "out")}
+def _run(tmp_path, rounds=2, **kw):
+    base = {"r_shared": [2, 3], "r_personal": [2, 1],
+            "federation": FederationConfig(rounds=rounds, local_steps=3, lr=1e-2, batch_size=8),
+            "task_kwargs": TASK, "num_threads": 1, "out_dir": str(tmp_path / "out")}
     return FlowerRun(**{**base, **kw})
 
 
@@ -41,9 +48,7 @@ def _inprocess(run):
     parts = [synthetic_task(i, run.num_clients, run.seed, **run.task_kwargs)
              for i in range(run.num_clients)]
     res = simulate(parts[0][0], [d for _, d in parts], run.specs(), run.make_strategy(),
-                   rounds=run.rounds, local_steps=run.local_steps, lr=run.lr,
-                   batch_size=run.batch_size, target_modules=run.target_modules,
-                   alpha=run.alpha, dropout=run.dropout, seed=run.seed)
+                   run.federation, run.lora, seed=run.seed)
     return res, [read_adapter(res.model, res.adapter(i)) for i in range(run.num_clients)]
 
 
@@ -78,10 +83,12 @@ def _found(parts, blob):
 
 
 def test_run_config_round_trip_and_errors(tmp_path):
-    run = _run(tmp_path, strategy="het-cpflora", strategy_kwargs={"weighting": "num_samples"})
+    run = _run(tmp_path, strategy="het-cpflora", strategy_config=StrategyConfig(
+        het_cpflora=HetCPFLoRAConfig(weighting="num_samples")))
     cfg = run.to_run_config()
     assert all(isinstance(v, (bool, int, float, str)) for v in cfg.values())
     assert FlowerRun.from_run_config(cfg) == run
+    assert run.make_strategy().weighting == "num_samples"
     with pytest.raises(ValueError, match="unknown Flower run_config keys"):
         FlowerRun.from_run_config({**cfg, "num-round": 3})
     with pytest.raises(ValueError, match="one rank per client"):
@@ -163,7 +170,7 @@ def test_simulation_runtime_matches_inprocess_and_keeps_personal_local(tmp_path)
                for w, b in zip(rw, rb))
     sent, received = b"".join(strategy.sent), b"".join(strategy.received)
     records = [torch.load(p) for p in sorted(spy.glob("r*_c*.pt"))]
-    assert len(records) == run.rounds * run.num_clients
+    assert len(records) == run.federation.rounds * run.num_clients
     personal = [t for r in records for t in r["personal"]]
     uploads = [t for r in records for t in r["upload"]]
     assert _found(uploads, received) > 0.9          # the search finds what is sent ...
@@ -221,8 +228,7 @@ def test_simulation_runtime_drop_out_completes_the_round_like_the_simulator(tmp_
     # the simulator with client 1 absent from round 2 (index 1) ends in the same state
     parts = [synthetic_task(i, 2, run.seed, **run.task_kwargs) for i in range(2)]
     res = simulate(parts[0][0], [d for _, d in parts], run.specs(), run.make_strategy(),
-                   rounds=3, local_steps=run.local_steps, lr=run.lr,
-                   batch_size=run.batch_size, seed=run.seed,
+                   run.federation, seed=run.seed,
                    participation=lambda t: [0] if t == 1 else [0, 1])
     assert result.participants == res.participants == [[0, 1], [0], [0, 1]]
     for i in range(2):
@@ -262,9 +268,9 @@ def test_job_backend_flower_simulation_gives_the_inprocess_table(tmp_path):
 
     import icml
 
-    small = {"r_shared": [2, 1], "r_personal": [1, 1], "rounds": 2, "local_steps": 2,
-             "pretrain_steps": 2, "train_size": 8, "test_size": 4, "hidden_size": 32,
-             "strategies": ["het-cpflora"]}
+    small = {"r_shared": [2, 1], "r_personal": [1, 1],
+             "federation": FederationConfig(rounds=2, local_steps=2), "pretrain_steps": 2,
+             "train_size": 8, "test_size": 4, "hidden_size": 32, "strategies": ["het-cpflora"]}
     outs = {}
     for backend in ("inprocess", "flower-simulation"):
         ctx = icml.RunContext(out_dir=tmp_path / backend, seed=0, show_progress=False,
@@ -273,3 +279,44 @@ def test_job_backend_flower_simulation_gives_the_inprocess_table(tmp_path):
         outs[backend] = run_strategy(ctx, cfg, _setup(ctx, cfg), "het-cpflora")
     a, b = outs["inprocess"], outs["flower-simulation"]
     assert a["arms"] == b["arms"] and a["bytes_per_round"] == b["bytes_per_round"] > 0
+
+
+def test_without_loopback_flower_backends_are_refused_at_once(tmp_path, monkeypatch):
+    """Without a working 127.0.0.1 Flower's runtimes retried forever; now the job refuses
+    the backend with a one-line config error before any Flower process starts."""
+    import logging
+    import socket
+
+    from icml_het_cpflora.config import TrainConfig
+    from icml_het_cpflora.flower_deploy import loopback_problem
+    from icml_het_cpflora.job import _federate
+
+    import icml
+
+    def no_lo(self, addr):
+        raise OSError(99, "Cannot assign requested address")
+
+    monkeypatch.setattr(socket.socket, "bind", no_lo)
+    assert "loopback" in loopback_problem()
+    ctx = icml.RunContext(out_dir=tmp_path, seed=0, show_progress=False,
+                          logger=logging.getLogger("test"))
+    for backend in ("flower-simulation", "flower-loopback"):
+        with pytest.raises(icml.ConfigError, match="config key 'backend'.*loopback") as err:
+            _federate(ctx, TrainConfig(backend=backend), {}, "het-cpflora")
+        assert "\n" not in str(err.value)
+
+
+def test_zero_rounds_on_flower_are_the_adapters_at_init(tmp_path):
+    """rounds=0 is a valid config (FlowerRun used to demand rounds >= 1, so the config error
+    became a failed run): no Flower process, the simulator's adapters at init."""
+    from icml_het_cpflora.flower_deploy import run_on_flower
+
+    run = _run(tmp_path, rounds=0)
+    base, _ = synthetic_task(0, run.num_clients, run.seed, **run.task_kwargs)
+    res = run_on_flower(base, run, backend="loopback")
+    assert res.bytes_up == [] and res.round_seconds == []
+    ref, ads = _inprocess(run)
+    for i in range(run.num_clients):
+        got = read_adapter(res.model, res.adapter(i))
+        assert all(torch.equal(got[m].A, ads[i][m].A) and torch.equal(got[m].B, ads[i][m].B)
+                   for m in got)

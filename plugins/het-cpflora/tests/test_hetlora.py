@@ -2,7 +2,14 @@
 
 import pytest
 import torch
-from icml_het_cpflora import ClientDataset, ClientRankSpec, HetLoRA, read_adapter, simulate
+from icml_het_cpflora import (
+    ClientDataset,
+    ClientRankSpec,
+    FederationConfig,
+    HetLoRA,
+    read_adapter,
+    simulate,
+)
 from icml_het_cpflora.strategies import live_rank
 from icml_het_cpflora.subspace import LoRAFactors
 from icml_het_cpflora.task import synthetic_clients
@@ -88,8 +95,8 @@ def test_pruned_components_stay_zero_through_local_training():
     train, _ = synthetic_clients(byte_tokenizer(), 3, seed=0, train_size=16, test_size=1)
     data = [ClientDataset(d.input_ids, d.labels) for d in train]
     model = tiny_causal_lm("llama", hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2)
-    res = simulate(model, data, specs, strat, rounds=2, local_steps=3, lr=1e-2,
-                   batch_size=8)
+    res = simulate(model, data, specs, strat,
+                   FederationConfig(rounds=2, local_steps=3, lr=1e-2, batch_size=8))
     assert res.bytes_up[1][0] < res.bytes_up[0][0]      # fewer components travel
     for i, spec in enumerate(specs):
         ad = read_adapter(res.model, res.adapter(i))

@@ -8,8 +8,10 @@ import torch
 from icml_het_cpflora import (
     ClientDataset,
     ClientRankSpec,
+    FederationConfig,
     FlexLoRA,
     HetCPFLoRA,
+    LoRAConfig,
     OODMixer,
     make_strategy,
     mixer_weights,
@@ -43,11 +45,9 @@ def _data(n=3, size=24, seed=0):
     return out
 
 
-def _run(strategy, specs=SPECS, seed=0, **kw):
-    kw.setdefault("rounds", 2)
-    kw.setdefault("local_steps", 3)
-    return simulate(tiny_model(), _data(len(specs)), specs, strategy, lr=1e-2, batch_size=8,
-                    seed=seed, **kw)
+def _run(strategy, specs=SPECS, seed=0, rounds=2, local_steps=3, **kw):
+    fed = FederationConfig(rounds=rounds, local_steps=local_steps, lr=1e-2, batch_size=8)
+    return simulate(tiny_model(), _data(len(specs)), specs, strategy, fed, seed=seed, **kw)
 
 
 def _adapters(res):
@@ -120,12 +120,15 @@ def test_bad_inputs():
                                                        data[1].labels[:0])],
                  SPECS[:2], HetCPFLoRA())
     with pytest.raises(ValueError, match="no module named"):
-        simulate(tiny_model(), data, SPECS[:2], HetCPFLoRA(), target_modules=["w_qkv"])
+        simulate(tiny_model(), data, SPECS[:2], HetCPFLoRA(),
+                 lora=LoRAConfig(target_modules=["w_qkv"]))
     with pytest.raises(ValueError, match="exceeds the target module"):
         simulate(tiny_model(), data, [ClientRankSpec(20, 20), SPECS[0]], HetCPFLoRA())
     with pytest.raises(ValueError, match="same modules"):
         simulate(tiny_model(), data, SPECS[:2], HetCPFLoRA(),
-                 target_modules=[["q_proj"], ["v_proj"]])
+                 lora=LoRAConfig(target_modules=[["q_proj"], ["v_proj"]]))
+    with pytest.raises(ValueError, match="no clients"):
+        simulate(tiny_model(), [], [], HetCPFLoRA())
     with pytest.raises(ValueError, match="unknown strategy"):
         make_strategy("fedprox")
 
@@ -177,8 +180,8 @@ def test_mixer_weights_bounds_and_function_preservation():
 def test_bfloat16_round_and_qwen2_targets():
     model = tiny_causal_lm("qwen2", hidden_size=32, num_layers=1, num_heads=4,
                            num_kv_heads=2).to(torch.bfloat16)
-    res = simulate(model, _data(2), SPECS[:2], HetCPFLoRA(), rounds=1, local_steps=1,
-                   lr=1e-2, batch_size=4)
+    res = simulate(model, _data(2), SPECS[:2], HetCPFLoRA(),
+                   FederationConfig(rounds=1, local_steps=1, lr=1e-2, batch_size=4))
     ad = read_adapter(res.model, res.adapter(0))
     # peft keeps adapter weights in float32 on a bfloat16 base (autocast_adapter_dtype)
     assert all(torch.isfinite(f.B.float()).all() and f.B.abs().max() > 0 for f in ad.values())

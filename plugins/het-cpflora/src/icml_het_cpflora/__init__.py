@@ -3,48 +3,47 @@ load when an attribute is first used."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from icml.lazy import lazy_exports
 
-_EXPORTS = {
-    "ClientRankSpec": "icml_het_cpflora.ranks",
-    "parse_ranks": "icml_het_cpflora.ranks",
-    "LoRAFactors": "icml_het_cpflora.subspace",
-    "SplitAdapter": "icml_het_cpflora.subspace",
-    "split_lora": "icml_het_cpflora.subspace",
-    "merge_lora": "icml_het_cpflora.subspace",
-    "shared_product": "icml_het_cpflora.server",
-    "aggregation_weights": "icml_het_cpflora.server",
-    "aggregate_shared": "icml_het_cpflora.server",
-    "svd_refactor": "icml_het_cpflora.server",
-    "attach_client_adapters": "icml_het_cpflora.adapters",
-    "read_adapter": "icml_het_cpflora.adapters",
-    "write_adapter": "icml_het_cpflora.adapters",
-    "Strategy": "icml_het_cpflora.strategies",
-    "HetCPFLoRA": "icml_het_cpflora.strategies",
-    "FlexLoRA": "icml_het_cpflora.strategies",
-    "FedIT": "icml_het_cpflora.strategies",
-    "FFALoRA": "icml_het_cpflora.strategies",
-    "FedSALoRA": "icml_het_cpflora.strategies",
-    "HetLoRA": "icml_het_cpflora.strategies",
-    "LocalOnly": "icml_het_cpflora.strategies",
-    "STRATEGIES": "icml_het_cpflora.strategies",
-    "make_strategy": "icml_het_cpflora.strategies",
-    "payload_bytes": "icml_het_cpflora.strategies",
-    "ClientDataset": "icml_het_cpflora.simulator",
-    "SimulationResult": "icml_het_cpflora.simulator",
-    "simulate": "icml_het_cpflora.simulator",
-    "OODMixer": "icml_het_cpflora.mixer",
-    "prompt_ppl": "icml_het_cpflora.mixer",
-    "similarity": "icml_het_cpflora.mixer",
-    "mixer_weights": "icml_het_cpflora.mixer",
-    "subspace_weights": "icml_het_cpflora.mixer",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'icml_het_cpflora' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "ClientRankSpec": "ranks",
+    "parse_ranks": "ranks",
+    "FederationConfig": "config",
+    "LoRAConfig": "config",
+    "StrategyConfig": "config",
+    "HetCPFLoRAConfig": "config",
+    "FlexLoRAConfig": "config",
+    "HetLoRAConfig": "config",
+    "HomogeneousConfig": "config",
+    "LoRAFactors": "subspace",
+    "SplitAdapter": "subspace",
+    "split_lora": "subspace",
+    "merge_lora": "subspace",
+    "shared_product": "server",
+    "aggregation_weights": "server",
+    "aggregate_shared": "server",
+    "svd_refactor": "server",
+    "attach_client_adapters": "adapters",
+    "read_adapter": "adapters",
+    "write_adapter": "adapters",
+    "Strategy": "strategies",
+    "HetCPFLoRA": "strategies",
+    "FlexLoRA": "strategies",
+    "FedIT": "strategies",
+    "FFALoRA": "strategies",
+    "FedSALoRA": "strategies",
+    "HetLoRA": "strategies",
+    "LocalOnly": "strategies",
+    "STRATEGIES": "strategies",
+    "make_strategy": "strategies",
+    "payload_bytes": "strategies",
+    "ClientDataset": "simulator",
+    "Diverged": "simulator",
+    "SimulationResult": "simulator",
+    "simulate": "simulator",
+    "OODMixer": "mixer",
+    "prompt_ppl": "mixer",
+    "similarity": "mixer",
+    "mixer_weights": "mixer",
+    "subspace_weights": "mixer",
+})

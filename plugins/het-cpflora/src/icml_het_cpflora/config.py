@@ -1,46 +1,163 @@
-"""Typed configs, one per capability. Field names are the CLI's --set keys."""
+"""The configuration tree (light, no torch). The option dataclasses are what the API takes:
+``FederationConfig`` and ``LoRAConfig`` go to :func:`~icml_het_cpflora.simulate` and
+:class:`~icml_het_cpflora.flower.FlowerRun` as they are, each strategy class *is* its section
+of ``StrategyConfig`` (``HetCPFLoRA`` subclasses ``HetCPFLoRAConfig``, ...), and the job
+configs nest them (``federation.*``, ``lora.*``, ``strategy.*``). Every setting and default
+lives here once and is validated once, in ``__post_init__``. Field names are the CLI's
+``--set`` keys."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from icml import option
 
 STRATEGY_NAMES = ("het-cpflora", "flexlora", "fedit", "ffa-lora", "fedsa-lora", "hetlora",
                   "local")
+WEIGHTINGS = ("r_shared", "num_samples", "uniform")
+SCALINGS = ("raw", "alpha_over_r")
+HETLORA_WEIGHTINGS = ("sparsity", "num_samples")
+
+
+def _choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"config key {key!r}: got {value!r}, allowed: "
+                         f"{', '.join(map(repr, allowed))}")
+
+
+def _finite(key: str, value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"config key {key!r}: got {value!r}, must be a finite number")
+
+
+# -- the API's sections ----------------------------------------------------------------------
+@dataclass
+class FederationConfig:
+    """The federated rounds: how many, and each client's local AdamW steps in a round."""
+
+    rounds: int = option(5, help="communication rounds (0 = the adapters at their init)", ge=0)
+    local_steps: int = option(30, help="local AdamW steps per round", ge=0)
+    lr: float = option(3e-3, help="local learning rate, finite (official 3e-4 on 1B models)",
+                       gt=0)
+    batch_size: int = option(16, help="local batch size", ge=1)
+
+    def __post_init__(self) -> None:
+        _finite("federation.lr", self.lr)
+        if self.lr <= 0:
+            raise ValueError(f"config key 'federation.lr': got {self.lr!r}, must be > 0")
+        for key in ("rounds", "local_steps"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"config key 'federation.{key}': must be >= 0")
+        if self.batch_size < 1:
+            raise ValueError("config key 'federation.batch_size': must be >= 1")
 
 
 @dataclass
+class LoRAConfig:
+    """Every client's peft LoRA adapter (the rank comes from the client's rank split)."""
+
+    alpha: float = option(16.0, help="LoRA alpha (official 16)", gt=0)
+    dropout: float = option(0.05, help="LoRA dropout (official 0.05)", ge=0, lt=1)
+    target_modules: list[str] = option(["q_proj", "v_proj"], help="LoRA target modules, at "
+                                       "least one (official q_proj, v_proj)")
+
+    def __post_init__(self) -> None:
+        _finite("lora.alpha", self.alpha)
+        if self.alpha <= 0:
+            raise ValueError(f"config key 'lora.alpha': got {self.alpha!r}, must be > 0")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"config key 'lora.dropout': got {self.dropout!r}, must be in "
+                             "[0, 1)")
+        if not self.target_modules:
+            raise ValueError("config key 'lora.target_modules': empty; name at least one "
+                             "linear layer, e.g. [\"q_proj\", \"v_proj\"]")
+
+
+@dataclass
+class HetCPFLoRAConfig:
+    """Het-CPFLoRA's server (what :class:`~icml_het_cpflora.strategies.HetCPFLoRA` takes)."""
+
+    weighting: str = option("r_shared", help="server weights of the shared products "
+                            "(official r_shared)", choices=WEIGHTINGS)
+    scaling: str = option("raw", help="shared product sent to aggregation: raw B_s A_s "
+                          "(official) or alpha/r-scaled", choices=SCALINGS)
+
+    def __post_init__(self) -> None:
+        _choice("strategy.het_cpflora.weighting", self.weighting, WEIGHTINGS)
+        _choice("strategy.het_cpflora.scaling", self.scaling, SCALINGS)
+
+
+@dataclass
+class FlexLoRAConfig:
+    """FlexLoRA's server (what :class:`~icml_het_cpflora.strategies.FlexLoRA` takes)."""
+
+    weighting: str = option("num_samples", help="weights of the full products (the paper's: "
+                            "sample counts)", choices=WEIGHTINGS)
+
+    def __post_init__(self) -> None:
+        _choice("strategy.flexlora.weighting", self.weighting, WEIGHTINGS)
+
+
+@dataclass
+class HetLoRAConfig:
+    """HetLoRA (what :class:`~icml_het_cpflora.strategies.HetLoRA` takes)."""
+
+    weighting: str = option("sparsity", help="aggregation weights: the paper's sparsity "
+                            "weights ||B_k A_k||_F or sample counts", choices=HETLORA_WEIGHTINGS)
+    prune: bool = option(True, help="rank self-pruning (paper) on or off")
+    gamma: float = option(0.99, help="pruning decay: rank -> floor(gamma r)", gt=0, lt=1)
+    reg: float = option(1e-3, help="weight of the tail-norm regulariser", ge=0)
+
+    def __post_init__(self) -> None:
+        if self.weighting not in HETLORA_WEIGHTINGS:
+            raise ValueError(f"HetLoRA weighting={self.weighting!r}: use 'sparsity' or "
+                             "'num_samples'")
+        if not 0 < self.gamma < 1 or not self.reg >= 0 or not math.isfinite(self.reg):
+            raise ValueError(f"HetLoRA needs 0 < gamma < 1 and finite reg >= 0 (got "
+                             f"gamma={self.gamma}, reg={self.reg})")
+
+
+@dataclass
+class HomogeneousConfig:
+    """FedIT, FFA-LoRA and FedSA-LoRA (one rank for every client)."""
+
+    rank: int = option(0, help="the one rank of FedIT/FFA-LoRA/FedSA-LoRA (0 = mean of "
+                       "r_s + r_p)", ge=0)
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            raise ValueError("config key 'strategy.homogeneous.rank': must be >= 0")
+
+
+@dataclass
+class StrategyConfig:
+    """Each strategy's settings, one section per strategy class."""
+
+    het_cpflora: HetCPFLoRAConfig = option(default_factory=HetCPFLoRAConfig,
+                                           help="Het-CPFLoRA's server settings")
+    flexlora: FlexLoRAConfig = option(default_factory=FlexLoRAConfig,
+                                      help="FlexLoRA's server settings")
+    hetlora: HetLoRAConfig = option(default_factory=HetLoRAConfig, help="HetLoRA's settings")
+    homogeneous: HomogeneousConfig = option(default_factory=HomogeneousConfig,
+                                            help="FedIT/FFA-LoRA/FedSA-LoRA settings")
+
+
+# -- the job configs -------------------------------------------------------------------------
+@dataclass
 class TrainConfig:
     # clients
-    r_shared: list[int] = option([2, 4, 3, 6], help="shared (generalized) rank r_s per client",
-                                 ge=0)
+    r_shared: list[int] = option([2, 4, 3, 6], help="shared (generalized) rank r_s per client "
+                                 "(1 to 8 clients)", ge=0)
     r_personal: list[int] = option([2, 2, 1, 2], help="personal rank r_p per client", ge=0)
     strategies: list[str] = option(list(STRATEGY_NAMES), help="strategies to run (het-cpflora "
                                    "is evaluated with fixed and with OOD weights); any of "
                                    + ", ".join(STRATEGY_NAMES))
-    # federated training
-    rounds: int = option(5, help="communication rounds", ge=0)
-    local_steps: int = option(30, help="local AdamW steps per round", ge=0)
-    lr: float = option(3e-3, help="local learning rate (official 3e-4 on 1B models)", gt=0)
-    batch_size: int = option(16, help="local batch size", ge=1)
-    alpha: float = option(16.0, help="LoRA alpha (official 16)", gt=0)
-    lora_dropout: float = option(0.05, help="LoRA dropout (official 0.05)", ge=0, lt=1)
-    target_modules: list[str] = option(["q_proj", "v_proj"], help="LoRA target modules "
-                                       "(official q_proj, v_proj)")
-    weighting: str = option("r_shared", help="Het-CPFLoRA server weights (official r_shared)",
-                            choices=("r_shared", "num_samples", "uniform"))
-    scaling: str = option("raw", help="shared product sent to aggregation: raw B_s A_s "
-                          "(official) or alpha/r-scaled", choices=("raw", "alpha_over_r"))
-    hetlora_weighting: str = option("sparsity", help="HetLoRA aggregation weights: the "
-                                    "paper's sparsity weights ||B_k A_k||_F or sample counts",
-                                    choices=("sparsity", "num_samples"))
-    hetlora_prune: bool = option(True, help="HetLoRA rank self-pruning (paper) on or off")
-    hetlora_gamma: float = option(0.99, help="HetLoRA pruning decay: rank -> floor(gamma r)",
-                                  gt=0, lt=1)
-    hetlora_reg: float = option(1e-3, help="HetLoRA weight of the tail-norm regulariser", ge=0)
-    homogeneous_rank: int = option(0, help="rank of FedIT/FFA-LoRA/FedSA-LoRA (0 = mean of "
-                                   "r_s + r_p)", ge=0)
+    federation: FederationConfig = option(default_factory=FederationConfig,
+                                          help="federated rounds and local training")
+    lora: LoRAConfig = option(default_factory=LoRAConfig, help="the clients' LoRA adapters")
+    strategy: StrategyConfig = option(default_factory=StrategyConfig,
+                                      help="each strategy's own settings")
     backend: str = option("inprocess", help="where the rounds run: the in-process simulator, "
                           "Flower's simulation runtime (needs the flower-simulation extra) or "
                           "Flower deployment mode on loopback (extra flower); same numbers",
@@ -57,12 +174,17 @@ class TrainConfig:
                               le=1)
 
     def __post_init__(self) -> None:
-        if len(self.r_shared) != len(self.r_personal) or not self.r_shared:
+        if not self.r_shared and not self.r_personal:
+            raise ValueError("config key 'r_shared': no clients; give one rank per client in "
+                             "r_shared and r_personal (1 to 8 clients)")
+        if len(self.r_shared) != len(self.r_personal):
             raise ValueError(f"r_shared ({len(self.r_shared)} entries) and r_personal "
                              f"({len(self.r_personal)}) must list one rank per client")
         if len(self.r_shared) > 8:
             raise ValueError("the synthetic task has styles for at most 8 clients")
         for i, (s, p) in enumerate(zip(self.r_shared, self.r_personal)):
+            if s < 0 or p < 0:
+                raise ValueError(f"client {i}: r_shared and r_personal must be >= 0")
             if s + p == 0:
                 raise ValueError(f"client {i}: r_shared + r_personal must be >= 1")
         if not self.strategies:

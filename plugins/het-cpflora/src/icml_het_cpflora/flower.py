@@ -48,6 +48,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without flwr
                       "`pip install \"icml-het-cpflora[flower]\"` (and `flwr[simulation]` "
                       "for the simulation runtime)") from None
 
+from icml.config import build_config, to_dict
 from icml_het_cpflora.adapters import (
     adapter_name,
     attach_client_adapters,
@@ -55,6 +56,7 @@ from icml_het_cpflora.adapters import (
     resolve_target_modules,
     write_adapter,
 )
+from icml_het_cpflora.config import FederationConfig, LoRAConfig, StrategyConfig
 from icml_het_cpflora.ranks import ClientRankSpec
 from icml_het_cpflora.strategies import Payload, Strategy, make_strategy, payload_bytes
 from icml_het_cpflora.subspace import Adapter, LoRAFactors
@@ -66,10 +68,17 @@ _BF16 = "#bf16"
 # --------------------------------------------------------------------------- settings
 
 
+_SECTIONS = {"strategy_config": StrategyConfig, "federation": FederationConfig,
+             "lora": LoRAConfig}
+
+
 @dataclass
 class FlowerRun:
     """Everything both sides of a Flower run need; it travels as Flower's ``run_config``
-    (lists and dicts as JSON strings), so a deployment is configured from one place.
+    (lists, dicts and config sections as JSON strings), so a deployment is configured from one
+    place. The settings are the job's own config sections, as they are: ``federation``
+    (rounds, local steps, lr, batch size), ``lora`` and ``strategy_config`` (the strategies'
+    settings; ``strategy`` names the one to run).
 
     ``task`` is ``"module:function"``; the function is called on every node as
     ``fn(partition_id, num_partitions, seed, **task_kwargs)`` and returns ``(base_model,
@@ -83,14 +92,9 @@ class FlowerRun:
     r_shared: list[int]
     r_personal: list[int]
     strategy: str = "het-cpflora"
-    strategy_kwargs: dict[str, Any] = field(default_factory=dict)
-    rounds: int = 5
-    local_steps: int = 30
-    lr: float = 3e-3
-    batch_size: int = 16
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
-    alpha: float = 16.0
-    dropout: float = 0.05
+    strategy_config: StrategyConfig = field(default_factory=StrategyConfig)
+    federation: FederationConfig = field(default_factory=FederationConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
     seed: int = 0
     task: str = "icml_het_cpflora.flower:synthetic_task"
     task_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -106,8 +110,6 @@ class FlowerRun:
         self.make_strategy()
         if ":" not in self.task:
             raise ValueError(f"task={self.task!r} must be 'module:function'")
-        if self.rounds < 1 or self.local_steps < 0:
-            raise ValueError("rounds must be >= 1 and local_steps >= 0")
 
     @property
     def num_clients(self) -> int:
@@ -118,13 +120,16 @@ class FlowerRun:
         return [ClientRankSpec(int(s), int(p)) for s, p in zip(self.r_shared, self.r_personal)]
 
     def make_strategy(self) -> Strategy:
-        return make_strategy(self.strategy, **self.strategy_kwargs)
+        return make_strategy(self.strategy, self.strategy_config, self.lora)
 
     def to_run_config(self) -> dict[str, bool | int | float | str]:
-        """Flower ``run_config``: scalars as they are, lists and dicts as JSON strings."""
+        """Flower ``run_config``: scalars as they are, lists, dicts and config sections as JSON
+        strings."""
         out: dict[str, bool | int | float | str] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if f.name in _SECTIONS:
+                v = to_dict(v)
             out[f.name.replace("_", "-")] = json.dumps(v) if isinstance(v, (list, dict)) else v
         return out
 
@@ -139,8 +144,10 @@ class FlowerRun:
         kw: dict[str, Any] = {}
         for key, value in cfg.items():
             f = names[key]
-            is_json = any(t in str(f.type) for t in ("list", "dict"))
+            is_json = f.name in _SECTIONS or any(t in str(f.type) for t in ("list", "dict"))
             kw[f.name] = json.loads(value) if is_json and isinstance(value, str) else value
+            if f.name in _SECTIONS:
+                kw[f.name] = build_config(_SECTIONS[f.name], kw[f.name], prefix=f"{f.name}.")
         return cls(**kw)
 
 
@@ -279,9 +286,9 @@ def client_step(message: Message, context: Context, run: FlowerRun) -> Message:
     specs = strat.ranks(run.specs())
     spec, name = specs[pid], adapter_name(pid)
     base, data = load_task(run, pid)
-    targets = resolve_target_modules(run.target_modules, run.num_clients)
-    model = attach_client_adapters(base, [spec], targets, alpha=run.alpha,
-                                   dropout=run.dropout, seed=run.seed, client_ids=[pid],
+    targets = resolve_target_modules(run.lora.target_modules, run.num_clients)
+    model = attach_client_adapters(base, [spec], targets, alpha=run.lora.alpha,
+                                   dropout=run.lora.dropout, seed=run.seed, client_ids=[pid],
                                    init_from=[0 if strat.common_init else pid])
     state = context.state
     if "adapter" in state:
@@ -297,8 +304,9 @@ def client_step(message: Message, context: Context, run: FlowerRun) -> Message:
     if message.metadata.message_type == MessageType.TRAIN:
         t = int(message.content["config"]["server-round"]) - 1
         torch.manual_seed(round_seed(run.seed, t, pid))
-        metrics["loss"] = local_train(model, name, data, steps=run.local_steps, lr=run.lr,
-                                      batch_size=run.batch_size, train_A=strat.train_A,
+        fed = run.federation
+        metrics["loss"] = local_train(model, name, data, steps=fed.local_steps, lr=fed.lr,
+                                      batch_size=fed.batch_size, train_A=strat.train_A,
                                       generator=gen, regularizer=strat.regularizer(spec))
         upload = strat.upload(read_adapter(model, name), spec)
     elif run.out_dir:
@@ -465,14 +473,14 @@ class PerNodeStrategy(FlowerStrategy):
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord,
                            config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        if server_round != self.run.rounds:
+        if server_round != self.run.federation.rounds:
             return []
         return self._messages(grid, server_round, MessageType.EVALUATE)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
         got = self._replies(replies)
-        if server_round == self.run.rounds:
+        if server_round == self.run.federation.rounds:
             for i in got:
                 self.pending.pop(i, None)
             self.result.total_seconds = time.perf_counter() - self._t0
@@ -486,13 +494,15 @@ class PerNodeStrategy(FlowerStrategy):
 
 
 def serve(grid: Grid, run: FlowerRun, *, capture: bool = False) -> PerNodeStrategy:
-    """The ServerApp's body: run ``run.rounds`` rounds; write the result to ``run.out_dir``."""
+    """The ServerApp's body: run ``run.federation.rounds`` rounds; write the result to
+    ``run.out_dir``."""
     if run.num_threads:
         import torch
 
         torch.set_num_threads(run.num_threads)
     strategy = PerNodeStrategy(run, capture=capture)
-    strategy.start(grid, ArrayRecord(), num_rounds=run.rounds, timeout=run.node_timeout)
+    strategy.start(grid, ArrayRecord(), num_rounds=run.federation.rounds,
+                   timeout=run.node_timeout)
     if run.out_dir:
         strategy.result.write(run.out_dir)
     return strategy
@@ -533,43 +543,6 @@ def run_flower_simulation(run: FlowerRun, *, capture: bool = False,
         raise RuntimeError("the Flower simulation ended without finishing the ServerApp; "
                            "see Flower's log above")
     return holder["strategy"]
-
-
-def run_on_flower(base: Any, run: FlowerRun, *, backend: str = "simulation",
-                  workdir: str | Path | None = None) -> Any:
-    """Run ``run`` on Flower (``backend="simulation"``: the Ray runtime; ``"loopback"``:
-    deployment mode with local processes under ``workdir``) and return a
-    :class:`~icml_het_cpflora.simulator.SimulationResult` like :func:`simulate`'s: ``base``
-    (the model the nodes load, e.g. from ``task_kwargs["model_path"]``) wrapped with every
-    client's final adapter as saved by its node, and Flower's byte counts and timings."""
-    import copy
-
-    from icml_het_cpflora.simulator import SimulationResult
-
-    if not run.out_dir:
-        raise ValueError("set FlowerRun.out_dir: the nodes save their final adapters there")
-    if backend == "simulation":
-        result = run_flower_simulation(run).result
-    elif backend == "loopback":
-        from icml_het_cpflora.flower_deploy import LoopbackDeployment
-
-        with LoopbackDeployment(run.num_clients, workdir or Path(run.out_dir) / "deploy") as dep:
-            result = dep.run(run)
-    else:
-        raise ValueError(f"backend={backend!r}: use 'simulation' or 'loopback'")
-    specs = run.make_strategy().ranks(run.specs())
-    targets = resolve_target_modules(run.target_modules, run.num_clients)
-    model = attach_client_adapters(copy.deepcopy(base), specs, targets, alpha=run.alpha,
-                                   dropout=run.dropout, seed=run.seed)
-    import torch
-
-    for i in range(run.num_clients):
-        flat = torch.load(Path(run.out_dir) / f"client{i}.pt")
-        write_adapter(model, adapter_name(i), _payload_adapter(flat))
-    return SimulationResult(model=model, specs=specs, bytes_up=result.bytes_up,
-                            bytes_down=result.bytes_down, losses=result.losses,
-                            round_seconds=result.round_seconds,
-                            participants=result.participants)
 
 
 # module-level apps for deployment (`flwr run`): the run comes from run_config

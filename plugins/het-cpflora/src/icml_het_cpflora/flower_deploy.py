@@ -1,5 +1,8 @@
-"""Flower deployment mode: the Flower app folder for ``flwr run``, and a loopback launcher that
-starts a SuperLink and N SuperNodes on this machine (for tests, benchmarks and a first try).
+"""Flower deployment mode: the Flower app folder for ``flwr run``, a loopback launcher that
+starts a SuperLink and N SuperNodes on this machine (for tests, benchmarks and a first try),
+and :func:`run_on_flower`, which runs a :class:`~icml_het_cpflora.flower.FlowerRun` on either
+Flower runtime and returns what :func:`~icml_het_cpflora.simulate` returns. (This module
+imports :mod:`icml_het_cpflora.flower`, never the other way round.)
 
 On several machines the same three commands run on different hosts (see the README):
 ``flower-superlink`` on the server, ``flower-supernode --superlink <server>:<port>
@@ -19,7 +22,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from icml_het_cpflora.flower import RESULT_FILE, FlowerResult, FlowerRun
+from icml_het_cpflora.adapters import (
+    adapter_name,
+    attach_client_adapters,
+    resolve_target_modules,
+    write_adapter,
+)
+from icml_het_cpflora.flower import (
+    RESULT_FILE,
+    FlowerResult,
+    FlowerRun,
+    _payload_adapter,
+    run_flower_simulation,
+)
 
 APP_NAME = "het-cpflora-flower"
 
@@ -65,6 +80,22 @@ clientapp = "icml_het_cpflora.flower:client_app"
 """)
     (path / "README.md").write_text("Het-CPFLoRA Flower app: `flwr run . <connection>`.\n")
     return path
+
+
+def loopback_problem() -> str | None:
+    """Why this machine cannot run Flower locally (both runtimes talk over 127.0.0.1: Ray
+    for the simulation, gRPC between SuperLink and SuperNodes), or None. Without a working
+    loopback interface (a container started with ``unshare -n``, say) they retry forever."""
+    try:
+        with socket.socket() as srv:
+            srv.bind(("127.0.0.1", 0))
+            srv.listen(1)
+            with socket.create_connection(srv.getsockname(), timeout=5):
+                pass
+    except OSError as exc:
+        return (f"no working loopback interface (127.0.0.1: {exc}); Flower's runtimes need "
+                "it: bring up 'lo' or use backend=inprocess")
+    return None
 
 
 def free_port() -> int:
@@ -232,3 +263,48 @@ class LoopbackDeployment:
                 os.killpg(p.pid, 9)
         if self.recorder is not None:
             self.recorder.close()
+
+
+def run_on_flower(base: Any, run: FlowerRun, *, backend: str = "simulation",
+                  workdir: str | Path | None = None) -> Any:
+    """Run ``run`` on Flower (``backend="simulation"``: the Ray runtime; ``"loopback"``:
+    deployment mode with local processes under ``workdir``) and return a
+    :class:`~icml_het_cpflora.simulator.SimulationResult` like :func:`simulate`'s: ``base``
+    (the model the nodes load, e.g. from ``task_kwargs["model_path"]``) wrapped with every
+    client's final adapter as saved by its node, and Flower's byte counts and timings. Zero
+    rounds start no Flower processes: the adapters stay at their (seeded) init, as in the
+    simulator. Without a working loopback interface it raises ``RuntimeError`` at once."""
+    import copy
+
+    import torch
+
+    from icml_het_cpflora.simulator import SimulationResult
+
+    if backend not in ("simulation", "loopback"):
+        raise ValueError(f"backend={backend!r}: use 'simulation' or 'loopback'")
+    if not run.out_dir:
+        raise ValueError("set FlowerRun.out_dir: the nodes save their final adapters there")
+    strategy = run.make_strategy()
+    specs = strategy.ranks(run.specs())
+    targets = resolve_target_modules(run.lora.target_modules, run.num_clients)
+    model = attach_client_adapters(copy.deepcopy(base), specs, targets, alpha=run.lora.alpha,
+                                   dropout=run.lora.dropout, seed=run.seed,
+                                   init_from=[0] * run.num_clients if strategy.common_init
+                                   else None)
+    if run.federation.rounds == 0:
+        return SimulationResult(model=model, specs=specs)
+    problem = loopback_problem()
+    if problem:
+        raise RuntimeError(problem)
+    if backend == "simulation":
+        result = run_flower_simulation(run).result
+    else:
+        with LoopbackDeployment(run.num_clients, workdir or Path(run.out_dir) / "deploy") as dep:
+            result = dep.run(run)
+    for i in range(run.num_clients):
+        flat = torch.load(Path(run.out_dir) / f"client{i}.pt")
+        write_adapter(model, adapter_name(i), _payload_adapter(flat))
+    return SimulationResult(model=model, specs=specs, bytes_up=result.bytes_up,
+                            bytes_down=result.bytes_down, losses=result.losses,
+                            round_seconds=result.round_seconds,
+                            participants=result.participants)

@@ -5,14 +5,16 @@ strategy's federated rounds in the in-process simulator, and tabulate personaliz
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import time
 from typing import Any
 
 import icml
+from icml_het_cpflora.config import InferConfig, TrainConfig
 
 
-def _setup(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
+def _setup(ctx: icml.RunContext, cfg: TrainConfig) -> dict[str, Any]:
     import torch
 
     from icml.models import byte_tokenizer, tiny_causal_lm
@@ -37,58 +39,47 @@ def _setup(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
             "pretrain_loss": loss, "pretrain_s": time.perf_counter() - t0}
 
 
-def _check(cfg: Any, base: Any, specs: list[Any]) -> None:
+def _check(cfg: TrainConfig, base: Any, specs: list[Any]) -> None:
     """Model-dependent checks before any training: one-line config errors naming the key."""
     from icml_het_cpflora.adapters import check_targets
 
     for name in cfg.strategies:
         try:
-            check_targets(base, cfg.target_modules, _strategy(name, cfg).ranks(specs))
+            check_targets(base, cfg.lora.target_modules, _strategy(name, cfg).ranks(specs))
         except ValueError as exc:
-            key = "target_modules" if "no module named" in str(exc) else "r_shared/r_personal"
+            key = ("lora.target_modules" if "no module named" in str(exc)
+                   else "r_shared/r_personal")
             raise icml.ConfigError(f"config key '{key}': {exc}") from None
 
 
-def _strategy_kwargs(name: str, cfg: Any) -> dict[str, Any]:
-    if name == "het-cpflora":
-        return {"weighting": cfg.weighting, "scaling": cfg.scaling, "alpha": cfg.alpha}
-    if name == "hetlora":
-        return {"weighting": cfg.hetlora_weighting, "prune": cfg.hetlora_prune,
-                "gamma": cfg.hetlora_gamma, "reg": cfg.hetlora_reg}
-    if name in ("fedit", "ffa-lora", "fedsa-lora"):
-        return {"rank": cfg.homogeneous_rank or None}
-    return {}
-
-
-def _strategy(name: str, cfg: Any) -> Any:
+def _strategy(name: str, cfg: TrainConfig) -> Any:
     from icml_het_cpflora.strategies import make_strategy
 
-    return make_strategy(name, **_strategy_kwargs(name, cfg))
+    return make_strategy(name, cfg.strategy, cfg.lora)
 
 
-def _federate(ctx: icml.RunContext, cfg: Any, env: dict[str, Any], name: str) -> Any:
+def _federate(ctx: icml.RunContext, cfg: TrainConfig, env: dict[str, Any], name: str) -> Any:
     """The federated rounds of one strategy on ``cfg.backend``."""
     from icml_het_cpflora.simulator import simulate
 
     if cfg.backend == "inprocess":
         return simulate(copy.deepcopy(env["base"]), env["train"], env["specs"],
-                        _strategy(name, cfg), rounds=cfg.rounds, local_steps=cfg.local_steps,
-                        lr=cfg.lr, batch_size=cfg.batch_size,
-                        target_modules=cfg.target_modules, alpha=cfg.alpha,
-                        dropout=cfg.lora_dropout, seed=ctx.seed)
+                        _strategy(name, cfg), cfg.federation, cfg.lora, seed=ctx.seed)
     try:
-        from icml_het_cpflora.flower import FlowerRun, run_on_flower
+        from icml_het_cpflora.flower import FlowerRun
+        from icml_het_cpflora.flower_deploy import loopback_problem, run_on_flower
     except ImportError as exc:
         raise icml.ConfigError(f"config key 'backend': {cfg.backend} needs flwr ({exc})") \
             from None
+    problem = loopback_problem()
+    if problem:
+        raise icml.ConfigError(f"config key 'backend': {cfg.backend}: {problem}")
     base_dir = ctx.path("flower/base")
     if not base_dir.exists():
         env["base"].save_pretrained(base_dir)
     run = FlowerRun(r_shared=list(cfg.r_shared), r_personal=list(cfg.r_personal),
-                    strategy=name, strategy_kwargs=_strategy_kwargs(name, cfg),
-                    rounds=cfg.rounds, local_steps=cfg.local_steps, lr=cfg.lr,
-                    batch_size=cfg.batch_size, target_modules=list(cfg.target_modules),
-                    alpha=cfg.alpha, dropout=cfg.lora_dropout, seed=ctx.seed, num_threads=1,
+                    strategy=name, strategy_config=cfg.strategy, federation=cfg.federation,
+                    lora=cfg.lora, seed=ctx.seed, num_threads=1,
                     task_kwargs={"model_path": str(base_dir), "digits": cfg.digits,
                                  "train_size": cfg.train_size, "test_size": cfg.test_size,
                                  "own_share": cfg.own_share,
@@ -98,13 +89,40 @@ def _federate(ctx: icml.RunContext, cfg: Any, env: dict[str, Any], name: str) ->
                          workdir=ctx.path(f"flower/{name}-deploy"))
 
 
-def run_strategy(ctx: icml.RunContext, cfg: Any, env: dict[str, Any], name: str) -> dict[str, Any]:
+def _arm_names(name: str) -> list[str]:
+    return ["het-cpflora (fixed)", "het-cpflora (OOD)"] if name == "het-cpflora" else [name]
+
+
+def _diverged(ctx: icml.RunContext, env: dict[str, Any], name: str, why: str,
+              ) -> dict[str, Any]:
+    """A strategy whose training diverged: every accuracy NaN, the arm named "diverged"."""
+    ctx.logger.warning(f"{name} diverged: {why}")
+    nan = (float("nan"), float("nan"))
+    return {"arms": {arm: [nan] * len(env["specs"]) for arm in _arm_names(name)},
+            "bytes_per_round": float("nan"), "bytes_per_client_round": [],
+            "round_s": float("nan"), "result": None, "diverged": why}
+
+
+def run_strategy(ctx: icml.RunContext, cfg: TrainConfig, env: dict[str, Any], name: str,
+                 ) -> dict[str, Any]:
     """Federate one strategy from a fresh copy of the base model (in-process or on Flower,
-    ``cfg.backend``); evaluate it."""
+    ``cfg.backend``); evaluate it. A strategy whose training diverges (a non-finite loss, or an
+    SVD that fails on non-finite factors) is returned with NaN accuracies and ``"diverged"``
+    set to why, instead of ending the run."""
+    import torch
+
     from icml_het_cpflora.evaluation import evaluate_clients
     from icml_het_cpflora.mixer import OODMixer
+    from icml_het_cpflora.simulator import Diverged
 
-    res = _federate(ctx, cfg, env, name)
+    try:
+        res = _federate(ctx, cfg, env, name)
+    except (Diverged, torch.linalg.LinAlgError) as exc:
+        return _diverged(ctx, env, name, str(exc).splitlines()[0])
+    bad = [r[i] for r, active in zip(res.losses, res.participants) for i in active
+           if not math.isfinite(r[i])]
+    if bad:
+        return _diverged(ctx, env, name, f"non-finite local loss {bad[0]} on {cfg.backend}")
     names = [res.adapter(i) for i in range(len(res.specs))]
     arms = {name: evaluate_clients(res.model, res.specs, names, env["tests"])}
     if name == "het-cpflora":
@@ -116,28 +134,30 @@ def run_strategy(ctx: icml.RunContext, cfg: Any, env: dict[str, Any], name: str)
                                                      env["tests"], mixers=mixers)
         arms["het-cpflora (fixed)"] = arms.pop(name)
     rounds = max(len(res.bytes_up), 1)
-    return {"arms": arms, "bytes_per_round": sum(map(sum, res.bytes_up)) / rounds
-            + sum(map(sum, res.bytes_down)) / rounds,
+    return {"arms": arms, "diverged": "", "bytes_per_round":
+            sum(map(sum, res.bytes_up)) / rounds + sum(map(sum, res.bytes_down)) / rounds,
             "bytes_per_client_round": [(sum(c) / rounds) for c in zip(*res.bytes_up)]
             if res.bytes_up else [],
             "round_s": statistics.mean(res.round_seconds) if res.round_seconds else 0.0,
             "result": res}
 
 
-def train_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
+def train_job(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
     env = _setup(ctx, cfg)
     cols = ["strategy", "local acc (personalization)", "other-clients acc (generalization)",
             "bytes/round (up+down)", "bytes vs FedIT", "s/round"]
     rows, metrics = [], {"pretrain_loss": env["pretrain_loss"]}
     fedit_bytes = None
     outs = {}
+
     def strategy_rows(out: dict[str, Any], fedit: float | None) -> list[list[Any]]:
         found = []
         for arm, accs in out["arms"].items():
             local = statistics.mean(a for a, _ in accs)
             gen = statistics.mean(g for _, g in accs)
             ratio = out["bytes_per_round"] / fedit if fedit else float("nan")
-            found.append([arm, local, gen, out["bytes_per_round"], ratio, out["round_s"]])
+            label = f"{arm} (diverged)" if out["diverged"] else arm
+            found.append([label, local, gen, out["bytes_per_round"], ratio, out["round_s"]])
         return found
 
     for name in ctx.progress(cfg.strategies, desc="strategies"):
@@ -149,7 +169,8 @@ def train_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
             ctx.record_row("strategies (as they finished)", cols, row)
     for out in outs.values():
         for row in strategy_rows(out, fedit_bytes):
-            key = row[0].replace(" ", "").replace("(", "_").replace(")", "")
+            key = row[0].removesuffix(" (diverged)")
+            key = key.replace(" ", "").replace("(", "_").replace(")", "")
             metrics[f"{key}_local_acc"] = row[1]
             metrics[f"{key}_other_acc"] = row[2]
             metrics[f"{key}_bytes_per_round"] = out["bytes_per_round"]
@@ -165,33 +186,27 @@ def train_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
     t2 = icml.Table("Per client", ["strategy", "client", "(r_s, r_p)", "local acc",
                                    "other acc"], per_client)
     artifacts = {}
-    try:
-        import matplotlib
+    from icml.report import figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4.5), dpi=110)
-        for r in rows:
-            ax.scatter(r[1], r[2], s=40)
-            ax.annotate(r[0], (r[1], r[2]), fontsize=8, xytext=(4, 4),
-                        textcoords="offset points")
-        ax.set_xlabel("local-test exact match (personalization)")
-        ax.set_ylabel("other-clients exact match (generalization)")
-        ax.set_title("Het-CPFLoRA vs peers")
-        fig.tight_layout()
-        fig.savefig(ctx.path("strategies.png"))
-        plt.close(fig)
-        artifacts["plot"] = "strategies.png"
-    except ImportError as exc:  # plots are optional (matplotlib extra)
-        ctx.logger.info(f"no plot: {exc}")
+    with figure(ctx.path("strategies.png"), figsize=(6, 4.5)) as ax:
+        if ax is not None:  # plots are optional (matplotlib extra)
+            for r in rows:
+                ax.scatter(r[1], r[2], s=40)
+                ax.annotate(r[0], (r[1], r[2]), fontsize=8, xytext=(4, 4),
+                            textcoords="offset points")
+            ax.set_xlabel("local-test exact match (personalization)")
+            ax.set_ylabel("other-clients exact match (generalization)")
+            ax.set_title("Het-CPFLoRA vs peers")
+            artifacts["plot"] = "strategies.png"
+    if any(out["diverged"] for out in outs.values()):
+        metrics["diverged_strategies"] = sum(bool(out["diverged"]) for out in outs.values())
     notes = ("Tiny Llama pre-trained in-process on four digit tasks; each client has 80% of "
              "its own task and its own answer mark. Local = the client's own test set (mark "
              "included); other = the other clients' test sets (digits only).")
     return icml.RunResult(metrics=metrics, tables=[table, t2], artifacts=artifacts, notes=notes)
 
 
-def infer_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
+def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
     """Train Het-CPFLoRA, then complete ``cfg.prompt`` greedily with each client's adapter under
     fixed and OOD weights."""
     import torch
@@ -200,6 +215,9 @@ def infer_job(ctx: icml.RunContext, cfg: Any) -> icml.RunResult:
 
     env = _setup(ctx, cfg)
     out = run_strategy(ctx, cfg, env, "het-cpflora")
+    if out["diverged"]:
+        return icml.RunResult(metrics={"mean_w_p": float("nan"), "diverged_strategies": 1},
+                              notes=f"het-cpflora diverged: {out['diverged']}")
     res, tok = out["result"], env["tok"]
     ids = torch.tensor([[tok.bos_token_id] + tok(cfg.prompt, add_special_tokens=False)
                         ["input_ids"]], device=res.model.device)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import icml
 from icml_het_cpflora.config import EvaluateConfig, InferConfig, TrainConfig
 
+CONFIGS = {"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig}
+
 BIBTEX = """@inproceedings{hetcpflora2026,
   title     = {Het-CPFLoRA: Heterogeneous Customizable Personalized Federated LoRA Fine Tuning},
   booktitle = {Proceedings of the 43rd International Conference on Machine Learning (ICML)},
@@ -23,8 +25,8 @@ def icml_plugin_info() -> icml.PluginInfo:
         paper=icml.Paper(title="Het-CPFLoRA: Heterogeneous Customizable Personalized "
                                "Federated LoRA Fine Tuning",
                          url="https://github.com/tongxin-tx/Het-CPFLoRA", bibtex=BIBTEX),
-        capabilities=("train", "infer", "evaluate"),
-        configs={"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,
     )
 

@@ -17,8 +17,14 @@ from icml_het_cpflora.adapters import (
     resolve_target_modules,
     write_adapter,
 )
+from icml_het_cpflora.config import FederationConfig, LoRAConfig
 from icml_het_cpflora.ranks import ClientRankSpec
 from icml_het_cpflora.strategies import Strategy, payload_bytes
+
+
+class Diverged(FloatingPointError):
+    """Local training produced a non-finite loss: the run diverged (a learning rate too large
+    for the model, say). Raised as soon as it happens, naming the round and the client."""
 
 
 @dataclass
@@ -102,36 +108,41 @@ def local_train(model: Any, name: str, data: ClientDataset, *, steps: int, lr: f
 
 
 def simulate(model: Any, datasets: Sequence[ClientDataset], specs: Sequence[ClientRankSpec],
-             strategy: Strategy, *, rounds: int = 5, local_steps: int = 30, lr: float = 3e-4,
-             batch_size: int = 16, target_modules: Sequence[str] | Sequence[Sequence[str]] =
-             ("q_proj", "v_proj"), alpha: float = 16.0, dropout: float = 0.05, seed: int = 0,
+             strategy: Strategy, federation: FederationConfig | None = None,
+             lora: LoRAConfig | None = None, *, seed: int = 0,
              participation: Callable[[int], Sequence[int]] | None = None,
              progress: Callable[..., Any] | None = None) -> SimulationResult:
-    """Run ``rounds`` federated rounds of ``strategy`` in-process. ``model`` (a transformers
-    causal LM) is wrapped in place by peft. ``participation(round)`` returns the clients that
-    take part in a round (default: all); a client that drops out keeps its adapter and neither
-    uploads nor receives that round; the round completes with the others."""
+    """Run ``federation.rounds`` federated rounds of ``strategy`` in-process (``federation``
+    and ``lora`` default to their configs' defaults). ``model`` (a transformers causal LM) is
+    wrapped in place by peft. ``participation(round)`` returns the clients that take part in a
+    round (default: all); a client that drops out keeps its adapter and neither uploads nor
+    receives that round; the round completes with the others. A non-finite local loss raises
+    :class:`Diverged`."""
+    import math
+
     import torch
 
+    fed = federation if federation is not None else FederationConfig()
+    lora = lora if lora is not None else LoRAConfig()
+    if not specs:
+        raise ValueError("no clients: give at least one rank spec and one dataset")
     if len(datasets) != len(specs):
         raise ValueError(f"{len(datasets)} client datasets but {len(specs)} rank specs")
     for i, d in enumerate(datasets):
         if len(d) == 0:
             raise ValueError(f"client {i} has an empty dataset: give every client at least one "
                              "example or leave it out")
-    if rounds < 0 or local_steps < 0:
-        raise ValueError("rounds and local_steps must be >= 0")
-    targets = resolve_target_modules(target_modules, len(specs))
+    targets = resolve_target_modules(lora.target_modules, len(specs))
     run_specs = strategy.ranks(specs)
     n = len(specs)
     # homogeneous peers start every client from client 0's init (same rank, same seed)
-    model = attach_client_adapters(model, run_specs, targets, alpha=alpha, dropout=dropout,
-                                   seed=seed, init_from=[0] * n if strategy.common_init
-                                   else None)
+    model = attach_client_adapters(model, run_specs, targets, alpha=lora.alpha,
+                                   dropout=lora.dropout, seed=seed,
+                                   init_from=[0] * n if strategy.common_init else None)
     result = SimulationResult(model=model, specs=run_specs)
     num_samples = {i: len(d) for i, d in enumerate(datasets)}
     gens = [torch.Generator().manual_seed(client_seeds(seed, i)[1]) for i in range(n)]
-    it = range(rounds)
+    it = range(fed.rounds)
     if progress is not None:
         it = progress(it, desc=f"{strategy.name} rounds")
     for t in it:
@@ -143,10 +154,14 @@ def simulate(model: Any, datasets: Sequence[ClientDataset], specs: Sequence[Clie
         losses, uploads = [float("nan")] * n, {}
         for i in active:
             torch.manual_seed(round_seed(seed, t, i))  # lora dropout
-            losses[i] = local_train(model, adapter_name(i), datasets[i], steps=local_steps,
-                                    lr=lr, batch_size=batch_size, train_A=strategy.train_A,
+            losses[i] = local_train(model, adapter_name(i), datasets[i],
+                                    steps=fed.local_steps, lr=fed.lr,
+                                    batch_size=fed.batch_size, train_A=strategy.train_A,
                                     generator=gens[i],
                                     regularizer=strategy.regularizer(run_specs[i]))
+            if not math.isfinite(losses[i]):
+                raise Diverged(f"{strategy.name} diverged: client {i}'s local loss is "
+                               f"{losses[i]} in round {t + 1} (lr={fed.lr})")
             uploads[i] = strategy.upload(read_adapter(model, adapter_name(i)), run_specs[i])
         up = [payload_bytes(uploads[i]) if i in uploads else 0 for i in range(n)]
         down = [0] * n

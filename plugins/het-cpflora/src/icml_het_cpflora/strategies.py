@@ -7,9 +7,19 @@ Payloads are flat ``{"<module>|<part>": tensor}`` dicts, so any transport (in-pr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from icml_het_cpflora.config import (
+    FlexLoRAConfig,
+    HetCPFLoRAConfig,
+    HetLoRAConfig,
+    HomogeneousConfig,
+    LoRAConfig,
+    StrategyConfig,
+)
 from icml_het_cpflora.ranks import ClientRankSpec
 from icml_het_cpflora.server import (
     aggregate_shared,
@@ -45,6 +55,7 @@ class Strategy:
     name = "base"
     train_A = True          # FFA-LoRA freezes A
     common_init = False     # start every client from client 0's init (homogeneous peers)
+    section: ClassVar[str | None] = None  # the StrategyConfig field this class is built from
 
     def ranks(self, specs: Sequence[ClientRankSpec]) -> list[ClientRankSpec]:
         """The rank split each client trains under this strategy."""
@@ -72,18 +83,19 @@ class LocalOnly(Strategy):
     name = "local"
 
 
-class HetCPFLoRA(Strategy):
+@dataclass(eq=False)
+class HetCPFLoRA(Strategy, HetCPFLoRAConfig):
     """Het-CPFLoRA: upload the shared factors (A_s, B_s); the server aggregates the products
     B_s A_s weighted by r_s (official) and re-factorises to each client's r_s by truncated SVD;
-    the personal factors (A_p, B_p) never leave the client."""
+    the personal factors (A_p, B_p) never leave the client.
+
+    The settings are :class:`~icml_het_cpflora.config.HetCPFLoRAConfig`'s; ``alpha`` is the
+    clients' LoRA alpha (``LoRAConfig.alpha``, used by ``scaling="alpha_over_r"``), passed by
+    :func:`make_strategy`."""
 
     name = "het-cpflora"
-
-    def __init__(self, weighting: str = "r_shared", scaling: str = "raw",
-                 alpha: float = 16.0) -> None:
-        aggregation_weights([1], [1], weighting)  # validates
-        shared_product({}, scaling=scaling, rank=1)
-        self.weighting, self.scaling, self.alpha = weighting, scaling, alpha
+    section: ClassVar[str | None] = "het_cpflora"
+    alpha: float = dataclasses.field(default_factory=lambda: LoRAConfig().alpha)
 
     def upload(self, adapter: Adapter, spec: ClientRankSpec) -> Payload:
         if spec.r_shared == 0:
@@ -122,15 +134,13 @@ class HetCPFLoRA(Strategy):
         return merge_lora(shared, split_lora(adapter, spec).personal)
 
 
-class FlexLoRA(Strategy):
+@dataclass(eq=False)
+class FlexLoRA(Strategy, FlexLoRAConfig):
     """FlexLoRA (Bai et al. 2024): average the full products B A (weighted by sample count in
     the paper), then truncated SVD back to each client's own rank."""
 
     name = "flexlora"
-
-    def __init__(self, weighting: str = "num_samples") -> None:
-        aggregation_weights([1], [1], weighting)
-        self.weighting = weighting
+    section: ClassVar[str | None] = "flexlora"
 
     def ranks(self, specs):
         return [ClientRankSpec(s.rank, 0) for s in specs]
@@ -156,14 +166,14 @@ class FlexLoRA(Strategy):
         return {m: LoRAFactors(A[m], B[m]) for m in A}
 
 
-class _Homogeneous(Strategy):
-    """Peers that need one rank for all clients (FedIT, FFA-LoRA, FedSA-LoRA)."""
+@dataclass(eq=False)
+class _Homogeneous(Strategy, HomogeneousConfig):
+    """Peers that need one rank for all clients (FedIT, FFA-LoRA, FedSA-LoRA); ``rank=0``:
+    the mean of the clients' ranks."""
 
     common_init = True
-    parts: tuple[str, ...] = ("A", "B")
-
-    def __init__(self, rank: int | None = None) -> None:
-        self.rank = rank
+    section: ClassVar[str | None] = "homogeneous"
+    parts: ClassVar[tuple[str, ...]] = ("A", "B")
 
     def ranks(self, specs):
         r = self.rank or max(1, round(sum(s.rank for s in specs) / len(specs)))
@@ -188,25 +198,28 @@ class _Homogeneous(Strategy):
         return {m: LoRAFactors(A.get(m, f.A), B.get(m, f.B)) for m, f in adapter.items()}
 
 
+@dataclass(eq=False)
 class FedIT(_Homogeneous):
     """FedIT (Zhang et al. 2024): FedAvg of A and B."""
 
     name = "fedit"
 
 
+@dataclass(eq=False)
 class FFALoRA(_Homogeneous):
     """FFA-LoRA (Sun et al. 2024): A frozen at a common init, FedAvg of B."""
 
     name = "ffa-lora"
     train_A = False
-    parts = ("B",)
+    parts: ClassVar[tuple[str, ...]] = ("B",)
 
 
+@dataclass(eq=False)
 class FedSALoRA(_Homogeneous):
     """FedSA-LoRA (Guo et al. 2025): A shared (FedAvg), B kept local."""
 
     name = "fedsa-lora"
-    parts = ("A",)
+    parts: ClassVar[tuple[str, ...]] = ("A",)
 
 
 def live_rank(adapter: Adapter) -> int:
@@ -219,7 +232,8 @@ def live_rank(adapter: Adapter) -> int:
     return r
 
 
-class HetLoRA(Strategy):
+@dataclass(eq=False)
+class HetLoRA(Strategy, HetLoRAConfig):
     """HetLoRA (Cho et al. 2024): zero-pad every client's factors to the largest rank,
     aggregate, truncate back to each client's rank.
 
@@ -234,18 +248,11 @@ class HetLoRA(Strategy):
     prunes on the client; reconstructed from the paper's description)."""
 
     name = "hetlora"
-
-    def __init__(self, weighting: str = "sparsity", prune: bool = True,
-                 gamma: float = 0.99, reg: float = 1e-3) -> None:
-        if weighting not in ("sparsity", "num_samples"):
-            raise ValueError(f"HetLoRA weighting={weighting!r}: use 'sparsity' or "
-                             "'num_samples'")
-        if not 0 < gamma < 1 or reg < 0:
-            raise ValueError(f"HetLoRA needs 0 < gamma < 1 and reg >= 0 (got gamma={gamma}, "
-                             f"reg={reg})")
-        self.weighting, self.prune, self.gamma, self.reg = weighting, prune, gamma, reg
-        self.live: dict[int, int] = {}          # server: live rank per client
-        self.prev_tail: dict[int, float] = {}   # server: tail norm of the previous round
+    section: ClassVar[str | None] = "hetlora"
+    # server state, not settings
+    live: dict[int, int] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    prev_tail: dict[int, float] = dataclasses.field(default_factory=dict, init=False,
+                                                    repr=False)
 
     def ranks(self, specs):
         return [ClientRankSpec(s.rank, 0) for s in specs]
@@ -328,8 +335,17 @@ STRATEGIES = {c.name: c for c in (HetCPFLoRA, FlexLoRA, FedIT, FFALoRA, FedSALoR
                                    LocalOnly)}
 
 
-def make_strategy(name: str, **kwargs: Any) -> Strategy:
-    """Build a strategy by name (see ``STRATEGIES``)."""
+def make_strategy(name: str, config: StrategyConfig | None = None,
+                  lora: LoRAConfig | None = None) -> Strategy:
+    """Build a strategy by name (see ``STRATEGIES``) from its section of ``config`` (default:
+    the defaults); ``lora`` gives Het-CPFLoRA the clients' LoRA alpha."""
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}: use one of {sorted(STRATEGIES)}")
-    return STRATEGIES[name](**kwargs)
+    cls = STRATEGIES[name]
+    if cls.section is None:
+        return cls()
+    section = getattr(config or StrategyConfig(), cls.section)
+    kwargs = {f.name: getattr(section, f.name) for f in dataclasses.fields(section) if f.init}
+    if cls is HetCPFLoRA:
+        kwargs["alpha"] = (lora or LoRAConfig()).alpha
+    return cls(**kwargs)
