@@ -52,9 +52,11 @@ class PressConfig:
 
 @dataclass
 class InferConfig:
-    model: str = option("", help="model name or folder (empty = train the built-in tiny model "
-                        "on associative recall in-process; a packaged pretrained model such as "
-                        "smollm2-135m-instruct runs the long-context needle table instead)")
+    model: str = option("", help="packaged name | local HF folder | previous run folder "
+                        "(icml.compose.load_model; empty = train the built-in tiny model on "
+                        "associative recall in-process; a packaged pretrained model such as "
+                        "smollm2-135m-instruct, or a model a producer saved from one, runs the "
+                        "long-context needle table instead)")
     arch: str = option("llama", help="built-in tiny model architecture",
                        choices=("llama", "qwen2"))
     policies: list[str] = option(list(ALL_POLICIES), help="eviction policies to compare")
@@ -85,6 +87,11 @@ class InferConfig:
     press: PressConfig = option(default_factory=PressConfig, help="press parameters")
 
     def __post_init__(self) -> None:
+        from icml.compose import is_model_spec
+
+        if self.model and not is_model_spec(self.model):
+            raise ValueError(f"model={self.model!r} is neither a packaged model name nor an "
+                             "existing folder (a local HF folder or a previous run folder)")
         _check_policies(self.policies)
         _check_ratios(self.ratios)
         bad = [t for t in self.long_tasks if t not in LONG_TASKS]

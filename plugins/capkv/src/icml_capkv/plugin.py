@@ -79,20 +79,32 @@ def _verdicts(summaries: dict, ratios: list[float], metrics: dict) -> list[list]
 
 
 def _packaged(name: str) -> bool:
+    """A packaged pretrained model, by its name or through a model a producer saved from one
+    (``icml.compose``: a run folder or saved folder whose manifest's ``base`` is packaged)."""
+    import json
+
+    from icml.compose import MANIFEST, resolve_model_dir
     from icml.pretrained import PACKAGED_MODELS
 
-    return name in PACKAGED_MODELS
+    if name in PACKAGED_MODELS:
+        return True
+    try:
+        manifest = resolve_model_dir(name) / MANIFEST
+        base = json.loads(manifest.read_text(encoding="utf-8")).get("base", "")
+    except (icml.ConfigError, OSError, ValueError):
+        return False
+    return base in PACKAGED_MODELS
 
 
 def _infer_long_context(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
     """A packaged pretrained chat model: the long-context needle table (policy x ratio, exact
     accuracy and KL with 95% bootstrap intervals over items, CapKV's tied-best verdicts)."""
-    from icml.models import load_pretrained
+    from icml.compose import load_model
     from icml_capkv.longctx import capkv_verdicts, evaluate_item, make_items, summarize_items
 
     with ctx.step(f"loading {config.model}"):
-        model, tok = load_pretrained(config.model, device=ctx.torch_device(),
-                                     dtype=ctx.torch_dtype())
+        model, tok = load_model(config.model, device=ctx.torch_device(),
+                                dtype=ctx.torch_dtype())
     policies = [p for p in config.policies if p != "greedy_logdet"]  # O(T^2 d) per step
     modes = {"agnostic": (False,), "aware": (True,), "both": (False, True)}[
         config.question_aware]
@@ -147,7 +159,7 @@ def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
     if config.model and _packaged(config.model):
         return _infer_long_context(ctx, config)
 
-    from icml.models import load_causal_lm
+    from icml.compose import load_model
     from icml.report import line_plot
     from icml_capkv.fidelity import fidelity_table, summarize
     from icml_capkv.recall import RecallTask, train_recall_model
@@ -160,7 +172,7 @@ def icml_infer(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
     metrics: dict[str, float] = {}
     if config.model:
         with ctx.step(f"loading {config.model}"):
-            model, _ = load_causal_lm(config.model, device=device, dtype=dtype)
+            model, _ = load_model(config.model, device=device, dtype=dtype)
         vocab = model.get_input_embeddings().weight.shape[0]
         if vocab < task.vocab_size:
             raise icml.ConfigError(f"model vocabulary {vocab} is smaller than the recall task's "
