@@ -21,6 +21,10 @@ class _Common:
     rotate: bool = option(False, help="random rotation about z in the data (harder: a tiny "
                           "backbone then needs far more training to emit valid meshes)")
     # backbone
+    model: str = option("", help="the target backbone: packaged name | local HF folder | "
+                        "previous run folder (icml.compose.load_model), a causal LM over this "
+                        "mesh vocabulary, used as is (not trained); empty = build and train "
+                        "the tiny backbone")
     arch: str = option("llama", help="backbone architecture", choices=("llama", "qwen2"))
     hidden_size: int = option(64, help="backbone hidden size", ge=8)
     num_layers: int = option(3, help="backbone blocks", ge=1)
@@ -53,6 +57,12 @@ class _Common:
     n_refs: int = option(8, help="posed references per class (Chamfer to the nearest)", ge=1)
 
     def __post_init__(self) -> None:
+        from icml.compose import is_model_spec
+
+        if self.model and not is_model_spec(self.model):
+            raise ConfigError(f"config key 'model': {self.model!r} is neither a packaged model "
+                              "name nor an existing folder (a local HF folder or a previous "
+                              "run folder)")
         if self.hidden_size % 4:
             raise ConfigError(f"config key 'hidden_size': {self.hidden_size} must be a "
                               "multiple of 4 (4 attention heads)")

@@ -28,14 +28,37 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     if data.max_length + cfg.num_heads > 512:
         raise icml.ConfigError(f"config key 'n_bins': sequences of {data.max_length} tokens do "
                                "not fit the 512-position backbone")
-    model = build_backbone(tok, arch=cfg.arch, hidden_size=cfg.hidden_size,
-                           num_layers=cfg.num_layers, seed=ctx.seed, device=ctx.torch_device(),
-                           dtype=ctx.torch_dtype(), max_positions=512)
-    losses = train_backbone(model, data, steps=cfg.backbone_steps, batch_size=cfg.batch_size,
-                            lr=cfg.backbone_lr, seed=ctx.seed, progress=ctx.progress)
+    if cfg.model:
+        model, losses = load_backbone(ctx, cfg.model, tok), []
+    else:
+        model = build_backbone(tok, arch=cfg.arch, hidden_size=cfg.hidden_size,
+                               num_layers=cfg.num_layers, seed=ctx.seed,
+                               device=ctx.torch_device(), dtype=ctx.torch_dtype(),
+                               max_positions=512)
+        losses = train_backbone(model, data, steps=cfg.backbone_steps,
+                                batch_size=cfg.batch_size, lr=cfg.backbone_lr, seed=ctx.seed,
+                                progress=ctx.progress)
     torch.manual_seed(ctx.seed)
     return {"tok": tok, "data": data, "model": model,
             "backbone_loss": sum(losses[-10:]) / max(len(losses[-10:]), 1) if losses else math.nan}
+
+
+def load_backbone(ctx: icml.RunContext, spec: str, tok: Any) -> Any:
+    """A backbone another run produced (``icml.compose.load_model``: trained, quantized ...),
+    checked against the mesh vocabulary. Speculative decoding reads only the model's own final
+    hidden state and logits, so a producer's transform needs no map here: heads are distilled
+    on this very model."""
+    from icml.compose import load_model
+
+    with ctx.step(f"loading {spec}"):
+        model, _ = load_model(spec, device=ctx.torch_device(), dtype=ctx.torch_dtype())
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    vocab = getattr(out, "out_features", None)
+    if vocab != tok.vocab_size:
+        raise icml.ConfigError(f"config key 'model': {spec!r} has {vocab} output tokens, the "
+                               f"mesh tokenizer {tok.vocab_size} (n_bins={tok.n_bins}): pass a "
+                               "backbone trained on this mesh vocabulary")
+    return model
 
 
 def make_heads(ctx: icml.RunContext, cfg: Any, info: dict[str, Any],
