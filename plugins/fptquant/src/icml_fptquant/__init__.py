@@ -27,6 +27,8 @@ _API = {
     "ResidualRotation": "transforms", "PreRoPETransform": "transforms",
     "ValueTransform": "transforms", "MLPScale": "transforms",
     "check_function_preservation": "evaluation",
+    "unwrap": "interop", "save_fpt_model": "interop", "load_fpt_model": "interop",
+    "mark_fpt": "interop", "residual_rotation": "interop",
 }
 
 __all__ = ["EvaluateConfig", "FPTQuantConfig", "QuantizeConfig", "TrainConfig", *_API]
