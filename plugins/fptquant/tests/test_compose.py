@@ -253,3 +253,33 @@ def test_cli_quantize_takes_a_model_folder_and_saves_a_loadable_one(tiny_model, 
         run("fptquant", "quantize", out=tmp_path / "runs", show_progress=False,
             overrides=[f"model={dirs[0]}", "arms=[fp]"])
     assert plain is not None
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_a_steered_layer_output_reaches_the_next_layer(tiny_model, ids, randomize_params,
+                                                       inplace):
+    """A steering hook that changes a layer's output (in place or by returning a new tensor),
+    with its vector mapped by from_original, steers the transformed model exactly as the
+    original: the residual scaling's carried (z, c) is not reused for a changed stream."""
+    ref, model = _transformed(tiny_model, "llama", randomize_params, merged=True)
+    v = torch.randn(ref.config.hidden_size, generator=torch.Generator().manual_seed(2),
+                    dtype=torch.float64)
+
+    def steer(vec):
+        def hook(mod, args, out):
+            if inplace:
+                out.add_(vec)
+                return None
+            return out + vec
+        return hook
+
+    h1 = ref.model.layers[0].register_forward_hook(steer(v))
+    h2 = model.model.layers[0].register_forward_hook(
+        steer(compose.from_original(model, v, 1)))
+    try:
+        a, b = _trace(ref, ids)[1], _trace(model, ids)[1]
+    finally:
+        h1.remove()
+        h2.remove()
+    assert (a - _trace(ref, ids)[1]).abs().max() > 1e-3  # the steering changed the output
+    assert (a - b).abs().max() < 1e-9

@@ -6,8 +6,9 @@ is ``gamma * r / sqrt(1 + eps / c^2)`` (exactly RMSNorm(x) for any eps), and the
 is divided by c *at the input* of o_proj / down_proj (at their output if they have a bias), so
 z <- r + f(r) / c. The layer returns ``c * z`` = x: between layers (``output_hidden_states``,
 the final norm) the stream is the model's own, so the logits are unchanged and readers of
-intermediate layers need no state. The worst-outlier activations (o_proj / down_proj inputs) are
-seen divided by the token's scale.
+intermediate layers need no state; ``(z, c)`` ride on the returned tensor so that the next
+layer and the final norm (``eps / c^2``) continue exactly as S_n computes. The worst-outlier
+activations (o_proj / down_proj inputs) are seen divided by the token's scale.
 """
 
 from __future__ import annotations
@@ -47,31 +48,68 @@ def _scaled_call(lin: nn.Module, c: torch.Tensor, call: Any) -> Any:
     return out / c.to(out.dtype)
 
 
+def _carried(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(z, c)`` of a stream ``x`` that a previous S_n layer returned, untouched since (same
+    tensor object, no in-place change); ``None`` for any other tensor (a slice, a mapped or
+    steered state, an input of another shape)."""
+    got = getattr(x, "_fpt_drs", None)
+    if got is None or got[2] != x._version:
+        return None
+    return got[0], got[1]
+
+
+def _carry(z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    x = z * c.to(z.dtype)
+    x._fpt_drs = (z, c, x._version)  # the next layer continues from (z, c) exactly
+    return x
+
+
 def _layer_forward(self: nn.Module, hidden_states: torch.Tensor, *args: Any,
                    **kwargs: Any) -> torch.Tensor:
-    """One decoder layer with S_n. Stateless: it reads the residual stream x in the model's
-    own scale and returns it in that scale (``c * z``), so ``output_hidden_states``, a reader
-    of any layer, the final norm and any input shape (a 7-token read-out after a 38-token
-    forward) see the plain residual stream; the per-token scale lives only inside the layer."""
+    """One decoder layer with S_n. It takes and returns the residual stream in the model's own
+    scale (``x = c * z``), so ``output_hidden_states``, a reader of any layer, the final norm
+    and any input shape (a 7-token read-out after a 38-token forward) see the plain stream.
+    The per-token scale travels with the returned tensor itself: the next layer continues from
+    ``(z, c)`` when it gets that very tensor unchanged, else it starts from ``x``."""
     x = hidden_states
-    c = torch.ones(*x.shape[:-1], 1, dtype=torch.promote_types(x.dtype, torch.float32),
-                   device=x.device)
     attn, mlp = self.self_attn, self.mlp
-    r, c = _branch_scale(x, c)
+    carried = _carried(x)
+    if carried is None:
+        c = torch.ones(*x.shape[:-1], 1, dtype=torch.promote_types(x.dtype, torch.float32),
+                       device=x.device)
+        r, c = _branch_scale(x, c)
+    else:
+        r, c = _branch_scale(*carried)
     normed = _norm(self.input_layernorm, r, c)
     out, _ = _scaled_call(attn.o_proj, c, lambda: attn(normed, *args, **kwargs))
     z = r + out
     r, c = _branch_scale(z, c)
     normed = _norm(self.post_attention_layernorm, r, c)
     z = r + _scaled_call(mlp.down_proj, c, lambda: mlp(normed))
-    return z * c.to(z.dtype)
+    return _carry(z, c)
+
+
+class _FinalNorm(nn.Module):
+    """The final RMSNorm (same ``weight``): exact on a carried ``(z, c)``, the plain norm on
+    any other tensor."""
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.weight = norm.weight
+        self.variance_epsilon = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+        self.fpt_plain_norm = [norm]  # a list: not a registered child (state-dict keys)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        carried = _carried(x)
+        if carried is None:
+            return self.fpt_plain_norm[0](x)
+        return _norm(self, carried[0], carried[1])
 
 
 def apply_dynamic_residual_scaling(model: Any) -> None:
     """Install S_n on every decoder layer (idempotent, function-preserving). 1/c goes to the
     input of o_proj / down_proj when they are bias-free, else to their output (then those
-    inputs are not rescaled). The final norm is the model's own: the stream between layers
-    is in the model's scale."""
+    inputs are not rescaled)."""
     from icml_fptquant.qlinear import as_fpt_linear
 
     if getattr(model, "fpt_drs", False):
@@ -81,12 +119,5 @@ def apply_dynamic_residual_scaling(model: Any) -> None:
             as_fpt_linear(lin)
         cls = type(layer)
         layer.__class__ = type("DRS" + cls.__name__, (cls,), {"forward": _layer_forward})
+    model.model.norm = _FinalNorm(model.model.norm)
     model.fpt_drs = True
-
-
-def remove_dynamic_residual_scaling(model: Any) -> None:
-    """Undo :func:`apply_dynamic_residual_scaling` (the layers' own forward again)."""
-    for layer in model.model.layers:
-        if type(layer).__name__.startswith("DRS") and type(layer).forward is _layer_forward:
-            layer.__class__ = type(layer).__mro__[1]
-    model.fpt_drs = False
