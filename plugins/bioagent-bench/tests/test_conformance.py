@@ -3,8 +3,11 @@ from icml.testing import PluginConformance
 
 class TestConformance(PluginConformance):
     slug = "bioagent-bench"
-    # time_limit_s: the runs are bounded by their work, not by this machine's speed
+    # limits.time_s: the runs are bounded by their work, not by this machine's speed
     smoke = {"evaluate": {"tasks": ["deseq", "variant-calling"], "trials": 2,
-                          "conditions": ["clean", "decoy", "corrupt"], "time_limit_s": 1e6},
+                          "conditions": ["clean", "decoy", "corrupt"], "limits": {"time_s": 1e6}},
              "infer": {"task": "deseq", "agent": "robust", "condition": "decoy",
-                       "time_limit_s": 1e6}}
+                       "limits": {"time_s": 1e6}}}
+    # the config is the API: run_agent / evaluate_suite take the limits section as it is
+    api = {"limits": "icml_bioagent_bench.config:Limits"}
+    shape_checks = True

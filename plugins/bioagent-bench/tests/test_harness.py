@@ -117,7 +117,8 @@ def test_malformed_and_missing_results_are_graded_not_raised(suite, sandbox, tmp
     assert not rec.results_match and any("no result file" in p for p in rec.problems)
     rec = run_agent(suite[("metagenomics", "clean")],
                     CommandAgent(["/no/such/agent"]), sandbox, run_id="f")
-    assert rec.status == "error" and "cannot start" in rec.trace["error"]
+    # a setup failure, not a measurement: the job counts it as a failed call (below)
+    assert rec.status == "not_started" and "cannot start" in rec.trace["error"]
 
 
 def test_a_crashing_agent_is_a_graded_failure(suite, sandbox):
@@ -129,3 +130,31 @@ def test_a_crashing_agent_is_a_graded_failure(suite, sandbox):
 
     rec = run_agent(suite[("deseq", "clean")], Boom(), sandbox)
     assert rec.status == "error" and "kaboom" in rec.trace["error"]
+
+
+def test_a_damaged_vcf_gz_is_graded_not_raised(suite, sandbox, tmp_path):
+    """A .vcf.gz whose compressed body is damaged raised zlib.error out of read_vcf and
+    score_results, ending `icml run bioagent-bench evaluate` and losing every other row."""
+    body = ("import gzip\n"
+            "vcf = '##fileformat=VCFv4.2\\n#CHROM\\tPOS\\tID\\tREF\\tALT\\tQUAL\\tFILTER\\t"
+            "INFO\\n' + ''.join(f'chr1\\t{i}\\t.\\tA\\tC\\t50\\tPASS\\t.\\n' "
+            "for i in range(1, 400))\n"
+            "raw = gzip.compress(vcf.encode(), mtime=0)\n"
+            "raw = raw[:30] + bytes(b ^ 0xFF for b in raw[30:60]) + raw[60:]\n"
+            "open('results/calls.vcf.gz', 'wb').write(raw)\n")
+    rec = run_agent(suite[("variant-calling", "clean")], CommandAgent(_script(tmp_path, body)),
+                    sandbox)
+    assert rec.status == "ok" and not rec.results_match
+    (problem,) = [p for p in rec.problems if "calls.vcf.gz" in p]
+    assert "unreadable VCF" in problem and "\n" not in problem
+
+
+def test_an_infinite_time_limit_means_no_limit(suite, sandbox, tmp_path):
+    """Limits(time_s=inf) raised OverflowError in the command agent's subprocess wait."""
+    body = "print('hello')\n"
+    rec = run_agent(suite[("deseq", "clean")], CommandAgent(_script(tmp_path, body)), sandbox,
+                    limits=Limits(time_s=float("inf"), disk_mb=float("inf")))
+    assert rec.status == "ok" and "hello" in rec.trace["steps"][0]["output"]
+    for bad in (float("nan"), 0.0, -1.0):
+        with pytest.raises(ValueError, match="limits must be positive"):
+            Limits(time_s=bad)

@@ -9,11 +9,15 @@
   it, prompt in ``BIOAGENT_PROMPT`` and ``prompt.md``), killed at the time limit.
 * :class:`~icml_bioagent_bench.llm_agent.TransformersToolAgent` -- a transformers model that
   calls the pipeline tools with JSON actions.
+
+Agents are built by name in :mod:`icml_bioagent_bench.factory` (this module does not import
+``llm_agent``, which imports this one).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -46,10 +50,11 @@ class TraceStep:
 
 @dataclass
 class Trace:
-    """What an agent did. ``status``: ok, error, timeout (set by the harness: escaped,
-    disk_limit). ``flags``: problems the agent reported about its inputs. ``structured``: the
-    agent lists in each step the input files it used (scripted and tool agents); otherwise the
-    harness searches the free-form output for decoy names."""
+    """What an agent did. ``status``: ok, error, timeout, not_started (the agent could not be
+    started at all: a setup failure, e.g. a missing ``cli:`` command; set by the harness:
+    escaped, disk_limit). ``flags``: problems the agent reported about its inputs.
+    ``structured``: the agent lists in each step the input files it used (scripted and tool
+    agents); otherwise the harness searches the free-form output for decoy names."""
 
     agent: str
     task_id: str
@@ -264,10 +269,12 @@ class CommandAgent:
             proc = subprocess.Popen(argv, cwd=ws, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, preexec_fn=preexec)
         except OSError as exc:
-            trace.status, trace.error = "error", f"cannot start {argv[0]!r}: {exc}"
+            # a setup failure, not a measurement: the harness reports it as not started
+            trace.status, trace.error = "not_started", f"cannot start {argv[0]!r}: {exc}"
             return trace
         try:
-            out, _ = proc.communicate(timeout=timeout_s)
+            # inf = no limit (subprocess overflows on an infinite timeout)
+            out, _ = proc.communicate(timeout=timeout_s if math.isfinite(timeout_s) else None)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
@@ -279,23 +286,6 @@ class CommandAgent:
             trace.status, trace.error = "error", f"exit status {proc.returncode}"
         trace.seconds = time.perf_counter() - t0
         return trace
-
-
-def make_agent(name: str, **kw: Any) -> AgentHarness:
-    """``correct``/``naive``/``robust`` (scripted), ``llm`` (transformers tool agent),
-    ``cli:<command line>`` (command agent)."""
-    if name in POLICIES:
-        return ScriptedAgent(name, backend=kw.get("backend", "auto"))
-    if name == "llm":
-        from icml_bioagent_bench.llm_agent import TransformersToolAgent
-
-        return TransformersToolAgent(**{k: v for k, v in kw.items() if k != "backend"})
-    if name.startswith("cli:"):
-        import shlex
-
-        return CommandAgent(shlex.split(name[4:]), name="cli")
-    raise ValueError(f"unknown agent {name!r}: use correct, naive, robust, llm or "
-                     "cli:<command line>")
 
 
 def trace_json(trace: Trace) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import zlib
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -177,7 +178,8 @@ def read_vcf(path: str | Path) -> list[Variant]:
                         out.append(Variant(f[0], int(f[1]), f[3].upper(), alt.upper()))
             if not saw_header:
                 raise ValueError(f"{path.name}: no #CHROM header line")
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+        # zlib.error: a gzip whose compressed body is damaged (not an OSError)
         raise ValueError(f"{path.name}: unreadable VCF ({exc})") from None
     return out
 

@@ -1,4 +1,5 @@
-"""Typed configs, one per capability. Field names are the CLI's --set keys."""
+"""Typed configs, one per capability. Field names are the CLI's --set keys. ``Limits`` (the
+``limits.*`` section) is what ``run_agent`` and ``evaluate_suite`` take, as it is."""
 
 from __future__ import annotations
 
@@ -11,13 +12,27 @@ CONDITIONS = ("clean", "corrupt", "decoy", "bloat")
 BACKENDS = ("auto", "pypi", "debian", "builtin")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Per-run limits (the official suite: under 4 h and 48 GB RAM per task; ours are
+    scaled to the toy tasks). ``inf`` means no limit."""
+
+    time_s: float = option(120.0, help="wall-clock limit per agent run (seconds; inf = no "
+                           "limit)", gt=0)
+    disk_mb: float = option(200.0, help="disk limit per workspace (MB; inf = no limit)", gt=0)
+
+    def __post_init__(self) -> None:
+        if not self.time_s > 0 or not self.disk_mb > 0:  # NaN fails too
+            raise ValueError(f"limits must be positive numbers or inf (time_s={self.time_s}, "
+                             f"disk_mb={self.disk_mb})")
+
+
 @dataclass
 class _Common:
     backend: str = option("auto", help="tools of the reference pipelines: auto (PyPI pysam/"
                           "mappy, else Debian, else built-in), pypi, debian (bwa, samtools, "
                           "bcftools, salmon, kraken2) or builtin (pure Python)", choices=BACKENDS)
-    time_limit_s: float = option(120.0, help="wall-clock limit per agent run (seconds)", gt=0)
-    disk_limit_mb: float = option(200.0, help="disk limit per workspace (MB)", gt=0)
+    limits: Limits = option(default_factory=Limits, help="per-run limits (time, disk)")
     judge: str = option("rule", help="pipeline judge: rule (artifact tree) or llm (the "
                         "official schema, answered by llm_model)", choices=("rule", "llm"))
     llm_model: str = option("smollm2-135m-instruct", help="model of the llm agent/judge: a "

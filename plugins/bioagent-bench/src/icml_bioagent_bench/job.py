@@ -10,21 +10,15 @@ import icml
 from icml_bioagent_bench.config import EvaluateConfig, InferConfig
 
 
-def _limits(cfg: Any) -> Any:
-    from icml_bioagent_bench.workspace import Limits
-
-    return Limits(time_s=cfg.time_limit_s, disk_mb=cfg.disk_limit_mb)
-
-
-def _llm_kwargs(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
+def _llm_kwargs(ctx: icml.RunContext, cfg: EvaluateConfig | InferConfig) -> dict[str, Any]:
     return {"model_name": cfg.llm_model, "max_turns": cfg.llm_max_turns,
             "max_new_tokens": cfg.llm_max_new_tokens, "json_prefix": cfg.llm_json_prefix,
             "device": ctx.torch_device(),
             "dtype": ctx.torch_dtype(), "backend": cfg.backend}
 
 
-def _agents(ctx: icml.RunContext, cfg: Any, names: list[str]) -> list[Any]:
-    from icml_bioagent_bench.agents import make_agent
+def _agents(ctx: icml.RunContext, cfg: EvaluateConfig | InferConfig, names: list[str]) -> list[Any]:
+    from icml_bioagent_bench.factory import make_agent
 
     out = []
     for n in names:
@@ -36,7 +30,7 @@ def _agents(ctx: icml.RunContext, cfg: Any, names: list[str]) -> list[Any]:
     return out
 
 
-def _judge(ctx: icml.RunContext, cfg: Any) -> Any:
+def _judge(ctx: icml.RunContext, cfg: EvaluateConfig | InferConfig) -> Any:
     from icml_bioagent_bench.judge import LLMJudge, RuleJudge, transformers_generator
 
     if cfg.judge == "rule":
@@ -51,7 +45,7 @@ def _judge(ctx: icml.RunContext, cfg: Any) -> Any:
     return LLMJudge(transformers_generator(model, tok, prefix=prefix))
 
 
-def _check_tools(cfg: Any) -> None:
+def _check_tools(cfg: EvaluateConfig | InferConfig) -> None:
     from icml_bioagent_bench.tools import STAGES, ToolMissingError, resolve
 
     try:
@@ -62,7 +56,18 @@ def _check_tools(cfg: Any) -> None:
         raise icml.ConfigError(f"backend={cfg.backend}: {exc}") from None
 
 
-def _task_kwargs(cfg: Any) -> dict[str, dict[str, Any]]:
+def _count_calls(ctx: icml.RunContext, records: list[Any]) -> None:
+    """One call per agent run: a run whose agent could not even start (a ``cli:`` command that
+    does not exist) is a failed call, so a job where no agent started is a failed run, not a
+    measured score of zero."""
+    for r in records:
+        if r.status == "not_started":
+            ctx.call_failed(f"agent {r.agent}: {r.trace.get('error', 'not started')}")
+        else:
+            ctx.call_ok()
+
+
+def _task_kwargs(cfg: EvaluateConfig | InferConfig) -> dict[str, dict[str, Any]]:
     return {"variant-calling": {"genome_len": cfg.genome_len, "coverage": cfg.coverage}}
 
 
@@ -88,9 +93,10 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
                            task_kwargs=_task_kwargs(cfg), timings=gen_t)
     sandbox = ctx.out_dir / "workspaces"
     t0 = time.perf_counter()
-    records = evaluate_suite(suite, agents, sandbox, limits=_limits(cfg), judge=judge,
+    records = evaluate_suite(suite, agents, sandbox, limits=cfg.limits, judge=judge,
                              progress=lambda it: ctx.progress(it, desc="agents x tasks"))
     run_t = time.perf_counter() - t0
+    _count_calls(ctx, records)
     # stability: repeated clean runs in fresh workspaces
     stab_rows, stab_metrics = [], {}
     if cfg.trials > 1 and "clean" in cfg.conditions:
@@ -102,7 +108,7 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
                     from icml_bioagent_bench.harness import run_agent
 
                     rec = run_agent(suite[(tid, "clean")], agent, sandbox,
-                                    run_id=f"{tid}-clean-{agent.name}-t{t}", limits=_limits(cfg),
+                                    run_id=f"{tid}-clean-{agent.name}-t{t}", limits=cfg.limits,
                                     judge=judge)
                     dirs.append(rec.workspace)
                 s = stability(tid, [f"{d}/results" for d in dirs])
@@ -174,33 +180,17 @@ def _notes(records: list[Any], tools: dict[str, bool]) -> str:
 
 
 def _heatmap(ctx: icml.RunContext, rows: list[list[Any]]) -> str | None:
-    try:
-        import matplotlib
+    from icml.report import heatmap
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
     agents = sorted({r[0] for r in rows})
     conds = [c for c in ("clean", "corrupt", "decoy", "bloat") if any(r[1] == c for r in rows)]
-    import numpy as np
-
-    M = np.full((len(agents), len(conds)), np.nan)
+    cells = [[float("nan")] * len(conds) for _ in agents]
     for r in rows:
-        M[agents.index(r[0]), conds.index(r[1])] = r[6]
-    fig, ax = plt.subplots(figsize=(1.4 * len(conds) + 2, 0.6 * len(agents) + 1.5))
-    im = ax.imshow(M, vmin=0, vmax=100, cmap="viridis")
-    ax.set_xticks(range(len(conds)), conds)
-    ax.set_yticks(range(len(agents)), agents)
-    for i in range(len(agents)):
-        for j in range(len(conds)):
-            ax.text(j, i, f"{M[i, j]:.0f}", ha="center", va="center", color="w")
-    ax.set_title("success % per agent and condition")
-    fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(ctx.path("success_heatmap.png"), dpi=100)
-    plt.close(fig)
-    return "success_heatmap.png"
+        if r[1] in conds:
+            cells[agents.index(r[0])][conds.index(r[1])] = r[6]
+    png = heatmap(ctx.path("success_heatmap.png"), cells, rows=agents, cols=conds,
+                  title="success % per agent and condition", label="success %", fmt=".0f")
+    return "success_heatmap.png" if png else None
 
 
 def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
@@ -217,8 +207,9 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
                            bloat_words=cfg.bloat_words, task_kwargs=_task_kwargs(cfg))
     task = suite[(cfg.task, cfg.condition)]
     with ctx.step(f"running {agent.name}"):
-        rec = run_agent(task, agent, ctx.out_dir / "workspaces", limits=_limits(cfg),
+        rec = run_agent(task, agent, ctx.out_dir / "workspaces", limits=cfg.limits,
                         judge=judge)
+    _count_calls(ctx, [rec])
     Workspace(rec.workspace, task).unfreeze()  # kept for inspection
     a = rec.assessment
     rows = [["status", rec.status], ["results_match", rec.results_match],

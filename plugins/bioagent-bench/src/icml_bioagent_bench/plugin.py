@@ -5,6 +5,8 @@ from __future__ import annotations
 import icml
 from icml_bioagent_bench.config import EvaluateConfig, InferConfig
 
+CONFIGS = {"evaluate": EvaluateConfig, "infer": InferConfig}
+
 BIBTEX = """@article{fa2026bioagentbench,
   title   = {BioAgent Bench: An AI Agent Evaluation Suite for Bioinformatics},
   author  = {Fa, Dionizije and Culjak, Marko and Pandza, Bruno and Cupic, Mateo},
@@ -23,8 +25,8 @@ def icml_plugin_info() -> icml.PluginInfo:
         paper=icml.Paper(title="BioAgent Bench: An AI Agent Evaluation Suite for "
                          "Bioinformatics", url="https://arxiv.org/abs/2601.21800",
                          authors="Fa, Culjak, Pandza, Cupic", bibtex=BIBTEX),
-        capabilities=("evaluate", "infer"),
-        configs={"evaluate": EvaluateConfig, "infer": InferConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,
     )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -182,7 +183,12 @@ def score_results(task_id: str, results_dir: str | Path, truth_dir: str | Path) 
     results = Path(results_dir)
     if not results.is_dir():
         return ScoreResult(False, {}, [f"{results} does not exist"], [])
-    out = SCORERS[task_id](results, Path(truth_dir))
+    try:
+        out = SCORERS[task_id](results, Path(truth_dir))
+    except (ValueError, OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+        # an agent's damaged file (or a truth file that cannot be read) is a problem line
+        files = [p.name for p in sorted(results.rglob("*")) if p.is_file()]
+        return ScoreResult(False, {}, [f"unreadable result: {exc}"], files)
     if not out.files and not out.problems:
         out.problems.append("no result file in results/")
     return out

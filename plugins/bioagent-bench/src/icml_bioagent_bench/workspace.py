@@ -8,26 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
+from icml_bioagent_bench.config import Limits
 from icml_bioagent_bench.task import BioTask
 
 ISSUES_FILE = "input_issues.txt"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-run limits (the official suite: under 4 h and 48 GB RAM per task; ours are
-    scaled to the toy tasks)."""
-
-    time_s: float = 120.0
-    disk_mb: float = 200.0
-
-    def __post_init__(self) -> None:
-        if self.time_s <= 0 or self.disk_mb <= 0:
-            raise ValueError(f"limits must be positive (time_s={self.time_s}, "
-                             f"disk_mb={self.disk_mb})")
+__all__ = ["ISSUES_FILE", "Limits", "Workspace"]  # Limits: the config section, re-exported
 
 
 class Workspace:

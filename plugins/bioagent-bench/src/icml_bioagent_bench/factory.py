@@ -1,0 +1,26 @@
+"""Agents by name: the one place that knows every agent class. It imports ``agents`` and
+(lazily) ``llm_agent``; neither imports it, so the modules form no cycle."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from icml_bioagent_bench.agents import POLICIES, AgentHarness, CommandAgent, ScriptedAgent
+
+__all__ = ["make_agent"]
+
+
+def make_agent(name: str, **kw: Any) -> AgentHarness:
+    """``correct``/``naive``/``robust`` (scripted), ``llm`` (transformers tool agent),
+    ``cli:<command line>`` (command agent)."""
+    if name in POLICIES:
+        return ScriptedAgent(name, backend=kw.get("backend", "auto"))
+    if name == "llm":
+        from icml_bioagent_bench.llm_agent import TransformersToolAgent
+
+        return TransformersToolAgent(**{k: v for k, v in kw.items() if k != "backend"})
+    if name.startswith("cli:"):
+        return CommandAgent(shlex.split(name[4:]), name="cli")
+    raise ValueError(f"unknown agent {name!r}: use correct, naive, robust, llm or "
+                     "cli:<command line>")
