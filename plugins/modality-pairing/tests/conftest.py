@@ -6,11 +6,6 @@ import pytest
 import torch
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
 @pytest.fixture
 def tiny_mm():
     """A tiny two-modality problem: data dict-batches and a float64 late-fusion MLP."""

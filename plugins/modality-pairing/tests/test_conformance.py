@@ -13,3 +13,7 @@ class TestConformance(PluginConformance):
         "differentiate": {"n_train": 100, "epochs": 1, "n_test": 50, "width": 3, "hidden": 3,
                           "power_iters": 20, "lanczos_iters": 10, "trace_samples": 4},
     }
+    # the config is the API (issue 48): the train config is the Settings run_arm takes
+    api = {"train:": "icml_modality_pairing.experiment:Settings"}
+    probe_values = {"regimes": ["100x2"], "arms": ["fixed"]}
+    shape_checks = True

@@ -9,10 +9,9 @@ Public API (torch is imported on first use, not at import time)::
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from icml.lazy import lazy_exports
 
-__version__ = "0.1.1"
+__version__ = "0.1.2"
 
 _EXPORTS = {
     # stochastic modality pairing
@@ -27,7 +26,8 @@ _EXPORTS = {
     # training loop and experiment
     "train_model": "training", "accuracy": "training", "cross_entropy_loss": "training",
     "heldout_batches": "training", "exact_pairing_loss": "training",
-    "ARMS": "training",
+    "ARMS": "training", "Settings": "config", "TrainConfig": "config",
+    "run_arm": "experiment", "make_data": "experiment",
     # sharpness suite
     "Objective": "objective", "as_batch_loss": "objective", "SharpnessError": "objective",
     "hvp": "hessian", "hessian_top_eigenvalue": "hessian", "hessian_trace": "hessian",
@@ -43,14 +43,4 @@ _EXPORTS = {
     "smoothed_abs_curvature": "smoothing",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: keep `import icml_modality_pairing` light
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'icml_modality_pairing' has no attribute {name!r}")
-    return getattr(import_module(f"icml_modality_pairing.{_EXPORTS[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

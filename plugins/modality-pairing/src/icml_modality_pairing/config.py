@@ -1,5 +1,7 @@
-"""Typed configs, one per capability. Field names are the CLI's --set keys and match the Python
-API's keyword arguments (p_stochastic, fusion, power_iters, tol, rho, sigma, ...)."""
+"""Typed configs, one per capability. :class:`Settings` is what the experiment's functions take
+and :class:`TrainConfig` extends it, so each default is written once; field names are the CLI's
+--set keys and match the Python API's keyword arguments (p_stochastic, fusion, power_iters, tol,
+rho, sigma, ...)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,11 @@ SCHEDULES = ("cosine", "constant")
 
 
 @dataclass
-class TrainConfig:
-    regimes: list[str] = option(["2000x15", "400x150"], help="regimes '<n_train>x<epochs>': "
-                                "moderate data and short training, small data and long training")
-    seeds: int = option(3, help="seeds per regime and arm (seed, seed+1, ...)", ge=1)
-    arms: list[str] = option(["unimodal", "fixed", "stochastic"], help="arms to train: "
-                             "unimodal (anchor modality only), fixed, stochastic pairing, "
-                             "unimodal_b (the other modality only)")
+class Settings:
+    """Data, model, optimiser and measurement settings shared by all arms: what
+    :func:`~icml_modality_pairing.experiment.run_arm` and
+    :func:`~icml_modality_pairing.experiment.make_data` take (the train job's config is one)."""
+
     p_stochastic: float = option(1.0, help="probability of a random same-class partner in the "
                                  "stochastic arm (0 = fixed pairing)", ge=0, le=1)
     n_test: int = option(1000, help="held-out samples (accuracy and sharpness)", ge=1)
@@ -48,6 +48,19 @@ class TrainConfig:
     rho: float = option(0.05, help="radius of the ε-sharpness ascent step", ge=0)
     sigma: float = option(0.05, help="relative std of the Gaussian perturbation", ge=0)
     gauss_samples: int = option(20, help="draws for the Gaussian-perturbation sharpness", ge=1)
+
+
+@dataclass
+class TrainConfig(Settings):
+    """The default job: regimes x seeds x arms, each arm trained and measured with the
+    :class:`Settings` this config extends (``run_arm(arm, n, epochs, seed, config)``)."""
+
+    regimes: list[str] = option(["2000x15", "400x150"], help="regimes '<n_train>x<epochs>': "
+                                "moderate data and short training, small data and long training")
+    seeds: int = option(3, help="seeds per regime and arm (seed, seed+1, ...)", ge=1)
+    arms: list[str] = option(["unimodal", "fixed", "stochastic"], help="arms to train: "
+                             "unimodal (anchor modality only), fixed, stochastic pairing, "
+                             "unimodal_b (the other modality only)")
     landscape_steps: int = option(21, help="points of the 1-D filter-normalised slice (0: "
                                   "no plot)", ge=0)
     landscape_span: float = option(1.0, help="half-width of the slices in filter-normalised "

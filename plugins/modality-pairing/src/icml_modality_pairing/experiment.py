@@ -4,6 +4,7 @@ Used by the ``train`` hook and the benchmark."""
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from icml_modality_pairing.config import Settings
 from icml_modality_pairing.data import Standardizer, make_synthetic
 from icml_modality_pairing.sharpness import sharpness_report
 from icml_modality_pairing.training import (
@@ -45,35 +47,6 @@ class ArmRun:
     test: Any = None
 
 
-@dataclass
-class Settings:
-    """Data, model, optimiser and measurement settings shared by all arms (see the config)."""
-
-    n_test: int = 1000
-    n_classes: int = 4
-    dim: int = 16
-    mean_scale: float = 0.6
-    noise: float = 2.0
-    shared_noise: float = 0.0
-    label_noise: float = 0.0
-    p_stochastic: float = 1.0
-    fusion: str = "add"
-    width: int = 64
-    hidden: int = 64
-    batch_size: int = 50
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    schedule: str = "cosine"
-    eig_method: str = "lanczos"
-    power_iters: int = 100
-    tol: float = 1e-4
-    trace_samples: int = 16
-    rho: float = 0.05
-    sigma: float = 0.05
-    gauss_samples: int = 20
-
-
 def make_data(n_train: int, s: Settings, seed: int) -> tuple[Any, Any]:
     """Standardised train/held-out splits (statistics from the training split)."""
     train, test = make_synthetic(n_train, s.n_test, n_classes=s.n_classes, dims=(s.dim, s.dim),
@@ -84,9 +57,24 @@ def make_data(n_train: int, s: Settings, seed: int) -> tuple[Any, Any]:
     return st(train), st(test)
 
 
+METRICS = ("accuracy", "lambda_max", "trace", "eps_sharpness", "gauss_sharpness",
+           "heldout_loss", "train_loss", "train_s", "sharpness_s", "lambda_max_converged")
+
+
+def diverged(model: Any, losses: Sequence[float]) -> bool:
+    """Whether training diverged: a non-finite training loss or parameter."""
+    if losses and not math.isfinite(losses[-1]):
+        return True
+    return any(not bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
 def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
             device: Any = None, dtype: Any = None, keep_model: bool = False) -> ArmRun:
-    """Train ``arm`` on the regime's data for ``seed`` and measure it on held-out data."""
+    """Train ``arm`` on the regime's data for ``seed`` and measure it on held-out data.
+
+    A run whose training diverged (a non-finite loss or weight, e.g. ``lr=1e30``) is a result,
+    not an error: its measurements are NaN and ``metrics["diverged"]`` is 1 (the sharpness suite,
+    which refuses a NaN loss, is skipped; no model is kept)."""
     train, test = make_data(n_train, s, seed)
     torch.manual_seed(seed)
     model = build_arm_model(arm, train, width=s.width, hidden=s.hidden, fusion=s.fusion)
@@ -94,6 +82,12 @@ def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
     hist = train_model(model, train, p_stochastic=p, epochs=epochs, batch_size=s.batch_size,
                        lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay,
                        schedule=s.schedule, seed=seed, device=device, dtype=dtype)
+    if diverged(model, hist.losses):
+        nan = float("nan")
+        metrics = {k: nan for k in METRICS}
+        metrics.update(train_loss=hist.losses[-1] if hist.losses else nan,
+                       train_s=hist.seconds, diverged=1.0)
+        return ArmRun(f"{n_train}x{epochs}", arm, seed, metrics)
     acc = accuracy(model, test, device=device, dtype=dtype)
     t0 = time.perf_counter()
     rep = sharpness_report(model, cross_entropy_loss,
@@ -105,7 +99,7 @@ def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
                "eps_sharpness": rep.eps_sharpness, "gauss_sharpness": rep.gauss_sharpness,
                "heldout_loss": rep.loss, "train_loss": hist.losses[-1],
                "train_s": hist.seconds, "sharpness_s": time.perf_counter() - t0,
-               "lambda_max_converged": float(rep.lambda_max_converged)}
+               "lambda_max_converged": float(rep.lambda_max_converged), "diverged": 0.0}
     return ArmRun(f"{n_train}x{epochs}", arm, seed, metrics,
                   model if keep_model else None, test if keep_model else None)
 
@@ -132,7 +126,8 @@ def run_regimes(regimes: Sequence[str], seeds: Sequence[int], s: Settings, *,
 
 
 def summarize(runs: Sequence[ArmRun], metric: str) -> dict[tuple[str, str], tuple[float, float]]:
-    """``(regime, arm) -> (mean, sample std)`` of ``metric`` over seeds."""
+    """``(regime, arm) -> (mean, sample std)`` of ``metric`` over seeds (NaN when a seed
+    diverged)."""
     groups: dict[tuple[str, str], list[float]] = {}
     for r in runs:
         groups.setdefault((r.regime, r.arm), []).append(r.metrics[metric])

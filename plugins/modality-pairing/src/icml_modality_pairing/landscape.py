@@ -97,18 +97,6 @@ def loss_landscape_2d(model: Any, loss_fn: Any = None, batches: Any = None, *,
     return grid, grid, Z
 
 
-def _pyplot():  # noqa: ANN202
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("matplotlib is not installed; skipping plot (pip install matplotlib)")
-        return None
-    return plt
-
-
 def plot_landscape_1d(path: str | Path,
                       curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], *,
                       title: str = "filter-normalised 1-D loss slice") -> Path | None:
@@ -124,29 +112,30 @@ def plot_landscape_2d(path: str | Path,
                       surfaces: Mapping[str, tuple[Sequence[float], Sequence[float],
                                                    Sequence[Sequence[float]]]], *,
                       title: str = "filter-normalised 2-D loss slices") -> Path | None:
-    """Contour panels, one per ``name -> (alphas, betas, Z)``, on a shared colour scale."""
-    plt = _pyplot()
-    if plt is None:
-        return None
-    names = list(surfaces)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names) + 1, 3.8), dpi=110,
-                             squeeze=False, constrained_layout=True)
-    lo = min(min(min(r) for r in s[2]) for s in surfaces.values())
-    hi = max(max(max(r) for r in s[2]) for s in surfaces.values())
+    """Contour panels, one per ``name -> (alphas, betas, Z)``, on a shared colour scale
+    (drawn through :func:`icml.report.figure`; None without matplotlib)."""
     import numpy as np
 
+    from icml.report import figure
+
+    names = list(surfaces)
+    lo = min(min(min(r) for r in s[2]) for s in surfaces.values())
+    hi = max(max(max(r) for r in s[2]) for s in surfaces.values())
     levels = np.linspace(lo, hi, 21) if hi > lo else 21
-    cs = None
-    for ax, name in zip(axes[0], names, strict=True):
-        a, b, Z = surfaces[name]
-        cs = ax.contourf(a, b, np.asarray(Z), levels=levels, cmap="viridis")
-        ax.contour(a, b, np.asarray(Z), levels=levels, colors="k", linewidths=0.3)
-        ax.set(title=name, xlabel="α", ylabel="β")
-    if cs is not None:
-        fig.colorbar(cs, ax=list(axes[0]), shrink=0.9, label="held-out loss")
-    fig.suptitle(title)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p)
-    plt.close(fig)
+    with figure(p, 1, len(names), figsize=(4.2 * len(names) + 1, 3.8)) as axes:
+        if axes is None:
+            return None
+        axes = np.atleast_1d(axes)
+        cs = None
+        for ax, name in zip(axes, names, strict=True):
+            a, b, Z = surfaces[name]
+            cs = ax.contourf(a, b, np.asarray(Z), levels=levels, cmap="viridis")
+            ax.contour(a, b, np.asarray(Z), levels=levels, colors="k", linewidths=0.3)
+            ax.set(title=name, xlabel="α", ylabel="β")
+        fig = axes[0].figure
+        if cs is not None:
+            fig.colorbar(cs, ax=axes[-1], shrink=0.9, label="held-out loss")
+        fig.suptitle(title)
     return p

@@ -105,11 +105,35 @@ def save_model(model: nn.Module, path, **extra) -> None:  # noqa: ANN001
 
 
 def load_model(path, map_location="cpu") -> tuple[nn.Module, dict]:  # noqa: ANN001
-    """Load what :func:`save_model` wrote: ``(model, extra metadata)``."""
-    blob = torch.load(path, map_location=map_location, weights_only=True)
+    """Load what :func:`save_model` wrote: ``(model, extra metadata)``.
+
+    A missing, empty, garbled or foreign file raises ``ValueError`` in one line naming the file
+    and what was expected (not torch's ``weights_only`` paragraph)."""
+    from pathlib import Path
+
+    p = Path(path)
+    want = "expected a model.pt written by save_model() (`icml run modality-pairing` train)"
+    if not p.exists():
+        raise ValueError(f"'{p}' does not exist; {want}")
+    if p.is_dir():
+        raise ValueError(f"'{p}' is a folder; {want}")
+    if p.stat().st_size == 0:
+        raise ValueError(f"'{p}' is empty; {want}")
+    try:
+        blob = torch.load(p, map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - pickle/zip/torch errors: one line, the type only
+        # (torch's message is a paragraph about weights_only, which is not the problem here)
+        raise ValueError(f"'{p}' is not a readable torch checkpoint ({type(exc).__name__}); "
+                         f"{want}") from None
     if not isinstance(blob, dict) or "arch" not in blob or "state_dict" not in blob:
-        raise ValueError(f"{path} is not a model saved by icml_modality_pairing.save_model")
-    model = build_model(blob["arch"])
-    model.load_state_dict(blob["state_dict"])
+        raise ValueError(f"'{p}' is not a model saved by icml_modality_pairing.save_model "
+                         f"(no 'arch'/'state_dict'); {want}")
+    try:
+        model = build_model(blob["arch"])
+        model.load_state_dict(blob["state_dict"])
+    except Exception as exc:  # noqa: BLE001 - a damaged or edited checkpoint
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].rstrip(".")
+        raise ValueError(f"'{p}': its weights do not fit its architecture ({first[:160]}); "
+                         f"{want}") from None
     extra = {k: v for k, v in blob.items() if k not in ("arch", "state_dict")}
     return model, extra
