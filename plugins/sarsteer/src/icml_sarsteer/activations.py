@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from icml_sarsteer.layers import find_decoder_layers, resolve_layers
+from icml_sarsteer.layers import find_decoder_layers, residual_maps, resolve_layers
+
+READER = "sarsteer: activation reads"
 
 
 def _hidden(output: Any) -> Any:
@@ -16,16 +18,24 @@ def _hidden(output: Any) -> Any:
 def last_position_hidden(model: Any, inputs: dict[str, Any], layers: str | Sequence[int] = "all",
                          layer_path: str | None = None) -> Any:
     """Run ``model(**inputs)`` once (no grad) and return ``[B, L, D]`` float32 on the CPU: the
-    output of each chosen decoder layer at the last position (use left padding for batches)."""
+    output of each chosen decoder layer at the last position (use left padding for batches).
+    On a model whose residual basis a producer changed (``icml.compose``) the states are mapped
+    to the original basis (``to_original``), or refused when the producer gives no map."""
     import torch
+
+    from icml.compose import to_original
 
     _, mods = find_decoder_layers(model, layer_path)
     ids = resolve_layers(layers, len(mods))
+    owner = residual_maps(model, READER)
     store: dict[int, Any] = {}
     handles = []
     for i in ids:
         def hook(module: Any, args: Any, output: Any, i: int = i) -> None:
-            store[i] = _hidden(output)[..., -1, :].detach().float().cpu()
+            h = _hidden(output)
+            if owner is not None:
+                h = to_original(owner, h, i + 1, reader=READER)
+            store[i] = h[..., -1, :].detach().float().cpu()
         handles.append(mods[i].register_forward_hook(hook))
     try:
         with torch.no_grad():

@@ -25,6 +25,10 @@ class _Data:
 
 @dataclass
 class _Model:
+    model: str = option("", help="text decoder of the toy audio-LM: packaged name | local HF "
+                        "folder | previous run folder (icml.compose.load_model; its tokenizer "
+                        "is used, and it is trained with the audio tower as configured); "
+                        "empty = a tiny decoder from arch/hidden_size/num_layers")
     arch: str = option("qwen2", help="text decoder family of the toy Qwen2-Audio-style model",
                        choices=("qwen2", "llama"))
     hidden_size: int = option(64, help="text decoder width", ge=8)
@@ -79,9 +83,15 @@ class _Eval:
 
 
 def _check_layers(cfg: _Steer) -> None:
+    from icml.compose import is_model_spec
     from icml_sarsteer.layers import resolve_layers
 
-    resolve_layers(cfg.layers, getattr(cfg, "num_layers", 10**6))
+    model = getattr(cfg, "model", "")
+    if model and not is_model_spec(model):
+        raise ValueError(f"model={model!r} is neither a packaged model name nor an existing "
+                         "folder (a local HF folder or a previous run folder)")
+    # a loaded model's depth is checked once it is loaded (fit_defenses)
+    resolve_layers(cfg.layers, 10**6 if model else getattr(cfg, "num_layers", 10**6))
 
 
 @dataclass

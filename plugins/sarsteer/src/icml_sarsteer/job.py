@@ -25,7 +25,14 @@ def build_and_train(ctx: icml.RunContext, cfg: Any) -> tuple[Any, Any, Any, dict
         bench = make_benchmark(cfg.n_fit, cfg.n_eval, seed=ctx.seed, backend=cfg.audio_backend)
     t1 = time.perf_counter()
     tcfg = ToyLALMConfig(arch=cfg.arch, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers)
-    model, prompt = build_toy_lalm(tcfg, seed=ctx.seed, device=ctx.torch_device())
+    lm = tok = None
+    if cfg.model:
+        from icml.compose import load_model
+
+        with ctx.step(f"loading {cfg.model}"):
+            lm, tok = load_model(cfg.model, device=ctx.torch_device())
+    model, prompt = build_toy_lalm(tcfg, seed=ctx.seed, device=ctx.torch_device(),
+                                   language_model=lm, tokenizer=tok)
     losses = train_toy_lalm(model, prompt, bench, steps=cfg.train_steps, lr=cfg.train_lr,
                             batch_size=cfg.train_batch, seed=ctx.seed, exp=cfg.exp,
                             audio_safety_frac=cfg.audio_safety_frac,
@@ -42,7 +49,7 @@ def fit_defenses(model: Any, prompt: Any, bench: Any, cfg: Any, names: list[str]
     """Fit the named defenses; the audio activations are recorded once and shared."""
     from icml_sarsteer.activations import collect_activations
     from icml_sarsteer.baselines import make_defense
-    from icml_sarsteer.layers import find_decoder_layers, resolve_layers
+    from icml_sarsteer.layers import find_decoder_layers, hidden_size, resolve_layers
 
     _, mods = find_decoder_layers(model)
     try:
@@ -52,9 +59,10 @@ def fit_defenses(model: Any, prompt: Any, bench: Any, cfg: Any, names: list[str]
     if cfg.lam != 0 and cfg.k > cfg.n_fit:
         raise icml.ConfigError(f"config key 'k': k={cfg.k} exceeds n_fit={cfg.n_fit} benign "
                                "samples; lower k or raise n_fit")
-    if cfg.k > cfg.hidden_size:
-        raise icml.ConfigError(f"config key 'k': k={cfg.k} exceeds hidden_size="
-                               f"{cfg.hidden_size}")
+    dim = hidden_size(model)
+    if cfg.k > dim:
+        raise icml.ConfigError(f"config key 'k': k={cfg.k} exceeds the text decoder's hidden "
+                               f"size {dim}")
     kw = dict(alpha=cfg.alpha, k=cfg.k, lam=cfg.lam, layers=ids, exp=cfg.exp,
               position=cfg.position, contrast=cfg.llm_contrast)
     defenses = {n: make_defense(n, **kw) for n in names}

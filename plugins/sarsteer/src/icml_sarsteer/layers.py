@@ -87,3 +87,32 @@ def resolve_layers(spec: str | int | Sequence[int], num_layers: int) -> list[int
     if not out:
         raise ValueError("layers is empty: name at least one layer or use 'all'")
     return sorted(set(out))
+
+
+# -- composition (icml.compose): models whose residual basis a producer changed ---------------
+def compose_owner(model: Any) -> Any:
+    """The object carrying ``icml.compose`` transform marks: the model itself, or the text
+    decoder of an audio/vision wrapper (``language_model``) that a producer transformed."""
+    from icml.compose import transforms
+
+    for path in ("", "language_model", "model.language_model"):
+        obj = _get(model, path) if path else model
+        if obj is not None and transforms(obj):
+            return obj
+    return model
+
+
+def residual_maps(model: Any, reader: str) -> Any:
+    """``None`` for a model in its original basis; else the object whose ``icml.compose``
+    maps the reads/writes go through (the output of decoder layer ``l`` is the residual stream
+    at index ``l + 1``). A basis-changing transform without maps is refused here, before any
+    forward pass, with one line naming the pair (``require_original_basis``)."""
+    from icml.compose import require_original_basis, transforms
+
+    owner = compose_owner(model)
+    changers = [t for t in transforms(owner) if t.changes_residual_basis]
+    if not changers:
+        return None
+    if any(not t.maps for t in changers):
+        require_original_basis(owner, reader)
+    return owner

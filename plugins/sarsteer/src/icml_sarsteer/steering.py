@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icml_sarsteer.layers import find_decoder_layers, hidden_size, resolve_layers
+from icml_sarsteer.layers import find_decoder_layers, hidden_size, residual_maps, resolve_layers
 from icml_sarsteer.refusal import DEFAULT_INSTRUCTION, refusal_text, with_refusal
 
 FORMAT_VERSION = 1
@@ -41,15 +41,23 @@ def steering_hooks(model: Any, vectors: dict[int, Any], *, alpha: float = 0.1,
             raise ValueError(f"steering vector for layer {i} has size {v.shape[-1]} but the "
                              f"model's hidden size is {dim}: these vectors were fitted on "
                              "another model")
+    # a producer's re-based residual stream (icml.compose): steer in the original basis
+    owner = residual_maps(model, "sarsteer: steering vectors")
     handles = []
     try:
         for i, v in vectors.items():
             coef = float(alpha) * float((beta or {}).get(i, 1.0))
             cache: dict[tuple[Any, Any], Any] = {}
 
+            def delta_of(h: Any, v: Any = v, coef: float = coef) -> Any:
+                return (coef * v.float()).to(device=h.device)
+
             def hook(module: Any, args: Any, output: Any, v: Any = v, coef: float = coef,
-                     cache: dict = cache) -> Any:
+                     cache: dict = cache, i: int = i, delta_of: Any = delta_of) -> Any:
                 h = output[0] if isinstance(output, tuple) else output
+                if owner is not None:
+                    h = _steer_mapped(owner, h, i, delta_of(h), position)
+                    return (h, *output[1:]) if isinstance(output, tuple) else h
                 key = (h.device, h.dtype)
                 delta = cache.get(key)
                 if delta is None:
@@ -67,6 +75,21 @@ def steering_hooks(model: Any, vectors: dict[int, Any], *, alpha: float = 0.1,
     finally:
         for h in handles:
             h.remove()
+
+
+def _steer_mapped(owner: Any, h: Any, i: int, delta: Any, position: str) -> Any:
+    """Add ``delta`` (original basis) to the output ``h`` of decoder layer ``i`` of a model
+    whose residual basis a producer changed: map to the original basis (index ``i + 1``), add,
+    map back (exact for any invertible map, per-token state included)."""
+    from icml.compose import from_original, to_original
+
+    reader = "sarsteer: steering vectors"
+    x = to_original(owner, h, i + 1, reader=reader).clone()
+    if position == "last":
+        x[..., -1, :] += delta.to(x.dtype)
+    else:
+        x = x + delta.to(x.dtype)
+    return from_original(owner, x, i + 1, reader=reader).to(h.dtype)
 
 
 def hook_count(model: Any, layer_path: str | None = None) -> int:

@@ -1,0 +1,87 @@
+"""SARSteer on models other plugins produced (icml.compose, issue 50): activations are read and
+steering vectors added in the original residual basis (to_original / from_original), so on a
+function-preserving rotation the recorded activations and the steered logits equal the original
+model's; a basis change without maps is refused with one line; ``--set model=`` takes the text
+decoder from a previous run folder."""
+
+import copy
+import json
+
+import pytest
+import torch
+from icml_sarsteer.activations import last_position_hidden
+from icml_sarsteer.steering import steering_hooks
+
+from icml.compose import CompositionError, Transform, mark, save_model
+from icml.models import byte_tokenizer, tiny_causal_lm
+
+
+@torch.no_grad()
+def rotated(model, seed=0, maps=True):
+    """A function-preserving residual rotation h -> h Q (unit norm scales), marked."""
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(m.config.hidden_size, m.config.hidden_size, generator=g,
+                                       dtype=torch.float64))
+    q = q.to(m.lm_head.weight.dtype)
+    m.model.embed_tokens.weight.copy_(m.model.embed_tokens.weight @ q)
+    if not m.config.tie_word_embeddings:
+        m.lm_head.weight.copy_(m.lm_head.weight @ q)
+    for layer in m.model.layers:
+        a, f = layer.self_attn, layer.mlp
+        for lin in (a.q_proj, a.k_proj, a.v_proj, f.gate_proj, f.up_proj):
+            lin.weight.copy_(lin.weight @ q)
+        for lin in (a.o_proj, f.down_proj):
+            lin.weight.copy_(q.T @ lin.weight)
+    return mark(m, Transform("rotation", "test", preserves_function=True,
+                             changes_residual_basis=True,
+                             to_original=(lambda h, i: h @ q.T.to(h.dtype)) if maps else None,
+                             from_original=(lambda h, i: h @ q.to(h.dtype)) if maps else None))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_reads_and_steering_in_the_original_basis(arch):
+    model = tiny_causal_lm(arch, seed=2, num_layers=3, hidden_size=32, num_heads=4,
+                           num_kv_heads=2)
+    rot = rotated(model)
+    inputs = {"input_ids": torch.tensor([[3, 7, 11, 5, 9]])}
+    torch.testing.assert_close(last_position_hidden(rot, inputs),
+                               last_position_hidden(model, inputs), atol=1e-5, rtol=0)
+    g = torch.Generator().manual_seed(0)
+    vectors = {i: torch.randn(32, generator=g) for i in (0, 2)}
+    logits = []
+    for m in (model, rot):
+        with torch.no_grad(), steering_hooks(m, vectors, alpha=2.0):
+            logits.append(m(**inputs).logits)
+    torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=0)
+    # the same vectors added in the rotated basis (no map) steer somewhere else
+    plain = copy.copy(rot)
+    object.__setattr__(plain, "icml_transforms", [])
+    with torch.no_grad(), steering_hooks(plain, vectors, alpha=2.0):
+        wrong = plain(**inputs).logits
+    assert (wrong - logits[0]).abs().max() > 1e-2
+
+
+def test_basis_change_without_maps_refused():
+    model = tiny_causal_lm("llama", num_layers=2, hidden_size=32)
+    rot = rotated(model, maps=False)
+    with pytest.raises(CompositionError, match="sarsteer: activation reads.*rotation"):
+        last_position_hidden(rot, {"input_ids": torch.tensor([[1, 2]])})
+    with pytest.raises(CompositionError, match="sarsteer: steering vectors.*rotation"):
+        with steering_hooks(rot, {0: torch.zeros(32)}):
+            pass
+
+
+def test_text_decoder_from_previous_run_folder(tmp_path):
+    from icml.runner import run
+
+    lm = tiny_causal_lm("qwen2", seed=0, num_layers=2, hidden_size=32, num_heads=4,
+                        num_kv_heads=2)
+    folder = save_model(tmp_path / "producer", lm, byte_tokenizer(), producer="test")
+    (tmp_path / "producer" / "result.json").write_text(
+        json.dumps({"artifacts": {"model": str(folder)}}))
+    smoke = ["n_fit=8", "n_eval=4", "train_steps=2", "k=4", "audio_backend=tones",
+             "alphas=[]", f"model={tmp_path / 'producer'}"]
+    res = run("sarsteer", "evaluate", overrides=smoke, out=tmp_path / "run", device="cpu",
+              show_progress=False)
+    assert res.status == "ok", res.error
