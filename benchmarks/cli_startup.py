@@ -10,6 +10,7 @@ Writes ``benchmarks/results/cli_startup.json`` (``icml.results``; every clock co
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import subprocess
@@ -45,6 +46,7 @@ def main() -> None:
     from icml.results import Clock, make_table, write
 
     clock = Clock()
+    load0 = os.getloadavg()[0]
     n_plugins = len(entry_points(group="icml.plugins"))
     base = None
     rows = []
@@ -60,7 +62,9 @@ def main() -> None:
     command = "python benchmarks/cli_startup.py " + shlex.join(sys.argv[1:])
     path = write(args.results, [table], command=command.strip(), clock=clock,
                  tolerance={"median s": timing, "ratio vs bare python": timing},
-                 metrics={"plugins": n_plugins, "repeat": args.repeat})
+                 metrics={"plugins": n_plugins, "repeat": args.repeat},
+                 notes=f"load average at start {load0:.1f}, at end {os.getloadavg()[0]:.1f} "
+                 "(other work on the machine slows every row)")
     print("| command | median s | ratio vs bare python |\n|---|---|---|")
     for name, t, r in rows:
         print(f"| {name} | {t:.3f} | {r:.1f}x |")

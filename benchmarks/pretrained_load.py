@@ -97,6 +97,7 @@ def main() -> None:
     from icml.results import Clock, make_table, write
 
     clock = Clock()
+    load0 = os.getloadavg()[0]
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as cache:
         cold = load_in_fresh_process(args.model, cache)
@@ -136,7 +137,9 @@ def main() -> None:
                                                 "whole process s", "peak RSS MB", fwd,
                                                 "tokens/s")},
                  metrics={"cold_over_warm": cold["load_s"] / med["load_s"],
-                          "warm_over_baseline": med["load_s"] / base["load_s"]})
+                          "warm_over_baseline": med["load_s"] / base["load_s"]},
+                 notes=f"load average at start {load0:.1f}, at end {os.getloadavg()[0]:.1f} "
+                 "(other work on the machine slows every row)")
     print(f"cold / warm load_pretrained: {cold['load_s'] / med['load_s']:.0f}x; "
           f"warm / transformers baseline: {med['load_s'] / base['load_s']:.2f}x")
     print(f"results file: {path}")

@@ -29,6 +29,18 @@ def test_readme_tables_are_rendered_from_results_files(plugin: Path) -> None:
             f"{plugin.name}: pending tables need visible prose (**Pending**: ...) beside them"
 
 
+def test_root_readme_tables_are_rendered_from_the_core_benchmarks() -> None:
+    """The root README's measured tables come from benchmarks/results (`icml render core`)."""
+    rdir = ROOT / "benchmarks" / "results"
+    problems = R.readme_problems(ROOT / "README.md", rdir)
+    assert not problems, "\n".join(problems) + "\nfix: `icml render core`"
+    blocks = set(re.findall(r"<!-- results: ([\w.\-/]+)", (ROOT / "README.md").read_text()))
+    for path in sorted(rdir.glob("*.json")):
+        cmd = R.load(path)["command"]
+        assert cmd.startswith(("icml ", "python ", "python3 ")), path
+        assert path.name in blocks, f"{path.name} is not shown in the root README"
+
+
 @pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
 def test_results_files_are_well_formed(plugin: Path) -> None:
     rdir = plugin / "results"

@@ -162,7 +162,8 @@ def render_table(table: Mapping[str, Any]) -> str:
 def caption(data: Mapping[str, Any], file_name: str) -> str:
     """The line under a rendered table: the command that made it, where, and how long."""
     threads = data.get("threads")
-    bits = [f"`{data.get('command', '?')}`", f"results/{file_name}"]
+    where = file_name if "/" in file_name else f"results/{file_name}"
+    bits = [f"`{data.get('command', '?')}`", where]
     if data.get("cpu"):
         bits.append(str(data["cpu"]))
     if threads:
@@ -456,7 +457,8 @@ def render_readme(readme: str | Path, results_dir: str | Path | None = None, *,
         try:
             if file_name not in cache:
                 cache[file_name] = load(rdir / file_name)
-            body = render_block(cache[file_name], file_name, table)
+            shown = f"benchmarks/results/{file_name}" if _is_core_results(rdir) else file_name
+            body = render_block(cache[file_name], shown, table)
         except ResultsError as exc:
             problems.append(f"{path}: {head}: {exc}")
             return m.group(0)
