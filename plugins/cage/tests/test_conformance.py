@@ -6,3 +6,4 @@ class TestConformance(PluginConformance):
     smoke = {"evaluate": {"n_images": 3, "responders": ["oracle", "unfaithful"],
                           "n_bootstrap": 100},
              "train": {"n_images": 3}}
+    shape_checks = True

@@ -10,8 +10,7 @@ Imports are lazy: nothing heavy loads until a name is used.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from icml.lazy import lazy_exports
 
 # `evaluate` names both a submodule and the function users want. Bound lazily, the submodule
 # would win once imported (`from icml_cage import evaluate` gave the module); evaluate.py and
@@ -19,7 +18,7 @@ from typing import Any
 from icml_cage.evaluate import CageReport as CageReport
 from icml_cage.evaluate import evaluate as evaluate
 
-__version__ = "0.2.0"
+__version__ = "0.2.2"
 
 _EXPORTS = {
     "ChainSCM": "scm", "Node": "scm",
@@ -38,10 +37,6 @@ _EXPORTS = {
     "tiny_llava": "tiny_vlm", "tiny_qwen2vl": "tiny_vlm", "load_vlm": "tiny_vlm",
     "export_sft": "sft_export", "chain_sft": "finetune",
 }
-__all__ = sorted([*_EXPORTS, "CageReport", "evaluate"])
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"icml_cage.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'icml_cage' has no attribute {name!r}")
+_getattr, __dir__, _all = lazy_exports(__name__, _EXPORTS)
+__getattr__ = _getattr
+__all__ = sorted([*_all, "CageReport", "evaluate"])

