@@ -15,7 +15,8 @@ ALL_OBJECTIVES = ("logp,p,GeneralFamily-10,OnlyTopP-0.1,OnlyBottomP-0.5,OnlyTopL
 
 @dataclass
 class TrainConfig:
-    model: str = option("", help="causal LM folder or hub name to start from; empty = a tiny "
+    model: str = option("", help="model to start from: packaged name | local HF folder | "
+                        "previous run folder (icml.compose.load_model); empty = a tiny "
                         "built-in Qwen2-style model pretrained here on the rule task")
     objectives: str = option("logp,p,GeneralFamily-10,OnlyTopP-0.1",
                              help="comma-separated official objective keys to compare "
@@ -53,8 +54,9 @@ class TrainConfig:
 
 @dataclass
 class EvaluateConfig:
-    model: str = option("", help="causal LM folder or hub name; empty = the built-in tiny "
-                        "model pretrained here on the rule task")
+    model: str = option("", help="model to diagnose: packaged name | local HF folder | "
+                        "previous run folder; empty = the built-in tiny model pretrained here "
+                        "on the rule task")
     data: str = option("", help="JSONL file with 'prompt' and 'response' fields to diagnose; "
                        "empty = the synthetic strong and weak regimes")
     n: int = option(256, help="examples per synthetic regime (or first n lines of data)", ge=1)

@@ -40,13 +40,14 @@ def base_model(ctx: icml.RunContext, model: str, *, hidden_size: int = 64, num_l
                pretrain_steps: int = 0, pretrain_lr: float = 3e-3, batch_size: int = 64) -> Any:
     """(model, tokenizer): ``model`` loaded from a folder/hub name, or the built-in tiny Qwen2
     model; then ``pretrain_steps`` of NLL on the rule task (the prior)."""
-    from icml.models import byte_tokenizer, load_causal_lm, tiny_causal_lm
+    from icml.compose import load_model
+    from icml.models import byte_tokenizer, tiny_causal_lm
     from icml_beyond_nll.loop import batch_iterator, train_loop
     from icml_beyond_nll.tasks import encode, make_examples
 
     device = ctx.torch_device()
-    if model:
-        net, tok = load_causal_lm(model, device=device)
+    if model:  # a packaged name, a local HF folder or a previous run folder
+        net, tok = load_model(model, device=device)
     else:
         heads = 4 if hidden_size % 4 == 0 else 1
         net = tiny_causal_lm("qwen2", hidden_size=hidden_size, num_layers=num_layers,
@@ -115,6 +116,8 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
         metrics[f"acc_before_{r}"] = acc0
 
     cells = [(r, o, s) for r in regimes for o in objs for s in range(cfg.seeds)]
+    saved_cell = output_cell(regimes, objs)
+    saved_net = None
     acc: dict[tuple[str, str], list[float]] = {}
     diverged: dict[tuple[str, str], int] = {}
     curves: dict[str, tuple[list[int], list[float]]] = {}
@@ -137,6 +140,8 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
                        [r, obj.name, s, a, bad or "no"])
         if s == 0:
             curves[f"{r}:{obj.name}"] = (list(range(1, res.steps + 1)), res.mean_p)
+        if s == 0 and (r, obj.name) == saved_cell:
+            saved_net = net.eval()
         del net
 
     rows = []
@@ -161,6 +166,9 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
                                  xlabel="step", ylabel="mean p")
     if plot is not None:
         artifacts["mean p curves"] = plot.name
+    if saved_net is not None:
+        save_trained(ctx, saved_net, tok, cfg, saved_cell)
+        artifacts["model"] = "model"
     return icml.RunResult(
         metrics=metrics,
         tables=[icml.Table(f"Exact-match accuracy after {cfg.steps} steps "
@@ -170,6 +178,33 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
                            ["regime", "mean p", "share p>=0.5", "1/V", "acc before",
                             "diagnosed", "recommended"], prior_rows)],
         artifacts=artifacts, notes=notes)
+
+
+def output_cell(regimes: list[str], objs: list[ProbObjective]) -> tuple[str, str]:
+    """The (regime, objective) whose seed-0 fine-tuned model the train job saves in
+    ``<run>/model``: the first regime with the first probability-based objective (the method's;
+    NLL when the run compares no other)."""
+    prob = [o for o in objs if o.kind != "nll"]
+    return regimes[0], (prob or objs)[0].name
+
+
+def save_trained(ctx: icml.RunContext, net: Any, tok: Any, cfg: TrainConfig,
+                 cell: tuple[str, str]) -> Any:
+    """``icml.compose.save_model`` of a fine-tuned model into ``<run>/model``, marked as a
+    trained (function-changing, same-basis) transform."""
+    from icml import compose
+
+    t = compose.Transform(
+        name=f"beyond-nll SFT ({cell[1]}, {cell[0]} regime, {cfg.steps} steps)",
+        producer="beyond-nll", preserves_function=False, changes_residual_basis=False,
+        quantized=False, notes="full fine-tuning: weights changed, residual basis unchanged",
+        attrs={"objective": cell[1], "regime": cell[0], "steps": cfg.steps, "seed": ctx.seed})
+    compose.mark(net, t)
+    folder = compose.save_model(ctx.out_dir, net, tok, producer="beyond-nll",
+                                base=cfg.model or "tiny-qwen2 (pretrained here on the rule task)",
+                                transform=t.to_dict())
+    ctx.logger.info("saved the %s / %s model to %s", cell[0], cell[1], folder)
+    return folder
 
 
 def _diverged(net: Any, res: Any) -> str:
