@@ -39,8 +39,9 @@ class EnglishConfig:
 
 @dataclass
 class EvaluateConfig:
-    model: str = option("", help="model folder, hub name or packaged pretrained model (e.g. "
-                        "smollm2-135m-instruct); empty = built-in planted tiny Llama")
+    model: str = option("", help="packaged name (e.g. smollm2-135m-instruct) | local HF "
+                        "folder | previous run folder (icml.compose.load_model) | hub name; "
+                        "empty = built-in planted tiny Llama")
     data: str = option("", help="data folder in the paper's layout, 'english' (controlled "
                        "English with es/fr/de translations) or empty (generated toy data)")
     layers: list[int] = option([], help="hidden-state indices (0 = embeddings, -1 = last); "

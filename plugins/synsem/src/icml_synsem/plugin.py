@@ -79,9 +79,22 @@ def _setup(ctx: icml.RunContext, config: EvaluateConfig):  # noqa: ANN202
 
 
 def _load(name: str, device, dtype):  # noqa: ANN001, ANN202
-    """A packaged pretrained model (``icml.models.load_pretrained``) by its name, else a folder
-    or hub name (``load_model``)."""
+    """A packaged pretrained model (``icml.models.load_pretrained``) by its name, a model a
+    producer saved or a previous run folder (``icml.compose.load_model``), else a folder or hub
+    name (``load_model``, which also takes encoders)."""
+    from pathlib import Path
+
+    from icml.compose import MANIFEST
     from icml_synsem.representations import load_model
+
+    path = Path(name).expanduser()
+    if (path / MANIFEST).is_file() or (path / "result.json").is_file():
+        from icml.compose import load_model as load_composed
+
+        model, tok = load_composed(name, device=device, dtype=dtype)
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        return model.eval(), tok
 
     try:
         from icml.pretrained import PACKAGED_MODELS

@@ -201,6 +201,29 @@ class _TruncatedForward:
         return self.captured
 
 
+READER = "synsem: representation extraction"
+
+
+def check_basis(model: Any, layer_ids: Sequence[int], n_layers: int) -> bool:
+    """Whether ``model``'s residual stream is in another basis (``icml.compose``: a producer's
+    rotation or scaling), so that the states must be mapped with ``to_original``. Refuses, with
+    one ``CompositionError`` line naming the pair, a transform without maps, and layer ``L``
+    (``hidden_states[L]`` is the final norm's output, whose original scale a re-based model no
+    longer holds; layers ``0..L-1`` are mapped)."""
+    from icml.compose import CompositionError, require_original_basis, transforms
+
+    changers = [t for t in transforms(model) if t.changes_residual_basis]
+    if not changers:
+        return False
+    if any(not t.maps for t in changers):
+        require_original_basis(model, READER)
+    if n_layers in layer_ids:
+        raise CompositionError(
+            f"{READER} at layer {n_layers} (after the final norm) on {changers[0].label()}: "
+            f"the re-based model's final-norm output has no map back; use layers 0..{n_layers - 1}")
+    return True
+
+
 def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], *,
                           layers: Sequence[int] | None = None, last_n: int = 3,
                           pool: str = "mean", clip_q: tuple[float, float] | None = (0.05, 0.95),
@@ -244,6 +267,7 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
             "tokens (the paper keeps sentences with >= 3 tokens)")
     n_layers = num_layers(model)
     layer_ids = resolve_layers(layers, n_layers)
+    rebased = check_basis(model, layer_ids, n_layers)
     if device is None:
         device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -289,7 +313,13 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
                 hs = truncated(forward, input_ids, mask, padded)
             else:
                 hs = forward(input_ids, mask, padded).hidden_states
-            h = torch.stack([hs[layer] for layer in layer_ids])  # [nL, B, T, D]
+            if rebased:  # a producer's re-based residual stream, mapped to the original basis
+                from icml.compose import to_original
+
+                h = torch.stack([to_original(model, hs[layer], layer, reader=READER)
+                                 for layer in layer_ids])
+            else:
+                h = torch.stack([hs[layer] for layer in layer_ids])  # [nL, B, T, D]
             nl, b, _, d = h.shape
             pos = (lengths[:, None] - last_n + torch.arange(last_n)[None, :]).to(device)  # [B, n]
             last = torch.gather(h, 2, pos[None, :, :, None].expand(nl, -1, -1, d)).float()

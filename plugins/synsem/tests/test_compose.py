@@ -1,0 +1,73 @@
+"""synsem on models other plugins produced (icml.compose, issue 50): representations are read in
+the original residual basis (to_original), so a function-preserving rotation gives the original
+model's representations at layers 0..L-1; layer L (after the final norm) and a basis change
+without maps are refused with one line; ``--set model=`` takes a previous run folder."""
+
+import copy
+import json
+
+import pytest
+import torch
+from icml_synsem import extract_sentence_reps
+
+from icml.compose import CompositionError, Transform, mark, save_model
+
+
+@torch.no_grad()
+def rotated(model, seed=0, maps=True):
+    """A function-preserving residual rotation h -> h Q (unit norm scales), marked."""
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(m.config.hidden_size, m.config.hidden_size, generator=g,
+                                       dtype=torch.float64))
+    q = q.to(m.lm_head.weight.dtype)
+    m.model.embed_tokens.weight.copy_(m.model.embed_tokens.weight @ q)
+    if not m.config.tie_word_embeddings:
+        m.lm_head.weight.copy_(m.lm_head.weight @ q)
+    for layer in m.model.layers:
+        a, f = layer.self_attn, layer.mlp
+        for lin in (a.q_proj, a.k_proj, a.v_proj, f.gate_proj, f.up_proj):
+            lin.weight.copy_(lin.weight @ q)
+        for lin in (a.o_proj, f.down_proj):
+            lin.weight.copy_(q.T @ lin.weight)
+    return mark(m, Transform("rotation", "test", preserves_function=True,
+                             changes_residual_basis=True,
+                             to_original=(lambda h, i: h @ q.T.to(h.dtype)) if maps else None,
+                             from_original=(lambda h, i: h @ q.to(h.dtype)) if maps else None))
+
+
+@pytest.mark.parametrize("stop_early", [True, False])
+def test_representations_mapped_to_the_original_basis(byte_lm, sentences, stop_early):
+    model, tok = byte_lm
+    rot = rotated(model)
+    want = extract_sentence_reps(model, tok, sentences, layers=[0, 1], stop_early=stop_early)
+    got = extract_sentence_reps(rot, tok, sentences, layers=[0, 1], stop_early=stop_early)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    with pytest.raises(CompositionError, match="layer 2 .*rotation.*layers 0..1"):
+        extract_sentence_reps(rot, tok, sentences, layers=[1, 2])
+
+
+def test_basis_change_without_maps_refused(byte_lm, sentences):
+    model, tok = byte_lm
+    with pytest.raises(CompositionError, match="synsem: representation extraction.*rotation"):
+        extract_sentence_reps(rotated(model, maps=False), tok, sentences, layers=[1])
+
+
+def test_model_from_previous_run_folder(tmp_path):
+    from icml_synsem import make_toy_data, planted_llama, toy_tokenizer
+
+    from icml.runner import run
+
+    small = ["toy.n_templates=8", "toy.per_template=3", "toy.num_layers=2",
+             "imbalance_resamples=5", "layers=[1,2]"]
+    builtin = run("synsem", "evaluate", overrides=small, out=tmp_path / "b", device="cpu",
+                  show_progress=False)
+    _, lex = make_toy_data(n_templates=8, per_template=3)
+    folder = save_model(tmp_path / "producer", planted_llama(lex, num_layers=2, seed=0),
+                        toy_tokenizer(lex), producer="test")
+    (tmp_path / "producer" / "result.json").write_text(
+        json.dumps({"artifacts": {"model": str(folder)}}))
+    loaded = run("synsem", "evaluate", overrides=small + [f"model={tmp_path / 'producer'}"],
+                 out=tmp_path / "l", device="cpu", show_progress=False)
+    assert builtin.status == loaded.status == "ok"
+    assert loaded.metrics == pytest.approx(builtin.metrics, abs=1e-6)
