@@ -3,14 +3,9 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread_and_seed():
-    """Tiny problems: one thread avoids oversubscription on shared CI cores; seed for
-    determinism."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _seed():
+    """Seed for determinism (one thread is the core's pytest plugin's autouse fixture)."""
     torch.manual_seed(0)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -9,3 +9,4 @@ class TestConformance(PluginConformance):
         "evaluate": {"decays": [0.0, 1.0], "n": 40, "p": 10, "batch_size": 5, "steps": 20,
                      "sgd_lr_grid": [1.0, 2.0]},
     }
+    shape_checks = True

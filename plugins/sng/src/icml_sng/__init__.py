@@ -11,10 +11,9 @@ Public API (loaded lazily, so ``import icml_sng`` does not import torch)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from icml.lazy import lazy_exports
 
-__version__ = "0.4.1"
+__version__ = "0.4.2"
 
 _EXPORTS = {
     "SNG": "optim", "SPRING": "optim", "NonFiniteError": "optim",
@@ -36,14 +35,4 @@ _EXPORTS = {
     "tuned_sgd": "train", "make_optimizer": "train",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:  # PEP 562
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"icml_sng.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'icml_sng' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)
