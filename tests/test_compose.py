@@ -170,3 +170,38 @@ def test_compose_imports_light() -> None:
     code = "import sys, icml.compose; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_rotated_copy_preserves_logits_and_maps_every_depth(arch: str, tied: bool) -> None:
+    from icml.models import tiny_causal_lm
+    from icml.testing import rotated_copy
+
+    model = tiny_causal_lm(arch, seed=2, num_layers=3, hidden_size=32, num_heads=4,
+                           num_kv_heads=2).double()
+    if tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
+        model.config.tie_word_embeddings = True
+    else:
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+    with torch.no_grad():  # non-unit gains: the fold must carry them
+        for p in model.parameters():
+            if p.ndim == 1 and p.shape[0] == 32:
+                p.uniform_(0.5, 1.5)
+    seen: list[int] = []
+    rot = rotated_copy(model, seed=4, on_map=seen.append)
+    ids = torch.tensor([[5, 9, 2, 7, 11, 3]])
+    with torch.no_grad():
+        a = model(ids, output_hidden_states=True)
+        b = rot(ids, output_hidden_states=True)
+    # (RMSNorm computes in float32 even in a float64 model: errors near 1e-7)
+    assert torch.allclose(a.logits, b.logits, atol=1e-6)
+    for i in range(3):  # before the final norm: hidden_states[0..L-1]
+        assert not torch.allclose(a.hidden_states[i], b.hidden_states[i], atol=1e-3)
+        assert torch.allclose(to_original(rot, b.hidden_states[i], i), a.hidden_states[i],
+                              atol=1e-6)
+    assert seen == [0, 1, 2]
+    with pytest.raises(CompositionError):
+        require_original_basis(rotated_copy(model, maps=False), "a layer reader")

@@ -31,6 +31,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     # shape.py: the one plugin shape
     "readme_shape_problems": "shape", "plugin_shape_problems": "shape",
     "changelog_problems": "shape", "citation_problems": "shape",
+    # compose.py: a third party's basis-changing transform, for consumers' tests (issue 50)
+    "rotated_copy": "compose",
     # pytest_plugin.py: the one-thread fixture
     "torch_threads": "pytest_plugin",
 })
