@@ -15,17 +15,29 @@ from icml.compose import CompositionError, Transform, mark
 
 
 @torch.no_grad()
-def rotated(model, seed=0, maps=True, seen=None):
-    """A third party's function-preserving transform: the residual stream rotated by a random
-    orthogonal Q (h' = h Q; exact for RMSNorm with unit scales, which tiny models have)."""
+def with_final_gain(model, seed=1):
+    """``model`` with a non-unit final-norm gain (a trained model has one)."""
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    m.model.norm.weight.copy_(0.5 + torch.rand(m.config.hidden_size, generator=g))
+    return m
+
+
+@torch.no_grad()
+def rotated(model, seed=0, maps=True, seen=None, unwrap=False):
+    """A third party's function-preserving transform in the style of fptquant: the final norm's
+    gain folded into ``lm_head`` and the residual stream rotated by a random orthogonal Q
+    (h' = h Q; exact for RMSNorm with unit scales inside the blocks, which tiny models have).
+    ``unwrap=True`` marks it with ``unwrap`` giving the original model back."""
     m = copy.deepcopy(model)
     H = m.config.hidden_size
     g = torch.Generator().manual_seed(seed)
     q, _ = torch.linalg.qr(torch.randn(H, H, generator=g, dtype=torch.float64))
     q = q.to(m.lm_head.weight.dtype)
+    assert not m.config.tie_word_embeddings
+    m.lm_head.weight.copy_((m.lm_head.weight * m.model.norm.weight) @ q)
+    m.model.norm.weight.fill_(1.0)
     m.model.embed_tokens.weight.copy_(m.model.embed_tokens.weight @ q)
-    if not m.config.tie_word_embeddings:
-        m.lm_head.weight.copy_(m.lm_head.weight @ q)
     for layer in m.model.layers:
         a, f = layer.self_attn, layer.mlp
         for lin in (a.q_proj, a.k_proj, a.v_proj, f.gate_proj, f.up_proj):
@@ -42,11 +54,13 @@ def rotated(model, seed=0, maps=True, seen=None):
 
     t = Transform("random rotation", "test", preserves_function=True,
                   changes_residual_basis=True, to_original=to_original if maps else None,
-                  from_original=(lambda h, i: h @ q.to(h.dtype)) if maps else None)
+                  from_original=(lambda h, i: h @ q.to(h.dtype)) if maps else None,
+                  unwrap=(lambda: model) if unwrap else None)
     return mark(m, t)
 
 
 def test_final_norm_readout_equals_original(model):
+    model = with_final_gain(model)
     ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator()
                         .manual_seed(0))
     seen = []
@@ -60,10 +74,36 @@ def test_final_norm_readout_equals_original(model):
         entropy_profile(model, ids, mask, True), abs=1e-4)
 
 
+def test_unnormed_readout_through_the_unwrapped_head(model):
+    """With the gain folded into lm_head no basis map gives the un-normed read-out back; the
+    producer's unwrap does (its head reads the mapped state): equal to the original's."""
+    model = with_final_gain(model)
+    ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator()
+                        .manual_seed(1))
+    rot = rotated(model, unwrap=True)
+    want = layerwise_logits(model, ids, depth=4, use_final_norm=False)
+    got = layerwise_logits(rot, ids, depth=4, use_final_norm=False)
+    torch.testing.assert_close(got.softmax(-1), want.softmax(-1), atol=1e-5, rtol=0)
+    # the rotated model's own head on the mapped states: a different distribution (the gain)
+    from icml.compose import readout_basis
+
+    with torch.no_grad():
+        hs = rot(ids, output_hidden_states=True).hidden_states
+        own = rot.lm_head(readout_basis(rot, hs[4], 4)[:, -1]).float()
+    assert (own - want[:, 1]).abs().max() > 0.1 * want[:, 1].abs().max()
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    assert entropy_profile(rot, ids, mask, False) == pytest.approx(
+        entropy_profile(model, ids, mask, False), abs=1e-4)
+    dola = DoLaDecoding(dola_layers=[2, 4], generator=torch.Generator().manual_seed(3))
+    outs = [m.generate(ids[:1], custom_generate=dola, max_new_tokens=4, do_sample=False,
+                       pad_token_id=0) for m in (model, rot)]
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_unnormed_readout_and_dola_refused_on_rebased_model(llama):
     ids = torch.tensor([[1, 2, 3, 4]])
     rot = rotated(llama)
-    with pytest.raises(CompositionError, match="LED's layer read-out.*random rotation"):
+    with pytest.raises(CompositionError, match="LED's layer read-out.*random rotation.*unwrap"):
         layerwise_logits(rot, ids, depth=4, use_final_norm=False)
     with pytest.raises(CompositionError, match="random rotation"):
         LEDDecoding(LEDConfig(depth=3, use_final_norm=False)).setup(rot, ids, None)

@@ -28,7 +28,6 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
     from icml.compose import load_model
     from icml.models import byte_tokenizer, tiny_causal_lm
     from icml_led.layers import (
-        changes_basis,
         check_readout,
         entropy_profile,
         layer_indices,
@@ -72,7 +71,9 @@ def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
                                min_terms=cfg.min_terms))
     info["profile_after"] = entropy_profile(model, pids, pmask, cfg.profile_final_norm)
     # the other read-out too: LED reads un-normed states (ln=0), the logit lens normed ones
-    if changes_basis(model) and cfg.profile_final_norm:  # the un-normed one is refused there
+    try:
+        check_readout(model, not cfg.profile_final_norm)
+    except icml.ConfigError:  # a re-based model that cannot give the un-normed read-out
         info["profile_after_other"] = [math.nan] * len(info["profile_after"])
     else:
         info["profile_after_other"] = entropy_profile(model, pids, pmask,
@@ -100,13 +101,18 @@ def _profile_table(info: dict[str, Any]) -> icml.Table:
 
 def _methods(cfg: Any, led_cfg: Any, temperature: float, model: Any) -> list[Any]:
     from icml_led.evaluation import standard_methods
-    from icml_led.layers import changes_basis
+    from icml_led.layers import check_readout
 
-    # DoLa reads un-normed layers: left out on a model whose residual basis a producer changed
+    # DoLa reads un-normed layers: left out on a re-based model that cannot give them
+    try:
+        check_readout(model, False)
+        dola = True
+    except icml.ConfigError:
+        dola = False
     return standard_methods(temperature=temperature, led_config=led_cfg,
                             dola_layers=cfg.dola_layers, relative_top=cfg.relative_top,
                             sampling_top_k=cfg.sampling_top_k, sampling_top_p=cfg.sampling_top_p,
-                            include_dola=not changes_basis(model))
+                            include_dola=dola)
 
 
 def _paired_table(results: list, cfg: InferConfig) -> icml.Table:

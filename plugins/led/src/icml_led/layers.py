@@ -89,34 +89,60 @@ def check_readout(model: Any, use_final_norm: bool) -> None:
     """Refuse (one-line ``icml.compose.CompositionError`` naming the pair) a read-out that a
     transformed model cannot give honestly. The final-norm read-out (``lm_head(norm(h_i))``)
     is mapped with ``icml.compose.readout_basis``. The un-normed read-out (``lm_head(h_i)``,
-    official ``ln=0``) depends on how the model is parametrised, not only on its function: a
-    producer that folds the final norm's scale into ``lm_head`` or rescales the stream per
-    token changes it, and the contract maps states to the final norm's input, not to the
-    original head's; so on a basis-changing model it is refused rather than misread."""
+    official ``ln=0``) depends on how the model is parametrised, not only on its function (a
+    producer may fold the final norm's gains into ``lm_head``): it reads ``to_original(h_i)``
+    through the head of the producer's unwrapped model (``icml.compose.unwrap``), and is
+    refused where a basis-changing transform cannot be unwrapped (a quantized model)."""
     from icml.compose import CompositionError, transforms
 
     if use_final_norm:
         return
     for t in transforms(model):
-        if t.changes_residual_basis:
+        if t.changes_residual_basis and (t.unwrap is None or not t.maps):
             raise CompositionError(
                 f"{READER} without the final norm (use_final_norm=false) on {t.label()}: the "
-                "un-normed read-out of a re-based residual stream has no map back to the "
-                "original head; use use_final_norm=true (mapped), or the untransformed model")
+                "un-normed read-out of a re-based residual stream needs the producer's maps "
+                "and its unwrapped model's head, and this transform gives "
+                f"{'no map' if not t.maps else 'no unwrap'}; use use_final_norm=true (mapped)")
+
+
+def original_head(model: Any) -> Any:
+    """``lm_head`` of the plain model ``icml.compose.unwrap(model)`` returns (the original basis
+    and parametrisation), cached on ``model`` until its own head or final norm changes (a
+    training step bumps their tensors' versions)."""
+    from icml.compose import unwrap
+
+    key = (lm_head_of(model).weight._version, final_norm_of(model).weight._version)
+    cached = getattr(model, "_icml_led_original_head", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    head = lm_head_of(unwrap(model))
+    object.__setattr__(model, "_icml_led_original_head", (key, head))
+    return head
 
 
 def readout_state(model: Any, hidden_states: Any, index: int,
                   use_final_norm: bool = False) -> Any:
-    """The full ``(B, T, H)`` state ``hidden_states[index]`` in the basis the model's own final
-    norm and ``lm_head`` expect (``icml.compose.readout_basis``: identity on a plain model; a
-    transformed model's maps, or a one-line ``CompositionError`` when it gives none), passed
-    through the final norm when ``use_final_norm``. The whole sequence is mapped (not one
-    position): a producer's map or norm may carry per-token state of the same forward."""
-    from icml.compose import readout_basis
+    """The full ``(B, T, H)`` state ``hidden_states[index]`` as the read-out's head expects it:
+    through the final norm, in the basis the model's own norm and ``lm_head`` expect
+    (``icml.compose.readout_basis``); without it, in the original basis (``to_original``, read
+    by :func:`readout_head`). Identity on a plain model; a one-line ``CompositionError`` where
+    the producer gives no map. The whole sequence is mapped (not one position): a producer's
+    map or norm may carry per-token state of the same forward."""
+    from icml.compose import readout_basis, to_original
 
     check_readout(model, use_final_norm)
-    h = readout_basis(model, hidden_states[index], index, reader=READER)
-    return final_norm_of(model)(h) if use_final_norm else h
+    if not use_final_norm:
+        return to_original(model, hidden_states[index], index, reader=READER)
+    return final_norm_of(model)(readout_basis(model, hidden_states[index], index, reader=READER))
+
+
+def readout_head(model: Any, use_final_norm: bool) -> Any:
+    """The head that reads :func:`readout_state`: the model's own with the final norm, the
+    unwrapped model's without it (on a re-based model; the model's own on a plain one)."""
+    if use_final_norm or not changes_basis(model):
+        return lm_head_of(model)
+    return original_head(model)
 
 
 def intermediate_logits(model: Any, hidden_states: Any, indices: list[int],
@@ -136,7 +162,8 @@ def intermediate_logits(model: Any, hidden_states: Any, indices: list[int],
     if changes_basis(model):
         states = [readout_state(model, hidden_states, i, use_final_norm) for i in indices]
         sel = (lambda s: s[:, position]) if rows is None else (lambda s: s[rows, position])
-        return lm_head_of(model)(torch.stack([sel(s) for s in states], dim=1)).float()
+        head = readout_head(model, use_final_norm)
+        return head(torch.stack([sel(s) for s in states], dim=1)).float()
     if rows is None:
         h = torch.stack([hidden_states[i][:, position] for i in indices], dim=1)
     else:
@@ -201,8 +228,8 @@ def entropy_profiles(model: Any, input_ids: Any, mask: Any, use_final_norm: bool
             if i == L:
                 lg = out.logits[m].float()
             elif mapped:
-                lg = lm_head_of(model)(readout_state(model, out.hidden_states, i,
-                                                     use_final_norm)[m]).float()
+                lg = readout_head(model, use_final_norm)(
+                    readout_state(model, out.hidden_states, i, use_final_norm)[m]).float()
             else:
                 h = out.hidden_states[i][m]
                 lg = lm_head_of(model)(final_norm_of(model)(h) if use_final_norm else h).float()
