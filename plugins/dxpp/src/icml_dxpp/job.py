@@ -154,8 +154,6 @@ def _layer_check(ctx: icml.RunContext, prob: Any, config: DifferentiateConfig
     """Run the torch layer once on ctx's device/dtype and compare ∂ℓ/∂q with the NumPy path."""
     if prob is None or prob.sparse:
         return {}
-    import dataclasses
-
     import numpy as np
     import torch
 
@@ -171,11 +169,11 @@ def _layer_check(ctx: icml.RunContext, prob: Any, config: DifferentiateConfig
         if T[i] is None:
             T[i + 1] = None
     q = T[1].clone().requires_grad_(True)
-    pen = dataclasses.asdict(config.penalty)
-    x = dxpp_solve(T[0], q, *T[2:], solver=config.solver, tol=config.tol, **pen).x
+    pen = config.penalty
+    x = dxpp_solve(T[0], q, *T[2:], solver=config.solver, tol=config.tol, penalty=pen).x
     x.sum().backward()
-    _, grads, _ = numpy_differentiate(prob, np.ones(prob.n), solver=config.solver, tol=config.tol,
-                                **pen)
+    _, grads, _ = numpy_differentiate(prob, np.ones(prob.n), solver=config.solver,
+                                      tol=config.tol, penalty=pen)
     diff = float(np.abs(q.grad.detach().cpu().double().numpy() - grads["q"]).max())
     return {"layer_vs_numpy_grad_q_maxdiff": diff}
 

@@ -85,15 +85,21 @@ class LayerOptions:
         return self
 
 
-def _options(**kw: Any) -> LayerOptions:
+def _options(penalty: PenaltyOptions | None = None, **kw: Any) -> LayerOptions:
+    """Options from keywords: ``PenaltyOptions`` fields (``beta=...``) override ``penalty``
+    (the config's section, or the defaults); the rest are ``LayerOptions`` fields. Every default
+    lives in those two classes, not here."""
     pen_keys = {f for f in PenaltyOptions.__dataclass_fields__}
     pen = {k: kw.pop(k) for k in list(kw) if k in pen_keys}
     own = set(LayerOptions.__dataclass_fields__) - {"penalty", "cache"}
     unknown = set(kw) - own
     if unknown:
-        allowed = sorted(pen_keys | own)
+        allowed = sorted(pen_keys | own | {"penalty"})
         raise TypeError(f"unknown option(s) {sorted(unknown)}: allowed are {allowed}")
-    return LayerOptions(penalty=PenaltyOptions(**pen), **kw).validate()
+    if penalty is not None and not isinstance(penalty, PenaltyOptions):
+        raise TypeError(f"penalty must be a PenaltyOptions, got {type(penalty).__name__}")
+    base = penalty if penalty is not None else PenaltyOptions()
+    return LayerOptions(penalty=replace(base, **pen), **kw).validate()
 
 
 # -- conversions --------------------------------------------------------------------------
@@ -356,7 +362,13 @@ class DXPPQPLayer(torch.nn.Module):
     ``layer(Q, q, G, h, A=None, b=None)`` returns :class:`QPSolution` ``(x, eq_dual,
     ineq_dual)``, differentiable w.r.t. every tensor input.
 
+    Every option is a keyword; the defaults are those of :class:`~icml_dxpp.config.PenaltyOptions`
+    (the backward, also accepted whole as ``penalty=``, e.g. a job config's ``penalty``
+    section; keywords such as ``beta=`` override its fields) and :class:`LayerOptions` (the
+    rest), written once there.
+
     Args:
+        penalty: a :class:`~icml_dxpp.config.PenaltyOptions` (default: its defaults).
         beta: softplus smoothing width β of the penalty (paper default 1e-6 in every example).
         penalty_coeff: c in ρ_I = c‖ν*‖₁, ρ_E = c‖μ*‖₁ (paper: 10).
         solver: 'auto' (default since 0.3.0: piqp at 1e-8 plus a verified active-set polish
@@ -382,15 +394,9 @@ class DXPPQPLayer(torch.nn.Module):
             ``solver_options`` (see :func:`dxpp_solve`).
     """
 
-    def __init__(self, beta: float = 1e-6, penalty_coeff: float = 10.0,
-                 solver: str = "auto", active_tol: float = 1e-5,
-                 linear_solver: str = "auto", backward: str = "dxpp", kkt_mode: str = "reduced",
-                 tol: float | None = None, rho_min: float = 0.0, **options: Any) -> None:
+    def __init__(self, penalty: PenaltyOptions | None = None, **options: Any) -> None:
         super().__init__()
-        self.options = _options(beta=beta, penalty_coeff=penalty_coeff, solver=solver,
-                                active_tol=active_tol, linear_solver=linear_solver,
-                                backward=backward, kkt_mode=kkt_mode, tol=tol,
-                                rho_min=rho_min, **options)
+        self.options = _options(penalty, **options)
 
     def forward(self, Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
                 h: torch.Tensor | None = None, A: torch.Tensor | None = None,
