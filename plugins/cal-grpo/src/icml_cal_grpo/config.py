@@ -12,7 +12,8 @@ _MODES = ("cal", "trajectory", "naive", "td")
 
 @dataclass
 class TrainConfig:
-    model: str = option("", help="causal LM folder or hub name; empty = built-in tiny model")
+    model: str = option("", help="model to train: packaged name | local HF folder | previous "
+                        "run folder (icml.compose.load_model); empty = built-in tiny model")
     arch: str = option("qwen2", help="architecture of the built-in tiny model",
                        choices=("qwen2", "llama"))
     hidden_size: int = option(64, help="hidden size of the built-in tiny model", ge=8)
@@ -41,7 +42,8 @@ class TrainConfig:
                                    "computes it (bias and variance exact by enumeration at "
                                    "G = num_generations; the value is no longer a sample "
                                    "count)", ge=0)
-    save_model: bool = option(False, help="save the last CAL-trained model to the run folder")
+    save_model: bool = option(True, help="save the last CAL-trained model (the last mode's "
+                              "without cal) to <run>/model for other plugins (icml.compose)")
 
     def __post_init__(self) -> None:
         bad = [m for m in self.modes if m not in _MODES]
@@ -51,7 +53,8 @@ class TrainConfig:
 
 @dataclass
 class InferConfig:
-    model: str = option("", help="causal LM folder or hub name; empty = built-in tiny model")
+    model: str = option("", help="model: packaged name | local HF folder | previous run "
+                        "folder; empty = built-in tiny model")
     verifier: str = option("probe", help="'probe' (built-in probe task) or 'module:function' "
                            "taking (prompt, attempt, earlier) -> bool")
     prompts: list[str] = option([], help="prompts; empty = the probe task's prompt")

@@ -140,3 +140,28 @@ def summarize(curves: Sequence[RunCurve], steps: int) -> list[dict[str, Any]]:
                     "median_steps_to_target": float(med),
                     "reached": sum(r == r for r in reach), "seeds": len(cs)})
     return out
+
+
+def save_trained(run_dir: Any, model: Any, tokenizer: Any, *, mode: str, base: str = "",
+                 steps: int = 0) -> Any:
+    """Save a GRPO-trained model with ``icml.compose.save_model`` into ``run_dir/model``
+    (marked ``preserves_function=False, changes_residual_basis=False``). A PEFT (LoRA) model is
+    saved both ways: merged into plain weights in ``model/`` (loads anywhere) and its unmerged
+    adapter in ``model/adapter/`` (``PeftModel.from_pretrained(base, <run>/model/adapter)``)."""
+    import copy
+
+    from icml import compose
+
+    lora = hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
+    t = compose.Transform(
+        name=f"cal-grpo {mode} policy ({steps} steps" + (", LoRA merged)" if lora else ")"),
+        producer="cal-grpo", preserves_function=False, changes_residual_basis=False,
+        quantized=False, notes="GRPO fine-tuning: weights changed, residual basis unchanged",
+        attrs={"mode": mode, "steps": steps, "lora": lora})
+    plain = copy.deepcopy(model).merge_and_unload() if lora else model
+    compose.mark(plain, t)
+    folder = compose.save_model(run_dir, plain, tokenizer, producer="cal-grpo", base=base,
+                                transform=t.to_dict())
+    if lora:
+        model.save_pretrained(folder / "adapter")
+    return folder

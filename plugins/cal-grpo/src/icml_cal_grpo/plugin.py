@@ -43,13 +43,14 @@ def _model_factory(ctx: icml.RunContext, name: str, arch: str = "qwen2",
     device, dtype = ctx.torch_device(), ctx.torch_dtype()
 
     def make(seed: int) -> tuple[Any, Any]:
-        from icml.models import byte_tokenizer, load_causal_lm, tiny_causal_lm
+        from icml.compose import load_model
+        from icml.models import byte_tokenizer, tiny_causal_lm
 
-        if name:
+        if name:  # a packaged name, a local HF folder or a previous run folder
             import torch
 
             torch.manual_seed(seed)
-            return load_causal_lm(name, device=device, dtype=dtype)
+            return load_model(name, device=device, dtype=dtype)
         model = tiny_causal_lm(arch, seed=seed, hidden_size=hidden_size, device=device,
                                dtype=dtype)
         return model, byte_tokenizer()
@@ -103,8 +104,16 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
             metrics[f"variance_{r['estimator']}"] = float(r["variance"])
         ctx.record(dict(metrics))
         ctx.record_table(tables[-1])
-    make = _model_factory(ctx, config.model, config.arch, config.hidden_size)
+    factory = _model_factory(ctx, config.model, config.arch, config.hidden_size)
+    toks: list[Any] = []
+
+    def make(seed: int) -> tuple[Any, Any]:
+        model, tok = factory(seed)
+        toks[:] = [tok]  # the tokenizer saved with the model
+        return model, tok
+
     runs = [(m, ctx.seed + s) for m in config.modes for s in range(config.seeds)]
+    saved_mode = "cal" if "cal" in config.modes else config.modes[-1]
     curves, keep = [], []
     for mode, seed in ctx.progress(runs, desc="training naive / trajectory / CAL"):
         curves.append(train_probe_lm(
@@ -115,7 +124,7 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
             lam=config.lam, scale=config.scale, baseline=config.baseline,
             loss_type=config.loss_type, epsilon=config.epsilon,
             num_iterations=config.num_iterations,
-            keep=keep if config.save_model and mode == "cal" else None))
+            keep=keep if config.save_model and mode == saved_mode else None))
         c = curves[-1]
         final = float(c.ver[-1]) if c.ver else float("nan")
         ctx.record({f"ver@{config.max_attempts}_{mode}_seed{seed}": final})
@@ -146,8 +155,11 @@ def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
                  xlabel="update", ylabel=f"Ver@{k} (mean over seeds)"):
         artifacts["Ver@K during training"] = "ver_curve.png"
     if keep:
-        keep[-1].save_pretrained(ctx.path("cal_model"))
-        artifacts["CAL-trained model"] = "cal_model"
+        from icml_cal_grpo.experiment import save_trained
+
+        save_trained(ctx.out_dir, keep[-1], toks[0], mode=saved_mode,
+                     base=config.model or f"tiny-{config.arch}", steps=config.steps)
+        artifacts["model"] = "model"  # icml.compose.load_model(<this run folder>)
     myopic = 1 - (1 - config.p_guess) ** k
     notes = (f"Myopic (always guess) Ver@{k} = {myopic:.3f}; probe-then-exploit Ver@{k} = "
              f"{1 - (1 - config.p_exploit) ** (k - 1) if k > 1 else config.p_guess:.3f}. "
