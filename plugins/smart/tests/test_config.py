@@ -17,7 +17,20 @@ def test_defaults_build_and_lists_parse():
     (TrainConfig, "stepz=3", "did you mean 'steps'"),
     (InferConfig, "chunk_size=0", "chunk_size"),
     (DifferentiateConfig, "case=sphere", "parametrises ellipses"),
+    (TrainConfig, "supernode_radius=-1", "supernode_radius"),   # ran before (issue 49)
+    (TrainConfig, "supernode_radius=0", "supernode_radius"),
+    (TrainConfig, "supernode_radius=inf", "supernode_radius"),
 ])
 def test_bad_values_are_one_line_errors(schema, override, match):
-    with pytest.raises(ConfigError, match=match):
+    with pytest.raises(ConfigError, match=match) as err:
         build_config(schema, overrides=[override])
+    assert "\n" not in str(err.value)
+
+
+def test_the_model_config_refuses_a_non_positive_radius():
+    from icml_smart import SMARTConfig
+
+    for bad in (-1.0, 0.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="supernode_radius"):
+            SMARTConfig(supernode_radius=bad)
+    assert SMARTConfig(supernode_radius=0.5).supernode_radius == 0.5

@@ -39,3 +39,18 @@ def test_infer_refuses_a_model_of_the_wrong_dimension(tmp_path, saved):
         runner.run("smart", "infer", overrides=SMOKE + [f"model_path={saved}", "case=sphere",
                                                         "n_query_points=100"],
                    out=tmp_path, show_progress=False)
+
+
+def test_infer_with_a_garbled_model_file_is_a_one_line_error(tmp_path):
+    """transformers answered with a "repo id" or weights_only paragraph; now one line naming
+    the file, before any data is generated."""
+    from icml.testing import icml_cli, one_line_error
+
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text("{not json")
+    proc = icml_cli("run", "smart", "infer", "--set", f"model_path={d}", "--out",
+                    str(tmp_path / "out"))
+    assert proc.returncode != 0
+    line = one_line_error(proc)
+    assert "model_path" in line and "config.json" in line

@@ -121,6 +121,52 @@ def test_bad_input_gets_clear_errors(tiny_model, tiny_data):
         SMARTConfig(dim=30, heads=4)
 
 
+def test_float64_and_integer_inputs_are_cast_to_the_model_dtype():
+    """A float32 model given float64 inputs raised a raw matmul dtype error; int64 inputs a
+    misleading "degenerate geometry" one. Both are now cast (same numbers as float32)."""
+    torch.manual_seed(0)
+    m = SMARTModel(SMARTConfig(dim=32, depth=2, heads=4, num_supernodes=8, num_neighbors=4,
+                               fourier_features=4)).eval()
+    g = torch.randint(-3, 4, (1, 20, 2))          # integer grid coordinates, int64
+    p = torch.randint(0, 3, (1, 4))
+    q = torch.randint(-3, 4, (1, 10, 2))
+    with torch.no_grad():
+        ref = m(g.float(), p.float(), q.float())
+        assert torch.equal(m(g, p, q), ref)
+        assert torch.equal(m(g.double(), p.double(), q.double()), ref)
+        assert torch.equal(m.predict(g.double(), p, q, chunk_size=3),
+                           m.predict(g.float(), p.float(), q.float(), chunk_size=3))
+        with pytest.raises(ValueError, match="geometry is torch.bool"):
+            m(g.bool(), p, q)
+
+
+def test_model_files_missing_empty_or_garbled_are_one_line_errors(tmp_path, tiny_model):
+    from icml_smart import load_smart
+
+    saved = tmp_path / "ok"
+    tiny_model.save_pretrained(saved)
+    assert load_smart(saved).config.dim == tiny_model.config.dim
+    cases = {"missing": (lambda d: None, "no such folder"),
+             "noconfig": (lambda d: d.mkdir(), "config.json: missing"),
+             "emptyconfig": (lambda d: (d.mkdir(), (d / "config.json").write_text("")),
+                             r"config.json: not a JSON config \(empty file\)"),
+             "other": (lambda d: (d.mkdir(), (d / "config.json").write_text(
+                 '{"model_type": "llama"}')), "model_type is 'llama'")}
+    for name, (make, match) in cases.items():
+        make(tmp_path / name)
+        with pytest.raises(ValueError, match=match) as err:
+            load_smart(tmp_path / name)
+        assert name in str(err.value) and "\n" not in str(err.value)
+    for name, data in (("emptyweights", b""), ("garbled", b"\x00garbage" * 50)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text((saved / "config.json").read_text())
+        (d / "model.safetensors").write_bytes(data)
+        with pytest.raises(ValueError, match="model.safetensors") as err:
+            load_smart(d)
+        assert name in str(err.value) and "\n" not in str(err.value)
+
+
 def test_radius_pooling_limits_the_neighbourhood():
     """With a radius smaller than any point spacing each supernode pools only itself; with a
     radius larger than the cloud it pools all k nearest (= plain kNN pooling)."""

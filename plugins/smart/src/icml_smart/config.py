@@ -30,7 +30,8 @@ class _Model:
     num_supernodes: int = option(32, help="supernode geometry tokens (<= n_boundary)", ge=1)
     num_neighbors: int = option(8, help="points pooled into each supernode", ge=1)
     supernode_radius: float | None = option(None, help="pool only neighbours within this "
-                                            "radius (none: k nearest)")
+                                            "radius, a finite number > 0 (none: k nearest)",
+                                            gt=0)
     fourier_features: int = option(16, help="sin-cos frequencies per coordinate", ge=1)
     max_freq: float = option(4.0, help="highest encoding frequency (cycles per domain "
                              "half-width)", gt=0)
@@ -96,6 +97,10 @@ ARMS = ("smart", "last_layer", "concat", "pointnet", "transolver")
 
 
 def _validate(cfg: _Data | _Model) -> None:
+    r = cfg.supernode_radius  # type: ignore[union-attr]
+    if r is not None and not (0 < r < float("inf")):
+        raise ValueError(f"config key 'supernode_radius': got {r!r}, must be a finite number "
+                         "> 0 (or none for the k nearest)")
     if cfg.num_supernodes > cfg.n_boundary:  # type: ignore[union-attr]
         raise ValueError(f"num_supernodes={cfg.num_supernodes} exceeds n_boundary="  # type: ignore[union-attr]
                          f"{cfg.n_boundary}: supernodes are picked from the surface points; "  # type: ignore[union-attr]

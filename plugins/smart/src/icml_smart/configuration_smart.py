@@ -55,6 +55,9 @@ class SMARTConfig(PretrainedConfig):
                         ("num_neighbors", num_neighbors)):
             if v < 1:
                 raise ValueError(f"{name}={v} must be >= 1")
+        if supernode_radius is not None and not 0 < supernode_radius < float("inf"):
+            raise ValueError(f"supernode_radius={supernode_radius} must be a finite number > 0 "
+                             "(or None for the k nearest neighbours)")
         for name, stats in (("target_mean", target_mean), ("target_std", target_std)):
             if stats is not None and len(stats) != out_dim:
                 raise ValueError(f"{name} has {len(stats)} entries, out_dim is {out_dim}")

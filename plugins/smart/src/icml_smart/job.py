@@ -9,13 +9,16 @@ from typing import Any
 import icml
 from icml_smart.config import DifferentiateConfig, EvaluateConfig, InferConfig, TrainConfig
 
+#: any job config: they share the data, model and training sections
+JobConfig = TrainConfig | InferConfig | EvaluateConfig | DifferentiateConfig
+
 ARM_LABELS = {"smart": "SMART (cross-layer decoder)", "last_layer": "last-layer decoder "
               "(ablation)", "concat": "all-layers decoder", "pointnet": "PointNet-MLP",
               "transolver": "Transolver-style (ours)",
               "free_stream": "free stream (trivial: u = U e, C_p = 0)"}
 
 
-def make_data(cfg: Any, seed: int) -> tuple[Any, Any]:
+def make_data(cfg: JobConfig, seed: int) -> tuple[Any, Any]:
     from icml_smart.data import FlowRanges, PotentialFlowDataset
 
     r = FlowRanges(aspect=(cfg.min_aspect, 1.0),
@@ -25,7 +28,7 @@ def make_data(cfg: Any, seed: int) -> tuple[Any, Any]:
             PotentialFlowDataset(cfg.n_test, seed=seed + 10_000, **kw))
 
 
-def smart_config(cfg: Any, data: Any, decoder: str = "cross_layer") -> Any:
+def smart_config(cfg: JobConfig, data: Any, decoder: str = "cross_layer") -> Any:
     from icml_smart.configuration_smart import SMARTConfig
 
     return SMARTConfig(space_dim=data.space_dim, param_dim=data.param_dim, out_dim=data.out_dim,
@@ -36,7 +39,7 @@ def smart_config(cfg: Any, data: Any, decoder: str = "cross_layer") -> Any:
                        decoder=decoder, param_conditioning=cfg.param_conditioning)
 
 
-def build_arm(name: str, cfg: Any, data: Any, seed: int) -> Any:
+def build_arm(name: str, cfg: JobConfig, data: Any, seed: int) -> Any:
     """One model of the comparison; baselines get the width matching SMART's parameter count."""
     import torch
 
@@ -63,7 +66,7 @@ def build_arm(name: str, cfg: Any, data: Any, seed: int) -> Any:
     return cls(BaselineConfig(dim=width, **kw))
 
 
-def _train(ctx: icml.RunContext, cfg: Any, name: str, train: Any) -> tuple[Any, Any]:
+def _train(ctx: icml.RunContext, cfg: JobConfig, name: str, train: Any) -> tuple[Any, Any]:
     from icml_smart.training import train_surrogate
 
     model = build_arm(name, cfg, train, ctx.seed)
@@ -211,13 +214,17 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     return icml.RunResult(metrics=metrics, tables=tables, notes=_claim_notes(results))
 
 
-def _load_or_train(ctx: icml.RunContext, cfg: Any) -> tuple[Any, Any, Any]:
-    from icml_smart.modeling_smart import SMARTModel
+def _load_or_train(ctx: icml.RunContext, cfg: JobConfig) -> tuple[Any, Any, Any]:
+    from icml_smart.modeling_smart import load_smart
 
-    cfg_small = cfg
-    train, test = make_data(cfg_small, ctx.seed)
-    if getattr(cfg, "model_path", ""):
-        model = SMARTModel.from_pretrained(cfg.model_path).to(ctx.torch_device())
+    model = None
+    if getattr(cfg, "model_path", ""):  # before any data is generated: a bad file fails fast
+        try:
+            model = load_smart(cfg.model_path).to(ctx.torch_device())
+        except ValueError as exc:
+            raise icml.ConfigError(f"config key 'model_path': {exc}") from None
+    train, test = make_data(cfg, ctx.seed)
+    if model is not None:
         if model.config.space_dim != train.space_dim or model.config.param_dim != \
                 train.param_dim:
             raise icml.ConfigError(f"config key 'model_path': the saved model expects "

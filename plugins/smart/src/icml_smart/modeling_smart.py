@@ -7,7 +7,9 @@ alone, in chunks of any size.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -128,6 +130,15 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
         self.post_init()
 
     # input checks ------------------------------------------------------------------------
+    def _cast(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in the model's dtype: float64 or integer coordinates are cast (float64 into a
+        float32 model raised a raw matmul dtype error; int64 a misleading one)."""
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype == torch.bool or t.is_complex():
+            raise ValueError(f"{name} is {t.dtype}: pass real coordinates (float or int)")
+        return t if t.dtype == self.dtype else t.to(self.dtype)
+
     def _check(self, geometry: torch.Tensor, params: torch.Tensor,
                queries: torch.Tensor | None) -> None:
         c = self.config
@@ -156,7 +167,9 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
     # encoder -----------------------------------------------------------------------------
     def encode(self, geometry: torch.Tensor, params: torch.Tensor, sampling: str = "fps",
                generator: torch.Generator | None = None) -> dict[str, object]:
-        """The shared latent space: ``{"latents": [z^(1), ..., z^(L)], "cond": e_xi}``."""
+        """The shared latent space: ``{"latents": [z^(1), ..., z^(L)], "cond": e_xi}``.
+        Inputs of another dtype (float64, int64) are cast to the model's."""
+        geometry, params = self._cast("geometry", geometry), self._cast("params", params)
         self._check(geometry, params, None)
         c = self.config
         tokens, centers = self.pooling(geometry, sampling=sampling, generator=generator)
@@ -178,6 +191,7 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
         latents: list[torch.Tensor] = encoded["latents"]  # type: ignore[assignment]
         cond = encoded["cond"]
         c = self.config
+        queries = self._cast("queries", queries)
         if queries.shape[-1] != c.space_dim:
             raise ValueError(f"queries must have {c.space_dim} coordinates, got "
                              f"{queries.shape[-1]}")
@@ -196,6 +210,8 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
 
     def forward(self, geometry: torch.Tensor, params: torch.Tensor, queries: torch.Tensor,
                 sampling: str = "fps", generator: torch.Generator | None = None) -> torch.Tensor:
+        geometry, params = self._cast("geometry", geometry), self._cast("params", params)
+        queries = self._cast("queries", queries)
         self._check(geometry, params, queries)
         return self.decode(self.encode(geometry, params, sampling, generator), queries)
 
@@ -208,6 +224,8 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
         preallocated ``[B, Q, C]`` tensor (e.g. memory-mapped) to write into."""
         if chunk_size < 1:
             raise ValueError(f"chunk_size={chunk_size} must be >= 1")
+        geometry, params = self._cast("geometry", geometry), self._cast("params", params)
+        queries = self._cast("queries", queries)
         self._check(geometry, params, queries)
         enc = self.encode(geometry, params)
         B, Q, _ = queries.shape
@@ -223,3 +241,36 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
             out[:, i:i + chunk_size] = self.denormalize(self.decode(enc, queries[:,
                                                                     i:i + chunk_size]))
         return out
+
+
+def load_smart(path: str | Path, **kwargs: object) -> SMARTModel:
+    """``SMARTModel.from_pretrained(path)`` with a one-line ``ValueError`` naming the file when
+    the folder is missing, or its ``config.json`` or weights file is missing, empty or
+    garbled (transformers answers these with "repo id" or ``weights_only`` paragraphs)."""
+    p = Path(path)
+    hint = "give the folder SMARTModel.save_pretrained wrote (config.json + model.safetensors)"
+    if not p.exists():
+        raise ValueError(f"{p}: no such folder; {hint}")
+    if not p.is_dir():
+        raise ValueError(f"{p}: is a file, not a folder; {hint}")
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        raise ValueError(f"{cfg}: missing; {hint}")
+    try:
+        meta = json.loads(cfg.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        why = "empty file" if not cfg.stat().st_size else str(exc)
+        raise ValueError(f"{cfg}: not a JSON config ({why})") from None
+    if not isinstance(meta, dict) or meta.get("model_type") != SMARTConfig.model_type:
+        got = meta.get("model_type") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{cfg}: model_type is {got!r}, not 'smart'")
+    weights = [p / n for n in ("model.safetensors", "pytorch_model.bin") if (p / n).is_file()]
+    if not weights:
+        raise ValueError(f"{p}: no model.safetensors (or pytorch_model.bin); {hint}")
+    if not weights[0].stat().st_size:
+        raise ValueError(f"{weights[0]}: empty file")
+    try:
+        return SMARTModel.from_pretrained(p, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - safetensors/torch/transformers errors vary
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{weights[0]}: cannot be loaded ({first[:200]})") from None

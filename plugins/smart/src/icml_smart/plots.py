@@ -1,4 +1,5 @@
-"""Field plot: exact vs predicted C_p and speed around one 2-D test body (matplotlib optional)."""
+"""Field plot: exact vs predicted C_p and speed around one 2-D test body (matplotlib optional,
+through :func:`icml.report.figure`)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,9 @@ def field_plot(path: str | Path, model: Any, data: Any, index: int = 0, resoluti
                others: dict[str, Any] | None = None, box: float = 1.5) -> Path | None:
     """Write a PNG with the exact field, SMART's prediction and its error (rows: C_p, speed),
     plus the C_p error of ``others``; returns the path, or None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
     import torch
+
+    from icml.report import figure
 
     body = data.bodies[index]
     case = data.batch([index])
@@ -41,32 +37,32 @@ def field_plot(path: str | Path, model: Any, data: Any, index: int = 0, resoluti
     pred = pred_of(model)
     others = others or {}
     ncol = 3 + len(others)
-    fig, axes = plt.subplots(2, ncol, figsize=(3.2 * ncol, 6.2), squeeze=False)
     speed = lambda f: np.sqrt(f[:, 0] ** 2 + f[:, 1] ** 2)  # noqa: E731
     rows = [("C_p", lambda f: f[:, -1]), ("|V|/U", speed)]
     g = case["geometry"][0].numpy()
-    for r, (label, fn) in enumerate(rows):
-        t, p = fn(truth), fn(pred)
-        lo, hi = np.nanpercentile(t, 1), np.nanpercentile(t, 99)
-        panels = [("exact " + label, t, (lo, hi), "viridis"),
-                  ("SMART " + label, p, (lo, hi), "viridis"),
-                  ("|SMART error|", np.abs(p - t), (0, np.nanpercentile(np.abs(p - t), 99)),
-                   "magma")]
-        for name, m in others.items():
-            e = np.abs(fn(pred_of(m)) - t)
-            panels.append((f"|{name} error|", e, panels[2][2], "magma"))
-        for c, (title, img, (vmin, vmax), cmap) in enumerate(panels):
-            ax = axes[r, c]
-            im = ax.imshow(img.reshape(resolution, resolution), origin="lower",
-                           extent=(-box, box, -box, box), vmin=vmin, vmax=vmax, cmap=cmap)
-            ax.plot(g[:, 0], g[:, 1], "w.", ms=1.5)
-            ax.set_title(title, fontsize=8)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle("potential flow past a test body: exact vs surrogate", fontsize=10)
-    fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    with figure(path, 2, ncol, figsize=(3.2 * ncol, 6.2)) as axes:
+        if axes is None:
+            return None
+        fig = axes[0, 0].figure
+        for r, (label, fn) in enumerate(rows):
+            t, p = fn(truth), fn(pred)
+            lo, hi = np.nanpercentile(t, 1), np.nanpercentile(t, 99)
+            panels = [("exact " + label, t, (lo, hi), "viridis"),
+                      ("SMART " + label, p, (lo, hi), "viridis"),
+                      ("|SMART error|", np.abs(p - t), (0, np.nanpercentile(np.abs(p - t), 99)),
+                       "magma")]
+            for name, m in others.items():
+                e = np.abs(fn(pred_of(m)) - t)
+                panels.append((f"|{name} error|", e, panels[2][2], "magma"))
+            for c, (title, img, (vmin, vmax), cmap) in enumerate(panels):
+                ax = axes[r, c]
+                im = ax.imshow(img.reshape(resolution, resolution), origin="lower",
+                               extent=(-box, box, -box, box), vmin=vmin, vmax=vmax, cmap=cmap)
+                ax.plot(g[:, 0], g[:, 1], "w.", ms=1.5)
+                ax.set_title(title, fontsize=8)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                fig.colorbar(im, ax=ax, fraction=0.046)
+        fig.suptitle("potential flow past a test body: exact vs surrogate", fontsize=10)
     return path

@@ -5,6 +5,9 @@ from __future__ import annotations
 import icml
 from icml_smart.config import DifferentiateConfig, EvaluateConfig, InferConfig, TrainConfig
 
+CONFIGS = {"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig,
+           "differentiate": DifferentiateConfig}
+
 BIBTEX = """@inproceedings{smart2026,
   title     = {SMART: A Mesh-Free Neural Surrogate from Point-Cloud Geometry},
   booktitle = {Proceedings of the 43rd International Conference on Machine Learning (ICML)},
@@ -23,9 +26,8 @@ def icml_plugin_info() -> icml.PluginInfo:
         paper=icml.Paper(title="SMART: mesh-free neural surrogate over point-cloud geometry",
                          url="https://icml.cc/virtual/2026/papers.html",
                          authors="see the paper", bibtex=BIBTEX),
-        capabilities=("train", "infer", "evaluate", "differentiate"),
-        configs={"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig,
-                 "differentiate": DifferentiateConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,
     )
 
