@@ -9,3 +9,7 @@ class TestConformance(PluginConformance):
     slug = "expo-gs"
     smoke = {"train": dict(_SMOKE), "infer": dict(_SMOKE),
              "evaluate": {**_SMOKE, "seeds": 1}, "differentiate": {"n_gaussians": 2, "size": 4}}
+    # the config is the API: every hook config *is* an ExpoGSConfig (what ExpoGSTrainer takes)
+    api = {f"{cap}:": "icml_expo_gs.config:ExpoGSConfig" for cap in ("train", "infer",
+                                                                       "evaluate")}
+    shape_checks = True

@@ -92,6 +92,15 @@ class ExpoGSConfig:
             raise ConfigError("config key 'densify_until' must be >= 'densify_from'")
 
 
+def _check_scene(cfg: _SceneOpts) -> None:
+    """The scene keys' bounds, for configs built in Python too (the CLI checks them as well)."""
+    for key in ("resolution", "n_views", "n_test", "n_points"):
+        value = getattr(cfg, key)
+        low = 8 if key == "resolution" else 1
+        if value < low:
+            raise ConfigError(f"config key {key!r}: got {value}, must be >= {low}")
+
+
 @dataclass
 class _SceneOpts:
     resolution: int = option(32, help="image size of the synthetic scene", ge=8)
@@ -108,6 +117,7 @@ class TrainConfig(ExpoGSConfig, _SceneOpts):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_scene(self)
         bad = [m for m in self.methods if m not in METHODS]
         if bad or not self.methods:
             raise ConfigError(f"config key 'methods': {bad or self.methods}; use {METHODS}")
@@ -120,8 +130,15 @@ class EvaluateConfig(TrainConfig):
 
 @dataclass
 class InferConfig(ExpoGSConfig, _SceneOpts):
-    exposure: float = option(2.0, help="exposure time to render at (> 0)", gt=0)
+    exposure: float = option(2.0, help="exposure time to render at (finite, > 0)", gt=0)
     view: int = option(0, help="test view to render", ge=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_scene(self)
+        if not 0 < self.exposure < float("inf"):  # inf failed only after training
+            raise ConfigError(f"config key 'exposure': got {self.exposure!r}, must be a "
+                              "finite number > 0")
 
 
 @dataclass

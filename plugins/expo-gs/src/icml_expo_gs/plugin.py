@@ -5,6 +5,9 @@ from __future__ import annotations
 import icml
 from icml_expo_gs.config import DifferentiateConfig, EvaluateConfig, InferConfig, TrainConfig
 
+CONFIGS = {"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig,
+           "differentiate": DifferentiateConfig}
+
 BIBTEX = """@inproceedings{expogs2026,
   title     = {Expo-GS: Exposure-Aware HDR Novel-View Synthesis with Gaussians and an SDF},
   booktitle = {Proceedings of the 43rd International Conference on Machine Learning (ICML)},
@@ -23,9 +26,8 @@ def icml_plugin_info() -> icml.PluginInfo:
                                "Gaussians and an SDF", url="https://icml.cc/Conferences/2026",
                          authors="ICML 2026 (no code or arXiv id found)",
                          bibtex=BIBTEX),
-        capabilities=("train", "infer", "evaluate", "differentiate"),
-        configs={"train": TrainConfig, "infer": InferConfig, "evaluate": EvaluateConfig,
-                 "differentiate": DifferentiateConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,
     )
 

@@ -117,6 +117,9 @@ def make_synthetic_hdr_scene(resolution: int = 32, n_views: int = 16, n_test: in
     (standing in for SfM points)."""
     if resolution < 4:
         raise ValueError(f"resolution {resolution}: use at least 4 pixels")
+    if n_views < 1 or n_test < 0:
+        raise ValueError(f"n_views={n_views}, n_test={n_test}: the scene needs at least one "
+                         "training view (n_views >= 1) and n_test >= 0")
     if len(exposures) != 5:
         raise ValueError("exposures: the HDR-NeRF protocol needs five exposure times")
     g = torch.Generator().manual_seed(seed)
