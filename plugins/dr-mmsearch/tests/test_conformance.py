@@ -5,7 +5,7 @@ class TestConformance(PluginConformance):
     slug = "dr-mmsearch"
     smoke = {
         "train": {"steps": 1, "warm_steps": 5, "arms": ["baseline", "both"],
-                  "hidden_size": 16, "prompts_per_step": 2, "eval_generations": 1,
+                  "hidden_size": 16, "grpo": {"prompts_per_step": 2}, "eval_generations": 1,
                   "world": {"n_entities": 12}},
         "infer": {"warm_steps": 3, "num_questions": 2, "num_generations": 1,
                   "world": {"n_entities": 12}},
@@ -15,6 +15,8 @@ class TestConformance(PluginConformance):
     api = {
         "reward": "icml_dr_mmsearch.grpo:TrajectoryReward",
         "advantage": "icml_dr_mmsearch.grpo:AdvantageConfig",
+        "grpo": "icml_dr_mmsearch.grpo:GRPOConfig",
+        "rollout": "icml_dr_mmsearch.rollout:RolloutConfig",
         "world": "icml_dr_mmsearch.config:WorldConfig",
         "train:": "icml_dr_mmsearch.config:TrainConfig",
     }

@@ -8,7 +8,7 @@ import pytest
 from icml.testing import icml_cli, one_line_error
 
 SMALL = ["--set", "warm_steps=20", "--set", "steps=2", "--set", "hidden_size=16",
-         "--set", "prompts_per_step=2", "--set", "eval_generations=1",
+         "--set", "grpo.prompts_per_step=2", "--set", "eval_generations=1",
          "--set", "world.n_entities=12"]
 
 
@@ -50,7 +50,7 @@ def test_infer_writes_transcripts(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["train", "--set", "arms=[\"baseline\",\"ppo\"]"], ["arms", "baseline"]),
-    (["train", "--set", "hop_mix=[1.0,0.0]"], ["hop_mix", "three"]),
+    (["train", "--set", "grpo.hop_mix=[1.0,0.0]"], ["hop_mix", "three"]),
     (["train", "--set", "reward.sigma_neg=0"], ["reward.sigma_neg"]),
     (["train", "--set", "world.bm25_backend=lucene"], ["bm25_backend"]),
     (["infer", "--set", "model=/nonexistent/policy"], ["model", "could not load"]),

@@ -20,7 +20,7 @@ _EXPORTS = {
     "STOP_STRINGS": "env",
     "word_tokenizer": "tokenizer", "check_tokenizer": "tokenizer",
     # rollout
-    "agent_rollout": "rollout", "RolloutConfig": "rollout", "Trajectory": "rollout",
+    "agent_rollout": "rollout", "RolloutConfig": "config", "Trajectory": "rollout",
     "trajectory_batch": "rollout",
     "VisionPrefix": "vision",
     # rewards and advantages
@@ -33,7 +33,7 @@ _EXPORTS = {
     "structural_proximity_advantages": "advantages",
     # training
     "token_logprobs": "loss", "grpo_loss": "loss", "low_var_kl": "loss",
-    "SearchGRPOTrainer": "grpo", "GRPOConfig": "grpo", "RewardConfig": "config",
+    "SearchGRPOTrainer": "grpo", "GRPOConfig": "config", "RewardConfig": "config",
     "AdvantageConfig": "config", "WorldConfig": "config", "TrainConfig": "config",
     "TrajectoryReward": "grpo", "compute_advantages": "grpo",
     "warm_start": "grpo", "gold_trajectory": "grpo", "sample_questions": "grpo",

@@ -20,6 +20,12 @@ MATCH_MODES = ("EM", "SubEM")
 FORMAT_MODES = ("official", "general")
 MU_MODES = ("ema", "hop", "fixed")
 SCALES = ("group", "batch", "none")
+AGGREGATIONS = ("token-mean", "seq-mean")
+IMAGE_CALL = "<search><img></search>"
+TAGS = ("<reason>", "</reason>", "<answer>", "</answer>", IMAGE_CALL, "<text_search>",
+        "</text_search>", "<information>", "</information>")
+STOP_STRINGS = ("</answer>", IMAGE_CALL, "</text_search>")
+"""A turn ends at the first of these (kept in the output), at EOS, or at the token limit."""
 
 
 @dataclass
@@ -98,6 +104,61 @@ class WorldConfig:
 
 
 @dataclass
+class GRPOConfig:
+    """Optimisation settings of :class:`~icml_dr_mmsearch.grpo.SearchGRPOTrainer` (names follow
+    TRL's ``GRPOConfig`` where one exists)."""
+
+    num_generations: int = option(4, help="rollouts per question (group size G)", ge=2)
+    prompts_per_step: int = option(8, help="questions per GRPO step", ge=1)
+    learning_rate: float = option(1e-3, help="GRPO learning rate (AdamW)", gt=0)
+    beta: float = option(0.001, help="KL coefficient to the reference (warm-start) policy",
+                         ge=0)
+    epsilon: float = option(0.2, help="PPO clip range", gt=0)
+    epsilon_high: float | None = option(None, help="upper clip range (none = epsilon)", gt=0)
+    num_iterations: int = option(1, help="optimizer steps per batch of rollouts", ge=1)
+    max_grad_norm: float = option(1.0, help="gradient-norm clipping", gt=0)
+    aggregation: str = option("token-mean", help="loss aggregation over tokens",
+                              choices=AGGREGATIONS)
+    hop_mix: list[float] = option([0.5, 0.25, 0.25], help="sampling weights of 1-, 2-, 3-hop "
+                                  "questions")
+    weight_decay: float = option(0.0, help="AdamW weight decay", ge=0)
+
+    def __post_init__(self) -> None:
+        if self.num_generations < 2:
+            raise ValueError("num_generations must be >= 2 (a group baseline needs two rollouts)")
+        if self.prompts_per_step < 1 or self.num_iterations < 1:
+            raise ValueError("prompts_per_step and num_iterations must be >= 1")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation {self.aggregation!r} is not known: use one of "
+                             f"{', '.join(AGGREGATIONS)}")
+        if any(w < 0 for w in self.hop_mix) or not sum(self.hop_mix) > 0:
+            raise ValueError(f"hop_mix {self.hop_mix!r}: weights must be >= 0, not all 0")
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling and length settings of :func:`~icml_dr_mmsearch.rollout.agent_rollout`."""
+
+    max_turn_tokens: int = option(24, help="token limit per model turn", ge=1)
+    max_total_tokens: int = option(512, help="token limit of a whole trajectory", ge=2)
+    temperature: float = option(1.0, help="sampling temperature", gt=0)
+    top_k: int = option(0, help="top-k sampling (0 = off)", ge=0)
+    kv_reuse: bool = option(True, help="reuse the KV cache across turns")
+    stop_strings: list[str] = option(list(STOP_STRINGS), help="a turn ends at the first of "
+                                     "these (kept in the output)")
+    add_special_tokens: bool = option(False, help="tokenizer special tokens around the prompt")
+    check_tags: bool = option(True, help="refuse a tokenizer that cannot write the tags")
+
+    def __post_init__(self) -> None:
+        if self.max_turn_tokens < 1 or self.max_total_tokens < 2:
+            raise ValueError("max_turn_tokens must be >= 1 and max_total_tokens >= 2")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+
+@dataclass
 class TrainConfig:
     """The default experiment: warm start, then the arms of the ablation (each arm sets
     ``reward.kind`` and ``advantage.kind``)."""
@@ -114,17 +175,7 @@ class TrainConfig:
     premature_fraction: float = option(0.5, help="share of image questions whose "
                                        "demonstration answers prematurely", ge=0, le=1)
     steps: int = option(30, help="GRPO steps per arm", ge=0)
-    num_generations: int = option(4, help="rollouts per question (group size G)", ge=2)
-    prompts_per_step: int = option(8, help="questions per GRPO step", ge=1)
-    learning_rate: float = option(1e-3, help="GRPO learning rate", gt=0)
-    beta: float = option(0.001, help="KL coefficient to the reference (warm-start) policy",
-                         ge=0)
-    epsilon: float = option(0.2, help="PPO clip range", gt=0)
-    temperature: float = option(1.0, help="sampling temperature", gt=0)
     eval_generations: int = option(4, help="evaluation rollouts per question", ge=1)
-    hop_mix: list[float] = option([0.5, 0.25, 0.25], help="sampling weights of 1-, 2-, 3-hop "
-                                  "questions")
-    kv_reuse: bool = option(True, help="reuse the KV cache across turns in rollouts")
     holdout: float = option(0.3, help="share of companies whose 2-/3-hop questions are held "
                             "out of training and evaluated separately (0 = none)", ge=0, lt=1)
     save_model: str = option("", help="arm whose trained policy is saved to the run folder "
@@ -133,14 +184,19 @@ class TrainConfig:
     reward: RewardConfig = option(default_factory=RewardConfig, help="reward constants")
     advantage: AdvantageConfig = option(default_factory=AdvantageConfig,
                                          help="proximity-advantage constants")
+    grpo: GRPOConfig = option(default_factory=GRPOConfig, help="GRPO optimisation settings "
+                              "(what SearchGRPOTrainer takes as args)")
+    rollout: RolloutConfig = option(default_factory=RolloutConfig, help="rollout sampling "
+                                    "settings (training and evaluation rollouts)")
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARM_NAMES]
         if bad or not self.arms:
             raise ValueError(f"arms {self.arms!r}: each must be one of {', '.join(ARM_NAMES)}")
-        if len(self.hop_mix) != 3 or any(w < 0 for w in self.hop_mix) or sum(self.hop_mix) <= 0:
-            raise ValueError(f"hop_mix {self.hop_mix!r}: give three weights >= 0 (1-, 2-, "
-                             "3-hop), not all 0")
+        mix = self.grpo.hop_mix
+        if len(mix) != 3:
+            raise ValueError(f"grpo.hop_mix {mix!r}: give three weights >= 0 (1-, 2-, 3-hop), "
+                             "not all 0")
         for key, value, default in (("reward.kind", self.reward.kind, "mmsearch_r1"),
                                     ("advantage.kind", self.advantage.kind, "group")):
             if value != default:
@@ -157,13 +213,12 @@ class InferConfig:
                             choices=("all", "hop1", "hop2", "hop3"))
     num_questions: int = option(6, help="questions to run (0 = all selected)", ge=0)
     num_generations: int = option(2, help="rollouts per question", ge=1)
-    temperature: float = option(1.0, help="sampling temperature", gt=0)
-    max_turn_tokens: int = option(24, help="token limit per model turn", ge=1)
-    kv_reuse: bool = option(True, help="reuse the KV cache across turns")
     result_format: str = option("compact", help="tool-result text: compact (tiny vocab) or "
                                 "baseline (MMSearch-R1's headers, for real LMs)",
                                 choices=("compact", "baseline"))
     world: WorldConfig = option(default_factory=WorldConfig, help="environment settings")
+    rollout: RolloutConfig = option(default_factory=RolloutConfig, help="rollout sampling "
+                                    "settings")
 
 
 @dataclass

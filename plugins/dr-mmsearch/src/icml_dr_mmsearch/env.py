@@ -23,14 +23,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from icml_dr_mmsearch.config import IMAGE_CALL, STOP_STRINGS, TAGS  # noqa: E402,F401
 from icml_dr_mmsearch.knowledge import KnowledgeBase, Question
 from icml_dr_mmsearch.tools import ImageSearch, TextSearch, ToolResult
 
-IMAGE_CALL = "<search><img></search>"
-TAGS = ("<reason>", "</reason>", "<answer>", "</answer>", IMAGE_CALL, "<text_search>",
-        "</text_search>", "<information>", "</information>")
-STOP_STRINGS = ("</answer>", IMAGE_CALL, "</text_search>")
-"""A turn ends at the first of these (kept in the output), at EOS, or at the token limit."""
 ACTIONS = {"image": "I", "text": "T", "answer": "A", "invalid": "X"}
 
 _IMG_RE = re.compile(re.escape(IMAGE_CALL) + r"$")

@@ -26,7 +26,6 @@ from typing import Any
 from icml_dr_mmsearch.config import RewardConfig, TrainConfig, WorldConfig
 from icml_dr_mmsearch.env import SearchEnv
 from icml_dr_mmsearch.grpo import (
-    GRPOConfig,
     SearchGRPOTrainer,
     TrajectoryReward,
     warm_start,
@@ -178,7 +177,7 @@ def warm_start_policy(config: TrainConfig | None = None, *, seed: int = 0,
     demos = warm_start_data(env, train_qs, cfg.premature_fraction, seed)
     loss = warm_start(base, tok, env, demos, steps=cfg.warm_steps, batch_size=cfg.warm_batch,
                       learning_rate=cfg.warm_lr, seed=seed)
-    rc = RolloutConfig(temperature=cfg.temperature, kv_reuse=cfg.kv_reuse)
+    rc = cfg.rollout
     m = evaluate_policy(base, tok, env, train_qs, num_generations=cfg.eval_generations,
                         seed=seed + 7, rollout=rc, held_out=heldout_qs)
     return WarmStart(cfg, seed, kb, env, tok, base, loss, m, rc, device, train_qs, heldout_qs)
@@ -197,9 +196,7 @@ def train_arm(ws: WarmStart, arm: str) -> tuple[dict[str, float], list[dict[str,
     trainer = SearchGRPOTrainer(
         model, ws.tokenizer, ws.env, ws.train_questions, reward=_replace(cfg.reward, kind=rkind),
         advantage=_replace(cfg.advantage, kind=akind),
-        args=GRPOConfig(num_generations=cfg.num_generations,
-                        prompts_per_step=cfg.prompts_per_step, learning_rate=cfg.learning_rate,
-                        beta=cfg.beta, epsilon=cfg.epsilon, hop_mix=tuple(cfg.hop_mix)),
+        args=cfg.grpo,
         rollout=ws.rollout, seed=ws.seed + 1, cpu=torch.device(ws.device).type == "cpu")
     trainer.train(cfg.steps)
     trained = trainer.accelerator.unwrap_model(trainer.model)

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icml_dr_mmsearch.advantages import group_advantages, structural_proximity_advantages
-from icml_dr_mmsearch.config import AdvantageConfig, RewardConfig
+from icml_dr_mmsearch.config import AdvantageConfig, GRPOConfig, RewardConfig
 from icml_dr_mmsearch.env import SearchEnv
 from icml_dr_mmsearch.knowledge import Question
-from icml_dr_mmsearch.loss import AGGREGATIONS, grpo_loss, token_logprobs
+from icml_dr_mmsearch.loss import grpo_loss, token_logprobs
 from icml_dr_mmsearch.metrics import agent_metrics
 from icml_dr_mmsearch.rewards import (
     TurnTarget,
@@ -68,34 +68,6 @@ def compute_advantages(rewards: Sequence[float], trajs: Sequence[Trajectory],
         rewards, [t.structure for t in trajs], group_ids=groups, tau=config.tau, eta=config.eta,
         kappa=config.kappa, length_weight=config.length_weight, max_turns=max_turns,
         scale=config.scale)
-
-
-@dataclass
-class GRPOConfig:
-    """Optimisation settings (names follow TRL's ``GRPOConfig`` where one exists)."""
-
-    num_generations: int = 4
-    prompts_per_step: int = 16
-    learning_rate: float = 1e-3
-    beta: float = 0.001
-    epsilon: float = 0.2
-    epsilon_high: float | None = None
-    num_iterations: int = 1
-    max_grad_norm: float = 1.0
-    aggregation: str = "token-mean"
-    hop_mix: tuple[float, ...] = (0.5, 0.25, 0.25)
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.num_generations < 2:
-            raise ValueError("num_generations must be >= 2 (a group baseline needs two rollouts)")
-        if self.prompts_per_step < 1 or self.num_iterations < 1:
-            raise ValueError("prompts_per_step and num_iterations must be >= 1")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation {self.aggregation!r} is not known: use one of "
-                             f"{', '.join(AGGREGATIONS)}")
-        if any(w < 0 for w in self.hop_mix) or not sum(self.hop_mix) > 0:
-            raise ValueError(f"hop_mix {self.hop_mix!r}: weights must be >= 0, not all 0")
 
 
 def sample_questions(pool: Sequence[Question], k: int, rng: random.Random,

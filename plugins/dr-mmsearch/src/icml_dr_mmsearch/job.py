@@ -177,12 +177,11 @@ def _select(env: Any, which: str, n: int) -> list[Any]:
 def _rollouts(ctx: icml.RunContext, config: InferConfig) -> tuple[Any, Any, list[Any]]:
     import torch
 
-    from icml_dr_mmsearch.rollout import RolloutConfig, agent_rollout
+    from icml_dr_mmsearch.rollout import agent_rollout
 
     model, tok, env = _policy(ctx, config)
     qs = _select(env, config.questions, config.num_questions)
-    rc = RolloutConfig(max_turn_tokens=config.max_turn_tokens, temperature=config.temperature,
-                       kv_reuse=config.kv_reuse)
+    rc = config.rollout
     gen = torch.Generator(device=ctx.torch_device()).manual_seed(ctx.seed)
     with ctx.step(f"agent rollouts ({len(qs)} questions x {config.num_generations})"):
         trajs = agent_rollout(model, tok, env, qs, num_generations=config.num_generations,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-AGGREGATIONS = ("token-mean", "seq-mean")
+from icml_dr_mmsearch.config import AGGREGATIONS  # noqa: E402,F401
 
 
 def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *,

@@ -25,30 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icml_dr_mmsearch.advantages import Structure
-from icml_dr_mmsearch.env import STOP_STRINGS, Episode, SearchEnv
+from icml_dr_mmsearch.config import RolloutConfig
+from icml_dr_mmsearch.env import Episode, SearchEnv
 from icml_dr_mmsearch.knowledge import Question
-
-
-@dataclass
-class RolloutConfig:
-    """Sampling and length settings of :func:`agent_rollout`."""
-
-    max_turn_tokens: int = 24
-    max_total_tokens: int = 512
-    temperature: float = 1.0
-    top_k: int = 0
-    kv_reuse: bool = True
-    stop_strings: tuple[str, ...] = STOP_STRINGS
-    add_special_tokens: bool = False
-    check_tags: bool = True
-
-    def __post_init__(self) -> None:
-        if self.max_turn_tokens < 1 or self.max_total_tokens < 2:
-            raise ValueError("max_turn_tokens must be >= 1 and max_total_tokens >= 2")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
 
 
 @dataclass
