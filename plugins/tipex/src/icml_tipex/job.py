@@ -10,6 +10,33 @@ import icml
 from icml_tipex.config import EvaluateConfig, Execution, InferConfig
 
 
+class CountedModel:
+    """A chat model whose calls are counted on the run context: ``ctx.call_ok()`` per reply,
+    ``ctx.call_failed(err)`` per :class:`~icml_tipex.chat.ModelCallError` (an unreachable or
+    broken endpoint). The core then marks a run whose every call failed as failed, instead of
+    reporting accuracy 0 with the connection error only in traces.jsonl."""
+
+    def __init__(self, model: Any, ctx: icml.RunContext) -> None:
+        self.model, self.ctx = model, ctx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def count_tokens(self, messages: list[Any]) -> int:
+        return self.model.count_tokens(messages)
+
+    async def generate(self, messages: list[Any], **kw: Any) -> Any:
+        from icml_tipex.chat import ModelCallError
+
+        try:
+            out = await self.model.generate(messages, **kw)
+        except ModelCallError as exc:
+            self.ctx.call_failed(exc)
+            raise
+        self.ctx.call_ok()
+        return out
+
+
 def build(ctx: icml.RunContext, cfg: Execution) -> tuple[Any, Any, Any]:
     """(suite, model, runner) as configured."""
     from icml_tipex.runner import TipexRunner
@@ -29,7 +56,7 @@ def build(ctx: icml.RunContext, cfg: Execution) -> tuple[Any, Any, Any]:
     elif cfg.model == "http":
         from icml_tipex.openai_http import OpenAIChatModel
 
-        model = OpenAIChatModel(cfg.base_url, cfg.http_model)
+        model = CountedModel(OpenAIChatModel(cfg.base_url, cfg.http_model), ctx)
     else:
         from icml_tipex.hf import load_chat_model
 

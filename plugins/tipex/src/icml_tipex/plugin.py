@@ -5,6 +5,8 @@ from __future__ import annotations
 import icml
 from icml_tipex.config import EvaluateConfig, InferConfig
 
+CONFIGS = {"evaluate": EvaluateConfig, "infer": InferConfig}
+
 BIBTEX = """@inproceedings{tipex2026,
   title     = {{TIPEX}: Two-Tier Inference-Time Parallelism for Multi-Agent {LLM} Systems},
   booktitle = {Proceedings of the 43rd International Conference on Machine Learning (ICML)},
@@ -21,8 +23,8 @@ def icml_plugin_info() -> icml.PluginInfo:
                 "asyncio executor with a virtual clock",
         paper=icml.Paper(title="TIPEX: Two-Tier Inference-Time Parallelism for Multi-Agent "
                          "LLM Systems", url="https://icml.cc/", bibtex=BIBTEX),
-        capabilities=("evaluate", "infer"),
-        configs={"evaluate": EvaluateConfig, "infer": InferConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,
     )
 

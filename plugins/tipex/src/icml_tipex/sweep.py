@@ -92,17 +92,24 @@ def complementarity(rows: Sequence[dict], level: int, n: int, w: int) -> dict[st
 
 
 def interaction_plot(rows: Sequence[dict], path: str | Path, title: str = "") -> Path | None:
-    """Accuracy and latency against N, one line per structure, one column per level."""
-    try:
-        import matplotlib
+    """Accuracy and latency against N, one line per structure, one column per level (through
+    :func:`icml.report.figure`; None without matplotlib)."""
+    from icml.report import figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
     levels = sorted({r["level"] for r in rows})
-    fig, axes = plt.subplots(2, len(levels), figsize=(4 * len(levels), 6.5), dpi=110,
-                             squeeze=False)
+    p = Path(path)
+    with figure(p, 2, len(levels), figsize=(4 * len(levels), 6.5)) as grid:
+        if grid is None:
+            return None
+        _draw_interaction(grid, rows, levels, title)
+    return p
+
+
+def _draw_interaction(grid: Any, rows: Sequence[dict], levels: list[Any], title: str) -> None:
+    import numpy as np
+
+    axes = np.asarray(grid).reshape(2, len(levels))
+    fig = axes[0][0].figure
     structs = sorted({(r["planner"], r["width"]) for r in rows}, key=lambda s: (s[0], s[1]))
     for j, lvl in enumerate(levels):
         for planner, w in structs:
@@ -121,9 +128,3 @@ def interaction_plot(rows: Sequence[dict], path: str | Path, title: str = "") ->
     axes[0][0].legend(fontsize=7)
     if title:
         fig.suptitle(title)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(p)
-    plt.close(fig)
-    return p

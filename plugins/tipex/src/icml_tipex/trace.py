@@ -47,20 +47,24 @@ _COLORS = {"planner": "#4C72B0", "worker": "#55A868", "synthesizer": "#C44E52",
 
 def gantt(events: Iterable[dict[str, Any]], path: str | Path, title: str = "") -> Path | None:
     """Draw model and tool calls as bars (rows: replica/subtask; hatched: cancelled or failed).
-    Returns the PNG path, or None without matplotlib."""
-    try:
-        import matplotlib
+    Returns the PNG path, or None without matplotlib (through :func:`icml.report.figure`)."""
+    from icml.report import figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch
-    except ImportError:
-        return None
+    events = list(events)
     evs = [e for e in events if e["kind"] in ("model", "tool") and e.get("start") is not None]
     rows: dict[tuple[int, str], int] = {}
     for e in sorted(evs, key=lambda e: (e.get("replica", 0), e["start"])):
         rows.setdefault((e.get("replica", 0), str(e.get("subtask", ""))), len(rows))
-    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.28 * len(rows) + 1)), dpi=110)
+    p = Path(path)
+    with figure(p, figsize=(9, max(2.5, 0.28 * len(rows) + 1))) as ax:
+        if ax is None:
+            return None
+        _draw_gantt(ax, events, evs, rows, title)
+    return p
+
+
+def _draw_gantt(ax: Any, events: list[dict[str, Any]], evs: list[dict[str, Any]],
+                rows: dict[tuple[int, str], int], title: str) -> None:
     for e in evs:
         y = rows[(e.get("replica", 0), str(e.get("subtask", "")))]
         role = "tool" if e["kind"] == "tool" else e.get("role", "worker")
@@ -78,12 +82,7 @@ def gantt(events: Iterable[dict[str, Any]], path: str | Path, title: str = "") -
     ax.invert_yaxis()
     ax.set_xlabel("time since start (s)")
     ax.set_title(title or "TIPEX schedule")
-    handles = [Patch(color=c, label=k) for k, c in _COLORS.items()]
-    handles.append(Patch(color="#dddddd", label="waiting for K"))
+    # legend proxies: empty filled areas in each colour (no matplotlib import needed)
+    handles = [ax.fill_between([], [], color=c, label=k) for k, c in _COLORS.items()]
+    handles.append(ax.fill_between([], [], color="#dddddd", label="waiting for K"))
     ax.legend(handles=handles, fontsize=6, loc="lower right")
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(p)
-    plt.close(fig)
-    return p
