@@ -24,40 +24,36 @@ def chain_sft(model: Any, processor: Any, bench: CageBenchmark, steps: int = 100
               batch_size: int = 8, lr: float = 3e-3, seed: int = 0,
               prompt_template: str = CHAIN_PROMPT, image_token: str = "<image>",
               progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> list[float]:
-    """Fine-tune ``model`` in place for ``steps`` AdamW steps; returns the loss per step."""
-    import torch
+    """Fine-tune ``model`` in place for ``steps`` AdamW steps (the core's
+    :func:`icml.training.train_lm`: gradient clipping at 1, the model left in eval mode);
+    returns the loss per step."""
+    from icml.training import TrainSettings, train_lm
 
     if steps < 1 or len(bench) == 0:
         raise ValueError("chain_sft needs steps >= 1 and a non-empty benchmark")
     tok = getattr(processor, "tokenizer", processor)
-    device = next(model.parameters()).device
     probe = chain_text_probe(prompt_template)
     probe.prompt("")  # a bad template fails here, before any training
     rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    model.train()
-    losses = []
-    for _ in (progress or (lambda x: x))(range(steps)):
+
+    def batch(step: int) -> dict[str, Any]:
         items = rng.sample(bench.items, min(batch_size, len(bench)))
         prompts = [format_prompt(processor, probe.prompt(it.question), image_token)
                    for it in items]
         targets = [sft_target(it) + tok.eos_token for it in items]
         tok.padding_side = "right"
-        batch = processor(images=[bench.image(it) for it in items],
-                          text=[p + t for p, t in zip(prompts, targets)], return_tensors="pt",
-                          padding=True)
-        labels = batch["input_ids"].clone()
-        labels[batch["attention_mask"] == 0] = -100
+        out = processor(images=[bench.image(it) for it in items],
+                        text=[p + t for p, t in zip(prompts, targets)], return_tensors="pt",
+                        padding=True)
+        labels = out["input_ids"].clone()
+        labels[out["attention_mask"] == 0] = -100
         for row, target in enumerate(targets):
             n_target = len(tok(target, add_special_tokens=False)["input_ids"])
-            n_real = int(batch["attention_mask"][row].sum())
+            n_real = int(out["attention_mask"][row].sum())
             labels[row, : n_real - n_target] = -100  # learn the answer, not the prompt
-        batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
-        loss = model(**batch, labels=labels.to(device)).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
+        return {**out, "labels": labels}
+
+    settings = TrainSettings(steps=steps, lr=lr, batch_size=batch_size, seed=seed,
+                             max_grad_norm=1.0)
+    wrap = None if progress is None else (lambda it, desc="": progress(it))
+    return train_lm(model, batch, settings, progress=wrap).losses
