@@ -283,3 +283,40 @@ def test_a_steered_layer_output_reaches_the_next_layer(tiny_model, ids, randomiz
         h2.remove()
     assert (a - _trace(ref, ids)[1]).abs().max() > 1e-3  # the steering changed the output
     assert (a - b).abs().max() < 1e-9
+
+
+def test_transforms_leave_the_original_module_objects_unchanged(tiny_model, ids):
+    """Issue 48: no __class__ swap of the model's own modules. FPTLinear and the S_n layer are
+    new modules put in their place, holding the same parameters; the originals keep their
+    classes, and removing the residual scaling puts the original layers back."""
+    from icml_fptquant.residual_scaling import (
+        apply_dynamic_residual_scaling,
+        remove_dynamic_residual_scaling,
+    )
+
+    model = tiny_model("qwen2")
+    ref = _trace(model, ids)[1]
+    layer = model.model.layers[0]
+    layer_cls, q = type(layer), layer.self_attn.q_proj
+    apply_fpt_transforms(model, FULL)
+    assert type(layer) is layer_cls and type(q) is torch.nn.Linear
+    assert not hasattr(q, "fpt_qweight") and not hasattr(layer, "fpt_base_layer")
+    assert model.model.layers[0] is not layer and isinstance(model.model.layers[0], layer_cls)
+    merge_transforms(model)
+    assert (_trace(model, ids)[1] - ref).abs().max() < 1e-9
+
+    plain = tiny_model("llama")
+    ref = _trace(plain, ids)
+    layers = list(plain.model.layers)
+    norm = plain.model.norm
+    o_weight = plain.model.layers[1].self_attn.o_proj.weight
+    keys = list(plain.state_dict())
+    apply_dynamic_residual_scaling(plain)
+    assert plain.model.layers[1].self_attn.o_proj.weight is o_weight  # shared, not copied
+    assert list(plain.state_dict()) == keys
+    hs, logits = _trace(plain, ids)
+    assert (logits - ref[1]).abs().max() < 1e-9
+    assert all((h - r).abs().max() < 1e-9 for h, r in zip(hs, ref[0]))
+    remove_dynamic_residual_scaling(plain)
+    assert list(plain.model.layers) == layers and plain.model.norm is norm
+    assert (_trace(plain, ids)[1] - ref[1]).abs().max() < 1e-9

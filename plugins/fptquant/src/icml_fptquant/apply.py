@@ -75,9 +75,9 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
                                         seed, dtype, device)
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
-        for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj,
-                    m.down_proj):
-            as_fpt_linear(lin)
+        for parent, name in ((a, "q_proj"), (a, "k_proj"), (a, "v_proj"), (a, "o_proj"),
+                             (m, "gate_proj"), (m, "up_proj"), (m, "down_proj")):
+            as_fpt_linear(parent, name)
         if cfg.prerope:
             t = PreRoPETransform(geo.kv_heads, geo.head_dim, dtype, device)
             ops.prerope.append(t)
@@ -113,7 +113,7 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
                 _reg(lin, "bias", WriterRotation(ops.rotation))
     if ops.rotation is not None:
         _reg(model.model.embed_tokens, "weight", ReaderRotation(ops.rotation))
-        as_fpt_linear(model.lm_head)
+        as_fpt_linear(model, "lm_head")
         _reg(model.lm_head, "weight", ReaderRotation(ops.rotation))
     if cfg.qk_hadamard:
         install_qk_hadamard(model, geo.head_dim)

@@ -108,7 +108,7 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
     """Load a folder written by :func:`save_quantized`; returns ``(model, tokenizer or None)``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from icml_fptquant.qlinear import as_fpt_linear
+    from icml_fptquant.qlinear import linear_at
     from icml_fptquant.quantize import attach_quantizers
     from icml_fptquant.residual_scaling import apply_dynamic_residual_scaling
     from icml_fptquant.transforms import hadamard_block
@@ -145,14 +145,14 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
         from icml_fptquant.arch import check_supported
 
         install_qk_hadamard(model, check_supported(model).head_dim)
-    lins = _linears(model)
     dtype = next(model.parameters()).dtype
     for name in meta["hadamard"]:
-        lin = as_fpt_linear(lins[name])
+        lin = linear_at(model, name)
         lin.fpt_hadamard = hadamard_block(lin.in_features, dtype, device)
     for name, mix in meta.get("head_mix", {}).items():
-        lin = as_fpt_linear(lins[name])
+        lin = linear_at(model, name)
         lin.fpt_head_mix = torch.tensor(mix, dtype=dtype, device=device)
+    lins = _linears(model)
     for name, lin in lins.items():
         if hasattr(lin, "w_bits"):
             lin.w_bits = 16  # stored weights are already on the quantization grid

@@ -1,8 +1,10 @@
 """Online parts and fake-quantized execution, kept on the transformers modules themselves.
 
-* :class:`FPTLinear` (an ``nn.Linear`` subclass swapped in place, so state-dict keys and
-  ``isinstance`` checks are unchanged): optional per-token input scale (dynamic residual
-  scaling), online grouped Hadamard, static activation quantizer, weight fake quantization.
+* :class:`FPTLinear` (an ``nn.Linear`` subclass put in place of the model's ``nn.Linear``,
+  holding the same parameters, so state-dict keys and ``isinstance`` checks are unchanged;
+  the original module object is not modified): optional per-token input scale (dynamic
+  residual scaling), online grouped Hadamard, static activation quantizer, weight fake
+  quantization.
 * KV-cache quantization: a registered transformers attention function that fake-quantizes
   post-RoPE keys and values per KV head before the model's own sdpa/eager attention.
 """
@@ -63,21 +65,55 @@ def apply_head_mix(x: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
     return y.reshape(shape)
 
 
-def as_fpt_linear(lin: nn.Linear) -> FPTLinear:
-    """Turn ``lin`` into an :class:`FPTLinear` in place (no-op if it already is one)."""
+def as_fpt_linear(parent: nn.Module, name: str) -> FPTLinear:
+    """The :class:`FPTLinear` at ``parent.<name>``: a plain ``nn.Linear`` there is replaced by a
+    new :class:`FPTLinear` holding the *same* weight and bias parameters (so state-dict keys,
+    optimizers and tied parameters are unchanged, and the original module object is left as
+    it was); an :class:`FPTLinear` is returned as is. :func:`plain_linears` reverses it."""
+    lin = getattr(parent, name)
     if isinstance(lin, FPTLinear):
         return lin
     if type(lin) is not nn.Linear:
         raise ValueError(f"expected a plain nn.Linear, got {type(lin).__name__}: quantized or "
                          "parametrized checkpoints are not supported, load the FP model")
-    lin.__class__ = FPTLinear
-    lin.fpt_input_scale = None
-    lin.fpt_hadamard = None
-    lin.fpt_head_mix = None
-    lin.act_quant = None
-    lin.w_bits = 16
-    lin.fpt_qweight = None
-    return lin
+    new = FPTLinear.__new__(FPTLinear)
+    nn.Module.__init__(new)
+    new.in_features, new.out_features = lin.in_features, lin.out_features
+    new.weight = lin.weight
+    new.bias = lin.bias
+    new.train(lin.training)
+    for hooks in ("_forward_pre_hooks", "_forward_hooks"):  # a user's hooks keep working
+        getattr(new, hooks).update(getattr(lin, hooks))
+    new.fpt_input_scale = None
+    new.fpt_hadamard = None
+    new.fpt_head_mix = None
+    new.act_quant = None
+    new.w_bits = 16
+    new.fpt_qweight = None
+    setattr(parent, name, new)
+    return new
+
+
+def linear_at(model: nn.Module, qualified: str) -> FPTLinear:
+    """:func:`as_fpt_linear` by qualified name (``model.layers.0.self_attn.q_proj``)."""
+    parent, _, name = qualified.rpartition(".")
+    return as_fpt_linear(model.get_submodule(parent) if parent else model, name)
+
+
+def plain_linears(model: nn.Module) -> nn.Module:
+    """Replace every :class:`FPTLinear` (not parametrized) by a plain
+    ``nn.Linear`` holding the same parameters (online ops and quantizers dropped: only
+    meaningful where they are off or folded, see :func:`icml_fptquant.interop.unwrap`)."""
+    for qualified, mod in list(model.named_modules()):
+        if type(mod) is FPTLinear:
+            parent, _, name = qualified.rpartition(".")
+            lin = nn.Linear.__new__(nn.Linear)
+            nn.Module.__init__(lin)
+            lin.in_features, lin.out_features = mod.in_features, mod.out_features
+            lin.weight, lin.bias = mod.weight, mod.bias
+            lin.train(mod.training)
+            setattr(model.get_submodule(parent) if parent else model, name, lin)
+    return model
 
 
 def decoder_linears(model: Any) -> dict[str, nn.Linear]:
@@ -92,9 +128,9 @@ def decoder_linears(model: Any) -> dict[str, nn.Linear]:
 
 
 def wrap_all(model: Any) -> None:
-    for lin in decoder_linears(model).values():
-        as_fpt_linear(lin)
-    as_fpt_linear(model.lm_head)
+    for name in decoder_linears(model):
+        linear_at(model.model, name)
+    as_fpt_linear(model, "lm_head")
 
 
 _REGISTERED = False

@@ -12,7 +12,7 @@ from torch.nn.utils import parametrize
 
 from icml_fptquant.arch import check_supported
 from icml_fptquant.config import FPTQuantConfig
-from icml_fptquant.qlinear import as_fpt_linear, decoder_linears, use_kv_attention
+from icml_fptquant.qlinear import decoder_linears, linear_at, use_kv_attention
 from icml_fptquant.quantizers import (
     ActQuantizer,
     check_bits,
@@ -52,11 +52,11 @@ def attach_quantizers(model: Any, config: FPTQuantConfig, seed: int = 0) -> Any:
     for b, what in ((config.w_bits, "w_bits"), (config.a_bits, "a_bits"),
                     (config.kv_bits, "kv_bits")):
         check_bits(b, what)
-    lins = list(decoder_linears(model).values())
+    names = [f"model.{n}" for n in decoder_linears(model)]
     if config.quantize_lm_head:
-        lins.append(model.lm_head)
-    for i, lin in enumerate(lins):
-        lin = as_fpt_linear(lin)
+        names.append("lm_head")
+    for i, qualified in enumerate(names):
+        lin = linear_at(model, qualified)
         lin.w_bits = config.w_bits
         lin.fpt_qweight = None
         lin.act_quant = (ActQuantizer(config.a_bits, method=config.act_range, seed=seed + i,

@@ -13,6 +13,7 @@ activations (o_proj / down_proj inputs) are seen divided by the token's scale.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -114,10 +115,46 @@ def apply_dynamic_residual_scaling(model: Any) -> None:
 
     if getattr(model, "fpt_drs", False):
         return
-    for layer in model.model.layers:
-        for lin in (layer.self_attn.o_proj, layer.mlp.down_proj):
-            as_fpt_linear(lin)
-        cls = type(layer)
-        layer.__class__ = type("DRS" + cls.__name__, (cls,), {"forward": _layer_forward})
+    layers = model.model.layers
+    for i, layer in enumerate(layers):
+        as_fpt_linear(layer.self_attn, "o_proj")
+        as_fpt_linear(layer.mlp, "down_proj")
+        layers[i] = _drs_layer(layer)
     model.model.norm = _FinalNorm(model.model.norm)
     model.fpt_drs = True
+
+
+_DRS_CLASSES: dict[type, type] = {}
+
+
+def _drs_layer(layer: nn.Module) -> nn.Module:
+    """A new module in place of ``layer``: the same submodules, parameters and attributes, a
+    subclass of ``layer``'s class (transformers records ``output_hidden_states`` by the decoder
+    layer's class) whose forward is S_n. ``layer`` itself is left as it was
+    (``fpt_base_layer``), so :func:`remove_dynamic_residual_scaling` puts it back."""
+    cls = type(layer)
+    drs = _DRS_CLASSES.get(cls)
+    if drs is None:
+        drs = _DRS_CLASSES[cls] = type("DRS" + cls.__name__, (cls,), {"forward": _layer_forward})
+    new = drs.__new__(drs)
+    for key, value in layer.__dict__.items():  # same entries; own (ordered) dicts of them
+        new.__dict__[key] = copy.copy(value) if isinstance(value, dict) else value
+    new.__dict__["fpt_base_layer"] = [layer]  # a list: not a registered child
+    return new
+
+
+def remove_dynamic_residual_scaling(model: Any) -> None:
+    """Undo :func:`apply_dynamic_residual_scaling`: the original decoder layers (with the
+    current submodules) and final norm back in place; 1/c scales cleared."""
+    if not getattr(model, "fpt_drs", False):
+        return
+    layers = model.model.layers
+    for i, layer in enumerate(layers):
+        base = layer.__dict__.get("fpt_base_layer")
+        if base:
+            orig = base[0]
+            orig._modules.update(layer._modules)  # submodules replaced since (FPTLinear ...)
+            layers[i] = orig
+    if isinstance(model.model.norm, _FinalNorm):
+        model.model.norm = model.model.norm.fpt_plain_norm[0]
+    model.fpt_drs = False
