@@ -40,10 +40,19 @@ def n_kept(T: int, ratio: float) -> int:
     return int(T * (1.0 - ratio))
 
 
+def decoder_of(model: Any) -> Any:
+    """The decoder (``model.model``) of a causal LM, also through a PEFT wrapper (an unmerged
+    LoRA model: ``get_base_model()``)."""
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base):
+        model = get_base()
+    return getattr(model, "model", model)
+
+
 def attention_layers(model: Any) -> list[Any]:
     """The ``self_attn`` modules of a Llama/Qwen2/Mistral-style decoder, checked for the parts a
     press needs. Raises ``ValueError`` naming what is missing."""
-    base = getattr(model, "model", model)
+    base = decoder_of(model)
     layers = getattr(base, "layers", None)
     if layers is None:
         raise ValueError(f"{type(model).__name__} has no .model.layers: presses support "
@@ -136,7 +145,7 @@ class KVPress:
     @contextmanager
     def __call__(self, model: Any) -> Iterator[KVPress]:
         attns = attention_layers(model)
-        base = getattr(model, "model", model)
+        base = decoder_of(model)
         self._rotary = base.rotary_emb
         self._rope_cache: dict = {}
         self._config = model.config

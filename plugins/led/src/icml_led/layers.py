@@ -65,7 +65,11 @@ def lm_head_of(model: Any) -> Any:
 
 
 def final_norm_of(model: Any) -> Any:
-    """The final norm of a Llama/Qwen2-style model (``model.model.norm``)."""
+    """The final norm of a Llama/Qwen2-style model (``model.model.norm``), also through a PEFT
+    wrapper (an unmerged LoRA model: ``get_base_model()``)."""
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base):
+        model = get_base()
     base = getattr(model, "model", None) or getattr(model, "base_model", None)
     norm = getattr(base, "norm", None) or getattr(base, "final_layernorm", None)
     if norm is None:

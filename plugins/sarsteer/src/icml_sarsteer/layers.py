@@ -13,6 +13,7 @@ LAYER_PATHS: tuple[str, ...] = (
     "language_model.layers",              # a bare decoder as language_model
     "model.thinker.model.layers",         # Qwen2.5-Omni thinker
     "thinker.model.layers",
+    "base_model.model.model.layers",      # a PEFT (LoRA, unmerged) wrapper of a causal LM
     "model.layers",                       # LlamaForCausalLM, Qwen2ForCausalLM, ...
     "layers",                             # LlamaModel, Qwen2Model
     "transformer.h",                      # GPT-2 / Qwen-Audio-Chat style

@@ -1,0 +1,433 @@
+"""The cross-plugin composition matrix (issue 50): producers x consumers on one model.
+
+Producers: the FP model; fptquant's transforms merged, unquantized (function-preserving, the
+residual stream rotated, norm gains folded); fptquant W8A8KV8 (quantized, rotated); a
+beyond-nll-trained model (saved and loaded back through ``icml.compose``); a LoRA model (the
+adapters cal-grpo trains) unmerged (a PEFT wrapper) and merged.
+
+Consumers: capkv presses, LED's layer read-outs (default = un-normed, and final-norm) and LED
+decoding, xspecmesh speculative decoding, sarsteer activation reads and steering, synsem
+representation extraction.
+
+Each pair either gives the consumer's documented result, checked against a reference (the FP
+model for a function-preserving producer, the unmerged LoRA model for the merged one, the
+model's own autoregressive decoding for speculative decoding) or refuses with one
+``icml.compose.CompositionError`` line that names the pair. Tiny Llama and Qwen2 here (float64);
+SmolLM2 under ``pretrained``. Plugins are imported with ``pytest.importorskip``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from icml import compose  # noqa: E402
+from icml.compose import CompositionError  # noqa: E402
+
+ARCHS = ("llama", "qwen2")
+PRODUCERS = ("fp", "fptquant-merged", "fptquant-w8a8kv8", "beyond-nll", "lora-unmerged",
+             "lora-merged")
+# the producer each one is compared with (same function) where there is one
+SAME_FUNCTION = {"fptquant-merged": "fp", "lora-merged": "lora-unmerged"}
+TOL = 1e-6  # float64 models; transformers' RMSNorm computes in float32
+
+
+# -- producers ----------------------------------------------------------------------------------
+def _ids(vocab: int, shape=(2, 12), seed: int = 0):
+    return torch.randint(4, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+@functools.cache
+def _base(arch: str):
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm(arch, seed=11, num_layers=4, hidden_size=32, num_heads=4,
+                           num_kv_heads=2, intermediate_size=48, dtype=torch.float64)
+    with torch.no_grad():  # non-unit norm gains (a trained model has them): folding is tested
+        g = torch.Generator().manual_seed(12)
+        for mod in model.modules():
+            if type(mod).__name__.endswith("RMSNorm"):
+                mod.weight.copy_(0.6 + 0.8 * torch.rand(mod.weight.shape, generator=g,
+                                                        dtype=torch.float64))
+    return model
+
+
+def _fpt_transformed(arch: str, cfg):
+    fpt = pytest.importorskip("icml_fptquant")
+    from icml_fptquant.apply import transform_parameters
+
+    model = copy.deepcopy(_base(arch))
+    fpt.apply_fpt_transforms(model, cfg)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # trained-looking transforms (not the identity)
+        for p in transform_parameters(model):
+            p.copy_(0.2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+def _beyond_nll(arch: str, tmp_dir):
+    pytest.importorskip("icml_beyond_nll")
+    from icml_beyond_nll import prob_objective_loss
+    from icml_beyond_nll.config import TrainConfig
+    from icml_beyond_nll.experiment import save_trained
+
+    from icml.models import byte_tokenizer
+
+    model = copy.deepcopy(_base(arch)).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for step in range(3):  # a few steps of the method's objective (-p)
+        ids = _ids(model.config.vocab_size, (4, 16), seed=100 + step)
+        loss = prob_objective_loss(model(ids).logits, ids, "p")
+        loss = loss[0] if isinstance(loss, tuple) else loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    ctx = SimpleNamespace(out_dir=tmp_dir, seed=0, logger=logging.getLogger("composition"))
+    save_trained(ctx, model, byte_tokenizer(), TrainConfig(steps=3), ("strong", "p"))
+    loaded, _ = compose.load_model(tmp_dir, dtype="float64")  # through the run folder's model
+    return loaded.eval()
+
+
+def _lora(arch: str):
+    peft = pytest.importorskip("peft")
+    model = copy.deepcopy(_base(arch))
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                          target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
+    lora = peft.get_peft_model(model, cfg).eval()
+    return compose.mark(lora, compose.Transform(
+        "cal-grpo LoRA policy", "cal-grpo", preserves_function=False,
+        changes_residual_basis=False, notes="LoRA adapters: weights changed, basis unchanged"))
+
+
+_CACHE: dict = {}
+
+
+def producer(name: str, arch: str, tmp_path_factory=None):
+    """The producer's model (cached per session: consumers never modify it)."""
+    key = (name, arch)
+    if key in _CACHE:
+        return _CACHE[key]
+    if name == "fp":
+        model = _base(arch)
+    elif name == "fptquant-merged":
+        fpt = pytest.importorskip("icml_fptquant")
+        model = fpt.merge_transforms(_fpt_transformed(arch, fpt.FPTQuantConfig(local_steps=0)))
+    elif name == "fptquant-w8a8kv8":
+        fpt = pytest.importorskip("icml_fptquant")
+        cfg = fpt.FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0)
+        model = fpt.merge_and_quantize(_fpt_transformed(arch, cfg),
+                                       _ids(_base(arch).config.vocab_size, (4, 16), 7), cfg)
+    elif name == "beyond-nll":
+        model = _beyond_nll(arch, tmp_path_factory.mktemp(f"beyond-nll-{arch}"))
+    elif name == "lora-unmerged":
+        model = _lora(arch)
+    elif name == "lora-merged":
+        unmerged = producer("lora-unmerged", arch)
+        model = copy.deepcopy(unmerged).merge_and_unload().eval()
+        object.__setattr__(model, "icml_transforms", [])
+        compose.mark(model, copy.copy(compose.transforms(unmerged)[0]))
+    else:
+        raise KeyError(name)
+    _CACHE[key] = model
+    return model
+
+
+@pytest.fixture(params=ARCHS)
+def arch(request):
+    return request.param
+
+
+@pytest.fixture(params=PRODUCERS)
+def made(request, arch, tmp_path_factory):
+    """(producer name, its model, the reference model computing the same function or None)."""
+    name = request.param
+    model = producer(name, arch, tmp_path_factory)
+    ref = producer(SAME_FUNCTION[name], arch) if name in SAME_FUNCTION else None
+    return name, model, ref
+
+
+def _label(model) -> str:
+    ts = compose.transforms(model)
+    return ts[-1].name if ts else ""
+
+
+def test_producers_keep_the_contract(made, arch):
+    """Every producer returns a causal LM whose forward gives logits and L + 1 hidden states,
+    whose generate works, marked with what it did; a function-preserving one keeps the logits."""
+    name, model, ref = made
+    ids = _ids(_base(arch).config.vocab_size)
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True)
+    assert len(out.hidden_states) == model.config.num_hidden_layers + 1
+    gen = model.generate(ids[:1], max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert gen.shape == (1, ids.shape[1] + 3)
+    ts = compose.transforms(model)
+    assert (name == "fp") == (not ts), compose.describe(model)
+    if ref is not None:
+        with torch.no_grad():
+            want = ref(input_ids=ids).logits
+        assert (out.logits - want).abs().max() < TOL
+        assert ts[-1].preserves_function or name == "lora-merged"
+
+
+# -- consumers ----------------------------------------------------------------------------------
+def test_capkv_presses(made, arch):
+    """Every press gives a valid cache of the budgeted size on every producer. Kept positions
+    equal the reference's where the scores read what the function fixes: attention-score
+    policies (snapkv, h2o: q.k is preserved) on every same-function producer, and every policy
+    on the merged LoRA model (the same weights as the unmerged one)."""
+    pytest.importorskip("icml_capkv")
+    from icml_capkv.generation import prefill
+    from icml_capkv.presses import make_press, n_kept
+
+    name, model, ref = made
+    ids = _ids(_base(arch).config.vocab_size, (2, 40), seed=1)
+    for policy in ("capkv", "snapkv", "h2o", "knorm"):
+        kept = [layer.positions for layer in prefill(model, ids, make_press(policy, 0.5)).layers]
+        for pos in kept:
+            assert pos.shape[-1] == n_kept(40, 0.5)
+            assert bool((pos.diff(dim=-1) > 0).all())
+        if ref is not None and (policy in ("snapkv", "h2o") or name == "lora-merged"):
+            want = [layer.positions for layer in prefill(ref, ids, make_press(policy, 0.5)).layers]
+            for a, b in zip(kept, want):
+                assert torch.equal(a, b), (name, policy)
+        if name == "fptquant-w8a8kv8" and policy in ("snapkv", "h2o"):  # nearly FP's choice
+            fp = prefill(producer("fp", arch), ids, make_press(policy, 0.5))
+            same = sum(int((a == b).sum()) for a, b in
+                       zip(kept, [layer.positions for layer in fp.layers]))
+            assert same / sum(p.numel() for p in kept) > 0.8
+
+
+@pytest.mark.xfail(strict=True, reason="contract gap: fptquant's trained pre-RoPE and value "
+                   "transforms re-parametrise each head's keys and values (q.k and the layer's "
+                   "output are preserved, the key norms and value geometry are not); CapKV's "
+                   "value-leverage and key-cosine scores (and knorm) read them, and the "
+                   "icml.compose Transform has no field to say the KV basis changed, so capkv "
+                   "can neither map nor refuse (positions kept: 233/320 on tiny Llama)")
+def test_capkv_kept_positions_under_fptquant_kv_transforms():
+    pytest.importorskip("icml_capkv")
+    from icml_capkv.generation import prefill
+    from icml_capkv.presses import make_press
+
+    ids = _ids(_base("llama").config.vocab_size, (2, 40), seed=1)
+    for policy in ("capkv", "knorm"):
+        a = prefill(producer("fp", "llama"), ids, make_press(policy, 0.5))
+        b = prefill(producer("fptquant-merged", "llama"), ids, make_press(policy, 0.5))
+        for x, y in zip(a.layers, b.layers):
+            assert torch.equal(x.positions, y.positions), policy
+
+
+@pytest.mark.parametrize("use_final_norm", [False, True], ids=["default", "final-norm"])
+def test_led_readouts(made, arch, use_final_norm):
+    """LED's per-depth distributions: equal to the reference's on a function-preserving
+    producer (both read-outs); close to the FP model's on the 8-bit one through the final norm;
+    the un-normed read-out of the quantized (un-unwrappable) model is refused naming the pair."""
+    pytest.importorskip("icml_led")
+    from icml_led.generate import LEDDecoding
+    from icml_led.layers import layerwise_logits
+    from icml_led.led import LEDConfig
+
+    name, model, ref = made
+    ids = _ids(_base(arch).config.vocab_size, seed=2)
+    if name == "fptquant-w8a8kv8" and not use_final_norm:
+        with pytest.raises(CompositionError) as err:
+            layerwise_logits(model, ids, depth=3, use_final_norm=False)
+        msg = str(err.value)
+        assert "\n" not in msg and "LED" in msg and _label(model) in msg
+        with pytest.raises(CompositionError, match="fptquant"):
+            LEDDecoding(LEDConfig(depth=3)).setup(model, ids, None)
+        return
+    got = layerwise_logits(model, ids, depth=3, use_final_norm=use_final_norm)
+    with torch.no_grad():
+        own = model(input_ids=ids).logits[:, -1]
+    assert (got[:, 0] - own).abs().max() < TOL  # depth 0 is the model's own logits
+    assert torch.isfinite(got).all()
+    if ref is not None:
+        want = layerwise_logits(ref, ids, depth=3, use_final_norm=use_final_norm)
+        assert (got.softmax(-1) - want.softmax(-1)).abs().max() < TOL, name
+    if name == "fptquant-w8a8kv8":
+        fp = layerwise_logits(producer("fp", arch), ids, depth=3, use_final_norm=True)
+        tv = 0.5 * (got.softmax(-1) - fp.softmax(-1)).abs().sum(-1)
+        assert tv.max() < 0.1, tv  # the misread of issue 50 was TV 1.0
+
+
+def test_led_decoding(made, arch):
+    """LED decoding (final-norm read-out, sampled with a fixed generator) emits the reference's
+    tokens on a function-preserving producer, and runs on every producer."""
+    pytest.importorskip("icml_led")
+    from icml_led.generate import LEDDecoding
+    from icml_led.led import LEDConfig
+
+    name, model, ref = made
+    ids = _ids(_base(arch).config.vocab_size, (1, 6), seed=3)
+    cfg = LEDConfig(depth=3, use_final_norm=True, think_only=False)
+
+    def run(m):
+        dec = LEDDecoding(cfg, torch.Generator().manual_seed(9), lazy=False)
+        return m.generate(ids, custom_generate=dec, max_new_tokens=5, do_sample=True,
+                          temperature=1.0, pad_token_id=0)
+
+    out = run(model)
+    assert out.shape == (1, 11)
+    if ref is not None:
+        assert torch.equal(out, run(ref)), name
+
+
+def test_xspecmesh_speculative_decoding(made, arch):
+    """Greedy speculative decoding is lossless on every producer (equal to the model's own
+    autoregressive greedy decoding) and equals the reference's on a same-function producer."""
+    pytest.importorskip("icml_xspecmesh")
+    from icml_xspecmesh.heads import SpeculativeHeads
+    from icml_xspecmesh.speculative import autoregressive_generate, speculative_generate
+
+    name, model, ref = made
+    ids = _ids(_base(arch).config.vocab_size, (1, 5), seed=4)
+
+    def heads_for(m):
+        heads = SpeculativeHeads.from_model(m, num_heads=2)
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in heads.parameters():
+                p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+        return heads.to(torch.float64).eval()
+
+    kw = {"max_new_tokens": 16, "acceptance": "greedy", "eos_token_id": []}
+    spec = speculative_generate(model, heads_for(model), ids, **kw).sequences
+    ar = autoregressive_generate(model, ids, **kw).sequences
+    assert spec.tolist() == ar.tolist(), name
+    if ref is not None:
+        assert ar.tolist() == autoregressive_generate(ref, ids, **kw).sequences.tolist()
+
+
+def test_sarsteer_activations_and_steering(made, arch):
+    """Activation reads and steering vectors in the original basis: a function-preserving
+    producer gives the reference's activations and steered logits; the 8-bit one is close to
+    the FP model's (mapped, not misread in the rotated basis)."""
+    pytest.importorskip("icml_sarsteer")
+    from icml_sarsteer.activations import last_position_hidden
+    from icml_sarsteer.steering import steering_hooks
+
+    name, model, ref = made
+    inputs = {"input_ids": _ids(_base(arch).config.vocab_size, (1, 9), seed=5)}
+    g = torch.Generator().manual_seed(1)
+    vectors = {i: torch.randn(32, generator=g, dtype=torch.float64) for i in (0, 2)}
+
+    def read(m):
+        acts = last_position_hidden(m, inputs)
+        with torch.no_grad(), steering_hooks(m, vectors, alpha=2.0):
+            steered = m(**inputs).logits
+        return acts, steered
+
+    acts, steered = read(model)
+    assert acts.shape == (1, 4, 32) and torch.isfinite(steered).all()
+    if ref is not None:
+        want_acts, want_steered = read(ref)
+        assert (acts - want_acts).abs().max() < TOL
+        assert (steered - want_steered).abs().max() < TOL
+    if name == "fptquant-w8a8kv8":
+        fp_acts, _ = read(producer("fp", arch))
+        rel = (acts - fp_acts).norm(dim=-1) / fp_acts.norm(dim=-1)
+        assert rel.max() < 0.1, rel  # read in the rotated basis this would be ~1.4
+
+
+def test_synsem_extraction(made, arch):
+    """Representations at layers 0..L-1 in the original basis: the reference's on a
+    same-function producer, close to the FP model's on the 8-bit one; layer L (the final
+    norm's output) is refused on a re-based producer, naming the pair."""
+    pytest.importorskip("icml_synsem")
+    from icml_synsem import extract_sentence_reps
+
+    from icml.models import byte_tokenizer
+
+    name, model, ref = made
+    tok = byte_tokenizer()
+    sentences = ["the cat sat on the mat", "a dog", "colourless green ideas sleep",
+                 "one two three"]
+    L = model.config.num_hidden_layers
+    try:
+        reps = extract_sentence_reps(model, tok, sentences, layers=[0, 2, L - 1])
+    except RuntimeError as exc:  # synsem runs its forwards under torch.inference_mode
+        if "Inference tensors do not track version counter" not in str(exc):
+            raise
+        pytest.xfail("fptquant's residual scaling reads Tensor._version, which inference "
+                     "tensors lack: its models crash under torch.inference_mode (reported)")
+    assert reps.shape == (3, 4, 32) and torch.isfinite(reps).all()
+    if ref is not None:
+        want = extract_sentence_reps(ref, tok, sentences, layers=[0, 2, L - 1])
+        assert (reps - want).abs().max() < 1e-5
+    rebased = any(t.changes_residual_basis for t in compose.transforms(model))
+    if rebased:
+        with pytest.raises(CompositionError) as err:
+            extract_sentence_reps(model, tok, sentences, layers=[L])
+        assert "synsem" in str(err.value) and _label(model) in str(err.value)
+    else:
+        extract_sentence_reps(model, tok, sentences, layers=[L])
+    if name == "fptquant-w8a8kv8":
+        fp = extract_sentence_reps(producer("fp", arch), tok, sentences, layers=[0, 2, L - 1])
+        rel = (reps - fp).norm(dim=-1) / fp.norm(dim=-1)
+        assert rel.max() < 0.1, rel
+
+
+# -- passing models between runs ----------------------------------------------------------------
+def test_fptquant_run_folder_to_led(tmp_path):
+    """``icml run fptquant`` saves its model; a consumer loads the run folder with one call
+    (``icml.compose.load_model``) and gets the quantized model back, marked with its maps."""
+    pytest.importorskip("icml_fptquant")
+    pytest.importorskip("icml_led")
+    from icml_fptquant.interop import save_fpt_model
+    from icml_led.layers import layerwise_logits
+
+    from icml.models import byte_tokenizer
+
+    model = producer("fptquant-w8a8kv8", "llama")
+    folder = save_fpt_model(tmp_path / "run", model, byte_tokenizer(), base="tiny")
+    (tmp_path / "run" / "result.json").write_text(
+        json.dumps({"artifacts": {"model": folder.name}}))
+    loaded, _ = compose.load_model(tmp_path / "run", dtype="float64")
+    (t,) = compose.transforms(loaded)
+    assert t.quantized and t.maps and t.producer == "fptquant"
+    ids = _ids(_base("llama").config.vocab_size, seed=6)
+    got = layerwise_logits(loaded, ids, depth=3, use_final_norm=True)
+    want = layerwise_logits(model, ids, depth=3, use_final_norm=True)
+    assert (got.softmax(-1) - want.softmax(-1)).abs().max() < 1e-4
+
+
+# -- SmolLM2 (pretrained) -----------------------------------------------------------------------
+@pytest.mark.pretrained
+def test_smollm2_fptquant_merged_led_and_capkv():
+    """Issue 50's report on the real model: LED's read-outs of fptquant's merged transform are
+    the original distributions at every depth (both read-outs), and CapKV keeps the same
+    positions."""
+    from icml.testing import pretrained_or_skip
+
+    fpt = pytest.importorskip("icml_fptquant")
+    pytest.importorskip("icml_led")
+    pytest.importorskip("icml_capkv")
+    from icml_capkv.generation import prefill
+    from icml_capkv.presses import make_press
+    from icml_led.layers import layerwise_logits
+
+    model, tok = pretrained_or_skip("smollm2-135m-instruct")
+    model = model.float().eval()
+    fptm = copy.deepcopy(model)
+    fpt.apply_fpt_transforms(fptm, fpt.FPTQuantConfig(local_steps=0, untie_embeddings=True))
+    fpt.merge_transforms(fptm)
+    ids = tok("The capital of France is Paris, and the capital of Italy is",
+              return_tensors="pt")["input_ids"]
+    for norm in (False, True):
+        want = layerwise_logits(model, ids, depth=8, use_final_norm=norm).softmax(-1)
+        got = layerwise_logits(fptm, ids, depth=8, use_final_norm=norm).softmax(-1)
+        tv = 0.5 * (got - want).abs().sum(-1)
+        assert tv.max() < 1e-3, (norm, tv)
+    a = prefill(model, ids, make_press("capkv", 0.5))
+    b = prefill(fptm, ids, make_press("capkv", 0.5))
+    same = sum(int((x.positions == y.positions).sum()) for x, y in zip(a.layers, b.layers))
+    assert same == sum(x.positions.numel() for x in a.layers)
