@@ -1,7 +1,4 @@
 import pytest
-import torch
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

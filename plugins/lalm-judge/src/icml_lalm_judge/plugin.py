@@ -5,6 +5,8 @@ from __future__ import annotations
 import icml
 from icml_lalm_judge.config import EvaluateConfig
 
+CONFIGS = {"evaluate": EvaluateConfig}
+
 BIBTEX = """@article{ivry2026lalmjudge,
   title   = {LALM-as-a-Judge: Safety Evaluation of Multi-Turn Spoken Dialogues},
   author  = {Ivry, Amir and Watanabe, Shinji},
@@ -24,8 +26,8 @@ def icml_plugin_info() -> icml.PluginInfo:
         paper=icml.Paper(title="LALM-as-a-Judge: safety evaluation in multi-turn spoken "
                          "dialogues", url="https://arxiv.org/abs/2602.04796",
                          authors="Amir Ivry, Shinji Watanabe", bibtex=BIBTEX),
-        capabilities=("evaluate",),
-        configs={"evaluate": EvaluateConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,
     )
 
