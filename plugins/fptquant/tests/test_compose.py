@@ -320,3 +320,21 @@ def test_transforms_leave_the_original_module_objects_unchanged(tiny_model, ids)
     remove_dynamic_residual_scaling(plain)
     assert list(plain.model.layers) == layers and plain.model.norm is norm
     assert (_trace(plain, ids)[1] - ref[1]).abs().max() < 1e-9
+
+
+def test_kv_quantization_does_not_write_the_model_config(tiny_model, ids):
+    """Issue 48: the KV-quantizing attention is named by the attention modules' own config
+    copy; the model's config keeps its attention implementation."""
+    from icml_fptquant.qlinear import plain_attention
+
+    model = tiny_model("llama")
+    impl = model.config._attn_implementation
+    cfg = FPTQuantConfig(w_bits=16, a_bits=16, kv_bits=3, local_steps=0)
+    apply_fpt_transforms(model, cfg)
+    merge_and_quantize(model, ids, cfg)
+    assert model.config._attn_implementation == impl
+    assert model.model.layers[0].self_attn.config._attn_implementation.startswith("fptq_")
+    quantized = _trace(model, ids)[1]
+    plain_attention(model)  # the KV quantizers are no longer called
+    assert model.model.layers[0].self_attn.config is model.config
+    assert (_trace(model, ids)[1] - quantized).abs().max() > 1e-3

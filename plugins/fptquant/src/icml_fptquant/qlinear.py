@@ -6,7 +6,8 @@
   residual scaling), online grouped Hadamard, static activation quantizer, weight fake
   quantization.
 * KV-cache quantization: a registered transformers attention function that fake-quantizes
-  post-RoPE keys and values per KV head before the model's own sdpa/eager attention.
+  post-RoPE keys and values per KV head before the model's own sdpa/eager attention (named
+  by the attention modules' own config copy; the model's config is not written).
 """
 
 from __future__ import annotations
@@ -176,9 +177,26 @@ def register_kv_attention() -> None:
 
 
 def use_kv_attention(model: Any) -> None:
-    """Route the model's attention through the KV-quantizing function."""
+    """Route the model's attention through the KV-quantizing function. The model's own config
+    is not written: the attention modules get one shared copy of it whose
+    ``_attn_implementation`` names the registered function (``fptq_sdpa`` / ``fptq_eager``);
+    :func:`plain_attention` gives them the model's config back."""
+    import copy
+
     register_kv_attention()
-    impl = model.config._attn_implementation or "sdpa"
-    if not impl.startswith(KV_PREFIX):
-        base = "eager" if impl == "eager" else "sdpa"
-        model.config._attn_implementation = KV_PREFIX + base
+    kv_cfg = None
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        impl = attn.config._attn_implementation or "sdpa"
+        if impl.startswith(KV_PREFIX):
+            continue
+        if kv_cfg is None:
+            kv_cfg = copy.copy(attn.config)
+            kv_cfg._attn_implementation = KV_PREFIX + ("eager" if impl == "eager" else "sdpa")
+        attn.config = kv_cfg
+
+
+def plain_attention(model: Any) -> None:
+    """Undo :func:`use_kv_attention`: every attention module reads the model's config again."""
+    for layer in model.model.layers:
+        layer.self_attn.config = model.config
