@@ -58,14 +58,15 @@ def _one_seed(cfg, seed: int) -> dict:
 def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
                mu: str | None = None, arms: list[str] | None = None, workers: int = 1,
                premature_fraction: float | None = None, per_call_penalty: bool = False) -> dict:
-    from icml_dr_mmsearch.config import RewardConfig, TrainConfig
+    from icml_dr_mmsearch.config import RewardConfig, TrainConfig, WarmStartConfig
     from icml_dr_mmsearch.experiment import ARMS
 
     reward = RewardConfig(per_call_penalty=per_call_penalty)
     if mu is not None:
         reward = RewardConfig(mu=mu, per_call_penalty=per_call_penalty)
     extra = {} if premature_fraction is None else {"premature_fraction": premature_fraction}
-    cfg = TrainConfig(steps=steps, warm_steps=warm_steps, eval_generations=eval_generations,
+    cfg = TrainConfig(steps=steps, warm=WarmStartConfig(steps=warm_steps),
+                      eval_generations=eval_generations,
                       reward=reward, arms=list(arms or ARMS), **extra)
     per: dict[str, list[dict]] = {}
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@ import pytest
 
 from icml.testing import icml_cli, one_line_error
 
-SMALL = ["--set", "warm_steps=20", "--set", "steps=2", "--set", "hidden_size=16",
+SMALL = ["--set", "warm.steps=20", "--set", "steps=2", "--set", "hidden_size=16",
          "--set", "grpo.prompts_per_step=2", "--set", "eval_generations=1",
          "--set", "world.n_entities=12"]
 
@@ -40,7 +40,7 @@ def test_train_table_save_and_evaluate(tmp_path):
 
 
 def test_infer_writes_transcripts(tmp_path):
-    proc = icml_cli("run", "dr-mmsearch", "infer", "--set", "warm_steps=5", "--set",
+    proc = icml_cli("run", "dr-mmsearch", "infer", "--set", "warm.steps=5", "--set",
                     "world.n_entities=12", "--set", "num_questions=3", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     _, folder = _result(tmp_path)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from icml_dr_mmsearch.config import TrainConfig, WorldConfig
+from icml_dr_mmsearch.config import TrainConfig, WarmStartConfig, WorldConfig
 from icml_dr_mmsearch.grpo import (
     AdvantageConfig,
     GRPOConfig,
@@ -145,7 +145,7 @@ def test_warm_start_and_training_never_see_held_out_questions(monkeypatch):
     monkeypatch.setattr(ex, "warm_start_data", demos)
     monkeypatch.setattr(ex, "SearchGRPOTrainer", trainer)
     cfg = TrainConfig(arms=["both"], world=WorldConfig(n_entities=16), hidden_size=16,
-                      warm_steps=2, steps=1,
+                      warm=WarmStartConfig(steps=2), steps=1,
                       grpo=GRPOConfig(prompts_per_step=2, num_generations=2),
                       eval_generations=1, holdout=0.3)
     res = ex.run_arms(cfg, seed=0)

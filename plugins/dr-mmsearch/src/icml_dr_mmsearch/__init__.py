@@ -35,6 +35,7 @@ _EXPORTS = {
     "token_logprobs": "loss", "grpo_loss": "loss", "low_var_kl": "loss",
     "SearchGRPOTrainer": "grpo", "GRPOConfig": "config", "RewardConfig": "config",
     "AdvantageConfig": "config", "WorldConfig": "config", "TrainConfig": "config",
+    "WarmStartConfig": "config",
     "TrajectoryReward": "grpo", "compute_advantages": "grpo",
     "warm_start": "grpo", "gold_trajectory": "grpo", "sample_questions": "grpo",
     # metrics and experiments

@@ -104,6 +104,15 @@ class WorldConfig:
 
 
 @dataclass
+class WarmStartConfig:
+    """The supervised warm start on demonstrations (:func:`~icml_dr_mmsearch.grpo.warm_start`)."""
+
+    steps: int = option(150, help="warm-start (SFT) steps on demonstrations", ge=0)
+    batch_size: int = option(16, help="warm-start batch size", ge=1)
+    learning_rate: float = option(3e-3, help="warm-start learning rate (AdamW)", gt=0)
+
+
+@dataclass
 class GRPOConfig:
     """Optimisation settings of :class:`~icml_dr_mmsearch.grpo.SearchGRPOTrainer` (names follow
     TRL's ``GRPOConfig`` where one exists)."""
@@ -169,9 +178,6 @@ class TrainConfig:
     arch: str = option("qwen2", help="tiny model architecture", choices=("qwen2", "llama"))
     hidden_size: int = option(64, help="tiny model hidden size", ge=8)
     num_layers: int = option(2, help="tiny model layers", ge=1)
-    warm_steps: int = option(150, help="warm-start (SFT) steps on gold trajectories", ge=0)
-    warm_lr: float = option(3e-3, help="warm-start learning rate", gt=0)
-    warm_batch: int = option(16, help="warm-start batch size", ge=1)
     premature_fraction: float = option(0.5, help="share of image questions whose "
                                        "demonstration answers prematurely", ge=0, le=1)
     steps: int = option(30, help="GRPO steps per arm", ge=0)
@@ -184,6 +190,8 @@ class TrainConfig:
     reward: RewardConfig = option(default_factory=RewardConfig, help="reward constants")
     advantage: AdvantageConfig = option(default_factory=AdvantageConfig,
                                          help="proximity-advantage constants")
+    warm: WarmStartConfig = option(default_factory=WarmStartConfig, help="the warm start on "
+                                   "demonstrations before GRPO")
     grpo: GRPOConfig = option(default_factory=GRPOConfig, help="GRPO optimisation settings "
                               "(what SearchGRPOTrainer takes as args)")
     rollout: RolloutConfig = option(default_factory=RolloutConfig, help="rollout sampling "
@@ -208,7 +216,6 @@ class TrainConfig:
 class InferConfig:
     model: str = option("", help="saved policy folder (train --set save_model=both) or a "
                         "causal LM folder/hub name; '' = warm-start a tiny model now")
-    warm_steps: int = option(150, help="warm-start steps when model is ''", ge=0)
     questions: str = option("all", help="which questions: all, hop1, hop2, hop3",
                             choices=("all", "hop1", "hop2", "hop3"))
     num_questions: int = option(6, help="questions to run (0 = all selected)", ge=0)
@@ -219,6 +226,8 @@ class InferConfig:
     world: WorldConfig = option(default_factory=WorldConfig, help="environment settings")
     rollout: RolloutConfig = option(default_factory=RolloutConfig, help="rollout sampling "
                                     "settings")
+    warm: WarmStartConfig = option(default_factory=WarmStartConfig, help="the warm start of "
+                                   "a tiny model when model is ''")
 
 
 @dataclass

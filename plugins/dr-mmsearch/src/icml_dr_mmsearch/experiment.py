@@ -175,8 +175,7 @@ def warm_start_policy(config: TrainConfig | None = None, *, seed: int = 0,
                            num_layers=cfg.num_layers, seed=seed, device=device, dtype=dtype)
     train_qs, heldout_qs = kb.split(cfg.holdout, seed=cfg.world.world_seed)
     demos = warm_start_data(env, train_qs, cfg.premature_fraction, seed)
-    loss = warm_start(base, tok, env, demos, steps=cfg.warm_steps, batch_size=cfg.warm_batch,
-                      learning_rate=cfg.warm_lr, seed=seed)
+    loss = warm_start(base, tok, env, demos, cfg.warm, seed=seed)
     rc = cfg.rollout
     m = evaluate_policy(base, tok, env, train_qs, num_generations=cfg.eval_generations,
                         seed=seed + 7, rollout=rc, held_out=heldout_qs)

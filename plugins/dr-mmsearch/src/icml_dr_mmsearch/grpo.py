@@ -5,13 +5,14 @@ model tokens only. Plus the gold-trajectory warm start (SFT) used before RL."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from icml_dr_mmsearch.advantages import group_advantages, structural_proximity_advantages
-from icml_dr_mmsearch.config import AdvantageConfig, GRPOConfig, RewardConfig
+from icml_dr_mmsearch.config import AdvantageConfig, GRPOConfig, RewardConfig, WarmStartConfig
 from icml_dr_mmsearch.env import SearchEnv
 from icml_dr_mmsearch.knowledge import Question
 from icml_dr_mmsearch.loss import grpo_loss, token_logprobs
@@ -237,14 +238,25 @@ def gold_trajectory(env: SearchEnv, tokenizer: Any, q: Question,
 
 
 def warm_start(model: Any, tokenizer: Any, env: SearchEnv,
-               questions: Sequence[Question | tuple[Question, Sequence[str]]], *,
-               steps: int = 300, batch_size: int = 32, learning_rate: float = 3e-3,
-               seed: int = 0, callback: Callable[[int, float], None] | None = None) -> list[float]:
+               questions: Sequence[Question | tuple[Question, Sequence[str]]],
+               config: WarmStartConfig | None = None, *, seed: int = 0,
+               callback: Callable[[int, float], None] | None = None,
+               **overrides: Any) -> list[float]:
     """Supervised warm start on the gold trajectories of ``questions`` (items may also be
     ``(question, model_turns)`` pairs to imitate other trajectories): cross-entropy on the
-    model's turns only (prompt and tool outputs masked). Returns the loss curve."""
+    model's turns only (prompt and tool outputs masked). Returns the loss curve.
+
+    Settings come from ``config`` (a :class:`~icml_dr_mmsearch.config.WarmStartConfig`, the
+    job configs' ``warm`` section; default: its defaults); keywords ``steps``, ``batch_size``,
+    ``learning_rate`` override its fields."""
     import torch
 
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(WarmStartConfig)}
+    if unknown:
+        raise TypeError(f"warm_start: unknown setting(s) {sorted(unknown)}: use steps, "
+                        "batch_size, learning_rate")
+    cfg = dataclasses.replace(config or WarmStartConfig(), **overrides)
+    steps, batch_size, learning_rate = cfg.steps, cfg.batch_size, cfg.learning_rate
     if not questions:
         raise ValueError("warm_start needs at least one question")
     device = next(model.parameters()).device

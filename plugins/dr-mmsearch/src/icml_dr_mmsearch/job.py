@@ -47,7 +47,7 @@ def train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     saved = ""
     for s in range(config.seeds):
         seed = ctx.seed + s
-        with ctx.step(f"seed {seed}: warm start on gold trajectories ({config.warm_steps} "
+        with ctx.step(f"seed {seed}: warm start on gold trajectories ({config.warm.steps} "
                       "steps)"):
             ws = warm_start_policy(config, seed=seed, device=device, dtype=dtype)
         per_arm["warm start"].append(ws.metrics)
@@ -147,9 +147,9 @@ def _policy(ctx: icml.RunContext, config: InferConfig) -> tuple[Any, Any, Any]:
     if not config.model:
         tok = word_tok
         model = make_tiny_model(len(tok), seed=ctx.seed, device=device, dtype=dtype)
-        with ctx.step(f"warm start on gold trajectories ({config.warm_steps} steps)"):
+        with ctx.step(f"warm start on gold trajectories ({config.warm.steps} steps)"):
             warm_start(model, tok, env, warm_start_data(env, kb.questions, 0.0, ctx.seed),
-                       steps=config.warm_steps, seed=ctx.seed)
+                       config.warm, seed=ctx.seed)
     holdout = float((saved or {}).get("holdout", 0.0))
     env.heldout_ids = {q.id for q in kb.split(holdout, seed=world.world_seed)[1]}
     general = bool(config.model) and saved is None   # a causal LM of the user's
