@@ -94,3 +94,50 @@ def test_saved_real_model_round_trip_and_refusal(smollm, tmp_path):
         a = q(ev[None, :64], use_cache=False).logits
         b = loaded(ev[None, :64], use_cache=False).logits
     assert torch.equal(a, b) and tok2 is not None
+
+
+def test_layer_readouts_of_the_transformed_model_are_the_originals(smollm):
+    """Issue 50 on SmolLM2: on the merged, unquantized FPTQuant transform the read-out of every
+    intermediate layer (readout_basis + final norm + lm_head) is the original model's
+    distribution (it was total-variation distance 1.0 before the maps), a read-out of the last
+    7 positions after a 38-token forward runs (it crashed in the residual scaling), and
+    unwrap() gives the original no-norm logit lens too."""
+    from icml_fptquant import FPTQuantConfig, apply_fpt_transforms, merge_transforms
+    from icml_fptquant.interop import unwrap
+
+    from icml import compose
+
+    model, tok = smollm
+    ref = model
+    ids = torch.tensor([tok("The capital of France is Paris, and the capital of Italy is Rome."
+                            " Water boils at one hundred degrees.")["input_ids"][:38]])
+    fpt = apply_fpt_transforms(copy.deepcopy(ref), FPTQuantConfig(untie_embeddings=True,
+                                                                  local_steps=0))
+    merge_transforms(fpt)
+
+    def trace(m):
+        got = {}
+        h = m.model.norm.register_forward_pre_hook(lambda mod, a: got.update(pre=a[0]))
+        with torch.no_grad():
+            out = m(ids, output_hidden_states=True)
+        h.remove()
+        return list(out.hidden_states[:-1]) + [got["pre"]], out.logits
+
+    hs_ref, logits_ref = trace(ref)
+    hs, logits = trace(fpt)
+    assert (logits - logits_ref).abs().max() < 1e-2
+    worst = 0.0
+    with torch.no_grad():
+        for i in range(1, len(hs)):
+            h = compose.readout_basis(fpt, hs[i][:, -7:], i)
+            p = fpt.lm_head(fpt.model.norm(h)).softmax(-1)
+            q = ref.lm_head(ref.model.norm(hs_ref[i][:, -7:])).softmax(-1)
+            worst = max(worst, float(0.5 * (p - q).abs().sum(-1).max()))
+    assert worst < 1e-3
+    plain = unwrap(fpt)
+    hs_plain, _ = trace(plain)
+    with torch.no_grad():
+        for i in (1, 15, 29):
+            p = plain.lm_head(hs_plain[i]).softmax(-1)
+            q = ref.lm_head(hs_ref[i]).softmax(-1)
+            assert float(0.5 * (p - q).abs().sum(-1).max()) < 1e-3
