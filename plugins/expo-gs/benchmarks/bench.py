@@ -6,7 +6,9 @@
 ``raster``: forward + backward time of the tiled rasterizer vs the vectorised dense reference and
 the naive per-pixel loop, every arm timed the same way (median of repeats after one warm-up), and
 peak RSS of a fresh subprocess per arm (so memory is measured, not estimated).
-``method``: HDR-GS vs Expo-GS at equal GS iterations over seeds (scene and init re-seeded).
+``method``: HDR-GS vs Expo-GS at equal GS iterations over seeds (scene and init re-seeded),
+each (method, seed) one cell of an ``icml sweep`` of the default train job (``--workers``
+processes; the same numbers as one process running them in turn, tested).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -115,30 +119,44 @@ METHOD_KEYS = (("ldr_oe_psnr", "LDR-OE PSNR"), ("ldr_ne_psnr", "LDR-NE PSNR"),
                ("floater_fraction", "floater fraction"))
 
 
-def method(args: argparse.Namespace) -> None:
-    from icml_expo_gs.config import ExpoGSConfig
-    from icml_expo_gs.metrics import evaluate_hdr_nvs, floater_fraction
-    from icml_expo_gs.scene import make_synthetic_hdr_scene
-    from icml_expo_gs.trainer import ExpoGSTrainer
+METHODS = ("hdrgs", "expo-gs")
 
+
+def method_runs(seeds: Sequence[int], overrides: Sequence[str] = (),
+                workers: int | None = None, threads: int | None = None,
+                ) -> dict[str, list[dict[str, float]]]:
+    """Per method, per seed (in order): the scores of ``icml run expo-gs train --set
+    methods=[<method>]`` at that seed, run as one ``icml sweep`` (grid: the method; seeds: the
+    seeds; ``overrides`` apply to every cell). ``s`` is the cell's wall time (scene, training
+    and scoring: a clock reading)."""
+    from icml.sweep import sweep
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = sweep("expo-gs", "train", grid={"methods": [[m] for m in METHODS]},
+                    seeds=list(seeds), out=Path(tmp), workers=workers, threads=threads,
+                    device="cpu",
+                    overrides=["save_renders=false", *overrides], plot=False)
+    if not res.ok:
+        raise SystemExit("method: cells failed: " + "; ".join(
+            f"{c.name}: {c.error}" for c in res.cells if c.status != "ok"))
+    out: dict[str, list[dict[str, float]]] = {m: [] for m in METHODS}
+    for c in sorted(res.cells, key=lambda c: c.seed):
+        m = c.params["methods"].strip("[]")
+        ev = {k: c.metrics[f"{m}_{k}"] for k, _ in METHOD_KEYS}
+        ev["n"] = c.metrics[f"{m}_n_gaussians"]
+        ev["s"] = float(c.wall_s or 0.0)
+        out[m].append(ev)
+        print(json.dumps({"seed": c.seed, "method": m, **ev}), flush=True)
+    return out
+
+
+def method(args: argparse.Namespace) -> None:
     from icml import results, stats
 
     clock = results.Clock()
     threads = results.apply_threads(1)
     seeds = list(range(args.seeds))
-    res: dict[str, list[dict[str, float]]] = {"hdrgs": [], "expo-gs": []}
-    for s in seeds:
-        scene = make_synthetic_hdr_scene(32, 12, 3, seed=s)
-        for m in res:
-            t0 = time.perf_counter()
-            model = ExpoGSTrainer(ExpoGSConfig(method=m), seed=s).fit(scene)
-            ev = evaluate_hdr_nvs(model, scene.test)
-            g = model.gaussians
-            ev["floater_fraction"] = floater_fraction(g.means, g.opacity.detach(), scene.sdf)
-            ev["n"] = len(g)
-            ev["s"] = time.perf_counter() - t0
-            res[m].append(ev)
-            print(json.dumps({"seed": s, "method": m, **ev}), flush=True)
+    res = method_runs(seeds, workers=args.workers, threads=threads)
     # per method: mean over seeds [95% bootstrap CI over seeds]
     cols = ["method"] + [c for _, c in METHOD_KEYS] + ["Gaussians", "train s"]
     rows = []
@@ -186,6 +204,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("what", choices=("raster", "method"))
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--workers", type=int, default=None,
+                   help="method: sweep worker processes (default: the cores this process may "
+                        "use; each cell gets cores // workers torch threads)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--grid", choices=sorted(GRIDS), default="full",
                    help="raster sizes: full (the README's) or tiny (a smoke test)")
