@@ -58,8 +58,12 @@ def test_mismatched_hidden_size_on_load(tmp_path, tiny_llama, chat_prompt):
     with pytest.raises(FileNotFoundError):
         SARSteer.load(tmp_path / "missing.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a file")
-    with pytest.raises(Exception, match=""):
+    with pytest.raises(ValueError, match="junk.pt is not a readable sarsteer vectors file") as e:
         SARSteer.load(tmp_path / "junk.pt")
+    assert "\n" not in str(e.value)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match="empty.pt is empty"):
+        SARSteer.load(tmp_path / "empty.pt")
 
 
 def test_unfitted_and_bad_options(tiny_llama):
@@ -73,3 +77,25 @@ def test_unfitted_and_bad_options(tiny_llama):
         make_defense("magic")
     with pytest.raises(ValueError, match="contrast"):
         LLMSteering(contrast="other")
+
+
+@pytest.mark.parametrize("kw", [{"alpha": float("nan")}, {"alpha": float("inf")},
+                                {"lam": float("nan")}, {"alpha": -1.0}])
+def test_non_finite_strengths_are_refused(kw):
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        SARSteer(**kw)
+
+
+@pytest.mark.parametrize("sets, key", [
+    (["alphas=[nan]"], "alphas"), (["alphas=[0.1,inf]"], "alphas"), (["lam=nan"], "lam"),
+    (["k=41"], "'k'")])
+def test_bad_steering_settings_are_refused_before_any_work(tmp_path, sets, key):
+    """Issue 49: alphas=[nan] once ran for a minute and reported 0.0% refusal; k > n_fit was
+    refused only after training."""
+    from icml.testing import icml_cli, one_line_error
+
+    proc = icml_cli("run", "sarsteer", *[a for s in sets for a in ("--set", s)],
+                    "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2, proc.stderr
+    assert key in one_line_error(proc)
+    assert not (tmp_path / "o").exists()

@@ -31,7 +31,7 @@ __all__ = ["PluginConformance", "assert_light_import", "icml_cli", "one_line_err
            "pretrained_or_skip"]
 
 
-def icml_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def icml_cli(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run the installed ``icml`` console script in a fresh interpreter, as a user does (one
     torch thread, so tests of several plugins can run side by side); output captured as text."""
     script = Path(sys.executable).parent / "icml"

@@ -3,6 +3,7 @@ argument names (``alpha``, ``k``, ``lam``, ``layers``, ``exp``, ...)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from icml import option
@@ -78,11 +79,13 @@ class _Eval:
         if bad or not self.defenses:
             raise ValueError(f"defenses={self.defenses}: each must be one of "
                              f"{', '.join(DEFENSE_NAMES)}")
-        if any(a < 0 for a in self.alphas):
-            raise ValueError(f"alphas={self.alphas}: every alpha must be >= 0")
+        if any(not (math.isfinite(a) and a >= 0) for a in self.alphas):
+            raise ValueError(f"alphas={self.alphas}: every alpha must be a finite number >= 0")
 
 
 def _check_layers(cfg: _Steer) -> None:
+    """Checks that need no model: finite strengths, k against the fit split, the model spec
+    and the layer spec (before any rendering or training)."""
     from icml.compose import is_model_spec
     from icml_sarsteer.layers import resolve_layers
 
@@ -90,6 +93,14 @@ def _check_layers(cfg: _Steer) -> None:
     if model and not is_model_spec(model):
         raise ValueError(f"model={model!r} is neither a packaged model name nor an existing "
                          "folder (a local HF folder or a previous run folder)")
+    for key in ("alpha", "lam"):
+        if not math.isfinite(getattr(cfg, key)):
+            raise ValueError(f"config key {key!r}: got {getattr(cfg, key)}, must be a finite "
+                             "number >= 0")
+    n_fit = getattr(cfg, "n_fit", None)
+    if n_fit is not None and cfg.lam != 0 and cfg.k > n_fit:
+        raise ValueError(f"config key 'k': k={cfg.k} exceeds n_fit={n_fit} benign samples "
+                         "(U_k needs k <= n_fit); lower k or raise n_fit")
     # a loaded model's depth is checked once it is loaded (fit_defenses)
     resolve_layers(cfg.layers, 10**6 if model else getattr(cfg, "num_layers", 10**6))
 

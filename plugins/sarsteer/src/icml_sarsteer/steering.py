@@ -5,6 +5,7 @@ layer, on the prefill and on every cached decode step."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,10 @@ class SARSteer:
             raise ValueError(f"position={self.position!r}: use one of {POSITIONS}")
         if self.k < 0:
             raise ValueError(f"k={self.k} must be >= 0")
+        for name in ("alpha", "lam"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}={value} must be a finite number >= 0")
         if self.refusal is None:
             self.refusal = refusal_text(self.exp)
 
@@ -284,7 +289,15 @@ class SARSteer:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no saved steering vectors at {path}")
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+        if path.stat().st_size == 0:
+            raise ValueError(f"{path} is empty: expected a sarsteer vectors file written by "
+                             "SARSteer.save (train writes sarsteer_vectors.pt)")
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - torch's unpickling errors are many paragraphs
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise ValueError(f"{path} is not a readable sarsteer vectors file (expected one "
+                             f"written by SARSteer.save; torch.load said: {first})") from None
         if not isinstance(blob, dict) or blob.get("format") != FORMAT_VERSION:
             raise ValueError(f"{path} is not a sarsteer vectors file (format "
                              f"{FORMAT_VERSION})")
