@@ -91,3 +91,11 @@ def test_figure_heatmap_and_bands_write_png(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), figure(tmp_path / "never.png"):
         raise RuntimeError("a failing plot writes no file")
     assert not (tmp_path / "never.png").exists()
+    import warnings  # a constrained layout is kept (tight_layout on top of it warns and overlaps)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with figure(tmp_path / "cl.png", 1, 2, layout="constrained") as axes:
+            image = axes[0].imshow([[1, 2], [3, 4]])
+            axes[0].figure.colorbar(image, ax=list(axes))
+    assert (tmp_path / "cl.png").is_file()

@@ -119,7 +119,9 @@ def heatmap(path: str | Path, values: Sequence[Sequence[float]], *, rows: Sequen
 def _save(fig, plt, path: str | Path) -> Path:  # noqa: ANN001
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    engine = getattr(fig, "get_layout_engine", lambda: None)()
+    if engine is None:  # a figure made with layout="constrained" keeps its own engine
+        fig.tight_layout()
     fig.savefig(p)
     plt.close(fig)
     return p
