@@ -215,6 +215,15 @@ def test_bad_input(lm, random_heads):
         speculative_generate(lm, heads, torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="accepts every draft"):
         speculative_generate(lm, heads, ids, top_k=0)
+    # issue 49: float ids and ids past the vocabulary once ended in raw torch errors
+    with pytest.raises(ValueError, match="integer token ids, got dtype torch.float32"):
+        speculative_generate(lm, heads, ids.float(), max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"must lie in \[0, \d+\).*to 1000000"):
+        speculative_generate(lm, heads, torch.tensor([[1, 10**6]]), max_new_tokens=4)
+    with pytest.raises(ValueError, match="got ids from -1"):
+        speculative_generate(lm, heads, torch.tensor([[-1, 2]]), max_new_tokens=4)
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        speculative_generate(lm, heads, ids[None], max_new_tokens=4)
 
 
 def test_cross_attention_heads_decode_losslessly(lm, random_heads):

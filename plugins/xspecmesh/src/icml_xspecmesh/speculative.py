@@ -227,6 +227,38 @@ def _draft_chains(head_logits: torch.Tensor, sampler: _Sampler,
 
 
 @torch.no_grad()
+def _vocab_size(model: Any) -> int | None:
+    emb = getattr(model, "get_input_embeddings", lambda: None)()
+    n = getattr(emb, "num_embeddings", None)
+    return int(n) if n is not None else getattr(getattr(model, "config", None), "vocab_size",
+                                                 None)
+
+
+def _checked_ids(model: Any, input_ids: Any) -> torch.Tensor:
+    """``input_ids`` as a 2-D integer tensor of valid token ids, or a one-line ``ValueError``
+    (float ids and ids past the vocabulary otherwise end in raw torch index errors)."""
+    if not isinstance(input_ids, torch.Tensor):
+        raise ValueError(f"input_ids must be a torch tensor of token ids, got "
+                         f"{type(input_ids).__name__}")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex \
+            or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype} "
+                         "(use .long())")
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be 1-D or 2-D (batch, tokens), got shape "
+                         f"{tuple(input_ids.shape)}")
+    if input_ids.shape[1] == 0:
+        raise ValueError("input_ids is empty: give at least one prompt token (e.g. BOS)")
+    vocab = _vocab_size(model)
+    lo, hi = int(input_ids.min()), int(input_ids.max())
+    if lo < 0 or (vocab is not None and hi >= vocab):
+        raise ValueError(f"input_ids must lie in [0, {vocab}) (the backbone's vocabulary), got "
+                         f"ids from {lo} to {hi}")
+    return input_ids.long()
+
+
 def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
                          attention_mask: torch.Tensor | None = None, max_new_tokens: int = 128,
                          acceptance: str = "topk", temperature: float = 1.0, top_k: int = 5,
@@ -270,10 +302,7 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
     if tree_width > 1 and acceptance == "exact":
         raise ValueError("tree_width > 1 is not supported with acceptance='exact' (multi-draft "
                          "rejection sampling is not implemented): use tree_width=1")
-    if input_ids.dim() == 1:
-        input_ids = input_ids[None]
-    if input_ids.shape[1] == 0:
-        raise ValueError("input_ids is empty: give at least one prompt token (e.g. BOS)")
+    input_ids = _checked_ids(model, input_ids)
     limit = _max_positions(model)
     K = 0 if heads is None else heads.num_heads
     if limit is not None and K + 1 > limit:
