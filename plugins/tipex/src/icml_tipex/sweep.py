@@ -106,9 +106,8 @@ def interaction_plot(rows: Sequence[dict], path: str | Path, title: str = "") ->
 
 
 def _draw_interaction(grid: Any, rows: Sequence[dict], levels: list[Any], title: str) -> None:
-    import numpy as np
-
-    axes = np.asarray(grid).reshape(2, len(levels))
+    # figure() squeezes a 2 x 1 grid to two axes: index it as rows x columns either way
+    axes = [[grid[0]], [grid[1]]] if len(levels) == 1 else grid
     fig = axes[0][0].figure
     structs = sorted({(r["planner"], r["width"]) for r in rows}, key=lambda s: (s[0], s[1]))
     for j, lvl in enumerate(levels):
