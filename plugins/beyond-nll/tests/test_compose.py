@@ -56,3 +56,16 @@ def test_saved_model_has_the_trained_logits(tmp_path: Path) -> None:
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, net(ids).logits)
     assert tok is not None and compose.transforms(loaded)[0].producer == "beyond-nll"
+
+
+def test_a_model_that_names_nothing_is_a_config_error_before_any_work():
+    import pytest
+
+    from icml.config import ConfigError, build_config
+    from icml.loader import load_plugins
+
+    info = load_plugins(only=["beyond-nll"]).loaded("beyond-nll").info
+    for cls in info.configs.values():
+        if "model" in getattr(cls, "__dataclass_fields__", {}):
+            with pytest.raises(ConfigError, match="model='/no/such/folder' is not a packaged"):
+                build_config(cls, {}, ["model=/no/such/folder"])

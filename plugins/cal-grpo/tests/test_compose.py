@@ -63,3 +63,16 @@ def test_lora_model_is_saved_merged_and_unmerged(tmp_path):
         assert (merged(ids).logits - want).abs().max() < 1e-5
         assert (unmerged(input_ids=ids).logits - want).abs().max() < 1e-6
     assert hasattr(lora, "peft_config")  # the trained LoRA model itself is left unmerged
+
+
+def test_a_model_that_names_nothing_is_a_config_error_before_any_work():
+    import pytest
+
+    from icml.config import ConfigError, build_config
+    from icml.loader import load_plugins
+
+    info = load_plugins(only=["cal-grpo"]).loaded("cal-grpo").info
+    for cls in info.configs.values():
+        if "model" in getattr(cls, "__dataclass_fields__", {}):
+            with pytest.raises(ConfigError, match="model='/no/such/folder' is not a packaged"):
+                build_config(cls, {}, ["model=/no/such/folder"])

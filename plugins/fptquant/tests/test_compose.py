@@ -338,3 +338,16 @@ def test_kv_quantization_does_not_write_the_model_config(tiny_model, ids):
     plain_attention(model)  # the KV quantizers are no longer called
     assert model.model.layers[0].self_attn.config is model.config
     assert (_trace(model, ids)[1] - quantized).abs().max() > 1e-3
+
+
+def test_a_model_that_names_nothing_is_a_config_error_before_any_work():
+    import pytest
+
+    from icml.config import ConfigError, build_config
+    from icml.loader import load_plugins
+
+    info = load_plugins(only=["fptquant"]).loaded("fptquant").info
+    for cls in info.configs.values():
+        if "model" in getattr(cls, "__dataclass_fields__", {}):
+            with pytest.raises(ConfigError, match="model='/no/such/folder' is not a packaged"):
+                build_config(cls, {}, ["model=/no/such/folder"])

@@ -45,6 +45,7 @@ class TrainConfig:
     num_layers: int = option(2, help="built-in model depth", ge=1)
 
     def __post_init__(self) -> None:
+        _check_model(self.model)
         _check_objectives(self.objectives)
         items = [s.strip() for s in self.regimes.split(",") if s.strip()]
         if not items or any(s not in ("strong", "weak") for s in items):
@@ -70,6 +71,7 @@ class EvaluateConfig:
     tail: int = option(0, help="strong regime random tail length (as in train)", ge=0)
 
     def __post_init__(self) -> None:
+        _check_model(self.model)
         if self.weak_at > self.strong_at:
             raise ValueError(f"weak_at ({self.weak_at}) must be <= strong_at ({self.strong_at})")
 
@@ -92,3 +94,14 @@ def _check_objectives(text: str) -> None:
         parse_objectives(text)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"objectives: {exc}") from None
+
+def _check_model(model: str) -> None:
+    """``model`` names a packaged model, a local folder or a run folder (cheap: no loading)."""
+    from icml.compose import is_model_spec
+
+    if model and not is_model_spec(model):
+        from icml.pretrained import PACKAGED_MODELS
+
+        raise ValueError(f"model={model!r} is not a packaged model name "
+                         f"({', '.join(sorted(PACKAGED_MODELS))}), a local transformers folder "
+                         "or a previous run folder")

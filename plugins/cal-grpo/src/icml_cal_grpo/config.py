@@ -46,6 +46,7 @@ class TrainConfig:
                               "without cal) to <run>/model for other plugins (icml.compose)")
 
     def __post_init__(self) -> None:
+        _check_model(self.model)
         bad = [m for m in self.modes if m not in _MODES]
         if bad or not self.modes:
             raise ValueError(f"modes {self.modes!r}: each must be one of {', '.join(_MODES)}")
@@ -69,9 +70,23 @@ class InferConfig:
                           "attempts) or generate (transformers generate per attempt)",
                           choices=("cache", "generate"))
 
+    def __post_init__(self) -> None:
+        _check_model(self.model)
+
 
 @dataclass
 class EvaluateConfig(InferConfig):
     """The infer settings with many more rollouts, for Ver@K estimates."""
 
     num_generations: int = option(256, help="rollouts per prompt", ge=1)
+
+def _check_model(model: str) -> None:
+    """``model`` names a packaged model, a local folder or a run folder (cheap: no loading)."""
+    from icml.compose import is_model_spec
+
+    if model and not is_model_spec(model):
+        from icml.pretrained import PACKAGED_MODELS
+
+        raise ValueError(f"model={model!r} is not a packaged model name "
+                         f"({', '.join(sorted(PACKAGED_MODELS))}), a local transformers folder "
+                         "or a previous run folder")

@@ -108,6 +108,7 @@ class QuantizeConfig(FPTQuantConfig):
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARMS]
+        _check_model(self.model)
         if bad:
             raise ValueError(f"arms {bad} unknown: use some of {', '.join(ARMS)}")
         if not self.arms:
@@ -140,3 +141,15 @@ class EvaluateConfig(QuantizeConfig):
     arms: list[str] = option(["fp", "rtn", "fptquant_local"],
                              help=f"arms to compare, from {', '.join(ARMS)}")
     quantized: str = option("", help="folder written by save_quantized to evaluate instead")
+
+
+def _check_model(model: str) -> None:
+    """``model`` names a packaged model, a local folder or a run folder (cheap: no loading)."""
+    from icml.compose import is_model_spec
+
+    if model and not is_model_spec(model):
+        from icml.pretrained import PACKAGED_MODELS
+
+        raise ValueError(f"model={model!r} is not a packaged model name "
+                         f"({', '.join(sorted(PACKAGED_MODELS))}), a local transformers folder "
+                         "or a previous run folder")
