@@ -351,3 +351,26 @@ def test_a_model_that_names_nothing_is_a_config_error_before_any_work():
         if "model" in getattr(cls, "__dataclass_fields__", {}):
             with pytest.raises(ConfigError, match="model='/no/such/folder' is not a packaged"):
                 build_config(cls, {}, ["model=/no/such/folder"])
+
+
+@pytest.mark.parametrize("quantize", [True, False])
+def test_earlier_producers_marks_survive_saving(tiny_model, ids, tmp_path, quantize):
+    """A model another plugin trained (marked) and fptquant then transformed keeps both marks,
+    oldest first, through save_fpt_model and icml.compose.load_model."""
+    from icml.models import byte_tokenizer
+
+    model = tiny_model("llama").float()
+    compose.mark(model, compose.Transform(name="sft", producer="beyond-nll"))
+    cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0)
+    apply_fpt_transforms(model, cfg)
+    if quantize:
+        merge_and_quantize(model, ids, cfg)
+    else:
+        merge_transforms(model)
+    assert [t.producer for t in compose.transforms(model)] == ["beyond-nll", "fptquant"]
+    save_fpt_model(tmp_path, model, byte_tokenizer())
+    loaded, _ = compose.load_model(tmp_path)
+    marks = compose.transforms(loaded)
+    assert [t.producer for t in marks] == ["beyond-nll", "fptquant"]
+    assert marks[1].quantized == quantize
+    assert marks[1].changes_residual_basis == quantize  # unquantized: saved unwrapped

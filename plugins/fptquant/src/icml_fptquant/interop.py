@@ -231,26 +231,28 @@ def save_fpt_model(run_dir: str | Path, model: Any, tokenizer: Any = None, *,
 
     quantized = getattr(model, "fpt_quant_config", None) is not None
     plain = unwrap(model, basis="original")
-    marks = [t for t in compose.transforms(model) if t.producer == PRODUCER]
-    desc = marks[-1].to_dict() if marks else None
+    descs = [t.to_dict() for t in compose.transforms(model)]  # earlier producers' too
+    if not quantized:  # the plain files are the original basis: nothing left to map
+        descs = [dict(d, changes_residual_basis=False, maps=False,
+                      notes="saved unwrapped: original basis, function preserved")
+                 if d["producer"] == PRODUCER else d for d in descs]
     folder = compose.save_model(run_dir, plain, tokenizer, producer=PRODUCER, base=base,
-                                transform=desc, loader=LOADER if quantized else None)
+                                loader=LOADER if quantized else None)
+    _write_transforms(folder, descs)
     if quantized:
         save_quantized(model, folder / QUANTIZED_DIR, tokenizer)
-    elif desc is not None:  # the plain files are the original basis: nothing left to map
-        _rewrite_manifest(folder, desc)
     return folder
 
 
-def _rewrite_manifest(folder: Path, desc: dict[str, Any]) -> None:
+def _write_transforms(folder: Path, descs: list[dict[str, Any]]) -> None:
+    """The manifest's transforms, oldest first (``save_model`` takes one description)."""
     import json
 
     from icml import compose
 
     path = folder / compose.MANIFEST
     data = json.loads(path.read_text(encoding="utf-8"))
-    data["transforms"] = [dict(desc, changes_residual_basis=False, maps=False,
-                               notes="saved unwrapped: original basis, function preserved")]
+    data["transforms"] = descs
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
@@ -271,4 +273,22 @@ def load_fpt_model(path: str | Path, *, device: Any = "cpu", dtype: Any = None) 
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(folder)
+    _restore_earlier_marks(model, folder)
     return model, tok
+
+
+def _restore_earlier_marks(model: Any, folder: Path) -> None:
+    """Other producers' transforms recorded in the manifest go back before fptquant's mark
+    (as descriptions: their maps, if any, are not restorable here, so a basis-changing one is
+    refused by readers rather than misread)."""
+    import json
+
+    from icml import compose
+
+    path = folder / compose.MANIFEST
+    if not path.is_file():
+        return
+    descs = json.loads(path.read_text(encoding="utf-8")).get("transforms") or []
+    earlier = [compose.Transform.from_dict(d) for d in descs if d.get("producer") != PRODUCER]
+    if earlier:
+        object.__setattr__(model, "icml_transforms", earlier + compose.transforms(model))
