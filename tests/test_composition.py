@@ -2,8 +2,9 @@
 
 Producers: the FP model; fptquant's transforms merged, unquantized (function-preserving, the
 residual stream rotated, norm gains folded); fptquant W8A8KV8 (quantized, rotated); a
-beyond-nll-trained model (saved and loaded back through ``icml.compose``); a LoRA model (the
-adapters cal-grpo trains) unmerged (a PEFT wrapper) and merged.
+beyond-nll-trained model (saved and loaded back through ``icml.compose``); a LoRA model saved by
+cal-grpo's ``save_trained`` and loaded back unmerged (a PEFT wrapper on its adapter) and merged
+(its run folder).
 
 Consumers: capkv presses, LED's layer read-outs (default = un-normed, and final-norm) and LED
 decoding, xspecmesh speculative decoding, sarsteer activation reads and steering, synsem
@@ -96,15 +97,26 @@ def _beyond_nll(arch: str, tmp_dir):
     return loaded.eval()
 
 
-def _lora(arch: str):
+def _lora(arch: str, tmp_dir):
+    """A LoRA policy as cal-grpo trains it (random adapters: not the identity), saved by
+    cal-grpo's ``save_trained`` (merged into ``<run>/model`` + the adapter in ``model/adapter``)
+    and loaded back both ways: ``(unmerged PEFT model, merged model)``."""
     peft = pytest.importorskip("peft")
-    model = copy.deepcopy(_base(arch))
+    pytest.importorskip("icml_cal_grpo")
+    from icml_cal_grpo.experiment import save_trained
+
+    from icml.models import byte_tokenizer
+
     cfg = peft.LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
                           target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
-    lora = peft.get_peft_model(model, cfg).eval()
-    return compose.mark(lora, compose.Transform(
-        "cal-grpo LoRA policy", "cal-grpo", preserves_function=False,
-        changes_residual_basis=False, notes="LoRA adapters: weights changed, basis unchanged"))
+    lora = peft.get_peft_model(copy.deepcopy(_base(arch)), cfg).eval()
+    folder = save_trained(tmp_dir, lora, byte_tokenizer(), mode="cal", base="tiny", steps=0)
+    (tmp_dir / "result.json").write_text(json.dumps({"artifacts": {"model": folder.name}}))
+    merged, _ = compose.load_model(tmp_dir, dtype="float64")  # the run folder, one call
+    unmerged = peft.PeftModel.from_pretrained(copy.deepcopy(_base(arch)), folder / "adapter")
+    (t,) = compose.transforms(merged)
+    compose.mark(unmerged, t)
+    return unmerged.eval(), merged.eval()
 
 
 _CACHE: dict = {}
@@ -127,13 +139,10 @@ def producer(name: str, arch: str, tmp_path_factory=None):
                                        _ids(_base(arch).config.vocab_size, (4, 16), 7), cfg)
     elif name == "beyond-nll":
         model = _beyond_nll(arch, tmp_path_factory.mktemp(f"beyond-nll-{arch}"))
-    elif name == "lora-unmerged":
-        model = _lora(arch)
-    elif name == "lora-merged":
-        unmerged = producer("lora-unmerged", arch)
-        model = copy.deepcopy(unmerged).merge_and_unload().eval()
-        object.__setattr__(model, "icml_transforms", [])
-        compose.mark(model, copy.copy(compose.transforms(unmerged)[0]))
+    elif name in ("lora-unmerged", "lora-merged"):
+        unmerged, merged = _lora(arch, tmp_path_factory.mktemp(f"cal-grpo-{arch}"))
+        _CACHE[("lora-unmerged", arch)], _CACHE[("lora-merged", arch)] = unmerged, merged
+        return _CACHE[key]
     else:
         raise KeyError(name)
     _CACHE[key] = model
@@ -150,7 +159,8 @@ def made(request, arch, tmp_path_factory):
     """(producer name, its model, the reference model computing the same function or None)."""
     name = request.param
     model = producer(name, arch, tmp_path_factory)
-    ref = producer(SAME_FUNCTION[name], arch) if name in SAME_FUNCTION else None
+    ref = (producer(SAME_FUNCTION[name], arch, tmp_path_factory) if name in SAME_FUNCTION
+           else None)
     return name, model, ref
 
 
