@@ -1,31 +1,32 @@
-"""Benchmark: Adam, SGD, ENGD (full-batch natural gradient), SNG and SPRING in one run.
+"""Benchmark: Adam, SGD, ENGD (full-batch natural gradient), SNG and SPRING.
 
-1. 1D Poisson PINN (tanh [1, 32, 1], 200 interior points): relative L2 error at a wall-clock
-   budget per method, seconds to reach 1e-6, and the median error over the last 10% of the
-   iterations (the notes' definition of "Adam's late-run error").
-2. 2D Poisson PINN (ENGD paper config: tanh [2, 32, 1], 30x30 interior grid, 30 points per
-   boundary face): same, larger budget, SNG/SPRING at the 2D defaults (256 interior + all 120
-   boundary points per step).
-3. 2D study (``--parts 2dstudy``): rows per step, damping, line search and momentum, at a step
-   budget over sampler seeds 0, 1, 2 (one init).
-4. Linear least squares with spectral decay sigma_i = i^-decay: tuned SGD vs SNG vs SPRING at a
-   fixed step count.
+1. PINN tables (``--parts 1d``, ``2d``, ``2dseeds``): each (method, seed) is one cell of an
+   ``icml.sweep`` over the plugin's own job (``icml run sng --set methods=<m> --seed <s>``),
+   every method with the same CPU-time budget and the same step cap; aggregated over seeds
+   with :mod:`icml.stats` (geometric means of the errors with 95% bootstrap CIs over seeds)
+   and written with ``icml.results.write`` (``--out-results``). 1D: tanh [1, 32, 1], 200
+   interior points; 2D: the ENGD paper's problem (30 x 30 grid + 30 points per face),
+   SNG/SPRING at the 2D defaults (256 interior + 120 boundary rows per step). ``1d``/``2d``:
+   the seed sets initialisation and batches; ``2dseeds``: one initialisation (init seed 0),
+   the seed sets the batches (the issue-6 goal's table).
+2. 2D study (``--parts 2dstudy``, 0.1-era settings): rows per step, damping, line search and
+   momentum, at a step budget over sampler seeds 0, 1, 2 (one init).
+3. Linear least squares with spectral decay sigma_i = i^-decay (``--parts ls``; the README's
+   table is ``icml run sng evaluate``).
 
 No pip-installable PyTorch peer exists (NetKet / vmcnet are JAX), so the baselines are torch's
-own Adam and SGD. Usage::
+own Adam and SGD. Usage (from the repository root; R=plugins/sng/results)::
 
-    python benchmarks/bench.py --parts 1d --budget1d 10
-    python benchmarks/bench.py --parts 2d --budget2d 40
-    python benchmarks/bench.py --parts 2dseeds --methods2d sng --budget2d 100
-    python benchmarks/bench.py --parts 2dstudy --study-steps 600 [--study-rows 0,1,5]
-    python benchmarks/bench.py --parts ls
+    python plugins/sng/benchmarks/bench.py --parts 1d --out-results $R/bench_1d.json
+    python plugins/sng/benchmarks/bench.py --parts 2d --out-results $R/bench_2d.json
+    python plugins/sng/benchmarks/bench.py --parts 2dseeds --out-results $R/bench_2dseeds.json
+    python plugins/sng/benchmarks/bench.py --parts 2dstudy --study-steps 600 [--study-rows 0,1]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import time
 
 import torch
 from icml_sng import PoissonPINN, make_least_squares, mlp
@@ -34,26 +35,74 @@ from icml_sng.train import fit_least_squares, fit_pinn, make_optimizer, tuned_sg
 SGD_GRID = [1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0]  # x 1/max_i ||a_i||^2; 32 diverges
 
 
-def pinn_table(dim: int, budget: float, methods: list[tuple[str, str, dict]], n_interior: int,
-               n_boundary: int) -> None:
-    print(f"\n### {dim}D Poisson PINN, {budget:g} s per method (float64)\n")
-    print("| method | steps | final rel L2 | best rel L2 | median rel L2 over the last 10% of "
-          "iterations | s to 1e-6 | Adam final / final |")
-    print("|---|---|---|---|---|---|---|")
-    hists = {}
-    for label, m, extra in methods:
-        prob = PoissonPINN(mlp(dim, [32], seed=0), dim=dim, n_interior=n_interior,
-                           n_boundary=n_boundary)
-        kw = dict(damping=1e-10, momentum=0.5, line_search=12) | extra
-        # Adam/SGD: record every 10 iterations, so the late-run median (issue 6: "Adam's
-        # late-run error stays >= 1e-4") samples the last 10% of iterations densely.
-        hists[label] = fit_pinn(prob, m, steps=10**6, time_limit=budget,
-                                eval_every=5 if m in ("engd", "sng", "spring") else 10, **kw)
-    ref = hists["adam"].final if "adam" in hists else math.nan
-    for m, h in hists.items():
-        t = h.time_to(1e-6)
-        print(f"| {m} | {h.steps[-1]} | {h.final:.2e} | {h.best:.2e} | {h.late_median():.2e} | "
-              f"{'never' if not math.isfinite(t) else f'{t:.1f}'} | {ref / h.final:.3g} |")
+#: The arms of the PINN tables: one sweep cell per (method, seed), each an ``icml run sng``.
+PARTS = {  # part -> (dim, default budget in CPU s, methods, init_seed (-1 = the seed), title)
+    "1d": (1, 10.0, "adam,sgd,engd,sng,spring", -1, "1D Poisson PINN"),
+    "2d": (2, 40.0, "adam,engd,sng,spring", -1, "2D Poisson PINN"),
+    "2dseeds": (2, 120.0, "sng,spring", 0, "2D Poisson PINN, one initialisation"),
+}
+
+
+def _geo(values: list[float]) -> dict | None:
+    """Geometric mean with a 95% percentile bootstrap CI over seeds (on log10 values):
+    errors span orders of magnitude, so they are averaged on a log scale."""
+    from icml import stats
+
+    vals = [v for v in values if v > 0 and math.isfinite(v)]
+    if len(vals) != len(values):
+        return None
+    e = stats.mean_ci([math.log10(v) for v in vals], seed=0).to_dict()
+    return {**e, "value": 10 ** e["value"], "lo": 10 ** e["lo"], "hi": 10 ** e["hi"],
+            "method": "geometric mean; " + e["method"].replace("items", "seeds")
+            + " of log10"}
+
+
+def sweep_table(part: str, budget: float, methods: list[str], seeds: list[int],
+                workers: int, out: str | None) -> dict:
+    """``part``'s table: every method x seed one cell of an ``icml.sweep`` over the sng job
+    (``methods=<m>``, equal CPU-time budget and equal step cap for every method, errors every
+    10 steps), aggregated over seeds with :mod:`icml.stats`."""
+    import tempfile
+    from pathlib import Path
+
+    from icml import results, stats
+    from icml.sweep import sweep
+
+    dim, _, _, init_seed, title = PARTS[part]
+    overrides = [f"dim={dim}", f"time_limit={budget:g}", "steps=1000000", "clock=cpu",
+                 "eval_every=10", f"init_seed={init_seed}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        res = sweep("sng", "train", grid={"methods": methods}, seeds=seeds,
+                    out=Path(out or tmp) / part, overrides=overrides, device="cpu",
+                    workers=workers, threads=1, plot=False)
+    if not res.ok:
+        raise SystemExit(f"{part}: cells failed: " + "; ".join(
+            f"{c.name}: {c.error}" for c in res.cells if c.status != "ok"))
+    rows = []
+    for m in methods:
+        runs = sorted((c for c in res.cells if c.params["methods"] == m), key=lambda c: c.seed)
+        met = [c.metrics for c in runs]
+        hit = [r for r in met if f"{m}_steps_to_target" in r]
+
+        def per_seed(key: str, fmt: str, met: list[dict] = met) -> str:
+            return ", ".join(f"{r[key]:{fmt}}" if key in r else "never" for r in met)
+
+        rows.append([m, f"{len(hit)}/{len(met)}",
+                     per_seed(f"{m}_steps_to_target", ".0f"),
+                     per_seed(f"{m}_seconds_to_target", ".2f"),
+                     _geo([r[f"{m}_rel_l2"] for r in met]),
+                     _geo([r[f"{m}_late_median_rel_l2"] for r in met]),
+                     per_seed(f"{m}_rel_l2", ".2e"),
+                     stats.mean_ci([r[f"{m}_steps"] for r in met], seed=0)])
+    init = "init seed 0, sampler seeds" if init_seed == 0 else "seeds (init and batches)"
+    return results.make_table(
+        f"{title}, {budget:g} CPU s per run, {init} {', '.join(map(str, seeds))}",
+        ["method", "seeds at 1e-6", "steps to 1e-6 per seed", "CPU s to 1e-6 per seed",
+         "final rel L2 (geo. mean [95% CI])", "median rel L2, last 10% (geo. mean [95% CI])",
+         "final rel L2 per seed", "steps run (mean [95% CI])"],
+        rows, name=part, formats={"final rel L2 (geo. mean [95% CI])": ".2e",
+                                  "median rel L2, last 10% (geo. mean [95% CI])": ".2e",
+                                  "steps run (mean [95% CI])": ".0f"})
 
 
 #: The 2D study: label -> (method, optimizer settings). Step budget (load-independent).
@@ -109,22 +158,6 @@ def study_2d(steps: int, seeds: list[int], only: list[int] | None) -> None:
               f"{sum(ms) / len(ms):.0f} |", flush=True)
 
 
-def seeds_2d(budget: float, methods: list[str], seeds: list[int]) -> None:
-    """SNG/SPRING at the 2D defaults, one init, several sampler seeds, wall-clock budget."""
-    print(f"\n### 2D, {budget:g} s per run, sampler seeds {seeds} (init seed 0, 2D defaults)\n")
-    print("| method | seed | steps | final rel L2 | best rel L2 | s to 1e-6 | steps to 1e-6 |")
-    print("|---|---|---|---|---|---|---|")
-    for m in methods:
-        for seed in seeds:
-            prob = PoissonPINN(mlp(2, [32], seed=0), dim=2, n_interior=30, n_boundary=30)
-            h = fit_pinn(prob, m, steps=10**6, time_limit=budget, eval_every=10, seed=seed)
-            t = h.time_to(1e-6)
-            hit = [s for s, e in zip(h.steps, h.errors) if e <= 1e-6]
-            print(f"| {m} | {seed} | {h.steps[-1]} | {h.final:.2e} | {h.best:.2e} | "
-                  f"{f'{t:.1f}' if math.isfinite(t) else 'never'} | "
-                  f"{hit[0] if hit else 'never'} |", flush=True)
-
-
 def ls_table(steps: int) -> None:
     print(f"\n### Least squares n=500, p=100, k=20, {steps} steps: relative residual\n")
     print("| decay | SGD (best lr) | best lr x 1/max row norm^2 | SNG | SPRING (mu=0.5) "
@@ -142,38 +175,62 @@ def ls_table(steps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--budget1d", type=float, default=8.0)
-    ap.add_argument("--budget2d", type=float, default=40.0)
+    ap.add_argument("--budget", type=float, default=0.0,
+                    help="CPU s per run of the PINN parts (0 = the part's default: 1d 10, "
+                         "2d 40, 2dseeds 120)")
     ap.add_argument("--ls-steps", type=int, default=500)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--parts", default="1d,2d,ls",
-                    help="comma list of 1d, 2d, 2dseeds, 2dstudy, ls")
-    ap.add_argument("--methods2d", default="adam,engd,sng,spring")
+    ap.add_argument("--parts", default="1d", help="comma list of 1d, 2d, 2dseeds (sweeps: "
+                                                  "with --out-results one part), 2dstudy, ls")
+    ap.add_argument("--methods", default="", help="methods of the PINN parts (default: the "
+                                                  "part's, see PARTS)")
+    ap.add_argument("--seeds", default="0,1,2", help="seeds of the PINN sweeps")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="sweep processes (1: one run at a time, as on a shared machine)")
+    ap.add_argument("--sweep-dir", default=None, help="keep the sweep's runs here (resumable); "
+                                                      "default: a temporary folder")
+    ap.add_argument("--out-results", default=None,
+                    help="with one PINN part: also write a results file "
+                         "(plugins/sng/results/NAME.json)")
     ap.add_argument("--study-steps", type=int, default=600)
     ap.add_argument("--study-seeds", default="0,1,2", help="sampler seeds of the 2D study")
     ap.add_argument("--study-rows", default="", help="indices into STUDY_2D (default: all)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    t0 = time.perf_counter()
-    print(f"torch {torch.__version__}, {args.threads} thread(s)")
-    plain = [(m, m, {}) for m in ("adam", "sgd", "engd", "sng", "spring")]
-    sng_b = ("sng (lambda=1e-6, batch line search)", "sng",
-             {"damping": 1e-6, "line_search_on": "batch"})
+    from icml import results
+
     parts = args.parts.split(",")
-    if "1d" in parts:
-        pinn_table(1, args.budget1d, [*plain, sng_b], 200, 30)
-    if "2d" in parts:  # SNG/SPRING at the 2D defaults (train.DEFAULT_BATCH: 256 + 120 rows)
-        m2 = args.methods2d.split(",")
-        pinn_table(2, args.budget2d, [p for p in plain if p[0] in m2], 30, 30)
-    if "2dseeds" in parts:
-        seeds_2d(args.budget2d, [m for m in args.methods2d.split(",") if m in ("sng", "spring")],
-                 [int(v) for v in args.study_seeds.split(",")])
+    pinn = [p for p in parts if p in PARTS]
+    if args.out_results and (len(pinn) != 1 or len(parts) != 1):
+        ap.error("--out-results needs exactly one of --parts 1d, 2d, 2dseeds")
+    torch.set_num_threads(args.threads)
+    clock = results.Clock()
+    print(f"torch {torch.__version__}, {args.threads} thread(s)")
+    seeds = [int(v) for v in args.seeds.split(",")]
+    for part in pinn:
+        budget = args.budget or PARTS[part][1]
+        methods = (args.methods or PARTS[part][2]).split(",")
+        table = sweep_table(part, budget, methods, seeds, args.workers, args.sweep_dir)
+        print("\n" + results.render_table(table) + "\n", flush=True)
+        if args.out_results:
+            defaults = ap.parse_args(["--parts", part])
+            extra = [f"--{k.replace('_', '-')} {getattr(args, k)}"
+                     for k in ("budget", "methods", "seeds")
+                     if getattr(args, k) != getattr(defaults, k)]
+            cmd = " ".join([f"python plugins/sng/benchmarks/bench.py --parts {part}", *extra,
+                            f"--out-results {args.out_results}"])
+            why = ("each run stops at a CPU-time budget, so steps run, errors and times depend "
+                   "on the machine and its load; steps to 1e-6 do not, but a run that misses "
+                   "the budget by a little reads 'never'")
+            path = results.write(args.out_results, [table], command=cmd, plugin="sng",
+                                 seeds=seeds, quick=False, clock=clock, threads=args.threads,
+                                 tolerance={"*": {"timing": True, "why": why}})
+            print(f"results file: {path}")
     if "2dstudy" in parts:
         only = [int(i) for i in args.study_rows.split(",")] if args.study_rows else None
         study_2d(args.study_steps, [int(v) for v in args.study_seeds.split(",")], only)
     if "ls" in parts:
         ls_table(args.ls_steps)
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    print(f"\ntotal {clock.wall():.0f} s")
 
 
 if __name__ == "__main__":

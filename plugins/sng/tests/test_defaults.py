@@ -5,7 +5,7 @@ and the late-run median the benchmark reports."""
 import pytest
 import torch
 from icml_sng import SNG, SPRING, PoissonPINN, mlp
-from icml_sng.config import TrainConfig
+from icml_sng.config import SNGOptions, SPRINGOptions, TrainConfig
 from icml_sng.optim import DEFAULTS, SPRING_DEFAULTS, SPRING_VMC
 from icml_sng.train import DEFAULT_BATCH, History, make_optimizer
 
@@ -28,13 +28,10 @@ def test_the_driver_uses_the_class_defaults(method, cls):
     bare = cls(prob.model.parameters())
     assert _group(make_optimizer(method, prob)) == _group(bare)
     cfg = TrainConfig()
-    via_config = make_optimizer(method, prob, damping=cfg.damping, momentum=cfg.momentum,
-                                norm_constraint=cfg.norm_constraint,
-                                line_search=cfg.line_search, line_search_on=cfg.line_search_on,
-                                line_search_early_stop=cfg.line_search_early_stop, lr=cfg.lr,
-                                adaptive_damping={"on": True, "off": False}.get(
-                                    cfg.adaptive_damping))
+    via_config = make_optimizer(method, prob, sng=cfg.sng, spring=cfg.spring)
     assert _group(via_config) == _group(bare)
+    assert via_config.options is getattr(cfg, method)  # the section itself, not a copy
+    assert bare.options == getattr(cfg, method)  # one set of defaults: the option classes'
 
 
 def test_class_defaults_and_the_public_vmc_preset():
@@ -186,6 +183,10 @@ def test_spring_and_sng_share_one_keyword_signature():
         SNG([x], momentum=0.5)  # SNG has no momentum: not silently accepted
     with pytest.raises(TypeError):
         SPRING([x], None, 1.0)  # lr is keyword-only
+    with pytest.raises(TypeError, match="options"):
+        SPRING([x], momentum=0.2, options=SPRINGOptions())  # one place per setting
+    with pytest.raises(TypeError, match="SPRINGOptions"):
+        SPRING([x], options=SNGOptions())
     opt = SPRING([x], lr=0.5, damping=1e-3, momentum=0.2, batch_size=4)
     g = _group(opt)
     assert (g["lr"], g["damping"], g["momentum"], opt.batch_size) == (0.5, 1e-3, 0.2, 4)

@@ -8,7 +8,7 @@ from icml.runner import RunFailed, run
 
 TINY = {
     "train": ["steps=2", "eval_every=1", "n_interior=8", "hidden=[4]", "time_limit=0",
-              "batch_size=4", "line_search=2", "methods=adam,sng"],
+              "batch_size=4", "sng.line_search=2", "methods=adam,sng"],
     "evaluate": ["decays=[0.0]", "n=20", "p=4", "batch_size=3", "steps=5", "sgd_lr_grid=[1.0]"],
 }
 DRIVER = {"train": "fit_pinn", "evaluate": "tuned_sgd"}  # a function each hook calls

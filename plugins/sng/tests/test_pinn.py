@@ -77,8 +77,8 @@ def test_config_errors_name_the_key():
 
     with pytest.raises(ConfigError, match="methods: unknown \\['bfgs'\\]"):
         build_config(TrainConfig, {}, ["methods=adam,bfgs"])
-    with pytest.raises(ConfigError, match="momentum"):
-        build_config(TrainConfig, {}, ["momentum=1.0"])
+    with pytest.raises(ConfigError, match="spring.momentum"):
+        build_config(TrainConfig, {}, ["spring.momentum=1.0"])
     with pytest.raises(ConfigError, match="batch_size=50 is larger than n=40"):
         build_config(EvaluateConfig, {}, ["n=40", "batch_size=50"])
     cfg = build_config(TrainConfig, {}, ["methods=sng,spring", "dim=2"])

@@ -10,7 +10,8 @@ import pytest
 
 from icml.testing import icml_cli
 
-TINY = ["eval_every=1", "n_interior=8", "hidden=[4]", "batch_size=4", "line_search=2"]
+TINY = ["eval_every=1", "n_interior=8", "hidden=[4]", "batch_size=4", "sng.line_search=2",
+        "spring.line_search=2"]
 
 
 def test_infinite_time_limit_and_diverged_method_are_results(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""Typed configs, one per capability. Field names are the CLI's ``--set`` keys and match the
-Python API's argument names (``SNG(..., damping=, batch_size=, line_search=)``,
-``SPRING(..., momentum=, norm_constraint=)``)."""
+"""Typed configs, one per capability, and the optimizers' option dataclasses. Field names are
+the CLI's ``--set`` keys; the ``sng`` and ``spring`` sections of ``train`` are the very
+:class:`SNGOptions` / :class:`SPRINGOptions` objects the optimizers take (``--set
+sng.damping=1e-8`` reaches ``SNG.options.damping`` unchanged; tests/test_conformance.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,49 @@ METHODS = ("adam", "sgd", "lbfgs", "engd", "sng", "spring")
 STEP_BUDGET = {"adam": 1600, "sgd": 1500, "lbfgs": 300, "engd": 140, "sng": 200, "spring": 200}
 #: ``n_interior`` when it is 0, by dimension (2D: per axis, the ENGD paper's 30 x 30 grid).
 DEFAULT_N_INTERIOR = {1: 200, 2: 30}
+
+
+@dataclass
+class SNGOptions:
+    """SNG's settings, and the ones SPRING shares: what :class:`icml_sng.optim.SNG` takes
+    (``SNG(params, options=SNGOptions(...))`` or the same names as keywords). The defaults here
+    are the class defaults (written once): what reaches relative L2 1e-6 on the plugin's 1D
+    and 2D Poisson PINNs (README, "Defaults")."""
+
+    lr: float = option(1.0, help="step size eta (the largest line-search step)", gt=0)
+    damping: float = option(1e-9, help="damping lambda in (J_S J_S^T + lambda I); the start "
+                                       "value when adaptive_damping (0.3.0; 0.2.x had 1e-10, "
+                                       "which stalls in 2D)", ge=0)
+    adaptive_damping: bool = option(True, help="steer lambda by the line search's outcome "
+                                               "(ADAPTIVE_DAMPING: x2 after a step <= 2^-6, "
+                                               "/2 after one >= 2^-3; ours, since 0.4.0); "
+                                               "false = fixed, as in the paper")
+    line_search: int = option(12, help="grid line search points lr*0.5**j (0 = fixed lr)",
+                              ge=0)
+    line_search_on: str = option("batch", help="loss the line search compares: batch (the "
+                                               "step's own rows) or full (all residuals; the "
+                                               "ENGD paper's search, the pre-0.2 default)",
+                                 choices=("batch", "full"))
+    line_search_early_stop: bool = option(True, help="stop the grid at its first local "
+                                                     "minimum below the current batch loss; "
+                                                     "false = every point")
+    line_search_include_zero: bool = option(False, help="also consider not moving (the "
+                                                        "compared loss never increases)")
+    solve: str = option("auto", help="linear solve: auto, woodbury (k x k) or param (p x p)",
+                        choices=("auto", "woodbury", "param"))
+
+
+@dataclass
+class SPRINGOptions(SNGOptions):
+    """SPRING's settings: SNG's plus momentum and the norm constraint; what
+    :class:`icml_sng.optim.SPRING` takes. SPRING keeps a fixed damping by default (with the
+    adaptive rule one of five 2D seeds stalled: README, "Adaptive damping")."""
+
+    adaptive_damping: bool = option(False, help="steer lambda by the line search's outcome "
+                                                "(SNG's rule); off by default for SPRING")
+    momentum: float = option(0.5, help="momentum mu", ge=0, lt=1)
+    norm_constraint: float = option(0.0, help="norm constraint C: eta = min(lr, sqrt(C) / "
+                                              "||phi||) (0 = off)", ge=0)
 
 
 @dataclass
@@ -37,6 +81,15 @@ class TrainConfig:
     time_limit: float = option(0.0, help="also stop a method after this many wall-clock "
                                          "seconds (0 = no limit; the paper's equal-time "
                                          "comparison, not reproducible run to run)", ge=0)
+    clock: str = option("wall", help="what time_limit and the seconds columns count: wall "
+                                     "(wall-clock seconds of training steps) or cpu (CPU "
+                                     "seconds of the process, far less inflated by a busy "
+                                     "machine; benchmarks/bench.py uses it)",
+                        choices=("wall", "cpu"))
+    init_seed: int = option(-1, help="seed of the network's initialisation (-1 = the run's "
+                                     "--seed, which always seeds the batches): a fixed "
+                                     "init_seed with several --seed values varies only the "
+                                     "sampled batches", ge=-1)
     eval_every: int = option(10, help="evaluate the relative L2 error every this many steps",
                              ge=1)
     batch_size: int = option(0, help="SNG/SPRING interior points per step (0 = 32 in 1D, 256 "
@@ -49,29 +102,11 @@ class TrainConfig:
                                              "the optimizer's own uniform / svs sampler over "
                                              "all residuals (indexed mode)",
                           choices=("stratified", "uniform", "svs"))
-    damping: float = option(1e-9, help="SNG/SPRING/ENGD damping lambda (the class default; "
-                                       "the start value when adaptive_damping)",
-                            ge=0)
-    adaptive_damping: str = option("default", help="steer the SNG/SPRING damping by the "
-                                                   "line search's outcome, starting at damping: "
-                                                   "default = the class defaults (SNG on since "
-                                                   "0.4.0, SPRING off), on, off (fixed, the "
-                                                   "paper and 0.3). ENGD keeps it fixed",
-                                   choices=("default", "on", "off"))
-    momentum: float = option(0.5, help="SPRING momentum mu (the class default)", ge=0, lt=1)
-    norm_constraint: float = option(0.0, help="SPRING norm constraint C (0 = off, the class "
-                                              "default)", ge=0)
-    line_search: int = option(12, help="grid line search points lr*0.5**j (0 = fixed lr)",
-                              ge=0)
-    line_search_on: str = option("batch", help="loss the SNG/SPRING line search compares: "
-                                               "batch (the step's own rows, the class "
-                                               "default) or full (all collocation points, "
-                                               "the pre-0.2 default; every grid point)",
-                                 choices=("full", "batch"))
-    line_search_early_stop: bool = option(True, help="stop the grid at its first local "
-                                                     "minimum below the current batch loss "
-                                                     "(class default); false = every point")
-    lr: float = option(1.0, help="SNG/SPRING/ENGD step size (largest line-search step)", gt=0)
+    sng: SNGOptions = option(default_factory=SNGOptions,
+                             help="SNG's settings (SNGOptions, what SNG takes); ENGD uses its lr, "
+                                  "damping and line_search with fixed damping and the full grid")
+    spring: SPRINGOptions = option(default_factory=SPRINGOptions,
+                                   help="SPRING's settings (SPRINGOptions, what SPRING takes)")
     adam_lr: float = option(1e-3, help="Adam learning rate", gt=0)
     sgd_lr: float = option(1e-4, help="SGD learning rate", gt=0)
     lbfgs_lr: float = option(1.0, help="L-BFGS learning rate (strong Wolfe line search)", gt=0)

@@ -29,16 +29,20 @@ def _arm(m: str, h: Any, target: float) -> tuple[list, dict[str, float]]:
     """One method's table row and metrics; a diverged method reports nan/inf, not an error."""
     row = [m, h.steps[-1], round(h.times[-1], 2), h.final, h.best, h.late_median(),
            _fmt_steps(h.steps_to(target)), _fmt_time(h.time_to(target))]
-    metrics = {f"{m}_rel_l2": float(h.final), f"{m}_late_median_rel_l2": float(h.late_median()),
+    metrics = {f"{m}_rel_l2": float(h.final), f"{m}_best_rel_l2": float(h.best),
+               f"{m}_late_median_rel_l2": float(h.late_median()),
                f"{m}_seconds": float(h.times[-1]), f"{m}_steps": float(h.steps[-1])}
     if math.isfinite(h.time_to(target)):
         metrics[f"{m}_seconds_to_target"] = float(h.time_to(target))
+        metrics[f"{m}_steps_to_target"] = float(h.steps_to(target))
     return row, metrics
 
 
 def train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     """The default job: a Poisson PINN trained by each method in turn (same init, same
     collocation points), each method recorded as it finishes."""
+    import time
+
     from icml.report import line_plot
     from icml_sng.pinn import PoissonPINN, mlp
     from icml_sng.train import DEFAULT_BATCH, fit_pinn
@@ -46,21 +50,17 @@ def train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     dtype, device = _dtype(ctx, config.dtype), ctx.torch_device()
     opt_kwargs = dict(batch_size=config.batch_size,
                       boundary_batch_size=config.boundary_batch_size, sampler=config.sampler,
-                      damping=config.damping,
-                      adaptive_damping={"on": True, "off": False}.get(config.adaptive_damping),
-                      momentum=config.momentum,
-                      norm_constraint=config.norm_constraint,
-                      line_search=config.line_search, line_search_on=config.line_search_on,
-                      line_search_early_stop=config.line_search_early_stop,
-                      lr=config.lr, adam_lr=config.adam_lr, sgd_lr=config.sgd_lr,
-                      lbfgs_lr=config.lbfgs_lr, seed=ctx.seed)
+                      sng=config.sng, spring=config.spring,  # the option objects, as built
+                      adam_lr=config.adam_lr, sgd_lr=config.sgd_lr, lbfgs_lr=config.lbfgs_lr,
+                      seed=ctx.seed)
     histories = {}
     title = f"{config.dim}D Poisson PINN, relative L2 error (target {config.target:g})"
     columns = ["method", "steps", "seconds", "final rel L2", "best rel L2",
                "median rel L2 (last 10%)", f"steps to {config.target:g}",
                f"seconds to {config.target:g}"]
     for method in config.methods:
-        model = mlp(config.dim, config.hidden, dtype=dtype, device=device, seed=ctx.seed)
+        init = ctx.seed if config.init_seed < 0 else config.init_seed
+        model = mlp(config.dim, config.hidden, dtype=dtype, device=device, seed=init)
         problem = PoissonPINN(model, dim=config.dim,
                               n_interior=config.n_interior or DEFAULT_N_INTERIOR[config.dim],
                               n_boundary=config.n_boundary)
@@ -68,6 +68,7 @@ def train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
         histories[method] = fit_pinn(
             problem, method, steps=steps, time_limit=config.time_limit,
             eval_every=config.eval_every,
+            clock=time.process_time if config.clock == "cpu" else time.perf_counter,
             progress=lambda it, m=method, n=steps: ctx.progress(it, total=n, desc=m),
             **opt_kwargs)
         h = histories[method]
@@ -90,12 +91,14 @@ def train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
                  ylabel="relative L2 error") is not None:
         artifacts["convergence"] = "convergence.png"
     k_int = config.batch_size or DEFAULT_BATCH[config.dim]
+    sng, spring = config.sng, config.spring
     notes = (f"Tanh MLP {[config.dim, *config.hidden, 1]}, {config.dtype}; SNG/SPRING take "
              f"{k_int} interior points per step ({config.sampler} sampler; boundary points: "
-             f"{config.boundary_batch_size or 'all'}), damping {config.damping:g} "
-             f"(adaptive damping: {config.adaptive_damping}), SPRING "
-             f"momentum {config.momentum:g}, {config.line_search}-point grid line search on the "
-             f"{config.line_search_on} loss (early stop: {config.line_search_early_stop}); ENGD "
+             f"{config.boundary_batch_size or 'all'}), damping {sng.damping:g} / "
+             f"{spring.damping:g} (adaptive damping: {sng.adaptive_damping} / "
+             f"{spring.adaptive_damping}), SPRING momentum {spring.momentum:g}, "
+             f"{sng.line_search}-point grid line search on the {sng.line_search_on} loss "
+             f"(early stop: {sng.line_search_early_stop}); ENGD "
              "is the full-batch step (Levenberg-Marquardt / Gauss-Newton with line search, "
              "fixed damping).")
     return icml.RunResult(metrics=metrics, tables=[table], artifacts=artifacts, notes=notes)

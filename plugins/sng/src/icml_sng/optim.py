@@ -41,6 +41,7 @@ run bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from icml_sng.config import SNGOptions, SPRINGOptions
 from icml_sng.sketch import check_damping, sketch_direction
 from icml_sng.svs import sample_svs
 
@@ -57,16 +59,14 @@ JacobianFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 Sampler = Callable[[int, int, torch.Generator], torch.Tensor]
 Closure = Callable[[], torch.Tensor]
 
-#: The class defaults (shared by SNG and SPRING): what reaches relative L2 1e-6 on the plugin's
-#: 1D and 2D Poisson PINNs (README, "Defaults"). ``line_search=12``: grid ``0.5**j, j < 12``;
-#: ``line_search_on="batch"``: the grid compares the loss on the step's own batch (the closure),
-#: ``"full"`` (indexed mode) or ``line_search_closure=`` give the ENGD-style full-loss search.
-#: ``damping=1e-9`` since 0.3.0 (0.2.x: 1e-10, which stalls in 2D: README, "Why 2D stalled").
-#: ``adaptive_damping=True`` since 0.4.0: ``damping`` is the starting value, steered after each
-#: step by the line search's outcome (:data:`ADAPTIVE_DAMPING`; README, "Adaptive damping").
-DEFAULTS: dict[str, Any] = dict(lr=1.0, damping=1e-9, adaptive_damping=True, line_search=12,
-                                line_search_on="batch", line_search_early_stop=True,
-                                line_search_include_zero=False, solve="auto")
+#: The class defaults (shared by SNG and SPRING), read from :class:`SNGOptions` where they are
+#: written (README, "Defaults"): ``line_search=12``: grid ``0.5**j, j < 12``;
+#: ``line_search_on="batch"``: the grid compares the loss on the step's own batch;
+#: ``damping=1e-9`` since 0.3.0; ``adaptive_damping=True`` since 0.4.0. Kept as a dict for
+#: ``SNG(params, **DEFAULTS)``-style code.
+_SNG = SNGOptions()
+_SPRING = SPRINGOptions()
+DEFAULTS: dict[str, Any] = dataclasses.asdict(_SNG)
 #: The adaptive-damping rule (0.4.0; ours, not the paper's: the paper and the ENGD codes keep
 #: ``lambda`` fixed, ``adaptive_damping=False``). After a line-searched step of ``eta = lr * f``:
 #: ``f <= raise_at`` (the direction had to be shrunk a lot, or the step was rejected) ->
@@ -78,8 +78,9 @@ ADAPTIVE_DAMPING: dict[str, float] = dict(raise_at=2.0**-6, lower_at=2.0**-3, fa
                                           min=1e-13, max=1e-2)
 #: SPRING's momentum and norm constraint for the PINNs (README). SPRING keeps a fixed damping
 #: by default: with the adaptive rule one of five 2D seeds stalled (README, "Adaptive damping").
-SPRING_DEFAULTS: dict[str, Any] = dict(momentum=0.5, norm_constraint=None,
-                                       adaptive_damping=False)
+SPRING_DEFAULTS: dict[str, Any] = dict(momentum=_SPRING.momentum,
+                                       norm_constraint=_SPRING.norm_constraint or None,
+                                       adaptive_damping=_SPRING.adaptive_damping)
 #: The public SPRING defaults used for variational Monte Carlo (vmcnet / the SPRING paper):
 #: ``SPRING(params, **SPRING_VMC)``; fixed step (no line search) under the norm constraint.
 SPRING_VMC: dict[str, Any] = dict(damping=1e-3, momentum=0.99, norm_constraint=1e-3,
@@ -170,24 +171,47 @@ def uniform_sampler(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
 class _SketchProjectOptimizer(Optimizer):
     """Shared machinery: both calling modes, sampling, Jacobian, checks, line search, state."""
 
+    #: The option dataclass this optimizer takes (``options=``; ``--set sng.*`` builds one).
+    Options: type[SNGOptions] = SNGOptions
+
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict],
-                 num_residuals: int | None = None, *, lr: float = DEFAULTS["lr"],
-                 damping: float = DEFAULTS["damping"],
-                 adaptive_damping: bool = DEFAULTS["adaptive_damping"],
+                 num_residuals: int | None = None, *, lr: float = _SNG.lr,
+                 damping: float = _SNG.damping,
+                 adaptive_damping: bool = _SNG.adaptive_damping,
                  batch_size: int | None = 32,
                  sampler: str | Sampler = "uniform",
-                 line_search: int | Sequence[float] | None = DEFAULTS["line_search"],
-                 line_search_on: str = DEFAULTS["line_search_on"],
-                 line_search_early_stop: bool = DEFAULTS["line_search_early_stop"],
-                 line_search_include_zero: bool = DEFAULTS["line_search_include_zero"],
-                 solve: str = DEFAULTS["solve"], seed: int | None = None) -> None:
-        if not isinstance(adaptive_damping, bool):
-            raise ValueError(f"adaptive_damping must be True or False, got {adaptive_damping!r}")
-        defaults = dict(lr=lr, damping=damping, adaptive_damping=adaptive_damping,
-                        line_search=line_search,
-                        line_search_on=line_search_on,
-                        line_search_early_stop=bool(line_search_early_stop),
-                        line_search_include_zero=line_search_include_zero, solve=solve,
+                 line_search: int | Sequence[float] | None = _SNG.line_search,
+                 line_search_on: str = _SNG.line_search_on,
+                 line_search_early_stop: bool = _SNG.line_search_early_stop,
+                 line_search_include_zero: bool = _SNG.line_search_include_zero,
+                 solve: str = _SNG.solve, seed: int | None = None,
+                 options: SNGOptions | None = None) -> None:
+        given = dict(lr=lr, damping=damping, adaptive_damping=adaptive_damping,
+                     line_search=line_search, line_search_on=line_search_on,
+                     line_search_early_stop=line_search_early_stop,
+                     line_search_include_zero=line_search_include_zero, solve=solve)
+        if options is None:
+            options = self.Options(**given, **self._pending)
+        else:
+            if not isinstance(options, self.Options):
+                raise TypeError(f"{type(self).__name__} takes options={self.Options.__name__}"
+                                f"(...), got {type(options).__name__}")
+            base = self.Options()
+            both = sorted(k for k, v in {**given, **self._pending}.items()
+                          if v != getattr(base, k))
+            if both:
+                raise TypeError(f"{type(self).__name__}: {both} given as keywords and "
+                                "options= given too: put them in the options")
+        #: The option object this optimizer was built from (the job config's section itself).
+        self.options = options
+        o = options
+        if not isinstance(o.adaptive_damping, bool):
+            raise ValueError(f"adaptive_damping must be True or False, got {o.adaptive_damping!r}")
+        defaults = dict(lr=o.lr, damping=o.damping, adaptive_damping=o.adaptive_damping,
+                        line_search=o.line_search,
+                        line_search_on=o.line_search_on,
+                        line_search_early_stop=bool(o.line_search_early_stop),
+                        line_search_include_zero=o.line_search_include_zero, solve=o.solve,
                         **self._extra_defaults())
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
@@ -224,6 +248,16 @@ class _SketchProjectOptimizer(Optimizer):
         if g["solve"] not in ("auto", "woodbury", "param"):
             raise ValueError(f"solve must be 'auto', 'woodbury' or 'param', got {g['solve']!r}")
         self.last: dict[str, float] = {}
+
+    #: Keyword settings a subclass collected for its own options (SPRING: momentum, C).
+    _pending: dict[str, Any] = {}
+
+    @classmethod
+    def from_options(cls, options: SNGOptions, params: Iterable[torch.Tensor],
+                     num_residuals: int | None = None, **runtime: Any) -> Any:
+        """The optimizer built from its option object (kept as ``self.options``); ``runtime``
+        are the arguments that are not settings (``batch_size``, ``sampler``, ``seed``)."""
+        return cls(params, num_residuals, options=options, **runtime)
 
     def _extra_defaults(self) -> dict[str, Any]:
         """Group settings a subclass adds to the shared ones (SPRING: momentum, C)."""
@@ -567,21 +601,33 @@ class SPRING(_SketchProjectOptimizer):
     ``SPRING(params, **SPRING_VMC)``. Other arguments as in :class:`SNG`.
     """
 
+    Options: type[SNGOptions] = SPRINGOptions
+
     def __init__(self, params: Iterable[torch.Tensor], num_residuals: int | None = None, *,
-                 momentum: float = SPRING_DEFAULTS["momentum"],
-                 norm_constraint: float | None = SPRING_DEFAULTS["norm_constraint"],
-                 adaptive_damping: bool = SPRING_DEFAULTS["adaptive_damping"],
+                 momentum: float = _SPRING.momentum,
+                 norm_constraint: float | None = _SPRING.norm_constraint,
+                 adaptive_damping: bool = _SPRING.adaptive_damping,
                  **kwargs: Any) -> None:
+        self._pending = dict(momentum=momentum, norm_constraint=norm_constraint or 0.0)
+        super().__init__(params, num_residuals, adaptive_damping=adaptive_damping, **kwargs)
+
+    @classmethod
+    def from_options(cls, options: SPRINGOptions, params: Iterable[torch.Tensor],  # type: ignore[override]
+                     num_residuals: int | None = None, **runtime: Any) -> Any:
+        """SPRING built from its option object (kept as ``self.options``)."""
+        return cls(params, num_residuals, options=options, **runtime)
+
+    def _extra_defaults(self) -> dict[str, Any]:
+        o = self.options
+        momentum, norm_constraint = o.momentum, o.norm_constraint  # type: ignore[attr-defined]
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r} (mu = 1 can "
                              "diverge; the paper's analysis needs mu < 1)")
-        if norm_constraint is not None and not float(norm_constraint) > 0:
-            raise ValueError(f"norm_constraint must be > 0 or None, got {norm_constraint!r}")
-        self._spring = dict(momentum=float(momentum), norm_constraint=norm_constraint)
-        super().__init__(params, num_residuals, adaptive_damping=adaptive_damping, **kwargs)
+        if norm_constraint is not None and not float(norm_constraint) >= 0:
+            raise ValueError(f"norm_constraint must be > 0 (0 or None = off), got "
+                             f"{norm_constraint!r}")
+        return dict(momentum=float(momentum), norm_constraint=norm_constraint or None)
 
-    def _extra_defaults(self) -> dict[str, Any]:
-        return self._spring
 
     def _phi_prev(self, like: torch.Tensor) -> torch.Tensor:
         bufs = [self.state[p].get("momentum_buffer") for p in self._params]
@@ -638,3 +684,22 @@ def _shared_signature(init: Callable[..., None]) -> None:
 
 
 _shared_signature(SPRING.__init__)
+
+
+# The conformance kit (icml.testing, issue 48) checks `api` targets that are classes (its
+# hand-off calls isinstance(section, target)), so the classmethods get class-shaped twins.
+class SNGFromOptions:
+    """``SNGFromOptions(options, params)`` is ``SNG.from_options(options, params)``: an
+    :class:`SNG` built from (and keeping) the job config's ``sng`` section."""
+
+    def __new__(cls, options: SNGOptions, params: Iterable[torch.Tensor],  # type: ignore[misc]
+                num_residuals: int | None = None, **runtime: Any) -> SNG:
+        return SNG.from_options(options, params, num_residuals, **runtime)
+
+
+class SPRINGFromOptions:
+    """``SPRINGFromOptions(options, params)`` is ``SPRING.from_options(options, params)``."""
+
+    def __new__(cls, options: SPRINGOptions, params: Iterable[torch.Tensor],  # type: ignore[misc]
+                num_residuals: int | None = None, **runtime: Any) -> SPRING:
+        return SPRING.from_options(options, params, num_residuals, **runtime)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from icml_sng.config import SNGOptions, SPRINGOptions
 from icml_sng.least_squares import LeastSquaresProblem
 from icml_sng.optim import SNG, SPRING
 from icml_sng.pinn import PoissonPINN
@@ -72,21 +74,38 @@ class History:
 #: near 1e-5; README, "2D study").
 DEFAULT_BATCH = PoissonPINN.DEFAULT_BATCH
 
-_UNSET = None
+def options_for(method: str, sng: SNGOptions | None = None,
+                spring: SPRINGOptions | None = None, **settings: object) -> SNGOptions:
+    """The option object ``method`` steps with: the given section (the job config's, as it is)
+    or the class defaults, with ``settings`` applied on top for scripts (``damping=1e-8``;
+    ``None`` = leave; a name the method's options do not have is skipped, so one call can
+    carry settings for several methods; ``line_search_on="full"`` alone also turns the early
+    stop off, as in 0.2). ENGD is SNG with fixed damping and the whole grid
+    (the ENGD paper's method), taking ``sng``'s ``lr``, ``damping`` and ``line_search``."""
+    if method not in ("sng", "spring", "engd"):
+        raise ValueError(f"{method!r} has no SNG/SPRING options")
+    opts: SNGOptions = (spring or SPRINGOptions()) if method == "spring" else (sng or SNGOptions())
+    names = {f.name for f in dataclasses.fields(opts)}
+    given = {k: v for k, v in settings.items() if v is not None and k in names}
+    if given.get("line_search_on") == "full":  # the ENGD paper's search: every grid point
+        given.setdefault("line_search_early_stop", False)
+    if given:
+        opts = dataclasses.replace(opts, **given)  # type: ignore[arg-type]
+    if method == "engd":
+        opts = dataclasses.replace(opts, adaptive_damping=False, line_search_early_stop=False,
+                                   line_search_on="batch")
+    return opts
 
 
-def make_optimizer(method: str, problem: PoissonPINN, *, damping: float | None = _UNSET,
-                   adaptive_damping: bool | None = _UNSET,
-                   momentum: float | None = _UNSET, norm_constraint: float | None = _UNSET,
-                   line_search: int | None = _UNSET, line_search_on: str | None = _UNSET,
-                   line_search_early_stop: bool | None = _UNSET, lr: float | None = _UNSET,
-                   adam_lr: float = 1e-3, sgd_lr: float = 1e-4, lbfgs_lr: float = 1.0,
-                   sampler: str = "stratified", batch_size: int = 0, seed: int = 0,
-                   **_ignored: object) -> torch.optim.Optimizer:
+def make_optimizer(method: str, problem: PoissonPINN, *, sng: SNGOptions | None = None,
+                   spring: SPRINGOptions | None = None, adam_lr: float = 1e-3,
+                   sgd_lr: float = 1e-4, lbfgs_lr: float = 1.0, sampler: str = "stratified",
+                   batch_size: int = 0, seed: int = 0,
+                   **settings: object) -> torch.optim.Optimizer:
     """The optimizer for ``method`` on ``problem``. SNG, SPRING and ENGD (= SNG on the full
-    batch) get their class defaults except for the settings passed here (``None`` = class
-    default; ``norm_constraint=0`` = off). Batches are the driver's (:func:`fit_pinn`). ENGD is
-    the ENGD paper's method: full batch, every grid point, fixed ``damping``."""
+    batch) are built from their option objects (:func:`options_for`: ``sng``/``spring`` as
+    given, class defaults otherwise, ``settings`` on top). Batches are the driver's
+    (:func:`fit_pinn`) unless ``sampler`` is the optimizer's own (indexed mode)."""
     params = list(problem.model.parameters())
     if method == "adam":
         return torch.optim.Adam(params, lr=adam_lr)
@@ -98,36 +117,21 @@ def make_optimizer(method: str, problem: PoissonPINN, *, damping: float | None =
         return torch.optim.LBFGS(params, lr=lbfgs_lr, max_iter=1, max_eval=25, history_size=50,
                                  tolerance_grad=0.0, tolerance_change=0.0,
                                  line_search_fn="strong_wolfe")
-    given = dict(damping=damping, adaptive_damping=adaptive_damping,
-                 line_search=line_search, lr=lr,
-                 line_search_early_stop=line_search_early_stop)
-    if line_search_on == "full":
-        given["line_search_early_stop"] = False if line_search_early_stop is None \
-            else line_search_early_stop
-    kw: dict = {k: v for k, v in given.items() if v is not None}
+    if method not in ("sng", "spring", "engd"):
+        raise ValueError(f"unknown method {method!r}: use adam, sgd, lbfgs, engd, sng or "
+                         "spring")
+    opts = options_for(method, sng, spring, **settings)
+    runtime: dict[str, object] = {}
     if sampler != "stratified" and method != "engd":  # indexed mode: the optimizer samples
-        kw.update(num_residuals=problem.n, sampler=sampler, seed=seed,
-                  batch_size=min(batch_size or DEFAULT_BATCH[problem.dim], problem.n))
-    if "line_search" in kw:
-        kw["line_search"] = kw["line_search"] or None  # 0 = fixed step
-    if method == "engd":  # the ENGD paper's search: every grid point on the full loss,
-        kw["line_search_early_stop"] = False  # and its fixed damping
-        kw["adaptive_damping"] = False
-        return SNG(params, **kw)  # type: ignore[arg-type]
-    if method == "sng":
-        return SNG(params, **kw)  # type: ignore[arg-type]
-    if method == "spring":
-        if momentum is not None:
-            kw["momentum"] = momentum
-        if norm_constraint is not None:
-            kw["norm_constraint"] = norm_constraint or None
-        return SPRING(params, **kw)  # type: ignore[arg-type]
-    raise ValueError(f"unknown method {method!r}: use adam, sgd, lbfgs, engd, sng or spring")
+        runtime = dict(num_residuals=problem.n, sampler=sampler, seed=seed,
+                       batch_size=min(batch_size or DEFAULT_BATCH[problem.dim], problem.n))
+    cls = SPRING if method == "spring" else SNG
+    return cls.from_options(opts, params, **runtime)  # type: ignore[arg-type]
 
 
 def fit_pinn(problem: PoissonPINN, method: str, *, steps: int = 3000, time_limit: float = 0.0,
              eval_every: int = 10, batch_size: int = 0, boundary_batch_size: int = 0,
-             line_search_on: str | None = None, seed: int = 0, target: float | None = None,
+             seed: int = 0, target: float | None = None,
              progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
              clock: Callable[[], float] = time.perf_counter,
              **opt_kwargs: object) -> History:
@@ -136,16 +140,19 @@ def fit_pinn(problem: PoissonPINN, method: str, *, steps: int = 3000, time_limit
     SNG/SPRING step on a fresh stratified batch each step (``batch_size`` interior points, 0 =
     :data:`DEFAULT_BATCH`; ``boundary_batch_size`` boundary points, 0 = all), drawn from a
     generator seeded by ``seed``, through torch's closure contract
-    (``opt.step(lambda: problem.batch_loss(idx))``); ``line_search_on="full"`` makes their line
-    search compare the loss over all points. ENGD, Adam, SGD and L-BFGS use every point each
-    step. ``target``: stop once the relative L2 error reaches it (checked every
-    ``eval_every`` steps). ``clock``: the timer (``time.process_time`` for CPU seconds, which
-    a machine shared with other jobs inflates far less than wall-clock time)."""
+    (``opt.step(lambda: problem.batch_loss(idx))``); their options' ``line_search_on="full"``
+    makes the line search compare the loss over all points. ``opt_kwargs`` go to
+    :func:`make_optimizer` (``sng=``/``spring=`` option objects, or single settings). ENGD,
+    Adam, SGD and L-BFGS use every point each step. ``target``: stop once the relative L2
+    error reaches it (checked every ``eval_every`` steps). ``clock``: the timer
+    (``time.process_time`` for CPU seconds, which a machine shared with other jobs inflates
+    far less than wall-clock time)."""
     if batch_size < 0 or boundary_batch_size < 0:
         raise ValueError(f"batch_size and boundary_batch_size must be >= 0 (0 = default), got "
                          f"{batch_size}, {boundary_batch_size}")
-    opt = make_optimizer(method, problem, line_search_on=line_search_on, batch_size=batch_size,
-                         seed=seed, **opt_kwargs)  # type: ignore[arg-type]
+    opt = make_optimizer(method, problem, batch_size=batch_size, seed=seed,
+                         **opt_kwargs)  # type: ignore[arg-type]
+    line_search_on = getattr(getattr(opt, "options", None), "line_search_on", "batch")
     indexed = getattr(opt, "num_residuals", None) is not None
     hist = History(method)
     hist.steps.append(0), hist.times.append(0.0)
