@@ -30,6 +30,7 @@ def main() -> None:
     clock = R.Clock()
     threads = R.apply_threads(1)  # ICML_THREADS when set (icml reproduce --threads)
     from icml_bioagent_bench.agents import ScriptedAgent
+    from icml_bioagent_bench.config import LLMConfig
     from icml_bioagent_bench.harness import run_agent
     from icml_bioagent_bench.judge import LLMJudge, RuleJudge, transformers_generator
     from icml_bioagent_bench.llm_agent import TransformersToolAgent, load_llm
@@ -39,7 +40,8 @@ def main() -> None:
     prefix = not args.no_prefix
     with tempfile.TemporaryDirectory() as d:
         suite = make_suite(Path(d))
-        llm = TransformersToolAgent(model, tok, max_turns=args.max_turns, json_prefix=prefix)
+        llm = TransformersToolAgent(LLMConfig(model_name=args.model, max_turns=args.max_turns,
+                                              json_prefix=prefix), model, tok)
         t0 = time.perf_counter()
         recs = evaluate_suite(suite, [llm], Path(d) / "runs_llm")
         t_llm = time.perf_counter() - t0

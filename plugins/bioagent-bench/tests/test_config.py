@@ -21,7 +21,7 @@ def test_cli_rejects_unknown_llm_model_cleanly(tmp_path):
     from icml.testing import icml_cli, one_line_error
 
     proc = icml_cli("run", "bioagent-bench", "infer", "--set", "agent=llm", "--set",
-                    "llm_model=/no/such/model", "--out", str(tmp_path))
+                    "llm.model_name=/no/such/model", "--out", str(tmp_path))
     assert proc.returncode != 0
     assert "cannot load the LLM" in one_line_error(proc)
 

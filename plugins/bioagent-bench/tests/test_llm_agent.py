@@ -3,6 +3,7 @@ import math
 from pathlib import Path
 
 import pytest
+from icml_bioagent_bench.config import LLMConfig
 from icml_bioagent_bench.harness import run_agent
 from icml_bioagent_bench.llm_agent import TransformersToolAgent, parse_action
 
@@ -26,7 +27,8 @@ class ScriptedModelAgent(TransformersToolAgent):
     def __init__(self, answers):
         self.answers = list(answers)
         self.prompts = []
-        self.max_turns, self.backend, self.name = len(answers) + 1, "auto", "llm"
+        self.config = LLMConfig(max_turns=len(answers) + 1)
+        self.backend, self.name = "auto", "llm"
 
     def _generate(self, prompt):
         self.prompts.append(prompt)
@@ -66,7 +68,8 @@ def test_tool_errors_and_flags(suite, sandbox):
 @pytest.mark.parametrize("arch,dtype", [("tiny-llama", torch.float32),
                                         ("tiny-qwen2", torch.bfloat16)])
 def test_tiny_random_model_runs_and_scores_zero(suite, sandbox, arch, dtype):
-    agent = TransformersToolAgent(model_name=arch, max_turns=2, max_new_tokens=8, dtype=dtype)
+    agent = TransformersToolAgent(LLMConfig(model_name=arch, max_turns=2, max_new_tokens=8),
+                                  dtype=dtype)
     rec = run_agent(suite[("deseq", "clean")], agent, sandbox, run_id=arch)
     assert rec.status == "ok" and len(rec.trace["steps"]) >= 1
     assert not rec.results_match  # a random model cannot finish the pipeline
@@ -74,7 +77,7 @@ def test_tiny_random_model_runs_and_scores_zero(suite, sandbox, arch, dtype):
 
 def test_unknown_model_is_a_clear_error():
     with pytest.raises(ValueError, match="cannot load the LLM"):
-        TransformersToolAgent(model_name="no-such-model-xyz")
+        TransformersToolAgent(LLMConfig(model_name="no-such-model-xyz"))
 
 
 @pytest.mark.pretrained
@@ -87,7 +90,7 @@ def test_smollm2_agent_runs(suite, sandbox):
     from icml.testing import pretrained_or_skip
 
     model, tok = pretrained_or_skip("smollm2-135m-instruct")
-    agent = TransformersToolAgent(model, tok, max_turns=2, max_new_tokens=48)
+    agent = TransformersToolAgent(LLMConfig(max_turns=2, max_new_tokens=48), model, tok)
     answers = []
     generate = agent._generate
 

@@ -1,5 +1,7 @@
-"""Typed configs, one per capability. Field names are the CLI's --set keys. ``Limits`` (the
-``limits.*`` section) is what ``run_agent`` and ``evaluate_suite`` take, as it is."""
+"""Typed configs, one per capability. Field names are the CLI's --set keys. The sections are
+what the API takes, as they are: ``Limits`` (``limits.*``) goes to ``run_agent`` and
+``evaluate_suite``, ``LLMConfig`` (``llm.*``) to ``TransformersToolAgent`` (and names the LLM
+judge's model)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,29 @@ class Limits:
                              f"disk_mb={self.disk_mb})")
 
 
+@dataclass(frozen=True)
+class LLMConfig:
+    """The transformers tool agent (what :class:`~icml_bioagent_bench.llm_agent.
+    TransformersToolAgent` takes); ``model_name`` also answers the LLM judge."""
+
+    model_name: str = option("smollm2-135m-instruct", help="model of the llm agent/judge: a "
+                             "registered icml pretrained name, 'tiny-llama'/'tiny-qwen2' "
+                             "(random tiny configs, for plumbing), or a local folder")
+    max_turns: int = option(6, help="tool calls the llm agent may make", ge=1)
+    max_new_tokens: int = option(64, help="tokens per llm action", ge=1)
+    max_prompt_tokens: int = option(2048, help="prompt tokens kept (the oldest turns are cut)",
+                                    ge=16)
+    json_prefix: bool = option(True, help="prefill each llm answer with '{\"tool\": \"' so "
+                               "the model only completes a JSON action")
+
+    def __post_init__(self) -> None:
+        for key in ("max_turns", "max_new_tokens"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"config key 'llm.{key}': must be >= 1")
+        if self.max_prompt_tokens < 16:
+            raise ValueError("config key 'llm.max_prompt_tokens': must be >= 16")
+
+
 @dataclass
 class _Common:
     backend: str = option("auto", help="tools of the reference pipelines: auto (PyPI pysam/"
@@ -34,14 +59,8 @@ class _Common:
                           "bcftools, salmon, kraken2) or builtin (pure Python)", choices=BACKENDS)
     limits: Limits = option(default_factory=Limits, help="per-run limits (time, disk)")
     judge: str = option("rule", help="pipeline judge: rule (artifact tree) or llm (the "
-                        "official schema, answered by llm_model)", choices=("rule", "llm"))
-    llm_model: str = option("smollm2-135m-instruct", help="model of the llm agent/judge: a "
-                            "registered icml pretrained name, 'tiny-llama'/'tiny-qwen2' "
-                            "(random tiny configs, for plumbing), or a local folder")
-    llm_max_turns: int = option(6, help="tool calls the llm agent may make", ge=1)
-    llm_max_new_tokens: int = option(64, help="tokens per llm action", ge=1)
-    llm_json_prefix: bool = option(True, help="prefill each llm answer with '{\"tool\": \"' "
-                                   "so the model only completes a JSON action")
+                        "official schema, answered by llm.model_name)", choices=("rule", "llm"))
+    llm: LLMConfig = option(default_factory=LLMConfig, help="the llm agent (and judge model)")
     genome_len: int = option(5000, help="variant-calling genome length (bp)", ge=1000)
     coverage: float = option(30.0, help="variant-calling read coverage", gt=0)
     bloat_words: int = option(1000, help="words of background the bloat perturbation adds",

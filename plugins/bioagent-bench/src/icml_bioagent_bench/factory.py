@@ -12,13 +12,17 @@ __all__ = ["make_agent"]
 
 
 def make_agent(name: str, **kw: Any) -> AgentHarness:
-    """``correct``/``naive``/``robust`` (scripted), ``llm`` (transformers tool agent),
-    ``cli:<command line>`` (command agent)."""
+    """``correct``/``naive``/``robust`` (scripted), ``llm`` (transformers tool agent:
+    ``config=LLMConfig(...)`` and its device, dtype, backend), ``cli:<command line>``
+    (command agent)."""
     if name in POLICIES:
         return ScriptedAgent(name, backend=kw.get("backend", "auto"))
     if name == "llm":
+        from icml_bioagent_bench.config import LLMConfig
         from icml_bioagent_bench.llm_agent import TransformersToolAgent
 
+        kw.setdefault("config", LLMConfig())
+        # as before: the tool agent runs with its default backend
         return TransformersToolAgent(**{k: v for k, v in kw.items() if k != "backend"})
     if name.startswith("cli:"):
         return CommandAgent(shlex.split(name[4:]), name="cli")

