@@ -374,3 +374,25 @@ def test_earlier_producers_marks_survive_saving(tiny_model, ids, tmp_path, quant
     assert [t.producer for t in marks] == ["beyond-nll", "fptquant"]
     assert marks[1].quantized == quantize
     assert marks[1].changes_residual_basis == quantize  # unquantized: saved unwrapped
+
+
+def test_the_mark_does_not_keep_the_model_alive_and_follows_copies(tiny_model, ids):
+    import gc
+    import weakref
+
+    model = tiny_model("llama")
+    apply_fpt_transforms(model, FULL)
+    merge_transforms(model)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin.model.embed_tokens.weight.mul_(2)  # the copy's unwrap must read the copy
+    a = compose.unwrap(model)(ids).logits
+    b = compose.unwrap(twin)(ids).logits
+    assert (a - b).abs().max() > 1e-3
+    ref = weakref.ref(model)
+    gc.disable()
+    try:
+        del model
+        assert ref() is None  # freed by reference counting alone (no cycle through the mark)
+    finally:
+        gc.enable()

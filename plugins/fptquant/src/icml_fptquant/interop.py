@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,24 @@ def _source(model: Any) -> Any:
     return rot if rot is not None else getattr(model, "fpt_rotation", None)
 
 
+class _Unwrap:
+    """``Transform.unwrap`` of a marked model: a weak reference (no model -> mark -> model
+    cycle keeping a large model alive), re-pointed to the copy by ``copy.deepcopy``."""
+
+    def __init__(self, model: Any) -> None:
+        self.ref = weakref.ref(model)
+
+    def __call__(self) -> Any:
+        model = self.ref()
+        if model is None:
+            raise RuntimeError("the model this transform marked no longer exists")
+        return unwrap(model)
+
+    def __deepcopy__(self, memo: dict) -> _Unwrap:
+        model = self.ref()
+        return _Unwrap(memo.get(id(model), model))
+
+
 def mark_fpt(model: Any, stage: str) -> Any:
     """Record fptquant's transform on ``model`` (replacing an earlier fptquant mark: the stages
     ``transformed`` -> ``merged`` -> ``quantized`` describe one transform, not three)."""
@@ -101,7 +120,7 @@ def mark_fpt(model: Any, stage: str) -> Any:
         changes_residual_basis=source is not None, quantized=quantized,
         to_original=functools.partial(_to_original, source) if source is not None else None,
         from_original=functools.partial(_from_original, source) if source is not None else None,
-        unwrap=None if quantized else functools.partial(unwrap, model),
+        unwrap=None if quantized else _Unwrap(model),
         notes=notes, attrs=attrs)
     kept = [x for x in compose.transforms(model) if x.producer != PRODUCER]
     object.__setattr__(model, "icml_transforms", kept)
