@@ -32,9 +32,10 @@ def _scene(ctx: icml.RunContext, cfg: Any) -> Any:
                                     n_points=cfg.n_points)
 
 
-def _trainer_cfg(cfg: Any, method: str) -> ExpoGSConfig:
-    keys = {f.name for f in dataclasses.fields(ExpoGSConfig)}
-    return ExpoGSConfig(**{**{k: getattr(cfg, k) for k in keys}, "method": method})
+def _trainer_cfg(cfg: ExpoGSConfig, method: str) -> ExpoGSConfig:
+    """The hook config *is* the trainer's config (an ``ExpoGSConfig``): the same object with
+    this arm's method, not a copy of its fields."""
+    return dataclasses.replace(cfg, method=method)
 
 
 def _fit(ctx: icml.RunContext, cfg: Any, scene: Any, method: str, seed: int) -> Any:
