@@ -187,6 +187,43 @@ def test_spring_and_sng_share_one_keyword_signature():
         SPRING([x], momentum=0.2, options=SPRINGOptions())  # one place per setting
     with pytest.raises(TypeError, match="SPRINGOptions"):
         SPRING([x], options=SNGOptions())
+    with pytest.raises(TypeError, match="SNGOptions"):
+        SNG([x], options=SPRINGOptions())  # SNG would drop the momentum silently
     opt = SPRING([x], lr=0.5, damping=1e-3, momentum=0.2, batch_size=4)
     g = _group(opt)
     assert (g["lr"], g["damping"], g["momentum"], opt.batch_size) == (0.5, 1e-3, 0.2, 4)
+
+
+def test_clock_and_init_seed_reach_the_driver(tmp_path, monkeypatch):
+    """``clock=cpu`` times training with ``time.process_time``; ``init_seed`` fixes the
+    network's initialisation while ``--seed`` still seeds the batches (bench.py's 2D table)."""
+    import time
+
+    import icml_sng.pinn as pinn
+    import icml_sng.train as train
+    from icml_sng import plugin
+
+    import icml
+
+    seen = []
+    real_mlp, real_fit = pinn.mlp, train.fit_pinn
+
+    def spy_mlp(*a, **kw):
+        seen.append(("init", kw["seed"]))
+        return real_mlp(*a, **kw)
+
+    def spy_fit(*a, **kw):
+        seen.append(("fit", kw["seed"], kw["clock"]))
+        return real_fit(*a, **kw)
+
+    monkeypatch.setattr(pinn, "mlp", spy_mlp)
+    monkeypatch.setattr(train, "fit_pinn", spy_fit)
+    for seed, init_seed, clock in ((3, 0, "cpu"), (3, -1, "wall")):
+        cfg = build_config(TrainConfig, {}, ["methods=sng", "steps=1", "eval_every=1",
+                                             "n_interior=8", "hidden=[4]", f"clock={clock}",
+                                             f"init_seed={init_seed}"])
+        ctx = icml.RunContext(out_dir=tmp_path / f"{init_seed}", device="cpu", seed=seed,
+                              show_progress=False)
+        plugin.icml_train(ctx, cfg)
+    assert seen == [("init", 0), ("fit", 3, time.process_time),
+                    ("init", 3), ("fit", 3, time.perf_counter)]

@@ -193,7 +193,9 @@ class _SketchProjectOptimizer(Optimizer):
         if options is None:
             options = self.Options(**given, **self._pending)
         else:
-            if not isinstance(options, self.Options):
+            if not isinstance(options, self.Options) or (
+                    isinstance(options, SPRINGOptions) and not issubclass(self.Options,
+                                                                          SPRINGOptions)):
                 raise TypeError(f"{type(self).__name__} takes options={self.Options.__name__}"
                                 f"(...), got {type(options).__name__}")
             base = self.Options()
