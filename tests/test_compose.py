@@ -205,3 +205,31 @@ def test_rotated_copy_preserves_logits_and_maps_every_depth(arch: str, tied: boo
     assert seen == [0, 1, 2]
     with pytest.raises(CompositionError):
         require_original_basis(rotated_copy(model, maps=False), "a layer reader")
+
+
+def test_mark_replace_keeps_other_producers_in_order(tiny) -> None:
+    model, _ = tiny
+    mark(model, Transform("sft", "beyond-nll"))
+    mark(model, Transform("fpt transformed", "fptquant"))
+    mark(model, Transform("lora", "cal-grpo"))
+    mark(model, Transform("fpt quantized", "fptquant", quantized=True), replace=True)
+    assert [t.name for t in transforms(model)] == ["sft", "fpt quantized", "lora"]
+
+
+def test_save_takes_a_list_and_load_puts_described_marks_around_the_loaders(
+        tiny, tmp_path: Path, monkeypatch) -> None:
+    model, tok = tiny
+    (tmp_path / "twoquant_loader.py").write_text(
+        "from icml.compose import Transform, mark\n"
+        "from icml.models import load_causal_lm\n"
+        "def load(folder, *, device, dtype):\n"
+        "    model, tok = load_causal_lm(str(folder), device=device, dtype=dtype)\n"
+        "    mark(model, Transform('q8', 'twoquant', quantized=True, notes='live'))\n"
+        "    return model, tok\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    described = [Transform("sft", "beyond-nll").to_dict(),
+                 Transform("q8", "twoquant", quantized=True).to_dict()]
+    save_model(tmp_path / "run", model, tok, producer="twoquant", transform=described,
+               loader="twoquant_loader:load")
+    loaded, _ = load_model(tmp_path / "run")
+    assert [(t.name, t.notes) for t in transforms(loaded)] == [("sft", ""), ("q8", "live")]

@@ -76,7 +76,11 @@ class Transform:
     this transform's basis to the model's basis before it; ``from_original`` is its inverse.
     ``unwrap()`` returns a plain model computing the same function with no transform left
     (``None`` where there is none, e.g. a quantized model). ``attrs`` holds JSON-safe details
-    the producer wants in the saved manifest (bits, group size, ranks)."""
+    the producer wants in the saved manifest (bits, group size, ranks).
+
+    ``unwrap`` and the maps are kept on the model: a closure over the model itself makes a
+    reference cycle that keeps the model alive until the garbage collector runs; hold a
+    :func:`weakref.ref` to the model in them (as fptquant does)."""
 
     name: str
     producer: str
@@ -127,12 +131,21 @@ _ATTR = "icml_transforms"
 
 
 # -- marking and reading transforms -------------------------------------------------------------
-def mark(model: Any, transform: Transform) -> Any:
-    """Record ``transform`` on ``model`` (appended: transforms stack in the order applied)."""
+def mark(model: Any, transform: Transform, *, replace: bool = False) -> Any:
+    """Record ``transform`` on ``model`` (appended: transforms stack in the order applied).
+
+    ``replace=True``: the producer's own earlier marks on the model are replaced by this one,
+    in the place of the first (a producer that goes on transforming the same model, e.g.
+    transformed -> merged -> quantized, describes one transform, not three)."""
     if not isinstance(transform, Transform):
         raise TypeError(f"mark() takes an icml.compose.Transform, not {type(transform).__name__}")
     existing = list(getattr(model, _ATTR, None) or [])
-    existing.append(transform)
+    if replace and any(t.producer == transform.producer for t in existing):
+        at = next(i for i, t in enumerate(existing) if t.producer == transform.producer)
+        existing = [t for t in existing if t.producer != transform.producer]
+        existing.insert(at, transform)
+    else:
+        existing.append(transform)
     object.__setattr__(model, _ATTR, existing)  # plain attribute, not an nn.Module child
     return model
 
@@ -232,21 +245,27 @@ def describe(model: Any) -> str:
 
 # -- saving and loading between runs ------------------------------------------------------------
 def save_model(run_dir: str | Path, model: Any, tokenizer: Any = None, *, producer: str,
-               base: str = "", transform: dict[str, Any] | None = None,
+               base: str = "",
+               transform: dict[str, Any] | list[dict[str, Any]] | None = None,
                loader: str | None = None, dirname: str = MODEL_DIRNAME) -> Path:
     """Save ``model`` (and ``tokenizer``) into ``run_dir/<dirname>`` so that :func:`load_model`
     reads it back with one call; return that folder (put it in ``artifacts["model"]``).
 
-    ``transform`` describes what the producer did (default: the :class:`Transform` marks on the
-    model, as dicts). ``loader`` (``"module:function"``) is needed when plain
-    ``from_pretrained`` cannot rebuild the model (custom wrappers, quantizers): it is called as
-    ``fn(folder, device=..., dtype=...)`` and returns ``(model, tokenizer)``, marks restored."""
+    ``transform`` describes what was done to the model, oldest first: one dict, a list of them
+    (earlier producers' too), or by default the :class:`Transform` marks on the model as dicts.
+    ``loader`` (``"module:function"``) is needed when plain ``from_pretrained`` cannot rebuild
+    the model (custom wrappers, quantizers): it is called as ``fn(folder, device=...,
+    dtype=...)`` and returns ``(model, tokenizer)`` with its own marks (live maps);
+    :func:`load_model` then puts the other described transforms back around them."""
     folder = Path(run_dir) / dirname
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
-    described = [transform] if transform is not None else [t.to_dict() for t in transforms(model)]
+    if transform is None:
+        described = [t.to_dict() for t in transforms(model)]
+    else:
+        described = [transform] if isinstance(transform, dict) else list(transform)
     manifest = {"format": FORMAT, "producer": producer, "base": base,
                 "transforms": described, "loader": loader or ""}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
@@ -343,18 +362,37 @@ def load_model(spec: str | Path, *, device: Any = "cpu", dtype: Any = None) -> t
             raise ConfigError(f"model={spec_s!r}: {folder / MANIFEST} is format "
                               f"{manifest.get('format')!r}, this icml-core reads {FORMAT!r}")
     loader = manifest.get("loader") or ""
+    described = [d for d in manifest.get("transforms") or [] if isinstance(d, dict)]
     if loader:
         fn = _import_loader(loader, manifest.get("producer") or "", spec_s)
-        return fn(folder, device=device, dtype=_torch_dtype(dtype))
+        model, tok = fn(folder, device=device, dtype=_torch_dtype(dtype))
+        _restore_marks(model, described)
+        return model, tok
     from icml.models import load_causal_lm
 
     try:
         model, tok = load_causal_lm(str(folder), device=device, dtype=_torch_dtype(dtype))
     except ValueError as exc:
         raise ConfigError(f"model={spec_s!r}: {str(exc).splitlines()[0]}") from None
-    for data in manifest.get("transforms") or []:
-        mark(model, Transform.from_dict(data))
+    _restore_marks(model, described)
     return model, tok
+
+
+def _restore_marks(model: Any, described: list[dict[str, Any]]) -> None:
+    """The manifest's transforms back on a loaded model, oldest first: a live mark the loader
+    restored (same name and producer) is kept as it is (its maps work); the others come back
+    as descriptions (no maps: a basis-changing one is refused by readers, never misread)."""
+    live = transforms(model)
+    rebuilt: list[Transform] = []
+    for data in described:
+        match = next((t for t in live if t.name == data.get("name")
+                      and t.producer == data.get("producer")), None)
+        if match is not None:
+            live.remove(match)
+            rebuilt.append(match)
+        else:
+            rebuilt.append(Transform.from_dict(data))
+    object.__setattr__(model, _ATTR, rebuilt + live)
 
 
 def _import_loader(loader: str, producer: str, spec: str) -> Callable[..., tuple[Any, Any]]:

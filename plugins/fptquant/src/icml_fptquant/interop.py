@@ -122,9 +122,7 @@ def mark_fpt(model: Any, stage: str) -> Any:
         from_original=functools.partial(_from_original, source) if source is not None else None,
         unwrap=None if quantized else _Unwrap(model),
         notes=notes, attrs=attrs)
-    kept = [x for x in compose.transforms(model) if x.producer != PRODUCER]
-    object.__setattr__(model, "icml_transforms", kept)
-    return compose.mark(model, t)
+    return compose.mark(model, t, replace=True)
 
 
 # -- unwrap: a plain transformers model -----------------------------------------------------------
@@ -256,23 +254,10 @@ def save_fpt_model(run_dir: str | Path, model: Any, tokenizer: Any = None, *,
                       notes="saved unwrapped: original basis, function preserved")
                  if d["producer"] == PRODUCER else d for d in descs]
     folder = compose.save_model(run_dir, plain, tokenizer, producer=PRODUCER, base=base,
-                                loader=LOADER if quantized else None)
-    _write_transforms(folder, descs)
+                                transform=descs, loader=LOADER if quantized else None)
     if quantized:
         save_quantized(model, folder / QUANTIZED_DIR, tokenizer)
     return folder
-
-
-def _write_transforms(folder: Path, descs: list[dict[str, Any]]) -> None:
-    """The manifest's transforms, oldest first (``save_model`` takes one description)."""
-    import json
-
-    from icml import compose
-
-    path = folder / compose.MANIFEST
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data["transforms"] = descs
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def load_fpt_model(path: str | Path, *, device: Any = "cpu", dtype: Any = None) -> tuple[Any, Any]:
@@ -292,22 +277,4 @@ def load_fpt_model(path: str | Path, *, device: Any = "cpu", dtype: Any = None) 
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(folder)
-    _restore_earlier_marks(model, folder)
-    return model, tok
-
-
-def _restore_earlier_marks(model: Any, folder: Path) -> None:
-    """Other producers' transforms recorded in the manifest go back before fptquant's mark
-    (as descriptions: their maps, if any, are not restorable here, so a basis-changing one is
-    refused by readers rather than misread)."""
-    import json
-
-    from icml import compose
-
-    path = folder / compose.MANIFEST
-    if not path.is_file():
-        return
-    descs = json.loads(path.read_text(encoding="utf-8")).get("transforms") or []
-    earlier = [compose.Transform.from_dict(d) for d in descs if d.get("producer") != PRODUCER]
-    if earlier:
-        object.__setattr__(model, "icml_transforms", earlier + compose.transforms(model))
+    return model, tok  # icml.compose.load_model puts earlier producers' marks back
