@@ -94,3 +94,25 @@ def test_schema_rows_describe_every_key() -> None:
     assert rows["n"]["allowed"] == ">= 1" and rows["n"]["default"] == 10
     assert rows["inner.solver"]["allowed"] == "one of 'clarabel', 'osqp'"
     assert rows["mode"]["type"] == "'fast' | 'exact'" and rows["model"]["type"] == "str | none"
+
+
+def test_finite_options_refuse_inf_and_nan_from_the_cli_and_from_python() -> None:
+    from icml.config import check_bounds
+
+    @dataclass
+    class Cfg:
+        lr: float = option(0.1, help="learning rate", gt=0, finite=True)
+        scale: float = option(1.0, help="unbounded above", gt=0)
+
+        def __post_init__(self) -> None:
+            check_bounds(self)
+
+    for bad in ("inf", "nan", "-inf"):
+        with pytest.raises(ConfigError, match="'lr'.*finite"):
+            build_config(Cfg, {}, [f"lr={bad}"])
+    assert build_config(Cfg, {}, ["scale=inf"]).scale == float("inf")  # gt=0 alone allows it
+    with pytest.raises(ConfigError, match="'lr'.*finite"):
+        Cfg(lr=float("inf"))
+    with pytest.raises(ConfigError, match="'lr'.*> 0"):
+        Cfg(lr=-1.0)
+    assert "finite" in next(r for r in schema_rows(Cfg) if r["key"] == "lr")["allowed"]

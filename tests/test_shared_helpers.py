@@ -99,3 +99,6 @@ def test_figure_heatmap_and_bands_write_png(tmp_path: Path) -> None:
             image = axes[0].imshow([[1, 2], [3, 4]])
             axes[0].figure.colorbar(image, ax=list(axes))
     assert (tmp_path / "cl.png").is_file()
+    with figure(tmp_path / "sq.png", 1, 1, squeeze=False) as axes:
+        assert axes.shape == (1, 1)
+        axes[0][0].plot([1, 2], [2, 1])

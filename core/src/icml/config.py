@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 import types
 import typing
@@ -39,10 +40,17 @@ class ConfigError(ValueError):
 
 def option(default: Any = _MISSING, *, help: str, default_factory: Any = _MISSING,
            ge: float | None = None, gt: float | None = None, le: float | None = None,
-           lt: float | None = None, choices: tuple[Any, ...] | None = None) -> Any:
+           lt: float | None = None, choices: tuple[Any, ...] | None = None,
+           finite: bool = False) -> Any:
     """A config field with help text and optional bounds (``ge``/``gt``/``le``/``lt``) or
-    allowed ``choices``. Use it as a dataclass field default."""
-    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices}
+    allowed ``choices``. ``finite=True`` also refuses ``inf`` and ``nan`` (``gt=0`` alone lets
+    ``inf`` through; NaN fails every bound already). Use it as a dataclass field default.
+
+    The bounds are checked by :func:`build_config` (the CLI, ``icml.run``) and
+    :func:`check_bounds`, which a config's ``__post_init__`` may call so that Python callers get
+    the same one-line errors."""
+    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices,
+            "finite": finite}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     if isinstance(default, (list, dict, set)):
@@ -93,6 +101,8 @@ def schema_rows(schema: type, prefix: str = "") -> list[dict[str, Any]]:
         for k, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             if meta.get(k) is not None:
                 allowed.append(f"{sym} {meta[k]}")
+        if meta.get("finite"):
+            allowed.append("finite")
         default = _default_of(f)
         rows.append({"key": key, "type": describe_type(tp),
                      "default": None if default is _MISSING else default,
@@ -186,6 +196,15 @@ def _build(schema: type[C], data: dict[str, Any], prefix: str) -> C:
         raise
     except (TypeError, ValueError) as exc:  # a dataclass's own __post_init__ validation
         raise ConfigError(f"invalid config: {exc}") from None
+
+
+def check_bounds(config: Any, prefix: str = "") -> None:
+    """Check the ``option`` bounds, ``finite`` and ``choices`` of a config instance's own
+    fields (not nested sections: they check themselves), raising one-line
+    :class:`ConfigError`s; call it from ``__post_init__``."""
+    for f in dataclasses.fields(config):
+        if f.metadata:
+            _check(prefix + f.name, getattr(config, f.name), f.metadata)
 
 
 def validate(config: Any) -> Any:
@@ -331,6 +350,8 @@ def _check(key: str, value: Any, meta: Any) -> Any:
     for v in values:
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             continue
+        if meta.get("finite") and not math.isfinite(v):
+            raise ConfigError(f"config key {key!r}: got {v!r}, must be a finite number")
         for k, ok, sym in (("ge", v >= (meta.get("ge") or 0), ">="),
                            ("gt", v > (meta.get("gt") or 0), ">"),
                            ("le", v <= (meta.get("le") or 0), "<="),

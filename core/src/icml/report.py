@@ -29,7 +29,8 @@ def figure(path: str | Path, nrows: int = 1, ncols: int = 1, *,
            figsize: tuple[float, float] | None = None, **subplots: Any) -> Iterator[Any]:
     """A figure for any plot the helpers below do not cover: yields the axes (an array when
     ``nrows * ncols > 1``, as ``plt.subplots``) and saves a PNG to ``path`` on exit, closing the
-    figure. Yields ``None`` without matplotlib (a warning is logged), so::
+    figure (``squeeze=False`` keeps a 2-D array of axes, as in ``plt.subplots``). Yields ``None``
+    without matplotlib (a warning is logged), so::
 
         with icml.report.figure(ctx.path("heat.png"), 1, 2) as axes:
             if axes is not None:
@@ -41,7 +42,8 @@ def figure(path: str | Path, nrows: int = 1, ncols: int = 1, *,
         yield None
         return
     size = figsize or (6 * ncols, 4 * nrows)
-    fig, axes = plt.subplots(nrows, ncols, figsize=size, dpi=110, squeeze=True, **subplots)
+    subplots.setdefault("squeeze", True)
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, dpi=110, **subplots)
     try:
         yield axes
     except BaseException:
