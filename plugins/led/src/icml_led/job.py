@@ -99,13 +99,14 @@ def _profile_table(info: dict[str, Any]) -> icml.Table:
                       ["layer", "before", "after", "change", f"after, {there}"], rows)
 
 
-def _methods(cfg: Any, led_cfg: Any, temperature: float, model: Any) -> list[Any]:
+def _methods(cfg: Any, led_cfg: Any, temperature: float, model: Any = None) -> list[Any]:
     from icml_led.evaluation import standard_methods
     from icml_led.layers import check_readout
 
     # DoLa reads un-normed layers: left out on a re-based model that cannot give them
     try:
-        check_readout(model, False)
+        if model is not None:
+            check_readout(model, False)
         dola = True
     except icml.ConfigError:
         dola = False
