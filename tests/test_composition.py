@@ -441,3 +441,37 @@ def test_smollm2_fptquant_merged_led_and_capkv():
     b = prefill(fptm, ids, make_press("capkv", 0.5))
     same = sum(int((x.positions == y.positions).sum()) for x, y in zip(a.layers, b.layers))
     assert same == sum(x.positions.numel() for x in a.layers)
+
+
+def test_cli_chain_fptquant_run_into_led_and_capkv(tmp_path):
+    """Models pass between runs through the runner (what ``icml run`` does): fptquant saves its
+    W8A8KV8 model in its run folder; LED (final-norm read-out) and capkv take that folder as
+    ``model=``; LED's default read-out is refused on it with one line naming the pair."""
+    pytest.importorskip("icml_fptquant")
+    pytest.importorskip("icml_led")
+    pytest.importorskip("icml_capkv")
+    from icml.runner import run
+
+    dirs = []
+    res = run("fptquant", overrides=["arms=[fptquant_local]", "w_bits=8", "a_bits=8",
+                                     "kv_bits=8", "train_steps=5", "local_steps=0",
+                                     "e2e_steps=0", "calib_samples=2", "eval_samples=2"],
+              out=tmp_path / "runs", device="cpu", show_progress=False,
+              on_run_dir=dirs.append)
+    assert res.status == "ok" and res.artifacts.get("model") == "model", res.error
+    small = ["depth=2", "sft_steps=0", "post_steps=0", "num_problems=2", "num_samples=2",
+             "ks=[1, 2]", "num_terms=2", "use_final_norm=true", "profile_final_norm=true",
+             f"model={dirs[0]}"]
+    led = run("led", "infer", overrides=small, out=tmp_path / "led", device="cpu",
+              show_progress=False)
+    assert led.status == "ok", led.error
+    assert "dola_pass@1" not in led.metrics  # DoLa reads un-normed layers: left out here
+    with pytest.raises(CompositionError) as err:
+        run("led", "infer", overrides=[*small[:-3], f"model={dirs[0]}"], out=tmp_path / "led2",
+            device="cpu", show_progress=False)
+    assert "\n" not in str(err.value) and "fptquant W8A8KV8" in str(err.value)
+    cap = run("capkv", "infer", overrides=[f"model={dirs[0]}", "eval_samples=4",
+                                           "context_len=24", "n_pairs=3", "ratios=[0.5]",
+                                           "policies=capkv,snapkv"],
+              out=tmp_path / "capkv", device="cpu", show_progress=False)
+    assert cap.status == "ok", cap.error
