@@ -77,6 +77,27 @@ def test_packaging_policy(plugin: Path) -> None:
     assert not pinned, f"plugins declare ranges, not pins: {pinned}"
 
 
+# core features and the icml-core release that brought them: a plugin that uses one must not
+# accept an older core (pip would install a core without it)
+CORE_FEATURES = {"icml.compose": "0.1.6", "from icml import compose": "0.1.6",
+                 "check_bounds": "0.1.6", "finite=True": "0.1.6"}
+
+
+@pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
+def test_icml_core_floor_covers_the_core_features_used(plugin: Path) -> None:
+    from packaging.version import Version
+
+    project = tomllib.loads((plugin / "pyproject.toml").read_text())["project"]
+    (core,) = [Requirement(d) for d in project["dependencies"]
+               if _norm(Requirement(d).name) == "icml-core"]
+    floors = [Version(s.version) for s in core.specifier if s.operator in (">=", "==", "~=")]
+    floor = max(floors, default=Version("0"))
+    text = "\n".join(p.read_text() for p in (plugin / "src").rglob("*.py"))
+    short = {f"{feature} (icml-core {need})" for feature, need in CORE_FEATURES.items()
+             if feature in text and floor < Version(need)}
+    assert not short, f"{plugin.name} declares {core} but uses {sorted(short)}"
+
+
 def test_icml_core_is_this_repository_and_pypi_icml_is_absent() -> None:
     dist = md.distribution("icml-core")
     direct = dist.read_text("direct_url.json")
