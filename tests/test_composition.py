@@ -73,11 +73,26 @@ def _fpt_transformed(arch: str, cfg):
     return model
 
 
+def _producer_function(package: str, name: str):
+    """A producer plugin's saving function (its job module; ``experiment`` in older versions)."""
+    import importlib
+
+    for module in ("job", "experiment"):
+        try:
+            fn = getattr(importlib.import_module(f"{package}.{module}"), name, None)
+        except ModuleNotFoundError:
+            continue
+        if fn is not None:
+            return fn
+    pytest.xfail(f"{package} has no {name} (the producer's saving step is not available)")
+
+
 def _beyond_nll(arch: str, tmp_dir):
     pytest.importorskip("icml_beyond_nll")
     from icml_beyond_nll import prob_objective_loss
     from icml_beyond_nll.config import TrainConfig
-    from icml_beyond_nll.experiment import save_trained
+
+    save_trained = _producer_function("icml_beyond_nll", "save_trained")
 
     from icml.models import byte_tokenizer
 
@@ -103,7 +118,7 @@ def _lora(arch: str, tmp_dir):
     and loaded back both ways: ``(unmerged PEFT model, merged model)``."""
     peft = pytest.importorskip("peft")
     pytest.importorskip("icml_cal_grpo")
-    from icml_cal_grpo.experiment import save_trained
+    save_trained = _producer_function("icml_cal_grpo", "save_trained")
 
     from icml.models import byte_tokenizer
 
