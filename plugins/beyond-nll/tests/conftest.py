@@ -7,17 +7,6 @@ import copy
 import pytest
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _one_thread():
-    """Tiny models run fastest on one thread (and the machine is shared)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def tok():
     from icml.models import byte_tokenizer

@@ -14,7 +14,7 @@ SMOKE = ["pretrain_steps=5", "steps=3", "n_strong=16", "n_weak=16", "n_test=8",
 
 
 def test_train_saves_a_model_that_loads_back_with_the_same_answers(tmp_path: Path) -> None:
-    from icml_beyond_nll.experiment import _regime_data
+    from icml_beyond_nll.job import _regime_data
     from icml_beyond_nll.tasks import exact_match
 
     from icml.runner import run
@@ -43,7 +43,7 @@ def test_saved_model_has_the_trained_logits(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from icml_beyond_nll.config import TrainConfig
-    from icml_beyond_nll.experiment import save_trained
+    from icml_beyond_nll.job import save_trained
 
     from icml.models import byte_tokenizer, tiny_causal_lm
 

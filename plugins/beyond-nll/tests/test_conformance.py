@@ -3,6 +3,10 @@ from icml.testing import PluginConformance
 
 class TestConformance(PluginConformance):
     slug = "beyond-nll"
+    api = {"train:loss": "icml_beyond_nll.loss:ProbObjectiveLoss"}
+    api_runtime = {"train:loss": {"objective": "p", "ignore_index": -100}}
+    probe_values = {"objectives": "logp,p", "model": ""}
+    shape_checks = True
     smoke = {
         "train": {"pretrain_steps": 5, "steps": 2, "n_strong": 16, "n_weak": 16, "n_test": 8,
                   "objectives": "logp,p", "batch_size": 8},

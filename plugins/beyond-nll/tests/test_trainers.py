@@ -347,3 +347,32 @@ def test_plain_loop_skips_a_non_finite_update_like_the_official_trainer(tiny_lla
     res = train_loop(tiny_llama, [batch], "p", steps=2, lr=1e-3, cpu=True, warmup_ratio=0.0)
     assert res.skipped == 2 and all(torch.isnan(torch.tensor(x)) for x in res.losses)
     assert all(torch.equal(a, b) for a, b in zip(before, tiny_llama.parameters()))
+
+
+def test_loss_section_is_the_loss_and_reaches_the_loop(tiny_llama):
+    """The ``loss.*`` config section is what ProbObjectiveLoss takes: from_config keeps every
+    setting, train_loop with that loss equals train_loop with the same keywords, and a
+    keyword given next to a ProbObjectiveLoss is an error (one place per setting)."""
+    import copy
+
+    import torch
+    from icml_beyond_nll import LossSettings, ProbObjectiveLoss, train_loop
+    from icml_beyond_nll.config import TrainConfig
+
+    cfg = TrainConfig()
+    assert isinstance(cfg.loss, LossSettings) and cfg.loss == LossSettings()
+    loss = ProbObjectiveLoss.from_config(LossSettings(normalize="sum", chunk_size=3), "p")
+    assert (loss.normalize, loss.chunk_size, loss.objective.name) == ("sum", 3, "p")
+    assert isinstance(loss, LossSettings)
+    batch = _batch()
+    m1, m2 = copy.deepcopy(tiny_llama), copy.deepcopy(tiny_llama)
+    r1 = train_loop(m1, [batch], loss, steps=2, lr=1e-3, cpu=True, warmup_ratio=0.0)
+    r2 = train_loop(m2, [batch], "p", normalize="sum", steps=2, lr=1e-3, cpu=True,
+                    warmup_ratio=0.0)
+    assert r1.losses == pytest.approx(r2.losses, rel=1e-6)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="ProbObjectiveLoss"):
+        train_loop(tiny_llama, [batch], loss, normalize="kept", steps=1, cpu=True)
+    with pytest.raises(ValueError, match="normalize"):
+        LossSettings(normalize="mean")

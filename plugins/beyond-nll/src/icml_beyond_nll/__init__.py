@@ -6,14 +6,13 @@ Importing this package loads no torch/transformers: names are resolved lazily (P
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from icml.lazy import lazy_exports
 from icml_beyond_nll.objectives import OFFICIAL_KEYS, ProbObjective, parse_objectives
 
-_LAZY = {
+__getattr__, __dir__, _lazy_all = lazy_exports(__name__, {
     "prob_objective_loss": "loss", "ProbObjectiveLoss": "loss", "make_compute_loss_func": "loss",
-    "shift_for_causal_lm": "loss", "LossStats": "loss", "NORMALIZE": "loss",
+    "shift_for_causal_lm": "loss", "LossStats": "loss", "NORMALIZE": "config",
+    "LossSettings": "config",
     "token_logprobs": "logprobs",
     "ProbObjectiveTrainer": "trainers", "ProbObjectiveMixin": "trainers",
     "make_trainer": "trainers", "prob_objective_trainer_class": "trainers",
@@ -21,17 +20,6 @@ _LAZY = {
     "train_loop": "loop", "batch_iterator": "loop", "LoopResult": "loop",
     "prior_strength": "diagnostic", "PriorReport": "diagnostic", "classify": "diagnostic",
     "make_examples": "tasks", "encode": "tasks", "exact_match": "tasks",
-    "gradient_check": "experiment",
-}
-
-__all__ = ["OFFICIAL_KEYS", "ProbObjective", "parse_objectives", *_LAZY]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"icml_beyond_nll.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'icml_beyond_nll' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+    "gradient_check": "job",
+})
+__all__ = ["OFFICIAL_KEYS", "ProbObjective", "parse_objectives", *_lazy_all]

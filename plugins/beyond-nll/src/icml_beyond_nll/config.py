@@ -13,6 +13,26 @@ ALL_OBJECTIVES = ("logp,p,GeneralFamily-10,OnlyTopP-0.1,OnlyBottomP-0.5,OnlyTopL
                   "OnlyBottomLogP-0.5")
 
 
+@dataclass(kw_only=True)
+class LossSettings:
+    """The objective's settings: what :class:`~icml_beyond_nll.loss.ProbObjectiveLoss` (a
+    subclass) takes, and the ``loss.*`` section of the train config."""
+
+    normalize: str = option("kept", help="loss normaliser: kept (paper: per micro-batch over the "
+                            "tokens the threshold keeps), valid, num_items (HF's "
+                            "accumulation-correct token mean), sum", choices=NORMALIZE)
+    chunk_size: int | None = option(None, help="compute the loss over this many positions at "
+                                    "a time (saves memory for large vocabularies); none = all "
+                                    "at once", ge=1)
+
+    def __post_init__(self) -> None:
+        if self.normalize not in NORMALIZE:
+            raise ValueError(f"normalize={self.normalize!r} is unknown: use one of "
+                             f"{', '.join(NORMALIZE)} ('kept' is the paper's)")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"chunk_size={self.chunk_size!r}: use an integer >= 1 or none")
+
+
 @dataclass
 class TrainConfig:
     model: str = option("", help="model to start from: packaged name | local HF folder | "
@@ -26,8 +46,8 @@ class TrainConfig:
                           "the prior's task), weak (a cipher the prior does not know)")
     seeds: int = option(1, help="number of fine-tuning seeds per cell (seed, seed+1, ...)",
                         ge=1)
-    normalize: str = option("kept", help="loss normaliser: kept (paper), valid, num_items, sum",
-                            choices=NORMALIZE)
+    loss: LossSettings = option(default_factory=LossSettings,
+                                help="the objective's settings (ProbObjectiveLoss)")
     pretrain_steps: int = option(100, help="NLL pretraining steps on the rule task (built-in "
                                  "model; 0 to skip)", ge=0)
     pretrain_lr: float = option(3e-3, help="pretraining learning rate", gt=0)

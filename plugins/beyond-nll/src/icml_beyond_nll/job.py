@@ -94,6 +94,7 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
 
     from icml_beyond_nll.diagnostic import prior_strength
     from icml_beyond_nll.loop import batch_iterator, train_loop
+    from icml_beyond_nll.loss import ProbObjectiveLoss
     from icml_beyond_nll.tasks import exact_match
 
     objs = _objectives(cfg.objectives)
@@ -125,9 +126,10 @@ def run_continuum(ctx: icml.RunContext, cfg: TrainConfig) -> icml.RunResult:
         net = copy.deepcopy(model).train()
         seed = ctx.seed + 1000 * (s + 1)
         torch.manual_seed(seed)
-        res = train_loop(net, batch_iterator(data[r][0], cfg.batch_size, seed=seed), obj,
+        res = train_loop(net, batch_iterator(data[r][0], cfg.batch_size, seed=seed),
+                         ProbObjectiveLoss.from_config(cfg.loss, obj),
                          steps=cfg.steps, lr=cfg.lr, grad_accum=cfg.grad_accum,
-                         normalize=cfg.normalize, cpu=device.type == "cpu")
+                         cpu=device.type == "cpu")
         a = exact_match(net, data[r][1])
         acc.setdefault((r, obj.name), []).append(a)
         bad = _diverged(net, res)

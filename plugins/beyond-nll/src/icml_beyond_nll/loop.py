@@ -14,7 +14,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from icml_beyond_nll.loss import prob_objective_loss
+from icml_beyond_nll.loss import ProbObjectiveLoss, prob_objective_loss
 from icml_beyond_nll.objectives import ProbObjective
 
 
@@ -45,15 +45,18 @@ def _cycle(loader: Iterable[Any]) -> Any:
             raise ValueError("the dataloader is empty: give it at least one batch")
 
 
-def train_loop(model: Any, batches: Iterable[Any], objective: str | ProbObjective = "logp", *,
+def train_loop(model: Any, batches: Iterable[Any],
+               objective: str | ProbObjective | ProbObjectiveLoss = "logp", *,
                steps: int = 100, lr: float = 5e-5, weight_decay: float = 0.01,
                betas: tuple[float, float] = (0.9, 0.95), warmup_ratio: float = 0.1,
-               clip_grad: float = 1.0, grad_accum: int = 1, normalize: str = "kept",
-               ignore_index: int = -100, accelerator: Any = None, cpu: bool | None = None,
+               clip_grad: float = 1.0, grad_accum: int = 1, normalize: str | None = None,
+               ignore_index: int | None = None, accelerator: Any = None, cpu: bool | None = None,
                on_step: Callable[[int, float], None] | None = None,
                progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> LoopResult:
     """Fine-tune ``model`` for ``steps`` optimizer steps on ``batches`` (an iterable of dicts
-    with ``input_ids``, ``attention_mask``, ``labels``; cycled) minimising ``objective``.
+    with ``input_ids``, ``attention_mask``, ``labels``; cycled) minimising ``objective`` (a key,
+    a :class:`ProbObjective`, or a :class:`ProbObjectiveLoss` carrying its settings;
+    ``normalize``/``ignore_index`` given here build one with those, else its defaults).
 
     ``accelerator`` defaults to ``accelerate.Accelerator(cpu=cpu)``; under ``accelerate
     launch`` each process gets its own shard when ``batches`` is a ``DataLoader``.
@@ -62,7 +65,15 @@ def train_loop(model: Any, batches: Iterable[Any], objective: str | ProbObjectiv
     import torch
     from accelerate import Accelerator
 
-    obj = ProbObjective.parse(objective)
+    own = {k: v for k, v in (("normalize", normalize), ("ignore_index", ignore_index))
+           if v is not None}
+    if isinstance(objective, ProbObjectiveLoss):
+        if own:
+            raise ValueError(f"objective is a ProbObjectiveLoss: set {sorted(own)} on it, "
+                             "not here")
+        loss = objective
+    else:
+        loss = ProbObjectiveLoss(objective, **own)
     if steps < 1 or grad_accum < 1:
         raise ValueError("steps and grad_accum must be >= 1")
     acc = accelerator or Accelerator(cpu=bool(cpu))
@@ -91,8 +102,10 @@ def train_loop(model: Any, batches: Iterable[Any], objective: str | ProbObjectiv
             with ctx:
                 logits = model(input_ids=batch["input_ids"],
                                attention_mask=batch.get("attention_mask")).logits
-                st = prob_objective_loss(logits, batch["labels"], obj, normalize=normalize,
-                                         ignore_index=ignore_index, return_stats=True)
+                st = prob_objective_loss(logits, batch["labels"], loss.objective,
+                                         normalize=loss.normalize,
+                                         ignore_index=loss.ignore_index,
+                                         chunk_size=loss.chunk_size, return_stats=True)
                 acc.backward(st.loss / grad_accum)
             step_loss += float(st.loss.detach()) / grad_accum
             step_p += st.mean_p / grad_accum

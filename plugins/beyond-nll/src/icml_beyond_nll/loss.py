@@ -17,12 +17,12 @@ An all-masked batch gives a loss of exactly 0 (never NaN) and a zero gradient.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from icml_beyond_nll.config import NORMALIZE, LossSettings
 from icml_beyond_nll.objectives import ProbObjective
 
-NORMALIZE = ("kept", "valid", "num_items", "sum")
 EPS = 1e-8  # the official code's denominator guard
 
 
@@ -126,13 +126,17 @@ def _logits_of(outputs: Any) -> Any:
     return outputs[0] if isinstance(outputs, (tuple, list)) else outputs
 
 
-class ProbObjectiveLoss:
+@dataclass(repr=False)
+class ProbObjectiveLoss(LossSettings):
     """A ``compute_loss_func`` for ``transformers.Trainer`` / TRL's ``SFTTrainer``::
 
         Trainer(model=..., args=..., train_dataset=...,
                 compute_loss_func=ProbObjectiveLoss("GeneralFamily-10"))
 
     Called as ``fn(outputs, labels, num_items_in_batch=None)`` with HF's unshifted labels.
+    It is a :class:`~icml_beyond_nll.config.LossSettings` (``normalize``, ``chunk_size``,
+    keyword-only) plus the ``objective`` and the labels' ``ignore_index``; build it from a
+    config section with :meth:`from_config`.
 
     Gradient accumulation: ``Trainer`` treats a ``compute_loss_func`` loss as already scaled for
     accumulation. That holds for ``normalize="num_items"``; with the paper's per-micro-batch
@@ -143,13 +147,19 @@ class ProbObjectiveLoss:
     ``"num_items"``; the subclass scales only that case.
     """
 
-    def __init__(self, objective: str | ProbObjective = "logp", *, normalize: str = "kept",
-                 ignore_index: int = -100, chunk_size: int | None = None) -> None:
-        self.objective = ProbObjective.parse(objective)
-        _check_normalize(normalize)
-        self.normalize = normalize
-        self.ignore_index = ignore_index
-        self.chunk_size = chunk_size
+    objective: str | ProbObjective = "logp"
+    ignore_index: int = field(default=-100, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.objective = ProbObjective.parse(self.objective)
+
+    @classmethod
+    def from_config(cls, settings: LossSettings, objective: str | ProbObjective = "logp",
+                    **kwargs: Any) -> ProbObjectiveLoss:
+        """The loss for ``objective`` with the settings of ``settings`` (a ``loss.*`` section)."""
+        own = {f: getattr(settings, f) for f in LossSettings.__dataclass_fields__}
+        return cls(objective, **own, **kwargs)
 
     def __call__(self, outputs: Any, labels: Any, num_items_in_batch: Any = None,
                  shift_labels: Any = None, **_: Any) -> Any:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import icml
 from icml_beyond_nll.config import DifferentiateConfig, EvaluateConfig, TrainConfig
 
+CONFIGS = {"train": TrainConfig, "evaluate": EvaluateConfig, "differentiate": DifferentiateConfig}
+
 BIBTEX = """@inproceedings{li2026beyond,
   title     = {Beyond Log Likelihood: Probability-Based Objectives for Supervised Fine-Tuning
                across the Model Capability Continuum},
@@ -29,9 +31,8 @@ def icml_plugin_info() -> icml.PluginInfo:
             url="https://arxiv.org/abs/2510.00526",
             authors="Gaotang Li, Ruizhong Qiu, Xiusi Chen, Heng Ji, Hanghang Tong",
             bibtex=BIBTEX),
-        capabilities=("train", "evaluate", "differentiate"),
-        configs={"train": TrainConfig, "evaluate": EvaluateConfig,
-                 "differentiate": DifferentiateConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         # tiny models: issue 16 measured 16 s with one thread vs 215 s with torch's default
         # next to one other job (identical metrics); --threads N overrides
         default_threads=1,
@@ -40,20 +41,20 @@ def icml_plugin_info() -> icml.PluginInfo:
 
 @icml.hookimpl
 def icml_train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
-    from icml_beyond_nll.experiment import run_continuum
+    from icml_beyond_nll.job import run_continuum
 
     return run_continuum(ctx, config)
 
 
 @icml.hookimpl
 def icml_evaluate(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult:
-    from icml_beyond_nll.experiment import run_diagnostic
+    from icml_beyond_nll.job import run_diagnostic
 
     return run_diagnostic(ctx, config)
 
 
 @icml.hookimpl
 def icml_differentiate(ctx: icml.RunContext, config: DifferentiateConfig) -> icml.RunResult:
-    from icml_beyond_nll.experiment import run_gradients
+    from icml_beyond_nll.job import run_gradients
 
     return run_gradients(ctx, config)

@@ -29,6 +29,7 @@ from icml_beyond_nll.loss import ProbObjectiveLoss
 from icml_beyond_nll.objectives import ProbObjective
 
 _CLASSES: dict[type, type] = {}
+_LOSS_KEYS = ("normalize", "chunk_size", "ignore_index")  # ProbObjectiveLoss's settings
 
 
 def _accepts_compute_loss_func(cls: type) -> bool:
@@ -49,16 +50,21 @@ class ProbObjectiveMixin:
     # transformers >= 5.19 reads this: the loss returned below is already scaled for accumulation
     loss_is_scaled_for_ga = True
 
-    def __init__(self, *args: Any, objective: str | ProbObjective = "logp",
-                 normalize: str = "kept", ignore_index: int = -100,
-                 chunk_size: int | None = None, parent_metrics: bool = True,
-                 **kwargs: Any) -> None:
+    def __init__(self, *args: Any, objective: str | ProbObjective | ProbObjectiveLoss = "logp",
+                 parent_metrics: bool = True, **kwargs: Any) -> None:
         if kwargs.get("compute_loss_func") is not None:
             raise ValueError("this trainer computes the objective itself: pass objective=..., "
                              "not compute_loss_func")
         kwargs.pop("compute_loss_func", None)
-        self.prob_loss = ProbObjectiveLoss(objective, normalize=normalize,
-                                           ignore_index=ignore_index, chunk_size=chunk_size)
+        # the loss's own settings (normalize, chunk_size, ignore_index), defaults in one place
+        own = {k: kwargs.pop(k) for k in _LOSS_KEYS if k in kwargs}
+        if isinstance(objective, ProbObjectiveLoss):
+            if own:
+                raise ValueError(f"objective is a ProbObjectiveLoss: set {sorted(own)} on it, "
+                                 "not here")
+            self.prob_loss = objective
+        else:
+            self.prob_loss = ProbObjectiveLoss(objective, **own)
         self._route = bool(parent_metrics) and _accepts_compute_loss_func(self._parent())
         self._in_training_step = False
         self._pending_shift_labels: Any = None
@@ -145,12 +151,13 @@ def prob_objective_trainer_class(base: type | None = None) -> type:
 ProbObjectiveTrainer = prob_objective_trainer_class(transformers.Trainer)
 
 
-def make_trainer(objective: str | ProbObjective = "logp", *, base: type | None = None,
-                 normalize: str = "kept", **trainer_kwargs: Any) -> Any:
+def make_trainer(objective: str | ProbObjective | ProbObjectiveLoss = "logp", *,
+                 base: type | None = None, **trainer_kwargs: Any) -> Any:
     """Build a trainer of class ``base`` (default ``transformers.Trainer``, or
-    ``trl.SFTTrainer``) that minimises ``objective``."""
+    ``trl.SFTTrainer``) that minimises ``objective`` (``normalize=``, ``chunk_size=``,
+    ``ignore_index=`` go to :class:`ProbObjectiveLoss`)."""
     cls = prob_objective_trainer_class(base)
-    return cls(objective=objective, normalize=normalize, **trainer_kwargs)
+    return cls(objective=objective, **trainer_kwargs)
 
 
 def sft_trainer_class() -> type:
