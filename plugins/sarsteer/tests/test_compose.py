@@ -85,3 +85,9 @@ def test_text_decoder_from_previous_run_folder(tmp_path):
     res = run("sarsteer", "evaluate", overrides=smoke, out=tmp_path / "run", device="cpu",
               show_progress=False)
     assert res.status == "ok", res.error
+    lm.save_pretrained(tmp_path / "plain")  # a local HF folder (no manifest) works the same
+    byte_tokenizer().save_pretrained(tmp_path / "plain")
+    plain = run("sarsteer", "evaluate", overrides=[*smoke[:-1], f"model={tmp_path / 'plain'}"],
+                out=tmp_path / "run-plain", device="cpu", show_progress=False)
+    assert plain.status == "ok"
+    assert plain.tables[0].rows == res.tables[0].rows

@@ -77,6 +77,13 @@ def test_backbone_from_previous_run_folder(tmp_path):
     res = run("xspecmesh", "infer", overrides=_over(tmp_path / "producer"),
               out=tmp_path / "run", device="cpu", show_progress=False)
     assert res.status == "ok", res.error
+    m.save_pretrained(tmp_path / "plain")  # a local HF folder (no manifest) works the same
+    byte_tokenizer().save_pretrained(tmp_path / "plain")
+    plain = run("xspecmesh", "infer", overrides=_over(tmp_path / "plain"),
+                out=tmp_path / "run-plain", device="cpu", show_progress=False)
+    assert plain.status == "ok"
+    assert plain.metrics["spec_greedy_tokens_per_call"] == res.metrics[
+        "spec_greedy_tokens_per_call"]
     small = tiny_causal_lm("llama", num_layers=1, hidden_size=32, vocab_size=50)
     small.save_pretrained(tmp_path / "wrong-vocab")
     byte_tokenizer().save_pretrained(tmp_path / "wrong-vocab")
