@@ -22,6 +22,7 @@ import statistics
 import time
 
 import torch
+from icml_cal_grpo.config import AdvantageConfig
 from icml_cal_grpo.experiment import estimator_table, summarize, torch_threads, train_probe_lm
 from icml_cal_grpo.tabular import enumerate_trajectories, probe_env
 
@@ -119,8 +120,8 @@ def table2(seeds: int, steps: int) -> None:
         for mode in ("naive", "trajectory", "cal"):
             keep: list = []
             for s in range(seeds):
-                curves.append(train_probe_lm(mode, s, make_model=_make, steps=steps, scale=sc,
-                                             keep=keep))
+                curves.append(train_probe_lm(mode, s, make_model=_make, steps=steps,
+                                             advantage=AdvantageConfig(scale=sc), keep=keep))
             tok = _make(0)[1]
             task = ProbeTask(max_attempts=1)
             ver1[mode] = statistics.fmean(task.exact_verification(m, tok) for m in keep)

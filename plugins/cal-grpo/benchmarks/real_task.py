@@ -46,6 +46,7 @@ def main() -> None:
     import random
 
     import torch
+    from icml_cal_grpo.config import AdvantageConfig
     from icml_cal_grpo.tasks import ChatQATask
     from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
     from peft import LoraConfig, get_peft_model
@@ -74,7 +75,8 @@ def main() -> None:
                                                               "o_proj"]))
             order = list(train)
             random.Random(seed).shuffle(order)
-            args = AttemptGRPOConfig(mode=mode, scale=a.scale, num_generations=a.num_generations,
+            args = AttemptGRPOConfig(mode=mode, advantage=AdvantageConfig(scale=a.scale),
+                                     num_generations=a.num_generations,
                                      prompts_per_step=a.prompts_per_step, learning_rate=a.lr,
                                      beta=a.beta, gradient_accumulation_steps=2,
                                      logprob_chunk_size=32)

@@ -60,6 +60,7 @@ def run(a) -> None:
     import copy
 
     import torch
+    from icml_cal_grpo.config import AdvantageConfig
     from icml_cal_grpo.tasks import ArithmeticChoiceTask
     from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
     from peft import LoraConfig, get_peft_model
@@ -95,7 +96,8 @@ def run(a) -> None:
                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
             order = list(train)
             random.Random(seed).shuffle(order)
-            args = AttemptGRPOConfig(mode=mode, scale="none", baseline="loo",
+            args = AttemptGRPOConfig(mode=mode,
+                                     advantage=AdvantageConfig(scale="none", baseline="loo"),
                                      num_generations=a.num_generations,
                                      prompts_per_step=a.prompts_per_step,
                                      learning_rate=a.lr, logprob_chunk_size=64)

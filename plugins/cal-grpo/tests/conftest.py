@@ -6,17 +6,6 @@ def pytest_configure(config):
                             "on 2 cores); deselect with -m 'not slow'")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest single-threaded (and the test machine is shared)."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="session")
 def tok():
     from icml.models import byte_tokenizer

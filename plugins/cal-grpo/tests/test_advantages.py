@@ -276,3 +276,37 @@ def test_cal_and_trajectory_coincide_at_g2(probe_tr, rand_logits):
     m_t, v_t = expected_estimator(rand_logits, probe_tr, 2, mode="trajectory")
     assert float(v_c) == pytest.approx(float(v_t), rel=1e-12)
     assert float((m_c - m_t).abs().max()) < 1e-15
+
+
+def test_advantage_section_is_what_the_estimator_takes():
+    """``--set advantage.*`` builds the AdvantageConfig that attempt_advantages and
+    AttemptGRPOConfig take, unchanged; the keyword form gives the same advantages; the old
+    top-level keys (lam, scale, baseline) are one-line config errors."""
+    from icml_cal_grpo.advantages import MODES
+    from icml_cal_grpo.config import AdvantageConfig, TrainConfig
+    from icml_cal_grpo.trainer import AttemptGRPOConfig
+
+    from icml import ConfigError
+    from icml.config import build_config
+
+    cfg = build_config(TrainConfig, {}, ["advantage.lam=0.5", "advantage.scale=group",
+                                         "advantage.baseline=mean"])
+    assert cfg.advantage == AdvantageConfig(lam=0.5, scale="group", baseline="mean")
+    assert TrainConfig().advantage == AdvantageConfig()
+    g = torch.Generator().manual_seed(1)
+    r = (torch.rand((8, 3), generator=g) > 0.6).double()
+    for mode in MODES:
+        a = attempt_advantages(r, group_size=4, mode=mode, config=cfg.advantage)
+        b = attempt_advantages(r, group_size=4, mode=mode, lam=0.5, scale="group",
+                               baseline="mean")
+        assert torch.equal(a, b)
+        # a keyword overrides one setting of the config
+        c = attempt_advantages(r, group_size=4, mode=mode, config=cfg.advantage, scale="none")
+        assert torch.equal(c, attempt_advantages(r, group_size=4, mode=mode, lam=0.5,
+                                                 baseline="mean"))
+    assert AttemptGRPOConfig(mode="td", advantage=cfg.advantage).advantage is cfg.advantage
+    for old in ("lam=0.5", "scale=group", "baseline=mean"):
+        with pytest.raises(ConfigError, match=old.split("=")[0]):
+            build_config(TrainConfig, {}, [old])
+    with pytest.raises(ValueError, match="scale"):
+        AdvantageConfig(scale="std")

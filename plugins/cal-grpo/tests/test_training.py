@@ -91,8 +91,12 @@ def test_train_config_rejects_unknown_mode():
                                 {"mode": "trajectory", "baseline": "mean", "scale": "group",
                                  "loss_type": "grpo", "num_iterations": 2}])
 def test_estimator_options_train(kw):
+    from icml_cal_grpo.config import AdvantageConfig
+
+    kw = dict(kw)
     mode = kw.pop("mode")
-    c = train_probe_lm(mode, 1, make_model=_make, steps=2, **kw)
+    adv = AdvantageConfig(**{k: kw.pop(k) for k in ("lam", "scale", "baseline") if k in kw})
+    c = train_probe_lm(mode, 1, make_model=_make, steps=2, advantage=adv, **kw)
     assert len(c.ver) == 2 and all(0 < v < 1 for v in c.ver)
 
 

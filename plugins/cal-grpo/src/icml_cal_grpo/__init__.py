@@ -5,10 +5,9 @@ The public API. Nothing heavy is imported here: torch is loaded by the functions
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from icml.lazy import lazy_exports
 
-_EXPORTS = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "attempt_advantages": "advantages",
     "token_advantages": "advantages",
     "derive_reached": "advantages",
@@ -16,6 +15,7 @@ _EXPORTS = {
     "verification_reward": "advantages",
     "MODES": "advantages",
     "SCALES": "advantages",
+    "AdvantageConfig": "config",
     "MultiAttemptConfig": "rollout",
     "RolloutBatch": "rollout",
     "VerifierError": "rollout",
@@ -41,23 +41,4 @@ _EXPORTS = {
     "CALGRPOTrainer": "trl_adapter",
     "make_rollout_func": "trl_adapter",
     "verification_reward_func": "trl_adapter",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        try:
-            module = import_module(f"icml_cal_grpo.{_EXPORTS[name]}")
-        except ImportError as exc:
-            if _EXPORTS[name] == "trl_adapter":
-                raise ImportError(f"{name} needs TRL ({exc}): pip install "
-                                  "'icml-cal-grpo[trl]'") from exc
-            raise
-        return getattr(module, name)
-    raise AttributeError(f"module 'icml_cal_grpo' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+})

@@ -24,7 +24,10 @@ Modes (``mode=``):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from icml_cal_grpo.config import AdvantageConfig
 
 MODES = ("cal", "trajectory", "naive", "td")
 SCALES = ("none", "group", "batch", "position")
@@ -126,8 +129,21 @@ def _group_loo(x: Any, mask: Any, baseline: str, fallback: Any) -> Any:
     return out.where(n > 0, fallback)
 
 
+def advantage_config(config: AdvantageConfig | None = None, **given: Any) -> AdvantageConfig:
+    """``config`` (default: ``AdvantageConfig()``) with the keywords that are not ``None``
+    replaced; validated by ``AdvantageConfig`` itself."""
+    import dataclasses
+
+    from icml_cal_grpo.config import AdvantageConfig
+
+    base = config if config is not None else AdvantageConfig()
+    given = {k: v for k, v in given.items() if v is not None}
+    return dataclasses.replace(base, **given) if given else base
+
+
 def attempt_advantages(rewards: Any, reached: Any = None, *, group_size: int, mode: str = "cal",
-                       lam: float = 1.0, scale: str = "none", baseline: str = "loo",
+                       config: AdvantageConfig | None = None, lam: float | None = None,
+                       scale: str | None = None, baseline: str | None = None,
                        values: Any = None, eps: float = 1e-4) -> Any:
     """Per-attempt advantages ``A[N, K]`` for ``N = num_prompts * group_size`` rollouts.
 
@@ -137,6 +153,9 @@ def attempt_advantages(rewards: Any, reached: Any = None, *, group_size: int, mo
             derives it assuming generation stops at the first success.
         group_size: rollouts per prompt (TRL's ``num_generations``); groups are consecutive rows.
         mode: ``"cal"`` (default), ``"trajectory"``, ``"naive"`` or ``"td"`` (see module doc).
+        config: the estimator's settings (:class:`~icml_cal_grpo.config.AdvantageConfig`,
+            the train config's ``advantage.*`` section; default: its defaults). ``lam``,
+            ``scale`` and ``baseline`` given as keywords override it.
         lam: for ``"td"``, weight of the Monte Carlo return ``R_i`` (1 = unbiased CAL).
         scale: ``"none"`` (default), ``"group"`` (divide by the std of ``R`` in the group, TRL's
             ``scale_rewards="group"``), ``"batch"`` (std over the whole batch) or ``"position"``
@@ -156,12 +175,8 @@ def attempt_advantages(rewards: Any, reached: Any = None, *, group_size: int, mo
 
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not known: use one of {', '.join(MODES)}")
-    if scale not in SCALES:
-        raise ValueError(f"scale {scale!r} is not known: use one of {', '.join(SCALES)}")
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline {baseline!r} is not known: use one of {', '.join(BASELINES)}")
-    if not 0.0 <= float(lam) <= 1.0:
-        raise ValueError(f"lam must be in [0, 1], got {lam}")
+    cfg = advantage_config(config, lam=lam, scale=scale, baseline=baseline)  # validates
+    lam, scale, baseline = cfg.lam, cfg.scale, cfg.baseline
     r, reached_t = _validate(rewards, reached, group_size)
     if baseline == "loo" and group_size < 2:
         raise ValueError("a leave-one-out baseline needs group_size >= 2 (or baseline='mean')")

@@ -6,8 +6,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from icml import option
+from icml_cal_grpo.advantages import BASELINES, MODES, SCALES
 
-_MODES = ("cal", "trajectory", "naive", "td")
+_MODES = MODES
+
+
+@dataclass
+class AdvantageConfig:
+    """The advantage estimator's settings: what :func:`~icml_cal_grpo.attempt_advantages`,
+    :class:`~icml_cal_grpo.AttemptGRPOConfig` (``advantage=``) and
+    :class:`~icml_cal_grpo.CALGRPOTrainer` (``cal_advantage=``) take, and the ``advantage.*``
+    section of the train config. The estimator itself (``mode``) is chosen per run."""
+
+    lam: float = option(1.0, help="td mode: weight of the Monte Carlo return (1 = CAL)",
+                        ge=0, le=1)
+    scale: str = option("none", help="advantage scaling: none (CAL's), group (TRL's "
+                        "scale_rewards='group'), batch, position", choices=SCALES)
+    baseline: str = option("loo", help="group baseline: loo (leave-one-out, unbiased) or mean "
+                           "(incl. the rollout itself, as TRL)", choices=BASELINES)
+
+    def __post_init__(self) -> None:
+        if self.scale not in SCALES:
+            raise ValueError(f"scale {self.scale!r} is not known: use one of "
+                             f"{', '.join(SCALES)}")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline {self.baseline!r} is not known: use one of "
+                             f"{', '.join(BASELINES)}")
+        if not 0.0 <= float(self.lam) <= 1.0:
+            raise ValueError(f"lam must be in [0, 1], got {self.lam}")
 
 
 @dataclass
@@ -26,11 +52,9 @@ class TrainConfig:
     prompts_per_step: int = option(2, help="prompts (groups) per update", ge=1)
     max_attempts: int = option(3, help="attempts per rollout (K)", ge=1)
     learning_rate: float = option(3e-3, help="AdamW learning rate", gt=0)
-    lam: float = option(1.0, help="td mode: weight of the Monte Carlo return", ge=0, le=1)
-    scale: str = option("none", help="advantage scaling",
-                        choices=("none", "group", "batch", "position"))
-    baseline: str = option("loo", help="group baseline: leave-one-out or mean incl. self",
-                           choices=("loo", "mean"))
+    advantage: AdvantageConfig = option(default_factory=AdvantageConfig,
+                                        help="the advantage estimator's settings "
+                                        "(AdvantageConfig: lam, scale, baseline)")
     loss_type: str = option("dapo", help="token aggregation of the clipped loss",
                             choices=("grpo", "bnpo", "dapo", "dr_grpo"))
     epsilon: float = option(0.2, help="PPO clip range", gt=0)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from icml_cal_grpo.config import AdvantageConfig
 from icml_cal_grpo.tabular import (
     enumerate_trajectories,
     exact_estimator_moments,
@@ -91,11 +92,12 @@ class RunCurve:
 def train_probe_lm(mode: str, seed: int, *, make_model: Callable[[int], tuple[Any, Any]],
                    steps: int = 40, max_attempts: int = 3, num_generations: int = 8,
                    prompts_per_step: int = 2, learning_rate: float = 3e-3, target: float = 0.85,
-                   p_guess: float = 0.3, p_exploit: float = 0.9, lam: float = 1.0,
-                   scale: str = "none", baseline: str = "loo", loss_type: str = "dapo",
+                   p_guess: float = 0.3, p_exploit: float = 0.9,
+                   advantage: AdvantageConfig | None = None, loss_type: str = "dapo",
                    epsilon: float = 0.2, num_iterations: int = 1,
                    keep: list[Any] | None = None) -> RunCurve:
-    """Train one LM with one estimator on the probe task; exact Ver@K after every step."""
+    """Train one LM with one estimator (``mode``, with the ``advantage`` settings; default
+    ``AdvantageConfig()``) on the probe task; exact Ver@K after every step."""
     import torch
 
     from icml_cal_grpo.tasks import ProbeTask
@@ -103,7 +105,7 @@ def train_probe_lm(mode: str, seed: int, *, make_model: Callable[[int], tuple[An
 
     model, tok = make_model(seed)
     task = ProbeTask(max_attempts=max_attempts, p_guess=p_guess, p_exploit=p_exploit, seed=seed)
-    args = AttemptGRPOConfig(mode=mode, lam=lam, scale=scale, baseline=baseline,
+    args = AttemptGRPOConfig(mode=mode, advantage=advantage or AdvantageConfig(),
                              num_generations=num_generations, prompts_per_step=prompts_per_step,
                              learning_rate=learning_rate, epsilon=epsilon, loss_type=loss_type,
                              num_iterations=num_iterations)

@@ -5,10 +5,11 @@ reference) -> optimizer step, with gradient accumulation over micro-batches of r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from icml_cal_grpo.advantages import BASELINES, MODES, SCALES, attempt_advantages, token_advantages
+from icml_cal_grpo.advantages import MODES, attempt_advantages, token_advantages
+from icml_cal_grpo.config import AdvantageConfig
 from icml_cal_grpo.loss import LOSS_TYPES, clipped_pg_loss, sequence_logprobs
 from icml_cal_grpo.metrics import attempt_metrics
 from icml_cal_grpo.rollout import MultiAttemptConfig, Verifier, multi_attempt_rollout
@@ -19,9 +20,7 @@ class AttemptGRPOConfig:
     """Optimisation settings (names follow TRL's ``GRPOConfig`` where they exist)."""
 
     mode: str = "cal"
-    lam: float = 1.0
-    scale: str = "none"
-    baseline: str = "loo"
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)  # lam, scale, baseline
     num_generations: int = 8
     prompts_per_step: int = 1
     learning_rate: float = 1e-3
@@ -36,8 +35,9 @@ class AttemptGRPOConfig:
     logprob_chunk_size: int | None = 64    # positions per output-layer chunk (None: one pass)
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("mode", self.mode, MODES), ("scale", self.scale, SCALES),
-                                     ("baseline", self.baseline, BASELINES),
+        if not isinstance(self.advantage, AdvantageConfig):
+            raise TypeError(f"advantage must be an AdvantageConfig, got {self.advantage!r}")
+        for name, value, allowed in (("mode", self.mode, MODES),
                                      ("loss_type", self.loss_type, LOSS_TYPES)):
             if value not in allowed:
                 raise ValueError(f"{name} {value!r} is not known: use one of {', '.join(allowed)}")
@@ -127,7 +127,7 @@ class AttemptGRPOTrainer:
                                       self.rollout_config, num_generations=a.num_generations,
                                       generator=self.generator)
         adv = attempt_advantages(batch.rewards, batch.reached, group_size=a.num_generations,
-                                 mode=a.mode, lam=a.lam, scale=a.scale, baseline=a.baseline)
+                                 mode=a.mode, config=a.advantage)
         stats = self.update(batch.input_ids, batch.attention_mask, batch.attempt_index,
                             token_advantages(adv, batch.attempt_index))
         self.global_step += 1

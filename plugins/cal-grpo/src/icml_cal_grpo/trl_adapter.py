@@ -35,10 +35,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import trl
-from trl import GRPOTrainer
+
+try:
+    import trl
+    from trl import GRPOTrainer
+except ImportError as exc:  # the package exports CALGRPOTrainer lazily: say what to install
+    raise ImportError(f"icml_cal_grpo.trl_adapter needs TRL ({exc}): pip install "
+                      "'icml-cal-grpo[trl]'") from exc
 
 from icml_cal_grpo.advantages import attempt_advantages
+from icml_cal_grpo.config import AdvantageConfig
 from icml_cal_grpo.rollout import MultiAttemptConfig, Verifier, multi_attempt_rollout
 
 TESTED_TRL = "1.16"
@@ -109,8 +115,10 @@ class CALGRPOTrainer(GRPOTrainer):
 
     Extra arguments: ``verifier(prompt, attempt, earlier) -> bool``, ``rollout_config``
     (:class:`MultiAttemptConfig`), ``cal_mode`` (``"cal"``, ``"trajectory"``, ``"naive"``,
-    ``"td"``), ``cal_lam``, ``cal_baseline`` (``"loo"`` default, ``"mean"`` as TRL) and
-    ``cal_scale`` (``"none"`` default; ``"group"``/``"batch"``/``"position"``). TRL's
+    ``"td"``), ``cal_advantage`` (:class:`~icml_cal_grpo.config.AdvantageConfig`: ``lam``,
+    ``baseline`` ``"loo"`` default or ``"mean"`` as TRL, ``scale`` ``"none"`` default or
+    ``"group"``/``"batch"``/``"position"``); ``cal_lam``, ``cal_baseline`` and ``cal_scale``
+    override single settings of it. TRL's
     ``scale_rewards`` has no effect on the advantages used (they are replaced).
     ``reward_funcs`` defaults to :func:`verification_reward_func`. Runs in one or several
     processes (``accelerate launch``); groups may straddle processes.
@@ -119,26 +127,40 @@ class CALGRPOTrainer(GRPOTrainer):
     def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None,
                  train_dataset: Any = None, *, verifier: Verifier,
                  rollout_config: MultiAttemptConfig | None = None, cal_mode: str = "cal",
-                 cal_lam: float = 1.0, cal_baseline: str = "loo", cal_scale: str = "none",
+                 cal_advantage: AdvantageConfig | None = None, cal_lam: float | None = None,
+                 cal_baseline: str | None = None, cal_scale: str | None = None,
                  **kwargs: Any) -> None:
-        from icml_cal_grpo.advantages import BASELINES, MODES, SCALES
+        from icml_cal_grpo.advantages import MODES, advantage_config
 
-        for name, value, allowed in (("cal_mode", cal_mode, MODES),
-                                     ("cal_scale", cal_scale, SCALES),
-                                     ("cal_baseline", cal_baseline, BASELINES)):
-            if value not in allowed:
-                raise ValueError(f"{name} {value!r} is not known: use one of {', '.join(allowed)}")
+        if cal_mode not in MODES:
+            raise ValueError(f"cal_mode {cal_mode!r} is not known: use one of {', '.join(MODES)}")
+        try:
+            self.cal_advantage = advantage_config(cal_advantage, lam=cal_lam,
+                                                  baseline=cal_baseline, scale=cal_scale)
+        except ValueError as exc:
+            raise ValueError(f"cal_{exc}") from None
         if "rollout_func" in kwargs:
             raise ValueError("CALGRPOTrainer builds its own rollout_func from verifier and "
                              "rollout_config; do not pass one")
         self.rollout_config = rollout_config or MultiAttemptConfig()
-        self.cal_mode, self.cal_lam = cal_mode, cal_lam
-        self.cal_baseline, self.cal_scale = cal_baseline, cal_scale
+        self.cal_mode = cal_mode
         seed = getattr(args, "seed", 0) if args is not None else 0
         self._cal_rollout = make_rollout_func(verifier, self.rollout_config, seed)
         super().__init__(model=model, reward_funcs=reward_funcs or [verification_reward_func],
                          args=args, train_dataset=train_dataset,
                          rollout_func=self._cal_rollout, **kwargs)
+
+    @property
+    def cal_lam(self) -> float:
+        return self.cal_advantage.lam
+
+    @property
+    def cal_scale(self) -> str:
+        return self.cal_advantage.scale
+
+    @property
+    def cal_baseline(self) -> str:
+        return self.cal_advantage.baseline
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
@@ -157,8 +179,7 @@ class CALGRPOTrainer(GRPOTrainer):
         all_r = self.accelerator.gather(rewards).double().cpu()
         all_reached = self.accelerator.gather(reached.to(torch.int64)).bool().cpu()
         adv_all = attempt_advantages(all_r, all_reached, group_size=g, mode=self.cal_mode,
-                                     lam=self.cal_lam, baseline=self.cal_baseline,
-                                     scale=self.cal_scale)
+                                     config=self.cal_advantage)
         start = self.accelerator.process_index * n
         adv = adv_all[start:start + n]
         t = out["completion_ids"].shape[1]
