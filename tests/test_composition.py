@@ -490,3 +490,43 @@ def test_cli_chain_fptquant_run_into_led_and_capkv(tmp_path):
                                            "policies=capkv,snapkv"],
               out=tmp_path / "capkv", device="cpu", show_progress=False)
     assert cap.status == "ok", cap.error
+
+
+@pytest.mark.pretrained
+def test_smollm2_fptquant_merged_sarsteer_and_xspecmesh():
+    """On the real model: sarsteer's activations and steered logits on fptquant's merged
+    transform equal the original's (mapped), and greedy speculative decoding emits the
+    original's tokens."""
+    from icml.testing import pretrained_or_skip
+
+    fpt = pytest.importorskip("icml_fptquant")
+    pytest.importorskip("icml_sarsteer")
+    pytest.importorskip("icml_xspecmesh")
+    from icml_sarsteer.activations import last_position_hidden
+    from icml_sarsteer.steering import steering_hooks
+    from icml_xspecmesh.heads import SpeculativeHeads
+    from icml_xspecmesh.speculative import autoregressive_generate, speculative_generate
+
+    model, tok = pretrained_or_skip("smollm2-135m-instruct")
+    model = model.float().eval()
+    fptm = copy.deepcopy(model)
+    fpt.apply_fpt_transforms(fptm, fpt.FPTQuantConfig(local_steps=0, untie_embeddings=True))
+    fpt.merge_transforms(fptm)
+    inputs = tok("How do I bake bread at home?", return_tensors="pt")
+    g = torch.Generator().manual_seed(0)
+    vectors = {i: torch.randn(model.config.hidden_size, generator=g) for i in (5, 15)}
+    got = []
+    for m in (model, fptm):
+        acts = last_position_hidden(m, dict(inputs), layers=[5, 15, 25])
+        with torch.no_grad(), steering_hooks(m, vectors, alpha=2.0):
+            logits = m(**inputs).logits[:, -1]
+        got.append((acts, logits))
+    rel = (got[1][0] - got[0][0]).norm(dim=-1) / got[0][0].norm(dim=-1)
+    assert rel.max() < 1e-3, rel
+    assert (got[1][1] - got[0][1]).abs().max() < 1e-2
+    ids = inputs["input_ids"]
+    kw = {"max_new_tokens": 8, "acceptance": "greedy", "eos_token_id": []}
+    heads = SpeculativeHeads.from_model(fptm, num_heads=2).eval()
+    spec = speculative_generate(fptm, heads, ids, **kw).sequences
+    assert spec.tolist() == autoregressive_generate(fptm, ids, **kw).sequences.tolist()
+    assert spec.tolist() == autoregressive_generate(model, ids, **kw).sequences.tolist()
