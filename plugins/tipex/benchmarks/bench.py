@@ -153,7 +153,8 @@ def part_overhead(n_tasks: int, seed: int, repeats: int = 3) -> tuple[str, dict]
     rows = []
     for level in (1, 3):
         tasks = suite.tasks(level, n_tasks)
-        cfg = ExecutionConfig(n_replicas=4, planner="chain", seed=seed, call_timeout_s=None)
+        cfg = ExecutionConfig(max_inflight=None,
+                              n_replicas=4, planner="chain", seed=seed, call_timeout_s=None)
 
         async def bare(tasks: list = tasks, cfg: ExecutionConfig = cfg) -> int:
             out = await asyncio.gather(*(bare_agent(model, tools, t, temperature=cfg.temperature,
@@ -208,7 +209,7 @@ def part_throughput(n_tasks: int, seed: int, engines: tuple[str, ...] = ("sim", 
     runners = {e: TipexRunner(ScriptedModel(suite, seed=seed), suite.tools(), engine=e)
                for e in engines}
     for e in engines:  # warm caches (payload parsing, prompts) equally for every engine
-        runners[e].run(tasks[1][:5], ExecutionConfig(seed=seed))
+        runners[e].run(tasks[1][:5], ExecutionConfig(max_inflight=None, seed=seed))
     rows, res = [], {}
     for lvl, planner, n, w, g, k in GRID:
         cfg = ExecutionConfig(planner=planner, n_replicas=n, width=w, granularity=g,
@@ -704,7 +705,8 @@ def part_http(seed: int) -> tuple[str, dict]:
                                                   max_inflight=64, max_tokens=4,
                                                   max_worker_steps=1, timeout_s=300.0)),
             ("16 replicas, quorum=1 (cancel 15)",
-             ExecutionConfig(n_replicas=16, planner="chain", quorum=1, max_tokens=64,
+             ExecutionConfig(max_inflight=None,
+                             n_replicas=16, planner="chain", quorum=1, max_tokens=64,
                              max_worker_steps=1, timeout_s=300.0))):
         model = TransformersChatModel(tiny.model, tiny.tok, ignore_eos=True)
         st = ServerThread(model)

@@ -31,7 +31,7 @@ TASKS_PER_LEVEL = 4
 def configs() -> dict[str, tuple[ExecutionConfig, str | None]]:
     """name -> (config, fault): fault None, "raise_r1" (replica 1's planner raises) or
     "hang_synth" (every synthesizer call hangs until the call timeout)."""
-    b = ExecutionConfig(seed=3)
+    b = ExecutionConfig(max_inflight=None, seed=3)
     return {
         "chain_n1": (replace(b, planner="chain"), None),
         "chain_n5_first": (replace(b, planner="chain", n_replicas=5, aggregator="first"), None),

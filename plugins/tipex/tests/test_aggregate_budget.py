@@ -92,7 +92,8 @@ def test_monte_carlo_votes_through_the_runner_match_the_closed_form(suite) -> No
     hits = 0
     for i, t in enumerate(tasks):
         task_answer[0] = t.answer
-        hits += run(r.solve(t, ExecutionConfig(n_replicas=5, planner="chain", seed=i),
+        hits += run(r.solve(t, ExecutionConfig(max_inflight=None,
+                                               n_replicas=5, planner="chain", seed=i),
                             trace=False)).correct
     expect = majority_vote_accuracy(0.7, 5)  # 0.837
     sd = (expect * (1 - expect) / len(tasks)) ** 0.5
@@ -123,10 +124,12 @@ def test_judge_and_first_finish_aggregators(suite) -> None:
 
     tasks = suite.tasks(3, 60, offset=500)
     skilled = TipexRunner(ScriptedModel(suite, SimParams(judge_skill=1.0)), suite.tools())
-    cfg = ExecutionConfig(width=4, n_replicas=5)
+    cfg = ExecutionConfig(max_inflight=None, width=4, n_replicas=5)
     plural = skilled.run(tasks, cfg)
-    judged = skilled.run(tasks, ExecutionConfig(width=4, n_replicas=5, aggregator="judge"))
-    first = skilled.run(tasks, ExecutionConfig(width=4, n_replicas=5, aggregator="first"))
+    judged = skilled.run(tasks, ExecutionConfig(max_inflight=None,
+                                                width=4, n_replicas=5, aggregator="judge"))
+    first = skilled.run(tasks, ExecutionConfig(max_inflight=None,
+                                               width=4, n_replicas=5, aggregator="first"))
     # a judge that verifies is right whenever any replica is
     for j, p in zip(judged, plural):
         any_right = any(x.answer is not None and x.answer == t.answer

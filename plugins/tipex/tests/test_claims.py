@@ -11,12 +11,14 @@ N_TASKS = 100
 
 @pytest.fixture(scope="module")
 def rows(runner, suite):
-    cfgs = [ExecutionConfig(planner="chain"), ExecutionConfig(planner="chain", n_replicas=5),
-            ExecutionConfig(width=4), ExecutionConfig(width=4, n_replicas=5)]
+    cfgs = [ExecutionConfig(max_inflight=None, planner="chain"),
+            ExecutionConfig(max_inflight=None, planner="chain", n_replicas=5),
+            ExecutionConfig(max_inflight=None,
+                            width=4), ExecutionConfig(max_inflight=None, width=4, n_replicas=5)]
     out = []
     for lvl in (1, 2, 3):
         tasks = {lvl: suite.tasks(lvl, N_TASKS if lvl > 1 else 30, offset=10_000)}
-        out += sweep(runner, tasks, ExecutionConfig(), configs=cfgs)
+        out += sweep(runner, tasks, ExecutionConfig(max_inflight=None), configs=cfgs)
     return out
 
 

@@ -34,7 +34,7 @@ def bench():
 def test_straight_run_executes_the_runners_logic(bench, level: int, kw: dict) -> None:
     suite = SynthGAIA(seed=0)
     zero = SynthGAIA(seed=0, tool_latency={"lookup": 0, "search": 0, "calc": 0})
-    cfg = ExecutionConfig(**kw)
+    cfg = ExecutionConfig(**{"max_inflight": None, **kw})
     out = TipexRunner(ScriptedModel(suite), suite.tools()).run(suite.tasks(level, 6), cfg)
     want = [[(p.replica, p.answer, p.tokens, p.calls) for p in o.replicas] for o in out]
     zrunner = TipexRunner(ScriptedModel(zero, latency_scale=0.0), zero.tools())

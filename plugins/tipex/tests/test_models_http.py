@@ -125,7 +125,7 @@ def test_quorum_over_http_cancels_the_other_replicas(served, suite) -> None:
 
     st, srv, model = served
     r = TipexRunner(OpenAIChatModel(srv.url), suite.tools(), clock="wall")
-    cfg = ExecutionConfig(n_replicas=6, planner="chain", quorum=1, max_tokens=64,
+    cfg = ExecutionConfig(max_inflight=None, n_replicas=6, planner="chain", quorum=1, max_tokens=64,
                           max_worker_steps=1)
     res = r.run(suite.tasks(1, 1), cfg, trace=True)[0]
     assert res.decided_by == "quorum"
@@ -159,7 +159,8 @@ def test_pretrained_model_runs_a_task_end_to_end(suite) -> None:
     m = pretrained_or_skip(load=lambda: load_chat_model("pretrained"))
     task = suite.tasks(1, 1)[0]
     r = TipexRunner(m, suite.tools(), clock="wall")
-    res = r.run([task], ExecutionConfig(n_replicas=2, planner="chain", max_tokens=24,
+    res = r.run([task], ExecutionConfig(max_inflight=None,
+                                        n_replicas=2, planner="chain", max_tokens=24,
                                         max_worker_steps=3), trace=True)[0]
     calls = res.trace.calls()
     assert calls and all(e["status"] == "ok" for e in calls)

@@ -79,7 +79,7 @@ def _sum_durations(events: list[dict]) -> float:
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_one_replica_width_one_is_the_sum_of_calls(runner: TipexRunner, suite, level: int) -> None:
     for task in suite.tasks(level, 5):
-        r = run(runner.solve(task, ExecutionConfig(width=1, n_replicas=1)))
+        r = run(runner.solve(task, ExecutionConfig(max_inflight=None, width=1, n_replicas=1)))
         calls = r.trace.calls()
         assert r.latency_s == pytest.approx(_sum_durations(r.trace.events))
         assert r.tokens == sum(e["prompt_tokens"] + e["completion_tokens"] for e in calls)
@@ -91,7 +91,7 @@ def test_width_at_least_dag_width_gives_the_critical_path(runner: TipexRunner, s
                                                           level: int) -> None:
     for task in suite.tasks(level, 5):
         for g in (2, 4, 16):
-            cfg = ExecutionConfig(width=64, granularity=g)
+            cfg = ExecutionConfig(max_inflight=None, width=64, granularity=g)
             r = run(runner.solve(task, cfg))
             ev = r.trace.events
             plan = next(e for e in ev if e["kind"] == "plan")
@@ -105,7 +105,7 @@ def test_width_at_least_dag_width_gives_the_critical_path(runner: TipexRunner, s
             assert r.latency_s == pytest.approx(expect)
             # Graham's bound for a width below the DAG's width
             w = max(1, p.width() - 1)
-            rw = run(runner.solve(task, ExecutionConfig(width=w, granularity=g)))
+            rw = run(runner.solve(task, ExecutionConfig(max_inflight=None, width=w, granularity=g)))
             span = rw.latency_s - (planner["end"] - planner["start"]) - (
                 synth["end"] - synth["start"])
             cp, tot = p.critical_path(subs), sum(subs.values())
@@ -114,8 +114,8 @@ def test_width_at_least_dag_width_gives_the_critical_path(runner: TipexRunner, s
 
 def test_replicas_are_additive_independent_and_latency_is_their_max(runner, suite) -> None:
     for task in suite.tasks(2, 4):
-        r5 = run(runner.solve(task, ExecutionConfig(width=2, n_replicas=5)))
-        r3 = run(runner.solve(task, ExecutionConfig(width=2, n_replicas=3)))
+        r5 = run(runner.solve(task, ExecutionConfig(max_inflight=None, width=2, n_replicas=5)))
+        r3 = run(runner.solve(task, ExecutionConfig(max_inflight=None, width=2, n_replicas=3)))
         assert r5.tokens == sum(p.tokens for p in r5.replicas)
         assert [p.tokens for p in r5.replicas[:3]] == [p.tokens for p in r3.replicas]
         assert [p.answer for p in r5.replicas[:3]] == [p.answer for p in r3.replicas]
@@ -125,8 +125,9 @@ def test_replicas_are_additive_independent_and_latency_is_their_max(runner, suit
 def test_quorum_stops_early_cancels_the_rest_and_spends_no_more(runner, suite) -> None:
     stopped = 0
     for task in suite.tasks(2, 8):
-        full = run(runner.solve(task, ExecutionConfig(width=4, n_replicas=7)))
-        q = run(runner.solve(task, ExecutionConfig(width=4, n_replicas=7, quorum=3)))
+        full = run(runner.solve(task, ExecutionConfig(max_inflight=None, width=4, n_replicas=7)))
+        q = run(runner.solve(task, ExecutionConfig(max_inflight=None,
+                                                   width=4, n_replicas=7, quorum=3)))
         assert q.tokens <= full.tokens and q.latency_s <= full.latency_s + 1e-9
         if q.decided_by == "quorum":
             ok = sorted(p.finish for p in q.replicas if p.status == "ok")
@@ -165,7 +166,8 @@ def test_same_seed_same_trace_and_seeds_matter(runner, suite) -> None:
 
 def test_replicas_without_diversity_are_identical(runner, suite) -> None:
     for task in suite.tasks(3, 3):
-        r = run(runner.solve(task, ExecutionConfig(n_replicas=4, temperature=0.0)))
+        r = run(runner.solve(task, ExecutionConfig(max_inflight=None,
+                                                   n_replicas=4, temperature=0.0)))
         assert len({p.answer for p in r.replicas}) == 1
         assert len({p.tokens for p in r.replicas}) == 1
 
@@ -174,7 +176,7 @@ def test_replicas_without_diversity_are_identical(runner, suite) -> None:
 def test_one_replica_width_one_chain_reproduces_the_bare_agent(runner, suite, level) -> None:
     tools = suite.tools()
     for task in suite.tasks(level, 10):
-        cfg = ExecutionConfig(n_replicas=1, width=1, planner="chain")
+        cfg = ExecutionConfig(max_inflight=None, n_replicas=1, width=1, planner="chain")
         r = run(runner.solve(task, cfg))
         b = run(bare_agent(runner.model, tools, task, temperature=cfg.temperature,
                            seed=cfg.replica_seed(0), max_tokens=cfg.max_tokens))
@@ -189,7 +191,9 @@ def test_without_errors_every_config_is_exact(suite) -> None:
     r = TipexRunner(perfect, suite.tools())
     for level in (1, 2, 3):
         tasks = suite.tasks(level, 6)
-        for cfg in (ExecutionConfig(planner="chain"), ExecutionConfig(width=2, granularity=1),
-                    ExecutionConfig(width=3, granularity=3, n_replicas=2),
-                    ExecutionConfig(width=16, granularity=32, aggregator="judge")):
+        for cfg in (ExecutionConfig(max_inflight=None, planner="chain"),
+                    ExecutionConfig(max_inflight=None, width=2, granularity=1),
+                    ExecutionConfig(max_inflight=None, width=3, granularity=3, n_replicas=2),
+                    ExecutionConfig(max_inflight=None,
+                                    width=16, granularity=32, aggregator="judge")):
             assert all(x.correct for x in r.run(tasks, cfg)), (level, cfg)

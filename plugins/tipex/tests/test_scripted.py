@@ -69,8 +69,10 @@ def test_warm_caches_give_the_replies_of_a_cold_model() -> None:
     model.generate = recording  # type: ignore[method-assign]
     runner = TipexRunner(model, suite.tools())
     for lvl in (1, 2, 3):
-        runner.run(suite.tasks(lvl, 6), ExecutionConfig(n_replicas=3, width=4, granularity=4))
-        runner.run(suite.tasks(lvl, 3), ExecutionConfig(n_replicas=2, planner="chain"))
+        runner.run(suite.tasks(lvl, 6), ExecutionConfig(max_inflight=None,
+                                                        n_replicas=3, width=4, granularity=4))
+        runner.run(suite.tasks(lvl, 3), ExecutionConfig(max_inflight=None,
+                                                        n_replicas=2, planner="chain"))
     assert len(prompts) > 300
     random.Random(2).shuffle(prompts)
     for msgs, temperature, seed, text in prompts:  # each prompt on a model of its own
@@ -107,7 +109,7 @@ def test_counter_rng_option() -> None:
 
     suite = SynthGAIA(seed=0)
     tasks = suite.tasks(3, 4)
-    cfg = ExecutionConfig(n_replicas=3, width=4, granularity=4, seed=1)
+    cfg = ExecutionConfig(max_inflight=None, n_replicas=3, width=4, granularity=4, seed=1)
 
     def results(rng: str) -> list:
         r = TipexRunner(ScriptedModel(suite, rng=rng), suite.tools())

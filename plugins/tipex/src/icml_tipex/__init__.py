@@ -36,6 +36,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "gantt": "trace",
     "read_jsonl": "trace",
     "ExecutionConfig": "runner",
+    "ExecutionSettings": "config",
     "TipexRunner": "runner",
     "SolveResult": "runner",
     "PathResult": "runner",

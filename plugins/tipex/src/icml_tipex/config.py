@@ -1,23 +1,28 @@
-"""Typed configs, one per capability. Field names are the CLI's --set keys and match
-``ExecutionConfig`` where they mean the same thing."""
+"""Typed configs, one per capability. Field names are the CLI's --set keys; the
+``execution.*`` section is :class:`ExecutionSettings`, which the runner's ``ExecutionConfig``
+subclasses (so a setting and its default exist once)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from icml import option
+from icml_tipex.aggregate import AGGREGATORS
 
 MODELS = ("scripted", "transformers", "tiny", "pretrained", "http")
 
 
 @dataclass
-class Execution:
-    """The two-tier execution knobs shared by both capabilities."""
+class ExecutionSettings:
+    """The execution settings shared by every point of the design space: what the runner's
+    :class:`~icml_tipex.runner.ExecutionConfig` is made of (it adds the point itself, ``N``,
+    ``w``, the planner and the seed), and the ``execution.*`` section of both capabilities'
+    configs. Each default is written here only."""
 
     granularity: int = option(4, help="g: most subtasks the planner may create (plus one "
                               "combining subtask)", ge=1)
     aggregator: str = option("plurality", help="how replicas are combined",
-                             choices=("plurality", "judge", "first"))
+                             choices=AGGREGATORS)
     quorum: int | None = option(None, help="q: stop once q replicas agree and cancel the rest "
                                 "(None: wait for all)", ge=1)
     max_inflight: int | None = option(8, help="K: model calls in flight at once, shared by "
@@ -33,6 +38,39 @@ class Execution:
     max_tokens: int = option(512, help="max completion tokens per model call", ge=1)
     max_worker_steps: int = option(24, help="most model calls a worker makes on one subtask",
                                    ge=1)
+
+    def __post_init__(self) -> None:
+        def bad(key: str, msg: str) -> ValueError:
+            return ValueError(f"{key}={getattr(self, key)!r}: {msg}")
+        if self.granularity < 1:
+            raise bad("granularity", "the planner needs at least one subtask (g >= 1)")
+        if self.aggregator not in AGGREGATORS:
+            raise bad("aggregator", f"choose one of {AGGREGATORS}")
+        if self.quorum is not None and self.quorum < 1:
+            raise bad("quorum", "must be >= 1 or None")
+        if self.max_inflight is not None and self.max_inflight < 1:
+            raise bad("max_inflight", "must be >= 1 or None (no limit)")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise bad("token_budget", "must be >= 1 or None (no limit)")
+        for key in ("timeout_s", "call_timeout_s"):
+            v = getattr(self, key)
+            if v is not None and not v > 0:
+                raise bad(key, "must be > 0 or None (no timeout)")
+        if self.temperature < 0:
+            raise bad("temperature", "must be >= 0")
+        if self.max_tokens < 1 or self.max_worker_steps < 1:
+            raise ValueError("max_tokens and max_worker_steps must be >= 1")
+
+
+@dataclass
+class Execution:
+    """What both capabilities share: the execution settings, the model, the clock and the
+    task suite."""
+
+    execution: ExecutionSettings = option(default_factory=ExecutionSettings,
+                                          help="the execution settings (ExecutionSettings: g, "
+                                          "aggregator, q, K, B, tau, T, ...), as the runner's "
+                                          "ExecutionConfig takes them")
     # the model and the clock
     model: str = option("scripted", help="scripted: the simulator on SynthGAIA; transformers: "
                         "SmolLM2-135M-Instruct if installed, else tiny; tiny: a random "
@@ -88,8 +126,9 @@ class InferConfig(Execution):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.quorum is not None and self.quorum > self.n_replicas:
-            raise ValueError(f"quorum={self.quorum} exceeds n_replicas={self.n_replicas}")
+        q = self.execution.quorum
+        if q is not None and q > self.n_replicas:
+            raise ValueError(f"execution.quorum={q} exceeds n_replicas={self.n_replicas}")
 
 
 @dataclass
@@ -109,6 +148,7 @@ class EvaluateConfig(Execution):
         for key in ("replicas", "widths"):
             if not getattr(self, key):
                 raise ValueError(f"{key} must list at least one value >= 1")
-        if self.quorum is not None and self.quorum > min(self.replicas):
-            raise ValueError(f"quorum={self.quorum} exceeds the smallest N in replicas "
+        q = self.execution.quorum
+        if q is not None and q > min(self.replicas):
+            raise ValueError(f"execution.quorum={q} exceeds the smallest N in replicas "
                              f"({min(self.replicas)})")

@@ -4,10 +4,13 @@ agent (infer), and the two-tier sweep per level (evaluate)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import icml
 from icml_tipex.config import EvaluateConfig, Execution, InferConfig
+
+if TYPE_CHECKING:
+    from icml_tipex.runner import ExecutionConfig
 
 
 class CountedModel:
@@ -68,17 +71,13 @@ def build(ctx: icml.RunContext, cfg: Execution) -> tuple[Any, Any, Any]:
                                      engine=cfg.engine)  # type: ignore[arg-type]
 
 
-def execution_config(cfg: Execution, seed: int, **over: Any) -> Any:
+def execution_config(cfg: Execution, seed: int, **over: Any) -> ExecutionConfig:
+    """The runner's config: the ``execution.*`` section as it is, at the job's design point
+    (``n_replicas``, ``width``, ``planner`` where the capability has them) and the run's seed."""
     from icml_tipex.runner import ExecutionConfig
 
-    keys = ("granularity", "aggregator", "quorum", "max_inflight", "token_budget", "timeout_s",
-            "call_timeout_s", "temperature", "replica_seeds", "max_tokens", "max_worker_steps")
-    kw = {k: getattr(cfg, k) for k in keys}
-    for k in ("n_replicas", "width", "planner"):
-        if hasattr(cfg, k):
-            kw[k] = getattr(cfg, k)
-    kw.update(over)
-    return ExecutionConfig(seed=seed, **kw)
+    point = {k: getattr(cfg, k) for k in ("n_replicas", "width", "planner") if hasattr(cfg, k)}
+    return ExecutionConfig.from_config(cfg.execution, seed=seed, **{**point, **over})
 
 
 def _stats(results: list[Any]) -> tuple[float, float, float]:
@@ -113,14 +112,14 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
         if cfg.trace_tasks and res:
             p = gantt(res[0].trace.events, ctx.path(f"gantt_L{lvl}.png"),
                       f"level {lvl}, task {res[0].task_id}: N={cfg.n_replicas}, w={cfg.width}, "
-                      f"K={cfg.max_inflight}")
+                      f"K={cfg.execution.max_inflight}")
             if p is not None:
                 plots[f"gantt_L{lvl}"] = p.name
     return icml.RunResult(
         metrics=metrics,
         tables=[icml.Table(f"SynthGAIA, {cfg.num_tasks} tasks per level: TIPEX (N={cfg.n_replicas}"
-                           f", w={cfg.width}, g={cfg.granularity}, K={cfg.max_inflight}, "
-                           f"{cfg.aggregator}) vs the bare agent; model {model.name}, "
+                           f", w={cfg.width}, g={ecfg.granularity}, K={ecfg.max_inflight}, "
+                           f"{ecfg.aggregator}) vs the bare agent; model {model.name}, "
                            f"{cfg.clock} clock", ["level", "method", "accuracy", "latency s",
                                                   "tokens", "model calls", "failed replicas"],
                            rows)],
@@ -142,21 +141,22 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     if cfg.include_chain:
         configs = configs_of(base, {"planner": ["chain"], "n_replicas": cfg.replicas}) + configs
     extra = [replace(base, planner="dag", n_replicas=n_max, width=w_max, granularity=g)
-             for g in cfg.granularities if g != cfg.granularity]
+             for g in cfg.granularities if g != cfg.execution.granularity]
     extra += [replace(base, planner="dag", n_replicas=n_max, width=w_max, max_inflight=k or None)
-              for k in cfg.inflight_limits if (k or None) != cfg.max_inflight]
+              for k in cfg.inflight_limits if (k or None) != cfg.execution.max_inflight]
     keys = ["level", "planner", "n_replicas", "width", "granularity", "max_inflight",
             "accuracy", "latency_s", "tokens"]
     rows = sweep(runner, tasks, base, configs=configs + extra,
                  progress=lambda it: ctx.progress(it, desc="sweep"),
                  on_row=lambda r: ctx.record_row("sweep rows (as they finished)", keys,
                                                  [r[k] for k in keys]))
-    main = [r for r in rows if r["granularity"] in (cfg.granularity, 1)
-            and r["max_inflight"] == cfg.max_inflight]
-    main = [r for r in main if r["planner"] == "chain" or r["granularity"] == cfg.granularity]
+    ex = cfg.execution
+    main = [r for r in rows if r["granularity"] in (ex.granularity, 1)
+            and r["max_inflight"] == ex.max_inflight]
+    main = [r for r in main if r["planner"] == "chain" or r["granularity"] == ex.granularity]
     tables = [icml.Table(
-        f"Sweep over N and w per level (g={cfg.granularity}, K={cfg.max_inflight}, "
-        f"{cfg.aggregator}, {cfg.num_tasks} tasks per level, virtual clock)",
+        f"Sweep over N and w per level (g={ex.granularity}, K={ex.max_inflight}, "
+        f"{ex.aggregator}, {cfg.num_tasks} tasks per level, virtual clock)",
         ["level", "structure", "N", "accuracy", "latency s", "tokens"],
         [[r["level"], "bare agent" if r["planner"] == "chain" else f"DAG w={r['width']}",
           r["n_replicas"], r["accuracy"], r["latency_s"], r["tokens"]] for r in main])]
@@ -184,7 +184,7 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
           r["latency_s"], r["tokens"]] for r in sorted(
               gk, key=lambda r: (r["level"], r["granularity"], r["max_inflight"] or 10**9))]))
     p = interaction_plot(main, ctx.path("interaction.png"),
-                         f"TIPEX on SynthGAIA (g={cfg.granularity}, K={cfg.max_inflight})")
+                         f"TIPEX on SynthGAIA (g={ex.granularity}, K={ex.max_inflight})")
     return icml.RunResult(
         metrics=metrics, tables=tables,
         artifacts={"interaction": p.name} if p is not None else {},

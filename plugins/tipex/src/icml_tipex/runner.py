@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from icml_tipex import roles
 from icml_tipex.aggregate import (
-    AGGREGATORS,
     Candidate,
     answers_match,
     first_finish,
@@ -25,6 +24,7 @@ from icml_tipex.budget import BudgetExhausted, TokenBudget
 from icml_tipex.chat import AsyncChatModel, Completion, Message, ModelCallError, messages_tokens
 from icml_tipex.clock import CLOCKS, ENGINES, ClockName, EngineName, is_virtual
 from icml_tipex.clock import run as run_on_clock
+from icml_tipex.config import ExecutionSettings
 from icml_tipex.plan import Plan, Subtask
 from icml_tipex.scheduler import run_dag
 from icml_tipex.trace import Trace
@@ -34,52 +34,37 @@ PLANNERS = ("dag", "chain")
 
 
 @dataclass
-class ExecutionConfig:
-    """One point of the two-tier design space ``(N, w, g, aggregator, q, K, B, tau, T)``."""
+class ExecutionConfig(ExecutionSettings):
+    """One point of the two-tier design space ``(N, w, g, aggregator, q, K, B, tau, T)``: the
+    shared :class:`~icml_tipex.config.ExecutionSettings` (g, aggregator, q, K, B, tau, T, ...;
+    the ``execution.*`` config section) plus the point itself: ``n_replicas`` (N), ``width``
+    (w), ``planner`` and ``seed``. :meth:`from_config` builds one from a config section."""
 
     n_replicas: int = 1
     width: int = 1
-    granularity: int = 4
     planner: str = "dag"
-    aggregator: str = "plurality"
-    quorum: int | None = None
-    max_inflight: int | None = None
-    token_budget: int | None = None
-    timeout_s: float | None = None
-    call_timeout_s: float | None = 120.0
-    temperature: float = 0.7
     seed: int = 0
-    replica_seeds: bool = True
-    max_tokens: int = 512
-    max_worker_steps: int = 24
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+
         def bad(key: str, msg: str) -> ValueError:
             return ValueError(f"{key}={getattr(self, key)!r}: {msg}")
         if self.n_replicas < 1:
             raise bad("n_replicas", "at least one replica is needed (N >= 1)")
         if self.width < 1:
             raise bad("width", "at least one subtask must be able to run (w >= 1)")
-        if self.granularity < 1:
-            raise bad("granularity", "the planner needs at least one subtask (g >= 1)")
         if self.planner not in PLANNERS:
             raise bad("planner", f"choose one of {PLANNERS}")
-        if self.aggregator not in AGGREGATORS:
-            raise bad("aggregator", f"choose one of {AGGREGATORS}")
         if self.quorum is not None and not 1 <= self.quorum <= self.n_replicas:
             raise bad("quorum", f"must be in 1..n_replicas ({self.n_replicas}) or None")
-        if self.max_inflight is not None and self.max_inflight < 1:
-            raise bad("max_inflight", "must be >= 1 or None (no limit)")
-        if self.token_budget is not None and self.token_budget < 1:
-            raise bad("token_budget", "must be >= 1 or None (no limit)")
-        for key in ("timeout_s", "call_timeout_s"):
-            v = getattr(self, key)
-            if v is not None and not v > 0:
-                raise bad(key, "must be > 0 or None (no timeout)")
-        if self.temperature < 0:
-            raise bad("temperature", "must be >= 0")
-        if self.max_tokens < 1 or self.max_worker_steps < 1:
-            raise ValueError("max_tokens and max_worker_steps must be >= 1")
+
+    @classmethod
+    def from_config(cls, settings: ExecutionSettings, **point: Any) -> ExecutionConfig:
+        """The config of the design point ``point`` (``n_replicas``, ``width``, ``planner``,
+        ``seed``, or any setting to override) with ``settings``' execution settings."""
+        own = {f.name: getattr(settings, f.name) for f in fields(ExecutionSettings)}
+        return cls(**{**own, **point})
 
     def replica_seed(self, i: int) -> int:
         return self.seed * 1_000_003 + i if self.replica_seeds else self.seed
