@@ -131,7 +131,8 @@ def main() -> None:
     for level in (2, 3):
         tasks = suite.tasks(level, a.tasks)
         for w in (1, 2, 4, 8):
-            cfg = ExecutionConfig(width=w, granularity=8, seed=0, call_timeout_s=None)
+            cfg = ExecutionConfig(width=w, granularity=8, seed=0, call_timeout_s=None,
+                                  max_inflight=None)
             res = runner.run(tasks, cfg)
             graph, box = build_graph(model, tools, 8, cfg.replica_seed(0), cfg.temperature)
 
@@ -157,7 +158,7 @@ def main() -> None:
     ztools = zsuite.tools()
     zr = TipexRunner(zmodel, ztools, clock="wall")
     tasks = zsuite.tasks(3, a.tasks)
-    cfg = ExecutionConfig(width=4, granularity=8, call_timeout_s=None)
+    cfg = ExecutionConfig(width=4, granularity=8, call_timeout_s=None, max_inflight=None)
     graph, _ = build_graph(zmodel, ztools, 8, cfg.replica_seed(0), cfg.temperature)
     best = {"TIPEX": float("inf"), "LangGraph": float("inf")}
     calls = {}

@@ -30,7 +30,7 @@ def main() -> None:
     for lvl in (1, 2, 3):
         tasks = suite.tasks(lvl, a.tasks)
         for name, kw in CONFIGS:
-            cfg = ExecutionConfig(granularity=4, seed=a.seed, **kw)
+            cfg = ExecutionConfig(granularity=4, seed=a.seed, max_inflight=None, **kw)
             acc = []
             for rng in ("mt", "counter"):
                 out = TipexRunner(ScriptedModel(suite, seed=a.seed, rng=rng),
