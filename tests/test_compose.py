@@ -233,3 +233,26 @@ def test_save_takes_a_list_and_load_puts_described_marks_around_the_loaders(
                loader="twoquant_loader:load")
     loaded, _ = load_model(tmp_path / "run")
     assert [(t.name, t.notes) for t in transforms(loaded)] == [("sft", ""), ("q8", "live")]
+
+
+def test_a_folder_without_tokenizer_files_loads_without_a_tokenizer(tiny, tmp_path: Path) -> None:
+    model, _ = tiny
+    save_model(tmp_path, model, None, producer="mesh")
+    loaded, tok = load_model(tmp_path)
+    assert tok is None
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(_logits(loaded, ids), _logits(model, ids))
+
+
+def test_head_bases_change_is_refused_by_key_readers(tiny) -> None:
+    from icml.compose import require_original_heads
+
+    model, _ = tiny
+    require_original_heads(model, "capkv: value leverage")  # plain: fine
+    mark(model, Transform("pre-RoPE", "fptquant", preserves_function=True,
+                          changes_head_bases=True))
+    with pytest.raises(CompositionError, match="capkv: value leverage.*pre-RoPE") as info:
+        require_original_heads(model, "capkv: value leverage")
+    assert "\n" not in str(info.value)
+    assert Transform.from_dict(transforms(model)[0].to_dict()).changes_head_bases
+    assert "head-bases-changing" in describe(model)

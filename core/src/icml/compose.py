@@ -59,7 +59,8 @@ FORMAT = "icml.model/1"
 
 __all__ = [
     "CompositionError", "Transform", "MANIFEST", "MODEL_DIRNAME", "mark", "transforms",
-    "to_original", "from_original", "readout_basis", "require_original_basis", "unwrap",
+    "to_original", "from_original", "readout_basis", "require_original_basis",
+    "require_original_heads", "unwrap",
     "describe", "save_model", "load_model", "resolve_model_dir", "is_model_spec",
 ]
 
@@ -71,6 +72,11 @@ class CompositionError(ConfigError):
 @dataclasses.dataclass
 class Transform:
     """What a producer did to a model that later readers can see.
+
+    ``changes_head_bases``: each attention head's key/value spaces were re-parametrised (e.g.
+    trained pre-RoPE or value transforms): attention scores and outputs are unchanged, but a
+    reader of individual keys or values (their norms, cosines, leverage) sees other numbers and
+    must refuse (:func:`require_original_heads`).
 
     ``to_original(hidden, index)`` maps the residual stream after ``index`` decoder layers from
     this transform's basis to the model's basis before it; ``from_original`` is its inverse.
@@ -86,6 +92,7 @@ class Transform:
     producer: str
     preserves_function: bool = False
     changes_residual_basis: bool = False
+    changes_head_bases: bool = False
     quantized: bool = False
     to_original: Callable[[Any, int], Any] | None = None
     from_original: Callable[[Any, int], Any] | None = None
@@ -112,6 +119,7 @@ class Transform:
         return {"name": self.name, "producer": self.producer,
                 "preserves_function": self.preserves_function,
                 "changes_residual_basis": self.changes_residual_basis,
+                "changes_head_bases": self.changes_head_bases,
                 "quantized": self.quantized, "maps": self.maps, "notes": self.notes,
                 "attrs": dict(self.attrs)}
 
@@ -123,6 +131,7 @@ class Transform:
                    producer=str(data.get("producer") or "unknown"),
                    preserves_function=bool(data.get("preserves_function", False)),
                    changes_residual_basis=bool(data.get("changes_residual_basis", False)),
+                   changes_head_bases=bool(data.get("changes_head_bases", False)),
                    quantized=bool(data.get("quantized", False)),
                    notes=str(data.get("notes", "")), attrs=dict(data.get("attrs") or {}))
 
@@ -218,6 +227,17 @@ def require_original_basis(model: Any, reader: str) -> None:
             "changed its basis: run it on the producer's unwrapped/merged model instead")
 
 
+def require_original_heads(model: Any, reader: str) -> None:
+    """Refuse (one line naming the pair) when a transform re-parametrised the per-head key/value
+    spaces that ``reader`` scores individually (key norms, key cosines, value leverage)."""
+    changers = [t for t in transforms(model) if t.changes_head_bases]
+    if changers:
+        raise CompositionError(
+            f"{reader} scores individual keys/values, but {changers[0].label()} re-parametrised "
+            "each head's key/value spaces (attention unchanged, keys and values not): use a "
+            "press that reads attention scores, or the model before that transform")
+
+
 def unwrap(model: Any) -> Any:
     """A plain model computing the same function, every transform undone by its ``unwrap``;
     raises :class:`CompositionError` for a transform that cannot be undone (a quantized one)."""
@@ -238,6 +258,7 @@ def describe(model: Any) -> str:
     for t in ts:
         flags = [f for f, on in (("function-preserving", t.preserves_function),
                                  ("basis-changing", t.changes_residual_basis),
+                                 ("head-bases-changing", t.changes_head_bases),
                                  ("quantized", t.quantized)) if on]
         parts.append(f"{t.label()}" + (f" [{', '.join(flags)}]" if flags else ""))
     return f"{name} + " + " + ".join(parts)
@@ -341,7 +362,8 @@ def _torch_dtype(dtype: Any) -> Any:
 
 def load_model(spec: str | Path, *, device: Any = "cpu", dtype: Any = None) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a packaged model name, a local transformers folder, a folder
-    :func:`save_model` wrote, or a previous run folder. The producer's ``loader`` rebuilds
+    :func:`save_model` wrote, or a previous run folder (``tokenizer`` is ``None`` for a folder
+    without tokenizer files). The producer's ``loader`` rebuilds
     models plain ``from_pretrained`` cannot (and restores their :class:`Transform` marks); a
     saved model without one gets its transforms back as descriptions, so a basis-changing one
     is refused by readers rather than misread. Errors are one-line :class:`icml.ConfigError`."""
@@ -371,11 +393,27 @@ def load_model(spec: str | Path, *, device: Any = "cpu", dtype: Any = None) -> t
     from icml.models import load_causal_lm
 
     try:
-        model, tok = load_causal_lm(str(folder), device=device, dtype=_torch_dtype(dtype))
+        if any((folder / f).is_file() for f in _TOKENIZER_FILES):
+            model, tok = load_causal_lm(str(folder), device=device, dtype=_torch_dtype(dtype))
+        else:  # a model without an HF tokenizer (e.g. a mesh backbone): no tokenizer
+            model, tok = _load_model_only(folder, device, _torch_dtype(dtype)), None
     except ValueError as exc:
         raise ConfigError(f"model={spec_s!r}: {str(exc).splitlines()[0]}") from None
     _restore_marks(model, described)
     return model, tok
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _load_model_only(folder: Path, device: Any, dtype: Any) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"could not load a causal LM from {str(folder)!r}: {exc}") from None
+    return model.to(device).eval()
 
 
 def _restore_marks(model: Any, described: list[dict[str, Any]]) -> None:
