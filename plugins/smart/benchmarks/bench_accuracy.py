@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from icml_smart.baselines import num_params
+from icml_smart.config import SMARTSettings
 from icml_smart.job import ARM_LABELS, build_arm, make_data
 from icml_smart.training import evaluate_surrogate, train_surrogate
 
@@ -48,9 +49,11 @@ def main() -> None:
         return
     threads = results.apply_threads(1)
     cfg = SimpleNamespace(case=a.case, n_train=a.n_train, n_test=a.n_test, n_boundary=64,
-                          n_queries=256, min_aspect=0.4, max_circulation=0.2, dim=a.dim, depth=3,
-                          heads=4, num_supernodes=32, num_neighbors=8, supernode_radius=None,
-                          fourier_features=16, max_freq=4.0, param_conditioning="both")
+                          n_queries=256, min_aspect=0.4, max_circulation=0.2,
+                          model=SMARTSettings(dim=a.dim, depth=3, heads=4, num_supernodes=32,
+                                              num_neighbors=8, supernode_radius=None,
+                                              fourier_features=16, max_freq=4.0,
+                                              param_conditioning="both"))
     rows = []
     for seed in a.seeds:
         train, test = make_data(cfg, seed)

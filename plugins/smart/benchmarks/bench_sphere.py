@@ -9,6 +9,7 @@ import json
 from types import SimpleNamespace
 
 import torch
+from icml_smart.config import SMARTSettings
 from icml_smart.job import build_arm, free_stream_predictor, make_data
 from icml_smart.training import evaluate_surrogate, train_surrogate
 
@@ -16,9 +17,11 @@ from icml_smart.training import evaluate_surrogate, train_surrogate
 def main() -> None:
     torch.set_num_threads(1)
     cfg = SimpleNamespace(case="sphere", n_train=512, n_test=128, n_boundary=64, n_queries=256,
-                          min_aspect=0.4, max_circulation=0.2, dim=48, depth=3, heads=4,
-                          num_supernodes=32, num_neighbors=8, supernode_radius=None,
-                          fourier_features=16, max_freq=4.0, param_conditioning="both")
+                          min_aspect=0.4, max_circulation=0.2,
+                          model=SMARTSettings(dim=48, depth=3, heads=4, num_supernodes=32,
+                                              num_neighbors=8, supernode_radius=None,
+                                              fourier_features=16, max_freq=4.0,
+                                              param_conditioning="both"))
     train, test = make_data(cfg, 0)
     print("free", json.dumps(evaluate_surrogate(free_stream_predictor(3), test)))
     for name in ("smart", "pointnet"):

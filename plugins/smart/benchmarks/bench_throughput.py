@@ -27,7 +27,7 @@ def worker(n: int, chunk: int, dim: int) -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = SMARTModel(SMARTConfig(dim=dim, num_supernodes=32)).eval()
+    model = SMARTModel(SMARTConfig(max_freq=8.0, dim=dim, num_supernodes=32)).eval()
     body = Ellipse(0.6, 0.3, 0.3, 1.0, 0.2, 0.1)
     g, _ = body.boundary(64)
     geo = torch.tensor(g, dtype=torch.float32)[None]

@@ -8,9 +8,9 @@ import pytest
 from icml import runner
 from icml.config import ConfigError
 
-SMOKE = ["n_train=6", "n_test=3", "n_boundary=24", "n_queries=32", "dim=16", "depth=2",
-         "num_supernodes=8", "steps=2", "batch_size=2", "query_subsample=16",
-         "fourier_features=4"]
+SMOKE = ["n_train=6", "n_test=3", "n_boundary=24", "n_queries=32", "model.dim=16",
+         "model.depth=2", "model.num_supernodes=8", "steps=2", "batch_size=2",
+         "query_subsample=16", "model.fourier_features=4"]
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,7 @@ def test_outputs_depend_on_geometry_and_params(tiny_model, tiny_data):
 
 def test_save_load_round_trip(tmp_path, tiny_data):
     torch.manual_seed(1)
-    m = SMARTModel(SMARTConfig(dim=32, depth=2, num_supernodes=16, num_neighbors=4,
+    m = SMARTModel(SMARTConfig(max_freq=8.0, dim=32, depth=2, num_supernodes=16, num_neighbors=4,
                                target_mean=[0.1, 0.2, 0.3], target_std=[1.0, 2.0, 3.0])).eval()
     g, p, q = _inputs(tiny_data, torch.float32)
     m.save_pretrained(tmp_path / "m")
@@ -58,8 +58,8 @@ def test_save_load_round_trip(tmp_path, tiny_data):
 
 @pytest.mark.parametrize("decoder", ["cross_layer", "last_layer", "concat"])
 def test_decoders_share_the_parameter_count(decoder):
-    ref = SMARTModel(SMARTConfig(dim=32, depth=3, num_supernodes=8))
-    m = SMARTModel(SMARTConfig(dim=32, depth=3, num_supernodes=8, decoder=decoder))
+    ref = SMARTModel(SMARTConfig(max_freq=8.0, dim=32, depth=3, num_supernodes=8))
+    m = SMARTModel(SMARTConfig(max_freq=8.0, dim=32, depth=3, num_supernodes=8, decoder=decoder))
     assert sum(x.numel() for x in m.parameters()) == sum(x.numel() for x in ref.parameters())
 
 
@@ -69,7 +69,8 @@ def test_cross_layer_decoder_reads_each_encoder_layer(tiny_data):
     seen by each decoder layer checks the wiring directly."""
     for decoder, expect in (("cross_layer", [0, 1, 2]), ("last_layer", [2, 2, 2])):
         torch.manual_seed(0)
-        m = SMARTModel(SMARTConfig(dim=32, depth=3, num_supernodes=8, decoder=decoder)).eval()
+        m = SMARTModel(SMARTConfig(max_freq=8.0, dim=32, depth=3, num_supernodes=8,
+                                   decoder=decoder)).eval()
         g, p, q = _inputs(tiny_data, torch.float32)
         enc = m.encode(g, p)
         seen = []
@@ -84,7 +85,7 @@ def test_three_dimensional_and_bfloat16():
     from icml_smart.data import PotentialFlowDataset
 
     d = PotentialFlowDataset(2, n_boundary=32, n_queries=20, kind="sphere")
-    m = SMARTModel(SMARTConfig(space_dim=3, param_dim=5, out_dim=4, dim=32, depth=2,
+    m = SMARTModel(SMARTConfig(max_freq=8.0, space_dim=3, param_dim=5, out_dim=4, dim=32, depth=2,
                                num_supernodes=8)).eval()
     b = d.batch([0, 1])
     b = {k: v.bfloat16().float() for k, v in b.items()}  # the inputs bfloat16 can represent
@@ -125,8 +126,8 @@ def test_float64_and_integer_inputs_are_cast_to_the_model_dtype():
     """A float32 model given float64 inputs raised a raw matmul dtype error; int64 inputs a
     misleading "degenerate geometry" one. Both are now cast (same numbers as float32)."""
     torch.manual_seed(0)
-    m = SMARTModel(SMARTConfig(dim=32, depth=2, heads=4, num_supernodes=8, num_neighbors=4,
-                               fourier_features=4)).eval()
+    m = SMARTModel(SMARTConfig(max_freq=8.0, dim=32, depth=2, heads=4, num_supernodes=8,
+                               num_neighbors=4, fourier_features=4)).eval()
     g = torch.randint(-3, 4, (1, 20, 2))          # integer grid coordinates, int64
     p = torch.randint(0, 3, (1, 4))
     q = torch.randint(-3, 4, (1, 10, 2))

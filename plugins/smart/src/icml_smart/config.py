@@ -22,11 +22,19 @@ class _Data:
                                     "the ellipse cases", ge=0)
 
 
+CONDITIONING = ("both", "token", "adaln")
+
+
 @dataclass
-class _Model:
+class SMARTSettings:
+    """SMART's architecture settings: the ``model.*`` section of every job config and what
+    :class:`~icml_smart.configuration_smart.SMARTConfig` (a subclass, also a transformers
+    ``PretrainedConfig``) is made of. Each default is written here only."""
+
     dim: int = option(48, help="SMART width", ge=8)
     depth: int = option(3, help="encoder depth = cross-layer decoder depth", ge=1)
     heads: int = option(4, help="attention heads (dim must be divisible)", ge=1)
+    mlp_ratio: float = option(2.0, help="MLP expansion of every block", gt=0)
     num_supernodes: int = option(32, help="supernode geometry tokens (<= n_boundary)", ge=1)
     num_neighbors: int = option(8, help="points pooled into each supernode", ge=1)
     supernode_radius: float | None = option(None, help="pool only neighbours within this "
@@ -35,9 +43,31 @@ class _Model:
     fourier_features: int = option(16, help="sin-cos frequencies per coordinate", ge=1)
     max_freq: float = option(4.0, help="highest encoding frequency (cycles per domain "
                              "half-width)", gt=0)
+    coord_scale: float = option(1.5, help="coordinates are divided by this before the "
+                                "encoding (the domain half-width)", gt=0)
     param_conditioning: str = option("both", help="simulation parameters as an encoder token, "
-                                     "AdaLN modulation, or both",
-                                     choices=("both", "token", "adaln"))
+                                     "AdaLN modulation, or both", choices=CONDITIONING)
+
+    def __post_init__(self) -> None:
+        if self.param_conditioning not in CONDITIONING:
+            raise ValueError(f"param_conditioning={self.param_conditioning!r}: use one of "
+                             f"{CONDITIONING}")
+        if self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}")
+        for name in ("depth", "num_supernodes", "num_neighbors"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        r = self.supernode_radius
+        if r is not None and not 0 < r < float("inf"):
+            raise ValueError(f"supernode_radius={r!r} must be a finite number > 0 (or none for "
+                             "the k nearest neighbours)")
+
+
+@dataclass
+class _Model:
+    model: SMARTSettings = option(default_factory=SMARTSettings,
+                                  help="SMART's architecture (SMARTSettings, which SMARTConfig "
+                                  "subclasses)")
 
 
 @dataclass
@@ -97,13 +127,8 @@ ARMS = ("smart", "last_layer", "concat", "pointnet", "transolver")
 
 
 def _validate(cfg: _Data | _Model) -> None:
-    r = cfg.supernode_radius  # type: ignore[union-attr]
-    if r is not None and not (0 < r < float("inf")):
-        raise ValueError(f"config key 'supernode_radius': got {r!r}, must be a finite number "
-                         "> 0 (or none for the k nearest)")
-    if cfg.num_supernodes > cfg.n_boundary:  # type: ignore[union-attr]
-        raise ValueError(f"num_supernodes={cfg.num_supernodes} exceeds n_boundary="  # type: ignore[union-attr]
+    m = cfg.model  # type: ignore[union-attr]
+    if m.num_supernodes > cfg.n_boundary:  # type: ignore[union-attr]
+        raise ValueError(f"model.num_supernodes={m.num_supernodes} exceeds n_boundary="
                          f"{cfg.n_boundary}: supernodes are picked from the surface points; "  # type: ignore[union-attr]
-                         "lower num_supernodes or raise n_boundary")
-    if cfg.dim % cfg.heads:  # type: ignore[union-attr]
-        raise ValueError(f"dim={cfg.dim} is not divisible by heads={cfg.heads}")  # type: ignore[union-attr]
+                         "lower model.num_supernodes or raise n_boundary")

@@ -29,14 +29,12 @@ def make_data(cfg: JobConfig, seed: int) -> tuple[Any, Any]:
 
 
 def smart_config(cfg: JobConfig, data: Any, decoder: str = "cross_layer") -> Any:
+    """The model's config: the ``model.*`` section as it is, with the data's dimensions."""
     from icml_smart.configuration_smart import SMARTConfig
 
-    return SMARTConfig(space_dim=data.space_dim, param_dim=data.param_dim, out_dim=data.out_dim,
-                       dim=cfg.dim, depth=cfg.depth, heads=cfg.heads,
-                       num_supernodes=cfg.num_supernodes, num_neighbors=cfg.num_neighbors,
-                       supernode_radius=cfg.supernode_radius,
-                       fourier_features=cfg.fourier_features, max_freq=cfg.max_freq,
-                       decoder=decoder, param_conditioning=cfg.param_conditioning)
+    return SMARTConfig.from_config(cfg.model, space_dim=data.space_dim,
+                                   param_dim=data.param_dim, out_dim=data.out_dim,
+                                   decoder=decoder)
 
 
 def build_arm(name: str, cfg: JobConfig, data: Any, seed: int) -> Any:
@@ -59,8 +57,8 @@ def build_arm(name: str, cfg: JobConfig, data: Any, seed: int) -> Any:
     target = num_params(SMARTModel(smart_config(cfg, data)))
     cls = {"pointnet": PointNetMLP, "transolver": TransolverLite}[name]
     kw = dict(space_dim=data.space_dim, param_dim=data.param_dim, out_dim=data.out_dim,
-              fourier_features=cfg.fourier_features, max_freq=cfg.max_freq, depth=cfg.depth,
-              heads=cfg.heads)
+              fourier_features=cfg.model.fourier_features, max_freq=cfg.model.max_freq,
+              coord_scale=cfg.model.coord_scale, depth=cfg.model.depth, heads=cfg.model.heads)
     width = width_for(cls, target, **kw)
     torch.manual_seed(seed)
     return cls(BaselineConfig(dim=width, **kw))
