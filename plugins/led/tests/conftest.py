@@ -3,8 +3,6 @@ import torch
 
 from icml.models import byte_tokenizer, tiny_causal_lm
 
-torch.set_num_threads(1)  # tiny models: one thread is fastest and immune to oversubscription
-
 
 @pytest.fixture(scope="session")
 def tok():

@@ -4,6 +4,7 @@ un-normed read-out (and DoLa, which reads un-normed layers) is refused with one 
 basis-changing transform without maps is refused on both read-outs."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from icml_led.generate import DoLaDecoding, LEDDecoding
 from icml_led.layers import entropy_profile, layer_indices, layerwise_logits
 from icml_led.led import LEDConfig
 
-from icml.compose import CompositionError, Transform, mark
+from icml.compose import CompositionError, mark, transforms
+from icml.testing import rotated_copy
 
 
 @torch.no_grad()
@@ -23,40 +25,17 @@ def with_final_gain(model, seed=1):
     return m
 
 
-@torch.no_grad()
 def rotated(model, seed=0, maps=True, seen=None, unwrap=False):
-    """A third party's function-preserving transform in the style of fptquant: the final norm's
-    gain folded into ``lm_head`` and the residual stream rotated by a random orthogonal Q
-    (h' = h Q; exact for RMSNorm with unit scales inside the blocks, which tiny models have).
-    ``unwrap=True`` marks it with ``unwrap`` giving the original model back."""
-    m = copy.deepcopy(model)
-    H = m.config.hidden_size
-    g = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(H, H, generator=g, dtype=torch.float64))
-    q = q.to(m.lm_head.weight.dtype)
-    assert not m.config.tie_word_embeddings
-    m.lm_head.weight.copy_((m.lm_head.weight * m.model.norm.weight) @ q)
-    m.model.norm.weight.fill_(1.0)
-    m.model.embed_tokens.weight.copy_(m.model.embed_tokens.weight @ q)
-    for layer in m.model.layers:
-        a, f = layer.self_attn, layer.mlp
-        for lin in (a.q_proj, a.k_proj, a.v_proj, f.gate_proj, f.up_proj):
-            lin.weight.copy_(lin.weight @ q)
-        for lin in (a.o_proj, f.down_proj):
-            lin.weight.copy_(q.T @ lin.weight)
-            if lin.bias is not None:
-                lin.bias.copy_(lin.bias @ q)
-
-    def to_original(h, i):
-        if seen is not None:
-            seen.append(i)
-        return h @ q.T.to(h.dtype)
-
-    t = Transform("random rotation", "test", preserves_function=True,
-                  changes_residual_basis=True, to_original=to_original if maps else None,
-                  from_original=(lambda h, i: h @ q.to(h.dtype)) if maps else None,
-                  unwrap=(lambda: model) if unwrap else None)
-    return mark(m, t)
+    """A third party's function-preserving transform (icml.testing.rotated_copy: norm gains,
+    the final one included, folded into the linears that read them, and the residual stream
+    rotated by a random orthogonal Q). ``unwrap=True`` marks it with ``unwrap`` giving the
+    original model back."""
+    rot = rotated_copy(model, seed=seed, maps=maps, producer="test",
+                       on_map=seen.append if seen is not None else None)
+    if unwrap:
+        (t,) = transforms(rot)
+        mark(rot, dataclasses.replace(t, unwrap=lambda: model), replace=True)
+    return rot
 
 
 def test_final_norm_readout_equals_original(model):

@@ -6,4 +6,5 @@ _SMOKE = {"hidden_size": 32, "num_layers": 4, "depth": 3, "sft_steps": 5, "post_
 
 class TestConformance(PluginConformance):
     slug = "led"
+    shape_checks = True
     smoke = {"infer": dict(_SMOKE), "evaluate": {**_SMOKE, "temperatures": [0.6, 1.2]}}

@@ -3,35 +3,28 @@ transformers load when an attribute is first used."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from icml.lazy import lazy_exports
 
 _EXPORTS = {
-    "LEDConfig": "icml_led.led",
-    "LEDStepInfo": "icml_led.led",
-    "led_step": "icml_led.led",
-    "sample_sorted": "icml_led.led",
-    "layer_indices": "icml_led.layers",
-    "layerwise_logits": "icml_led.layers",
-    "layerwise_from_outputs": "icml_led.layers",
-    "entropy_profile": "icml_led.layers",
-    "LEDDecoding": "icml_led.generate",
-    "DoLaDecoding": "icml_led.generate",
-    "SamplingDecoding": "icml_led.generate",
-    "led_decoding": "icml_led.generate",
-    "dola_decoding": "icml_led.generate",
-    "led_generate": "icml_led.generate",
-    "think_state": "icml_led.generate",
-    "dola_candidate_layers": "icml_led.dola",
-    "dola_contrast": "icml_led.dola",
-    "relative_top_filter": "icml_led.dola",
-    "pass_at_k": "icml_led.metrics",
+    "LEDConfig": "led",
+    "LEDStepInfo": "led",
+    "led_step": "led",
+    "sample_sorted": "led",
+    "layer_indices": "layers",
+    "layerwise_logits": "layers",
+    "layerwise_from_outputs": "layers",
+    "entropy_profile": "layers",
+    "LEDDecoding": "generate",
+    "DoLaDecoding": "generate",
+    "SamplingDecoding": "generate",
+    "led_decoding": "generate",
+    "dola_decoding": "generate",
+    "led_generate": "generate",
+    "think_state": "generate",
+    "dola_candidate_layers": "dola",
+    "dola_contrast": "dola",
+    "relative_top_filter": "dola",
+    "pass_at_k": "metrics",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'icml_led' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

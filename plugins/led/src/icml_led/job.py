@@ -4,13 +4,16 @@ post-training to entropy collapse), and compare LED with its baselines."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import icml
 from icml_led.config import EvaluateConfig, InferConfig
 
+if TYPE_CHECKING:
+    from icml_led.led import LEDConfig
 
-def led_config_from(cfg: Any, tokenizer: Any) -> Any:
+
+def led_config_from(cfg: InferConfig | EvaluateConfig, tokenizer: Any) -> LEDConfig:
     from icml_led.led import LEDConfig
     from icml_led.task import think_ids
 
@@ -21,7 +24,7 @@ def led_config_from(cfg: Any, tokenizer: Any) -> Any:
                      skip_penultimate=cfg.layer_set == "official")
 
 
-def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
+def prepare(ctx: icml.RunContext, cfg: InferConfig | EvaluateConfig) -> dict[str, Any]:
     """Model + tokenizer, trained as configured, with entropy profiles around post-training."""
     import torch
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import icml
 from icml_led.config import EvaluateConfig, InferConfig
 
+CONFIGS = {"infer": InferConfig, "evaluate": EvaluateConfig}
+
 BIBTEX = """@inproceedings{led2026,
   title     = {Latent Exploration Decoding},
   booktitle = {Proceedings of the 43rd International Conference on Machine Learning (ICML)},
@@ -24,8 +26,8 @@ def icml_plugin_info() -> icml.PluginInfo:
                          url="https://arxiv.org/abs/2602.01698",
                          authors="Renmin University of China, UNIMORE, Xiaomi",
                          bibtex=BIBTEX),
-        capabilities=("infer", "evaluate"),
-        configs={"infer": InferConfig, "evaluate": EvaluateConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,  # the tiny models run fastest on one thread; --threads overrides
     )
 
