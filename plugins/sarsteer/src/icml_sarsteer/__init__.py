@@ -8,51 +8,44 @@ imported here; torch and transformers load when an attribute is first used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from icml.lazy import lazy_exports
 
 _EXPORTS = {
-    "SARSteer": "icml_sarsteer.steering",
-    "steering_hooks": "icml_sarsteer.steering",
-    "hook_count": "icml_sarsteer.steering",
-    "NoDefense": "icml_sarsteer.baselines",
-    "PromptDefense": "icml_sarsteer.baselines",
-    "PlainSteering": "icml_sarsteer.baselines",
-    "LLMSteering": "icml_sarsteer.baselines",
-    "make_defense": "icml_sarsteer.baselines",
-    "refusal_direction": "icml_sarsteer.safe_space",
-    "benign_subspace": "icml_sarsteer.safe_space",
-    "safe_ablate": "icml_sarsteer.safe_space",
-    "last_position_hidden": "icml_sarsteer.activations",
-    "collect_activations": "icml_sarsteer.activations",
-    "find_decoder_layers": "icml_sarsteer.layers",
-    "resolve_layers": "icml_sarsteer.layers",
-    "DEFAULT_INSTRUCTION": "icml_sarsteer.refusal",
-    "REFUSAL_TEXTS": "icml_sarsteer.refusal",
-    "refusal_text": "icml_sarsteer.refusal",
-    "REFUSAL_MARKERS": "icml_sarsteer.metrics",
-    "KeywordJudge": "icml_sarsteer.metrics",
-    "ModelJudge": "icml_sarsteer.metrics",
-    "refusal_rate": "icml_sarsteer.metrics",
-    "bootstrap_ci": "icml_sarsteer.metrics",
-    "evaluate_defense": "icml_sarsteer.evaluation",
-    "compare_defenses": "icml_sarsteer.evaluation",
-    "ChatPrompt": "icml_sarsteer.prompts",
-    "generate_responses": "icml_sarsteer.prompts",
-    "render_speech": "icml_sarsteer.audio",
-    "espeak_available": "icml_sarsteer.audio",
-    "make_benchmark": "icml_sarsteer.data",
-    "query_pairs": "icml_sarsteer.data",
-    "ToyLALMConfig": "icml_sarsteer.toy_lalm",
-    "build_toy_lalm": "icml_sarsteer.toy_lalm",
-    "train_toy_lalm": "icml_sarsteer.toy_lalm",
-    "AudioPrompt": "icml_sarsteer.toy_lalm",
+    "SARSteer": "steering",
+    "steering_hooks": "steering",
+    "hook_count": "steering",
+    "NoDefense": "baselines",
+    "PromptDefense": "baselines",
+    "PlainSteering": "baselines",
+    "LLMSteering": "baselines",
+    "make_defense": "baselines",
+    "refusal_direction": "safe_space",
+    "benign_subspace": "safe_space",
+    "safe_ablate": "safe_space",
+    "last_position_hidden": "activations",
+    "collect_activations": "activations",
+    "find_decoder_layers": "layers",
+    "resolve_layers": "layers",
+    "DEFAULT_INSTRUCTION": "refusal",
+    "REFUSAL_TEXTS": "refusal",
+    "refusal_text": "refusal",
+    "REFUSAL_MARKERS": "metrics",
+    "KeywordJudge": "metrics",
+    "ModelJudge": "metrics",
+    "refusal_rate": "metrics",
+    "bootstrap_ci": "metrics",
+    "evaluate_defense": "evaluation",
+    "compare_defenses": "evaluation",
+    "ChatPrompt": "prompts",
+    "generate_responses": "prompts",
+    "render_speech": "audio",
+    "espeak_available": "audio",
+    "make_benchmark": "data",
+    "query_pairs": "data",
+    "ToyLALMConfig": "toy_lalm",
+    "build_toy_lalm": "toy_lalm",
+    "train_toy_lalm": "toy_lalm",
+    "AudioPrompt": "toy_lalm",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'icml_sarsteer' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -9,13 +9,16 @@ from typing import Any
 import icml
 from icml_sarsteer.config import EvaluateConfig, InferConfig, TrainConfig
 
+AnyConfig = EvaluateConfig | TrainConfig | InferConfig
+"""Any of the jobs' configs (each carries the data, model and steering keys)."""
+
 LABELS = {"none": "no defense", "prompt": "prompt defense (R appended)",
           "plain": "plain steering (lambda=0)", "llm": "LLM steering (text-only direction)",
           "sarsteer": "SARSteer"}
 STEERING = ("plain", "llm", "sarsteer")
 
 
-def build_and_train(ctx: icml.RunContext, cfg: Any) -> tuple[Any, Any, Any, dict[str, float]]:
+def build_and_train(ctx: icml.RunContext, cfg: AnyConfig) -> tuple[Any, Any, Any, dict[str, float]]:
     """Benchmark + trained toy audio-LM: ``(bench, model, prompt, timings)``."""
     from icml_sarsteer.data import make_benchmark
     from icml_sarsteer.toy_lalm import ToyLALMConfig, build_toy_lalm, train_toy_lalm
@@ -44,7 +47,7 @@ def build_and_train(ctx: icml.RunContext, cfg: Any) -> tuple[Any, Any, Any, dict
                                   "final_loss": sum(losses[-20:]) / len(losses[-20:])}
 
 
-def fit_defenses(model: Any, prompt: Any, bench: Any, cfg: Any, names: list[str]
+def fit_defenses(model: Any, prompt: Any, bench: Any, cfg: AnyConfig, names: list[str]
                  ) -> dict[str, Any]:
     """Fit the named defenses; the audio activations are recorded once and shared."""
     from icml_sarsteer.activations import collect_activations
@@ -189,38 +192,32 @@ def _notes(results: dict[str, Any], text: dict[str, Any], cfg: Any, backend: str
 
 def _plot(ctx: icml.RunContext, curves: dict[str, list[tuple[float, float, float]]],
           results: dict[str, Any]) -> str | None:
-    try:
-        import matplotlib
+    from icml.report import figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
     if not curves and not results:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 4.2))
-    for name, pts in curves.items():
-        ax.plot([100 * b for _, _, b in pts], [100 * h for _, h, _ in pts], "o-",
-                label=LABELS[name])
-        for a, h, b in pts:
-            ax.annotate(f"{a:g}", (100 * b, 100 * h), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
-    for name in ("none", "prompt"):
-        if name in results:
-            r = results[name]
-            ax.plot(100 * r["over_refusal_benign"]["rate"], 100 * r["refusal_harmful"]["rate"],
-                    "s", label=LABELS[name])
-    ax.set_xlabel("over-refusal on benign speech (%)")
-    ax.set_ylabel("refusal on harmful speech (%)")
-    ax.set_xlim(-3, 103)
-    ax.set_ylim(-3, 103)
-    ax.plot([0, 100], [0, 100], ":", color="grey", lw=0.8)
-    ax.legend(fontsize=7)
-    ax.set_title("Defenses (labels: alpha)")
-    fig.tight_layout()
     path = ctx.path("tradeoff.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, figsize=(5.2, 4.2)) as ax:
+        if ax is None:
+            return None
+        for name, pts in curves.items():
+            ax.plot([100 * b for _, _, b in pts], [100 * h for _, h, _ in pts], "o-",
+                    label=LABELS[name])
+            for a, h, b in pts:
+                ax.annotate(f"{a:g}", (100 * b, 100 * h), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+        for name in ("none", "prompt"):
+            if name in results:
+                r = results[name]
+                ax.plot(100 * r["over_refusal_benign"]["rate"],
+                        100 * r["refusal_harmful"]["rate"], "s", label=LABELS[name])
+        ax.set_xlabel("over-refusal on benign speech (%)")
+        ax.set_ylabel("refusal on harmful speech (%)")
+        ax.set_xlim(-3, 103)
+        ax.set_ylim(-3, 103)
+        ax.plot([0, 100], [0, 100], ":", color="grey", lw=0.8)
+        ax.legend(fontsize=7)
+        ax.set_title("Defenses (labels: alpha)")
     return path.name
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import icml
 from icml_sarsteer.config import EvaluateConfig, InferConfig, TrainConfig
 
+CONFIGS = {"evaluate": EvaluateConfig, "infer": InferConfig, "train": TrainConfig}
+
 BIBTEX = """@inproceedings{lin2026sarsteer,
   title     = {{SARSteer}: Safe-Ablated Refusal Steering for Large Audio-Language Models},
   author    = {Lin, Weilin and Li, Jianze and Xiong, Hui and Liu, Li},
@@ -25,8 +27,8 @@ def icml_plugin_info() -> icml.PluginInfo:
                                "Audio-Language Models",
                          url="https://arxiv.org/abs/2510.17633",
                          authors="Lin, Li, Xiong, Liu", bibtex=BIBTEX),
-        capabilities=("evaluate", "infer", "train"),
-        configs={"evaluate": EvaluateConfig, "infer": InferConfig, "train": TrainConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,
     )
 
