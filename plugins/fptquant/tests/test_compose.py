@@ -396,3 +396,91 @@ def test_the_mark_does_not_keep_the_model_alive_and_follows_copies(tiny_model, i
         assert ref() is None  # freed by reference counting alone (no cycle through the mark)
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("stage", ["merged", "quantized"])
+def test_transformed_models_run_under_inference_mode(tiny_model, ids, randomize_params, stage):
+    """torch.inference_mode (synsem, many evaluation loops): inference tensors have no version
+    counter, so the residual scaling checks an unchanged stream by its values. The logits and
+    hidden states are bit-identical to torch.no_grad's, and a steering hook that changes a
+    layer's output in place still reaches the next layer (the carried (z, c) is not reused)."""
+    ref, model = _transformed(tiny_model, "llama", randomize_params, merged=True)
+    if stage == "quantized":
+        cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0)
+        model = tiny_model("llama")
+        inject_outliers(model, 10.0)
+        ref = copy.deepcopy(model)
+        apply_fpt_transforms(model, cfg)
+        randomize_params(transform_parameters(model), 0.2, seed=5)
+        merge_and_quantize(model, ids, cfg)
+    with torch.no_grad():
+        want = model(ids, output_hidden_states=True)
+    with torch.inference_mode():
+        got = model(ids, output_hidden_states=True)
+        gen = model.generate(ids[:, :4], max_new_tokens=3, do_sample=False)
+    assert torch.equal(got.logits, want.logits)
+    assert all(torch.equal(a, b) for a, b in zip(got.hidden_states, want.hidden_states))
+    assert torch.equal(gen, model.generate(ids[:, :4], max_new_tokens=3, do_sample=False))
+    if stage == "quantized":
+        return
+    v = torch.randn(ref.config.hidden_size, generator=torch.Generator().manual_seed(2),
+                    dtype=torch.float64)
+
+    def steer(vec):
+        def hook(mod, args, out):
+            out.add_(vec)
+        return hook
+
+    h1 = ref.model.layers[0].register_forward_hook(steer(v))
+    h2 = model.model.layers[0].register_forward_hook(steer(compose.from_original(model, v, 1)))
+    try:
+        with torch.inference_mode():
+            a, b = ref(ids).logits, model(ids).logits
+    finally:
+        h1.remove()
+        h2.remove()
+    assert (a - _trace(ref, ids)[1]).abs().max() > 1e-3  # the steering changed the output
+    assert (a - b).abs().max() < 1e-9
+
+
+def test_the_mark_says_when_the_heads_key_value_spaces_changed(tiny_model, ids, tmp_path,
+                                                               randomize_params):
+    """Transform.changes_head_bases (issue 50): set exactly when a pre-RoPE or value transform
+    is present and not the identity, kept through merging, training, quantizing, unwrap in the
+    transformed basis, and saving / loading; False (the results unchanged) at the identity."""
+    from icml_fptquant import optimize_local
+
+    from icml.models import byte_tokenizer
+
+    def heads(m):
+        (t,) = compose.transforms(m)
+        return t.changes_head_bases
+
+    for cfg in (FULL, FPTQuantConfig(local_steps=0, prerope=False, value=False)):
+        model = apply_fpt_transforms(tiny_model("llama"), cfg)
+        assert not heads(model)
+        assert not heads(merge_transforms(model))
+    hadamard_values = apply_fpt_transforms(tiny_model("llama"),
+                                           FPTQuantConfig(local_steps=0, value_init="hadamard"))
+    assert heads(hadamard_values)  # a rotation of the values is not the identity
+    only_mlp = apply_fpt_transforms(tiny_model("llama"), FPTQuantConfig(local_steps=0))
+    randomize_params([p for p in transform_parameters(only_mlp)
+                      if p is not only_mlp.fpt_transforms.rotation.a
+                      and all(p is not q for t in (*only_mlp.fpt_transforms.prerope,
+                                                   *only_mlp.fpt_transforms.value)
+                              for q in t.parameters())], 0.2, seed=5)
+    assert not heads(merge_transforms(only_mlp))  # rotation and MLP scales leave heads alone
+
+    trained = apply_fpt_transforms(tiny_model("llama").float(),
+                                   FPTQuantConfig(local_steps=3, untie_embeddings=True))
+    optimize_local(trained)
+    assert heads(trained)  # re-marked after training
+    _, model = _transformed(tiny_model, "llama", randomize_params, merged=True)
+    assert heads(model) and compose.transforms(model)[0].attrs["head_bases_changed"]
+    assert heads(unwrap(model, basis="transformed"))
+    ref, quantized = _quantized(tiny_model, ids)
+    assert heads(quantized)
+    save_fpt_model(tmp_path / "q", quantized, byte_tokenizer())
+    assert heads(compose.load_model(tmp_path / "q")[0])
+    save_fpt_model(tmp_path / "m", model, byte_tokenizer())
+    assert heads(compose.load_model(tmp_path / "m")[0])  # the plain files keep the heads' bases

@@ -162,10 +162,13 @@ def merge_transforms(model: Any) -> Any:
     """Fold every mergeable transform into plain weights (``remove_parametrizations`` keeping
     the transformed values); online parts (Hadamard, residual scaling) stay. The residual
     rotation Q is computed once for all weights (the same values as computing it per weight)."""
+    from icml_fptquant.interop import head_bases_changed
     from icml_fptquant.transforms import cached_rotation
 
     ops = model._modules.get("fpt_transforms")
     rotation = getattr(ops, "rotation", None)
+    if ops is not None and head_bases_changed(model):  # kept for the mark once merged
+        model.fpt_head_bases = True
     with cached_rotation(rotation):
         if rotation is not None:  # kept (a plain attribute) for the residual-stream maps
             q = rotation.matrix().detach().clone()

@@ -51,7 +51,8 @@ def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
                             "dynamic_residual_scaling": bool(getattr(model, "fpt_drs", False)),
                             "qk_hadamard": getattr(model.model.layers[0].self_attn,
                                                    "fpt_qk_hadamard", None) is not None,
-                            "hadamard": [], "act": {}, "kv": {}}
+                            "hadamard": [], "act": {}, "kv": {},
+                            "head_bases": bool(getattr(model, "fpt_head_bases", False))}
     state = {}
     qweights = {f"{n}.weight": lin.fpt_qweight for n, lin in lins.items()
                 if getattr(lin, "fpt_qweight", None) is not None}
@@ -175,6 +176,9 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
             q.hi.copy_(torch.tensor(entry["hi"]))
             q.state = "quant"
     model.fpt_quant_config = cfg
+    # folders written before the flag existed: re-parametrised heads unless both were off
+    if meta.get("head_bases", cfg.prerope or cfg.value):
+        model.fpt_head_bases = True
     if (folder / MAPS).is_file():
         maps = load_file(str(folder / MAPS), device=str(device))
         if "rotation" in maps:

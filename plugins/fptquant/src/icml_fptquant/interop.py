@@ -73,6 +73,25 @@ def _source(model: Any) -> Any:
     return rot if rot is not None else getattr(model, "fpt_rotation", None)
 
 
+def head_bases_changed(model: Any) -> bool:
+    """Whether fptquant re-parametrised each head's key/value spaces on ``model``: a pre-RoPE
+    or value transform that is not the identity (live transforms are read now; after
+    :func:`icml_fptquant.merge_transforms` the flag it kept, ``model.fpt_head_bases``).
+    Attention is unchanged, but keys and values are not (their norms, cosines, leverage):
+    the mark says so (``Transform.changes_head_bases``) and readers of them refuse."""
+    ops = getattr(model, "_modules", {}).get("fpt_transforms")
+    live = False
+    if ops is not None:
+        with torch.no_grad():
+            for t in getattr(ops, "prerope", ()):
+                live |= bool(t.theta.any()) or bool(t.log_scale.any())
+            for v in getattr(ops, "value", ()):
+                m = v.matrices()
+                live |= not torch.equal(m, torch.eye(m.shape[-1], dtype=m.dtype,
+                                                     device=m.device).expand_as(m))
+    return live or bool(getattr(model, "fpt_head_bases", False))
+
+
 class _Unwrap:
     """``Transform.unwrap`` of a marked model: a weak reference (no model -> mark -> model
     cycle keeping a large model alive), re-pointed to the copy by ``copy.deepcopy``."""
@@ -112,12 +131,18 @@ def mark_fpt(model: Any, stage: str) -> Any:
             if quantized and qcfg is not None else f"fptquant {stage} transforms")
     notes = ("residual stream rotated by Q (maps given, exact at every depth)"
              if source is not None else "residual stream in the original basis")
+    heads = head_bases_changed(model)
+    attrs["head_bases_changed"] = heads
+    if heads:
+        notes += ("; pre-RoPE/value transforms re-parametrise each head's keys and values "
+                  "(attention unchanged)")
     if folded:
         notes += ("; RMSNorm gains folded into q/k/v, gate/up and lm_head: read intermediate "
                   "layers through the final norm (readout_basis), or unwrap() for lm_head(h)")
     t = compose.Transform(
         name=name, producer=PRODUCER, preserves_function=not quantized,
-        changes_residual_basis=source is not None, quantized=quantized,
+        changes_residual_basis=source is not None, changes_head_bases=heads,
+        quantized=quantized,
         to_original=functools.partial(_to_original, source) if source is not None else None,
         from_original=functools.partial(_from_original, source) if source is not None else None,
         unwrap=None if quantized else _Unwrap(model),
@@ -203,6 +228,8 @@ def unwrap(model: Any, basis: str = "original", weights: str = "full") -> Any:
     if basis == "original" and gains and all(bool((g != 0).all()) for g in gains.values()):
         _unfuse_norms(plain, gains)
         gains = {}
+    if head_bases_changed(model):  # the head re-parametrisation stays in the weights
+        plain.fpt_head_bases = True
     if not derotate and q is not None:
         plain.fpt_rotation = q.detach().clone()
     if gains:

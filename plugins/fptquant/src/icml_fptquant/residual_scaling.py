@@ -54,14 +54,22 @@ def _carried(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     tensor object, no in-place change); ``None`` for any other tensor (a slice, a mapped or
     steered state, an input of another shape)."""
     got = getattr(x, "_fpt_drs", None)
-    if got is None or got[2] != x._version:
+    if got is None:
+        return None
+    if got[2] is None:  # an inference tensor: no version counter; unchanged = the same values
+        if not torch.equal(x, got[0] * got[1].to(got[0].dtype)):
+            return None
+    elif got[2] != x._version:
         return None
     return got[0], got[1]
 
 
 def _carry(z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     x = z * c.to(z.dtype)
-    x._fpt_drs = (z, c, x._version)  # the next layer continues from (z, c) exactly
+    # the next layer continues from (z, c) exactly when x is unchanged: checked by the version
+    # counter, or for an inference tensor (torch.inference_mode: it has none) by recomputing
+    # x = z * c, the same deterministic product
+    x._fpt_drs = (z, c, None if x.is_inference() else x._version)
     return x
 
 

@@ -121,7 +121,16 @@ def optimize_local(model: Any, config: FPTQuantConfig | None = None,
             opt.step()
     with torch.no_grad(), cached_rotation(rot):
         history.append(float(outlier_norm(model, cfg.local_p)))
+    _remark(model)
     return history
+
+
+def _remark(model: Any) -> None:
+    """The mark again after training: the trained pre-RoPE/value transforms are no longer the
+    identity (``Transform.changes_head_bases``)."""
+    from icml_fptquant.interop import mark_fpt
+
+    mark_fpt(model, "transformed")
 
 
 def e2e_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
@@ -190,4 +199,5 @@ def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | Non
             out["loss"].append(float(loss.detach()))
             conds = [float(v.condition_numbers().max()) for v in ops.value]
             out["value_cond"].append(max(conds) if conds else 1.0)
+    _remark(model)
     return out
