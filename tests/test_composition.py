@@ -205,17 +205,28 @@ def test_producers_keep_the_contract(made, arch):
 
 # -- consumers ----------------------------------------------------------------------------------
 def test_capkv_presses(made, arch):
-    """Every press gives a valid cache of the budgeted size on every producer. Kept positions
-    equal the reference's where the scores read what the function fixes: attention-score
-    policies (snapkv, h2o: q.k is preserved) on every same-function producer, and every policy
-    on the merged LoRA model (the same weights as the unmerged one)."""
+    """Every press gives a valid cache of the budgeted size on every producer, or refuses with
+    one line naming the pair. Kept positions equal the reference's where the scores read what
+    the function fixes: attention-score policies (snapkv, h2o: q.k is preserved) on every
+    same-function producer, and every policy on the merged LoRA model (the same weights as the
+    unmerged one). Policies that score individual keys/values (capkv, knorm) refuse a producer
+    that re-parametrised the heads' key/value spaces (fptquant's trained pre-RoPE/value
+    transforms)."""
     pytest.importorskip("icml_capkv")
     from icml_capkv.generation import prefill
     from icml_capkv.presses import make_press, n_kept
 
     name, model, ref = made
     ids = _ids(_base(arch).config.vocab_size, (2, 40), seed=1)
+    heads = any(t.changes_head_bases for t in compose.transforms(model))
+    assert heads == name.startswith("fptquant")  # trained-looking pre-RoPE/value transforms
     for policy in ("capkv", "snapkv", "h2o", "knorm"):
+        if heads and policy in ("capkv", "knorm"):
+            with pytest.raises(CompositionError) as err:
+                prefill(model, ids, make_press(policy, 0.5))
+            msg = str(err.value)
+            assert "\n" not in msg and msg.startswith(f"{policy}: ") and "fptquant" in msg
+            continue
         kept = [layer.positions for layer in prefill(model, ids, make_press(policy, 0.5)).layers]
         for pos in kept:
             assert pos.shape[-1] == n_kept(40, 0.5)
@@ -231,23 +242,38 @@ def test_capkv_presses(made, arch):
             assert same / sum(p.numel() for p in kept) > 0.8
 
 
-@pytest.mark.xfail(strict=True, reason="contract gap: fptquant's trained pre-RoPE and value "
-                   "transforms re-parametrise each head's keys and values (q.k and the layer's "
-                   "output are preserved, the key norms and value geometry are not); CapKV's "
-                   "value-leverage and key-cosine scores (and knorm) read them, and the "
-                   "icml.compose Transform has no field to say the KV basis changed, so capkv "
-                   "can neither map nor refuse (positions kept: 233/320 on tiny Llama)")
-def test_capkv_kept_positions_under_fptquant_kv_transforms():
+def test_capkv_refuses_fptquant_kv_transforms_and_keeps_positions_without_them():
+    """fptquant's trained pre-RoPE and value transforms re-parametrise each head's keys and
+    values (q.k and the layer's output preserved, key norms and value geometry not: 233/320
+    positions kept alike on tiny Llama when read anyway): the mark says so and capkv / knorm
+    refuse with one line naming the pair. With those transforms at the identity (or off) the
+    mark says nothing and the kept positions are the FP model's."""
+    fpt = pytest.importorskip("icml_fptquant")
     pytest.importorskip("icml_capkv")
     from icml_capkv.generation import prefill
     from icml_capkv.presses import make_press
 
+    model = producer("fptquant-merged", "llama")
+    (t,) = compose.transforms(model)
+    assert t.changes_head_bases and t.to_dict()["changes_head_bases"]
     ids = _ids(_base("llama").config.vocab_size, (2, 40), seed=1)
-    for policy in ("capkv", "knorm"):
-        a = prefill(producer("fp", "llama"), ids, make_press(policy, 0.5))
-        b = prefill(producer("fptquant-merged", "llama"), ids, make_press(policy, 0.5))
-        for x, y in zip(a.layers, b.layers):
-            assert torch.equal(x.positions, y.positions), policy
+    for policy, reads in (("capkv", "value leverage"), ("knorm", "key norms"),
+                          ("leverage", "value leverage"), ("greedy_logdet", "value leverage")):
+        with pytest.raises(CompositionError) as err:
+            prefill(model, ids, make_press(policy, 0.5))
+        msg = str(err.value)
+        assert "\n" not in msg and msg.startswith(f"{policy}: ") and reads in msg
+        assert t.label() in msg
+    for cfg in (fpt.FPTQuantConfig(local_steps=0),  # transforms present, at the identity
+                fpt.FPTQuantConfig(local_steps=0, prerope=False, value=False)):
+        same = fpt.merge_transforms(fpt.apply_fpt_transforms(copy.deepcopy(_base("llama")), cfg))
+        (t,) = compose.transforms(same)
+        assert not t.changes_head_bases and t.changes_residual_basis
+        for policy in ("capkv", "knorm"):
+            a = prefill(producer("fp", "llama"), ids, make_press(policy, 0.5))
+            b = prefill(same, ids, make_press(policy, 0.5))
+            for x, y in zip(a.layers, b.layers):
+                assert torch.equal(x.positions, y.positions), policy
 
 
 @pytest.mark.parametrize("use_final_norm", [False, True], ids=["default", "final-norm"])
@@ -377,13 +403,7 @@ def test_synsem_extraction(made, arch):
     sentences = ["the cat sat on the mat", "a dog", "colourless green ideas sleep",
                  "one two three"]
     L = model.config.num_hidden_layers
-    try:
-        reps = extract_sentence_reps(model, tok, sentences, layers=[0, 2, L - 1])
-    except RuntimeError as exc:  # synsem runs its forwards under torch.inference_mode
-        if "Inference tensors do not track version counter" not in str(exc):
-            raise
-        pytest.xfail("fptquant's residual scaling reads Tensor._version, which inference "
-                     "tensors lack: its models crash under torch.inference_mode (reported)")
+    reps = extract_sentence_reps(model, tok, sentences, layers=[0, 2, L - 1])  # inference_mode
     assert reps.shape == (3, 4, 32) and torch.isfinite(reps).all()
     if ref is not None:
         want = extract_sentence_reps(ref, tok, sentences, layers=[0, 2, L - 1])

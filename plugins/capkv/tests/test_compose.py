@@ -10,31 +10,9 @@ import torch
 from icml_capkv.generation import prefill
 from icml_capkv.presses import make_press
 
-from icml.compose import Transform, mark, save_model
+from icml.compose import CompositionError, Transform, mark, save_model
 from icml.models import byte_tokenizer, tiny_causal_lm
-
-
-@torch.no_grad()
-def rotated(model, seed=0):
-    """A function-preserving residual rotation h -> h Q (unit norm scales), marked with maps."""
-    m = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(m.config.hidden_size, m.config.hidden_size, generator=g,
-                                       dtype=torch.float64))
-    q = q.to(m.lm_head.weight.dtype)
-    m.model.embed_tokens.weight.copy_(m.model.embed_tokens.weight @ q)
-    if not m.config.tie_word_embeddings:
-        m.lm_head.weight.copy_(m.lm_head.weight @ q)
-    for layer in m.model.layers:
-        a, f = layer.self_attn, layer.mlp
-        for lin in (a.q_proj, a.k_proj, a.v_proj, f.gate_proj, f.up_proj):
-            lin.weight.copy_(lin.weight @ q)
-        for lin in (a.o_proj, f.down_proj):
-            lin.weight.copy_(q.T @ lin.weight)
-    return mark(m, Transform("rotation", "test", preserves_function=True,
-                             changes_residual_basis=True,
-                             to_original=lambda h, i: h @ q.T.to(h.dtype),
-                             from_original=lambda h, i: h @ q.to(h.dtype)))
+from icml.testing import rotated_copy
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -45,11 +23,40 @@ def test_kept_positions_unchanged_by_a_residual_rotation(arch, policy):
     ids = torch.randint(4, model.config.vocab_size, (2, 40), generator=torch.Generator()
                         .manual_seed(0))
     kept = []
-    for m in (model, rotated(model)):
+    for m in (model, rotated_copy(model)):  # h -> h Q, marked with maps
         cache = prefill(m, ids, make_press(policy, 0.5))
         kept.append([layer.positions for layer in cache.layers])
     for a, b in zip(*kept):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("policy", ["capkv", "knorm", "leverage", "greedy_logdet", "snapkv",
+                                    "h2o", "streaming", "random"])
+def test_policies_that_score_keys_or_values_refuse_re_parametrised_heads(policy):
+    """A transform that re-parametrised each head's key/value spaces (attention unchanged,
+    e.g. fptquant's trained pre-RoPE/value transforms) changes key norms, cosines and value
+    leverage: the policies that score them refuse with one line naming the pair, before any
+    forward; the attention-score and position policies run."""
+    model = tiny_causal_lm("llama", seed=1, num_layers=2, hidden_size=32, num_heads=4,
+                           num_kv_heads=2)
+    marked = mark(copy.deepcopy(model), Transform("head transforms", "other-plugin",
+                                                  preserves_function=True,
+                                                  changes_head_bases=True))
+    ids = torch.randint(4, model.config.vocab_size, (1, 24),
+                        generator=torch.Generator().manual_seed(0))
+    reads = {"capkv": "value leverage", "knorm": "key norms", "leverage": "value leverage",
+             "greedy_logdet": "value leverage"}
+    if policy in reads:
+        with pytest.raises(CompositionError) as err:
+            prefill(marked, ids, make_press(policy, 0.5))
+        msg = str(err.value)
+        assert "\n" not in msg and msg.startswith(f"{policy}: ") and reads[policy] in msg
+        assert "head transforms (from other-plugin)" in msg
+        prefill(model, ids, make_press(policy, 0.5))  # unmarked: runs
+    else:
+        a = prefill(marked, ids, make_press(policy, 0.5))
+        b = prefill(model, ids, make_press(policy, 0.5))
+        assert all(torch.equal(x.positions, y.positions) for x, y in zip(a.layers, b.layers))
 
 
 def test_model_from_previous_run_folder(tmp_path):

@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -88,6 +88,11 @@ class KVPress:
     layer_ratios: list[float] | None = None
     needs: tuple[str, ...] = field(default=(), init=False, repr=False)
     name: str = field(default="press", init=False, repr=False)
+    # what the policy reads of individual keys/values (key norms, cosines, value leverage):
+    # such a policy refuses a model whose per-head key/value spaces a transform re-parametrised
+    # (icml.compose.require_original_heads); "" for policies that read only attention scores,
+    # positions or nothing (their choice is the same on any function-preserving transform)
+    reads_heads: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         for r in [self.compression_ratio, *(self.layer_ratios or [])]:
@@ -144,6 +149,10 @@ class KVPress:
     # -- model hooks ----------------------------------------------------------------------
     @contextmanager
     def __call__(self, model: Any) -> Iterator[KVPress]:
+        if self.reads_heads:
+            from icml.compose import require_original_heads
+
+            require_original_heads(model, reader=f"{self.name}: {self.reads_heads}")
         attns = attention_layers(model)
         base = decoder_of(model)
         self._rotary = base.rotary_emb
@@ -306,6 +315,7 @@ class CapKVPress(KVPress):
     normalize: bool = True
     n_future_positions: int = 512
     capacity_vectors: str = "values"
+    reads_heads: ClassVar[str] = "value leverage and key-cosine relevance"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -417,6 +427,8 @@ class H2OPress(KVPress):
 @dataclass
 class KnormPress(KVPress):
     """Key-norm: keep the smallest-norm keys."""
+
+    reads_heads: ClassVar[str] = "key norms"
 
     def __post_init__(self) -> None:
         super().__post_init__()
