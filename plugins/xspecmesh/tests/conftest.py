@@ -3,8 +3,6 @@ import torch
 from icml_xspecmesh.heads import SpeculativeHeads
 from icml_xspecmesh.tokenizer import MeshTokenizer
 
-torch.set_num_threads(1)  # tiny models: one thread is fastest and immune to oversubscription
-
 
 @pytest.fixture(scope="session")
 def tok():

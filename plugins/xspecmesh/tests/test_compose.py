@@ -3,7 +3,6 @@ reads only the verified model's own final state and logits, so on a function-pre
 residual rotation greedy decoding is unchanged and stays lossless; ``--set model=`` takes a
 backbone from a previous run folder, checked against the mesh vocabulary."""
 
-import copy
 import json
 
 import pytest
@@ -11,30 +10,14 @@ import torch
 from icml_xspecmesh.speculative import autoregressive_generate, speculative_generate
 
 from icml import ConfigError
-from icml.compose import Transform, mark, save_model
+from icml.compose import save_model
+from icml.testing import rotated_copy
 
 
-@torch.no_grad()
 def rotated(model, seed=0):
-    """A function-preserving residual rotation h -> h Q (unit norm scales), marked with maps."""
-    m = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(m.config.hidden_size, m.config.hidden_size, generator=g,
-                                       dtype=torch.float64))
-    q = q.to(m.lm_head.weight.dtype)
-    m.model.embed_tokens.weight.copy_(m.model.embed_tokens.weight @ q)
-    if not m.config.tie_word_embeddings:
-        m.lm_head.weight.copy_(m.lm_head.weight @ q)
-    for layer in m.model.layers:
-        a, f = layer.self_attn, layer.mlp
-        for lin in (a.q_proj, a.k_proj, a.v_proj, f.gate_proj, f.up_proj):
-            lin.weight.copy_(lin.weight @ q)
-        for lin in (a.o_proj, f.down_proj):
-            lin.weight.copy_(q.T @ lin.weight)
-    return mark(m, Transform("rotation", "test", preserves_function=True,
-                             changes_residual_basis=True,
-                             to_original=lambda h, i: h @ q.T.to(h.dtype),
-                             from_original=lambda h, i: h @ q.to(h.dtype)))
+    """A function-preserving residual rotation h -> h Q (icml.testing.rotated_copy), marked
+    with maps."""
+    return rotated_copy(model, seed=seed, producer="test")
 
 
 def test_greedy_speculative_on_a_rotated_backbone(lm, random_heads):

@@ -7,4 +7,5 @@ _SMOKE = {"n_train": 64, "hidden_size": 16, "num_layers": 1, "backbone_steps": 2
 
 class TestConformance(PluginConformance):
     slug = "xspecmesh"
+    shape_checks = True
     smoke = {"infer": dict(_SMOKE), "train": dict(_SMOKE), "evaluate": dict(_SMOKE)}

@@ -4,41 +4,34 @@ attribute is first used)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from icml.lazy import lazy_exports
 
 _EXPORTS = {
-    "MeshTokenizer": "icml_xspecmesh.tokenizer",
-    "triangulate_faces": "icml_xspecmesh.tokenizer",
-    "normalize_vertices": "icml_xspecmesh.tokenizer",
-    "CLASSES": "icml_xspecmesh.dataset",
-    "PrimitiveDataset": "icml_xspecmesh.dataset",
-    "make_primitive_dataset": "icml_xspecmesh.dataset",
-    "pad_collate": "icml_xspecmesh.dataset",
-    "primitive": "icml_xspecmesh.dataset",
-    "from_trimesh": "icml_xspecmesh.meshio",
-    "to_trimesh": "icml_xspecmesh.meshio",
-    "load_mesh": "icml_xspecmesh.meshio",
-    "export_mesh": "icml_xspecmesh.meshio",
-    "build_backbone": "icml_xspecmesh.backbone",
-    "train_backbone": "icml_xspecmesh.backbone",
-    "SpeculativeHeads": "icml_xspecmesh.heads",
-    "ResidualHead": "icml_xspecmesh.heads",
-    "distill_heads": "icml_xspecmesh.distill",
-    "distillation_loss": "icml_xspecmesh.distill",
-    "speculative_generate": "icml_xspecmesh.speculative",
-    "autoregressive_generate": "icml_xspecmesh.speculative",
-    "SpeculativeOutput": "icml_xspecmesh.speculative",
-    "filtered_probs": "icml_xspecmesh.speculative",
-    "XSpecDecoding": "icml_xspecmesh.generate",
-    "chamfer_distance": "icml_xspecmesh.metrics",
-    "bootstrap_ci": "icml_xspecmesh.metrics",
+    "MeshTokenizer": "tokenizer",
+    "triangulate_faces": "tokenizer",
+    "normalize_vertices": "tokenizer",
+    "CLASSES": "dataset",
+    "PrimitiveDataset": "dataset",
+    "make_primitive_dataset": "dataset",
+    "pad_collate": "dataset",
+    "primitive": "dataset",
+    "from_trimesh": "meshio",
+    "to_trimesh": "meshio",
+    "load_mesh": "meshio",
+    "export_mesh": "meshio",
+    "build_backbone": "backbone",
+    "train_backbone": "backbone",
+    "SpeculativeHeads": "heads",
+    "ResidualHead": "heads",
+    "distill_heads": "distill",
+    "distillation_loss": "distill",
+    "speculative_generate": "speculative",
+    "autoregressive_generate": "speculative",
+    "SpeculativeOutput": "speculative",
+    "filtered_probs": "speculative",
+    "XSpecDecoding": "generate",
+    "chamfer_distance": "metrics",
+    "bootstrap_ci": "metrics",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'icml_xspecmesh' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -10,10 +10,13 @@ from typing import Any
 import icml
 from icml_xspecmesh.config import EvaluateConfig, InferConfig, TrainConfig
 
+AnyConfig = InferConfig | TrainConfig | EvaluateConfig
+"""Any of the jobs' configs (each carries the data, backbone, head and decoding keys)."""
+
 LABEL = {"topk": "top-k criterion", "greedy": "greedy (lossless)", "exact": "exact sampling"}
 
 
-def prepare(ctx: icml.RunContext, cfg: Any) -> dict[str, Any]:
+def prepare(ctx: icml.RunContext, cfg: AnyConfig) -> dict[str, Any]:
     """Tokenizer, dataset and a trained backbone."""
     import torch
 
@@ -61,7 +64,7 @@ def load_backbone(ctx: icml.RunContext, spec: str, tok: Any) -> Any:
     return model
 
 
-def make_heads(ctx: icml.RunContext, cfg: Any, info: dict[str, Any],
+def make_heads(ctx: icml.RunContext, cfg: AnyConfig, info: dict[str, Any],
                loss: str) -> tuple[Any, list[float]]:
     from icml_xspecmesh.distill import distill_heads
     from icml_xspecmesh.heads import SpeculativeHeads

@@ -5,6 +5,8 @@ from __future__ import annotations
 import icml
 from icml_xspecmesh.config import EvaluateConfig, InferConfig, TrainConfig
 
+CONFIGS = {"infer": InferConfig, "train": TrainConfig, "evaluate": EvaluateConfig}
+
 BIBTEX = """@inproceedings{xspecmesh2026,
   title     = {XSpecMesh: Quality-Preserving Auto-Regressive Mesh Generation Acceleration via
                Multi-Head Speculative Decoding},
@@ -25,8 +27,8 @@ def icml_plugin_info() -> icml.PluginInfo:
                                "Acceleration via Multi-Head Speculative Decoding",
                          url="https://arxiv.org/abs/2507.23777", authors="Xiamen University",
                          bibtex=BIBTEX),
-        capabilities=("infer", "train", "evaluate"),
-        configs={"infer": InferConfig, "train": TrainConfig, "evaluate": EvaluateConfig},
+        capabilities=tuple(CONFIGS),
+        configs=CONFIGS,
         default_threads=1,  # the tiny models run fastest on one thread; --threads overrides
     )
 
