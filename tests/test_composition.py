@@ -264,6 +264,8 @@ def test_capkv_refuses_fptquant_kv_transforms_and_keeps_positions_without_them()
         msg = str(err.value)
         assert "\n" not in msg and msg.startswith(f"{policy}: ") and reads in msg
         assert t.label() in msg
+    with pytest.raises(CompositionError, match="^capkv: "):  # unwrapped: heads still changed
+        prefill(compose.unwrap(model), ids, make_press("capkv", 0.5))
     for cfg in (fpt.FPTQuantConfig(local_steps=0),  # transforms present, at the identity
                 fpt.FPTQuantConfig(local_steps=0, prerope=False, value=False)):
         same = fpt.merge_transforms(fpt.apply_fpt_transforms(copy.deepcopy(_base("llama")), cfg))

@@ -180,7 +180,9 @@ def unwrap(model: Any, basis: str = "original", weights: str = "full") -> Any:
 
     ``basis="original"`` (default) also undoes the residual rotation and puts the RMSNorm gains
     back into the norms (when none is zero): its residual stream, ``output_hidden_states`` and
-    ``lm_head`` are the original model's (up to float error), so it carries no mark.
+    ``lm_head`` are the original model's (up to float error), so it carries no mark, except,
+    where trained pre-RoPE/value transforms re-parametrised the heads' keys and values (still
+    in the weights), a mark saying only that (``changes_head_bases``, no basis change).
     ``basis="transformed"`` keeps the rotated basis and the folded gains, marked with the maps.
     ``weights="rounded"`` uses the quantized (rounded) weights of a quantized model instead of
     the full-precision ones (activations and KV cache still unquantized)."""
@@ -234,8 +236,8 @@ def unwrap(model: Any, basis: str = "original", weights: str = "full") -> Any:
         plain.fpt_rotation = q.detach().clone()
     if gains:
         plain.fpt_norm_gains = {k: v.detach().clone() for k, v in gains.items()}
-    if not derotate and q is not None:
-        mark_fpt(plain, "unwrapped")
+    if (not derotate and q is not None) or getattr(plain, "fpt_head_bases", False):
+        mark_fpt(plain, "unwrapped")  # the maps, or only that the heads' bases changed
     return plain
 
 
