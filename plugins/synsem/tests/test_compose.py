@@ -3,37 +3,19 @@ the original residual basis (to_original), so a function-preserving rotation giv
 model's representations at layers 0..L-1; layer L (after the final norm) and a basis change
 without maps are refused with one line; ``--set model=`` takes a previous run folder."""
 
-import copy
 import json
 
 import pytest
 import torch
 from icml_synsem import extract_sentence_reps
 
-from icml.compose import CompositionError, Transform, mark, save_model
+from icml.compose import CompositionError, save_model
+from icml.testing import rotated_copy
 
 
-@torch.no_grad()
 def rotated(model, seed=0, maps=True):
-    """A function-preserving residual rotation h -> h Q (unit norm scales), marked."""
-    m = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(m.config.hidden_size, m.config.hidden_size, generator=g,
-                                       dtype=torch.float64))
-    q = q.to(m.lm_head.weight.dtype)
-    m.model.embed_tokens.weight.copy_(m.model.embed_tokens.weight @ q)
-    if not m.config.tie_word_embeddings:
-        m.lm_head.weight.copy_(m.lm_head.weight @ q)
-    for layer in m.model.layers:
-        a, f = layer.self_attn, layer.mlp
-        for lin in (a.q_proj, a.k_proj, a.v_proj, f.gate_proj, f.up_proj):
-            lin.weight.copy_(lin.weight @ q)
-        for lin in (a.o_proj, f.down_proj):
-            lin.weight.copy_(q.T @ lin.weight)
-    return mark(m, Transform("rotation", "test", preserves_function=True,
-                             changes_residual_basis=True,
-                             to_original=(lambda h, i: h @ q.T.to(h.dtype)) if maps else None,
-                             from_original=(lambda h, i: h @ q.to(h.dtype)) if maps else None))
+    """A function-preserving residual rotation h -> h Q (icml.testing.rotated_copy), marked."""
+    return rotated_copy(model, seed=seed, maps=maps, producer="test")
 
 
 @pytest.mark.parametrize("stop_early", [True, False])

@@ -2,13 +2,13 @@
 representations per layer, syntactic and semantic centroids, projection ablation, recall@k and
 the Information Imbalance, on any transformers model.
 
-The public API is re-exported here lazily (PEP 562), so importing the package loads no torch.
+The public API is re-exported here lazily (icml.lazy.lazy_exports), so importing the package
+loads no torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from icml.lazy import lazy_exports
 
 _EXPORTS = {
     "SynSemData": "data", "load_synsem_dir": "data",
@@ -33,14 +33,4 @@ _EXPORTS = {
     "profile_tables": "report", "profile_plots": "report",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"icml_synsem.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'icml_synsem' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -85,29 +85,22 @@ def band_plot(path: str | Path, layers: list[int], values: dict[str, list[float]
               ylabel: str = "recall") -> Path | None:
     """One line per condition with its confidence band; returns the PNG path (None without
     matplotlib)."""
-    try:
-        import matplotlib
+    from icml.report import figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=110)
-    for cond in CONDITIONS:
-        if cond not in values:
-            continue
-        line, = ax.plot(layers, values[cond], marker="o", markersize=3,
-                        label=CONDITION_NAMES[cond])
-        if cond in cis:
-            lo = [a for a, _ in cis[cond]]
-            hi = [b for _, b in cis[cond]]
-            ax.fill_between(layers, lo, hi, color=line.get_color(), alpha=0.18, linewidth=0)
-    ax.set(title=title, xlabel="layer", ylabel=ylabel, ylim=(-0.02, 1.02))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    with figure(path, figsize=(6.5, 4.2)) as ax:
+        if ax is None:
+            return None
+        for cond in CONDITIONS:
+            if cond not in values:
+                continue
+            line, = ax.plot(layers, values[cond], marker="o", markersize=3,
+                            label=CONDITION_NAMES[cond])
+            if cond in cis:
+                lo = [a for a, _ in cis[cond]]
+                hi = [b for _, b in cis[cond]]
+                ax.fill_between(layers, lo, hi, color=line.get_color(), alpha=0.18,
+                                linewidth=0)
+        ax.set(title=title, xlabel="layer", ylabel=ylabel, ylim=(-0.02, 1.02))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return Path(path)
