@@ -1,20 +1,5 @@
-import os
-
 import pytest
 import torch
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread per test unless OMP_NUM_THREADS says otherwise (on a shared, loaded
-    machine two spinning OpenMP threads made the training tests 5-25x slower than one); the
-    previous count is restored after each test, so nothing leaks into other plugins' tests."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _tiny(arch: str, attn: str = "sdpa"):

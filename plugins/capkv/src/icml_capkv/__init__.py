@@ -1,12 +1,12 @@
 """CapKV: capacity-aware KV cache eviction with leverage scores, for transformers models.
 
-The public API is re-exported lazily (PEP 562) so importing this package loads no torch.
+The public API is re-exported lazily (icml.lazy.lazy_exports): importing this package
+loads no torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from icml.lazy import lazy_exports
 
 _EXPORTS = {
     # the objective and selectors
@@ -31,14 +31,4 @@ _EXPORTS = {
     "GrammarCorpus": "lm", "train_lm_model": "lm", "continuation_fidelity": "lm",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"icml_capkv.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'icml_capkv' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)
