@@ -80,7 +80,8 @@ def test_packaging_policy(plugin: Path) -> None:
 # core features and the icml-core release that brought them: a plugin that uses one must not
 # accept an older core (pip would install a core without it)
 CORE_FEATURES = {"icml.compose": "0.1.6", "from icml import compose": "0.1.6",
-                 "check_bounds": "0.1.6", "finite=True": "0.1.6"}
+                 "check_bounds": "0.1.6", "finite=True": "0.1.6",
+                 "require_original_heads": "0.1.6", "changes_head_bases": "0.1.6"}
 
 
 @pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)

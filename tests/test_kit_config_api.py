@@ -139,6 +139,14 @@ def test_api_that_is_or_keeps_the_config_passes(api, monkeypatch) -> None:
     assert api_problems(JobConfig, "press", api) == []
 
 
+def test_api_may_be_a_factory_function_that_keeps_the_config() -> None:
+    """e.g. ``SNG.from_options``: a callable, not a class."""
+    def from_options(config: PressConfig) -> Strategy:
+        return Strategy(config)
+
+    assert api_problems(JobConfig, "press", from_options) == []
+
+
 def test_api_faults_are_named() -> None:
     (p,) = api_problems(JobConfig, "press", RedeclaringPress)
     assert "RedeclaringPress.tau re-declares the default (4.0 vs 5.0" in p

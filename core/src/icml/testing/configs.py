@@ -244,7 +244,7 @@ def resolve(target: str) -> Any:
 def _handoff(api_cls: type, cfg: Any, runtime: dict[str, Any]) -> tuple[Any, str]:
     """The API object built from the config section ``cfg`` and the path inside it at which
     the section's keys must be found ("" = on the object itself)."""
-    if isinstance(cfg, api_cls):
+    if isinstance(api_cls, type) and isinstance(cfg, api_cls):
         return cfg, ""
     section = type(cfg)
     if isinstance(api_cls, type) and issubclass(api_cls, section):
@@ -260,7 +260,8 @@ def _handoff(api_cls: type, cfg: Any, runtime: dict[str, Any]) -> tuple[Any, str
         if getattr(obj, name, None) is cfg:
             return obj, name
     raise AssertionError(
-        f"{api_cls.__name__}({section.__name__}) does not keep the config object it was "
+        f"{getattr(api_cls, '__qualname__', api_cls)}({section.__name__}) does not keep the "
+        "config object it was "
         f"given: store it (self.config = config) and read settings from it, not from copies")
 
 
