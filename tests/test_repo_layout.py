@@ -37,3 +37,12 @@ def test_plugins_folder_holds_papers_only() -> None:
         assert folder.is_dir() and not folder.name.startswith(("_", ".")), folder
         assert (folder / "pyproject.toml").is_file(), f"{folder} is not a plugin distribution"
     assert (ROOT / "core" / "src" / "icml" / "_template" / "pyproject.toml.tmpl").is_file()
+
+
+def test_every_plugin_here_checks_the_one_plugin_shape() -> None:
+    """Issue 48: the shape checks (README sections, CHANGELOG.md, CITATION.cff, thin plugin.py,
+    typed job.py) are opt-in for third-party plugins and on for every plugin of this repo."""
+    missing = [p.name for p in sorted((ROOT / "plugins").iterdir())
+               if (p / "pyproject.toml").is_file()
+               and "shape_checks = True" not in (p / "tests" / "test_conformance.py").read_text()]
+    assert not missing, f"set shape_checks = True in tests/test_conformance.py of {missing}"
