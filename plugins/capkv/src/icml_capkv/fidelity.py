@@ -11,9 +11,12 @@ from typing import Any
 import torch
 
 from icml_capkv.capacity import information_capacity
+from icml_capkv.config import PressConfig
 from icml_capkv.generation import continuation_logits, prefill
 from icml_capkv.presses import POLICIES, make_press
 from icml_capkv.scorers import capkv_relevance
+
+_PRESS_DEFAULTS = PressConfig()
 
 __all__ = ["bootstrap_ci", "fidelity_table", "planted_redundancy", "spearman", "summarize",
            "tensor_benchmark", "verdict"]
@@ -202,6 +205,9 @@ def tensor_benchmark(ratios: Sequence[float] = (0.5, 0.75, 0.9),
     :func:`planted_redundancy` states, per policy and ratio (mean over ``seeds``), with the
     information capacity of each retained set. Returns ``(rows, spearman(capacity, error))``."""
     kw = dict(press_kwargs or {})
+    # the relevance of the capacity measure: the press options given, else the job config's
+    # defaults (icml_capkv.config.PressConfig, the one home of press defaults)
+    relevance = {k: kw.get(k, getattr(_PRESS_DEFAULTS, k)) for k in ("tau", "normalize")}
     rows, caps, errs = [], [], []
     for ratio in ratios:
         for policy in policies:
@@ -215,7 +221,8 @@ def tensor_benchmark(ratios: Sequence[float] = (0.5, 0.75, 0.9),
                 o_full = _attend(st["future"], st["keys"], st["values"])
                 o = _attend(st["future"], k, v)
                 err_s.append(float(((o - o_full).norm(dim=-1) / o_full.norm(dim=-1)).mean()))
-                w = capkv_relevance(st["keys"], st["anchor"], kw.get("tau", 5.0)).mean(2)
+                w = capkv_relevance(st["keys"], st["anchor"], relevance["tau"],
+                                    relevance["normalize"]).mean(2)
                 cap_s.append(float(information_capacity(st["values"], w, idx).mean()))
             rows.append({"policy": policy, "ratio": float(ratio),
                          "error": sum(err_s) / len(err_s), "capacity": sum(cap_s) / len(cap_s)})
