@@ -142,6 +142,12 @@ def producer(name: str, arch: str, tmp_path_factory=None):
     key = (name, arch)
     if key in _CACHE:
         return _CACHE[key]
+    with torch.random.fork_rng():  # the same producer whatever ran before it in the session
+        torch.manual_seed(0)
+        return _make(name, arch, key, tmp_path_factory)
+
+
+def _make(name: str, arch: str, key: tuple[str, str], tmp_path_factory):
     if name == "fp":
         model = _base(arch)
     elif name == "fptquant-merged":
@@ -329,7 +335,7 @@ def test_led_decoding(made, arch):
                           temperature=1.0, pad_token_id=0)
 
     out = run(model)
-    assert out.shape == (1, 11)
+    assert out.shape[0] == 1 and 6 < out.shape[1] <= 11  # 5 new tokens, fewer at a sampled EOS
     if ref is not None:
         assert torch.equal(out, run(ref)), name
 
