@@ -1,9 +1,9 @@
 """Config validation and the job's arms (small, seconds)."""
 
-import pytest
 import logging
 import math
 
+import pytest
 from icml_het_cpflora.config import FederationConfig, LoRAConfig, TrainConfig
 
 import icml
