@@ -1,13 +1,12 @@
 """FPTQuant: function-preserving transforms for static W4A4KV4 quantization of Llama- and
 Qwen2-style transformers models.
 
-The public API is imported lazily (PEP 562), so ``import icml_fptquant`` loads no torch."""
+The public API is imported lazily (``icml.lazy.lazy_exports``), so ``import icml_fptquant`` loads
+no torch."""
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
+from icml.lazy import lazy_exports
 from icml_fptquant.config import EvaluateConfig, FPTQuantConfig, QuantizeConfig, TrainConfig
 
 _API = {
@@ -31,10 +30,5 @@ _API = {
     "mark_fpt": "interop", "residual_rotation": "interop",
 }
 
-__all__ = ["EvaluateConfig", "FPTQuantConfig", "QuantizeConfig", "TrainConfig", *_API]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _API:
-        return getattr(import_module(f"icml_fptquant.{_API[name]}"), name)
-    raise AttributeError(f"module 'icml_fptquant' has no attribute {name!r}")
+__getattr__, __dir__, _lazy = lazy_exports(__name__, _API)
+__all__ = ["EvaluateConfig", "FPTQuantConfig", "QuantizeConfig", "TrainConfig", *_lazy]
