@@ -454,12 +454,23 @@ def test_fptquant_run_folder_to_led(tmp_path):
 
 
 # -- SmolLM2 (pretrained) -----------------------------------------------------------------------
+def _smollm2_and_merged_fpt(fpt):
+    """SmolLM2 in float32 and a copy with fptquant's transforms (at init) merged in."""
+    from icml.testing import pretrained_or_skip
+
+    model, tok = pretrained_or_skip("smollm2-135m-instruct")
+    model = model.float().eval()
+    fptm = copy.deepcopy(model)
+    fpt.apply_fpt_transforms(fptm, fpt.FPTQuantConfig(local_steps=0, untie_embeddings=True))
+    fpt.merge_transforms(fptm)
+    return model, fptm, tok
+
+
 @pytest.mark.pretrained
 def test_smollm2_fptquant_merged_led_and_capkv():
     """Issue 50's report on the real model: LED's read-outs of fptquant's merged transform are
     the original distributions at every depth (both read-outs), and CapKV keeps the same
     positions."""
-    from icml.testing import pretrained_or_skip
 
     fpt = pytest.importorskip("icml_fptquant")
     pytest.importorskip("icml_led")
@@ -468,11 +479,7 @@ def test_smollm2_fptquant_merged_led_and_capkv():
     from icml_capkv.presses import make_press
     from icml_led.layers import layerwise_logits
 
-    model, tok = pretrained_or_skip("smollm2-135m-instruct")
-    model = model.float().eval()
-    fptm = copy.deepcopy(model)
-    fpt.apply_fpt_transforms(fptm, fpt.FPTQuantConfig(local_steps=0, untie_embeddings=True))
-    fpt.merge_transforms(fptm)
+    model, fptm, tok = _smollm2_and_merged_fpt(fpt)
     ids = tok("The capital of France is Paris, and the capital of Italy is",
               return_tensors="pt")["input_ids"]
     for norm in (False, True):
@@ -525,7 +532,6 @@ def test_smollm2_fptquant_merged_sarsteer_and_xspecmesh():
     """On the real model: sarsteer's activations and steered logits on fptquant's merged
     transform equal the original's (mapped), and greedy speculative decoding emits the
     original's tokens."""
-    from icml.testing import pretrained_or_skip
 
     fpt = pytest.importorskip("icml_fptquant")
     pytest.importorskip("icml_sarsteer")
@@ -535,11 +541,7 @@ def test_smollm2_fptquant_merged_sarsteer_and_xspecmesh():
     from icml_xspecmesh.heads import SpeculativeHeads
     from icml_xspecmesh.speculative import autoregressive_generate, speculative_generate
 
-    model, tok = pretrained_or_skip("smollm2-135m-instruct")
-    model = model.float().eval()
-    fptm = copy.deepcopy(model)
-    fpt.apply_fpt_transforms(fptm, fpt.FPTQuantConfig(local_steps=0, untie_embeddings=True))
-    fpt.merge_transforms(fptm)
+    model, fptm, tok = _smollm2_and_merged_fpt(fpt)
     inputs = tok("How do I bake bread at home?", return_tensors="pt")
     g = torch.Generator().manual_seed(0)
     vectors = {i: torch.randn(model.config.hidden_size, generator=g) for i in (5, 15)}
