@@ -28,6 +28,7 @@ import time
 
 import torch
 from icml_capkv import POLICIES, CapKVPress, prefill
+from icml_capkv.config import PressConfig
 from icml_capkv.fidelity import fidelity_table, summarize, tensor_benchmark, verdict
 from icml_capkv.recall import RecallTask, train_recall_model
 
@@ -153,7 +154,7 @@ def model_level(args, pol, cols) -> None:
             tr = []
             for t in taus:
                 for r in fidelity_table(model, ctx, q, a, ["capkv"], RATIOS,
-                                        press_kwargs={"tau": t}):
+                                        press=PressConfig(tau=t)):
                     if r["policy"] == "capkv":
                         tr.append({**r, "policy": f"capkv tau={t:g}"})
             tau_runs.append(tr)

@@ -81,7 +81,7 @@ def main() -> None:
     print("|---|---|")
     for pol, kw in [("capkv", {}), ("capkv", {"tau": 1.0}), ("leverage", {}),
                     ("snapkv", {}), ("h2o", {})]:
-        cache = prefill(model, ctx, make_press(pol, 0.5, strict=False, **kw))
+        cache = prefill(model, ctx, make_press(pol, 0.5, **kw))
         kept = [float(pair[:, None].expand(-1, la.positions.shape[1], -1)
                       .gather(2, la.positions).float().sum(-1).mean()) for la in cache.layers]
         name = pol + (f" (tau {kw['tau']})" if kw else "")

@@ -13,6 +13,7 @@ from icml_capkv import (
     n_kept,
     prefill,
 )
+from icml_capkv.config import PressConfig
 from transformers import DynamicCache
 
 
@@ -175,12 +176,12 @@ def test_bad_input_is_refused(tiny_model, ids) -> None:
         prefill(gpt2, ctx, CapKVPress(0.5))
     with pytest.raises(ValueError, match="takes no option.*tau"):
         make_press("leverage", 0.5, tau=5.0)  # leverage is tau = 0 by definition
-    assert make_press("leverage", 0.5, strict=False, tau=5.0).tau == 0.0
+    assert make_press("leverage", 0.5, PressConfig(tau=5.0)).tau == 0.0  # a config's: unread
     with pytest.raises(ValueError, match=r"'snapkv' takes no option\(s\) taw"):
         make_press("snapkv", 0.5, taw=5.0)  # a typo is named, not dropped
     with pytest.raises(ValueError, match="takes no option.*window"):
         make_press("capkv", 0.5, window=8)
-    assert make_press("capkv", 0.5, strict=False, window=8).tau == 5.0
+    assert make_press("capkv", 0.5, PressConfig(window=8)).tau == PressConfig().tau
     assert make_press("greedy_logdet", 0.5, tau=2.0).tau == 2.0
     with pytest.raises(ValueError, match="unknown policy"):
         make_press("h3o", 0.5)

@@ -1,5 +1,6 @@
 """Typed configs, one per capability. Field names are the CLI's --set keys and match the Python
-API's argument names (CapKVPress, RecallTask, train_recall_model, tensor_benchmark)."""
+API's argument names (RecallTask, train_recall_model, tensor_benchmark); the ``press`` section
+*is* the presses' API: every press subclasses :class:`PressConfig`."""
 
 from __future__ import annotations
 
@@ -27,13 +28,18 @@ def _check_ratios(ratios: list[float]) -> None:
         raise ValueError(f"ratios {bad or '[]'} not allowed: give compression ratios in [0, 1)")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PressConfig:
-    """Press parameters shared by the policies (each uses the ones it knows)."""
+    """Press parameters shared by the policies (each reads the ones it knows: a press's
+    ``press_keys``). This is the API, not a copy of it: every press subclasses it
+    (``class KVPress(PressConfig)``, ``CapKVPress(0.5, tau=2.0)``), so these are the only
+    defaults and this is the only validation. Keyword-only, so that a press's first positional
+    argument stays its compression ratio."""
 
     n_sink: int = option(4, help="first tokens always kept (attention sinks)", ge=0)
     tau: float = option(5.0, help="CapKV relevance sharpness (0 = pure leverage)", ge=0)
-    ridge: float = option(1.0, help="ridge / noise variance of the capacity objective", gt=0)
+    ridge: float = option(1.0, help="ridge / noise variance of the capacity objective", gt=0,
+                          finite=True)
     normalize: bool = option(True, help="cosine relevance (authors' code) instead of raw logits")
     n_future_positions: int = option(512, help="future positions averaged into the RoPE of the "
                                      "query anchor (0 = unrotated)", ge=0)
@@ -44,10 +50,13 @@ class PressConfig:
     def __post_init__(self) -> None:
         import math
 
-        for name in ("tau", "ridge"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"press.{name} must be a finite number, got "
-                                 f"{getattr(self, name)}")
+        from icml.config import check_bounds
+
+        if not (isinstance(self.tau, (int, float)) and math.isfinite(self.tau)
+                and self.tau >= 0):
+            raise ValueError(f"press.tau must be a finite number >= 0 (0 = pure leverage), "
+                             f"got {self.tau}")
+        check_bounds(self, "press.")
 
 
 @dataclass

@@ -16,8 +16,6 @@ from icml_capkv.generation import continuation_logits, prefill
 from icml_capkv.presses import POLICIES, make_press
 from icml_capkv.scorers import capkv_relevance
 
-_PRESS_DEFAULTS = PressConfig()
-
 __all__ = ["bootstrap_ci", "fidelity_table", "planted_redundancy", "spearman", "summarize",
            "tensor_benchmark", "verdict"]
 
@@ -31,18 +29,18 @@ def _kl(full_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def fidelity_table(model: Any, contexts: torch.Tensor, questions: torch.Tensor,
                    answers: torch.Tensor | None, policies: Sequence[str],
-                   ratios: Sequence[float], press_kwargs: dict | None = None,
+                   ratios: Sequence[float], press: PressConfig | None = None,
                    batch_size: int = 64, progress: Callable | None = None) -> list[dict]:
     """For every policy and ratio: prefill ``contexts`` compressed by the policy, teacher-force
     ``questions`` and compare the next-token distribution after the question with the one on the
     full cache. Returns rows ``{policy, ratio, kept, accuracy, kl, top1_agree, scoring_s,
-    prefill_s}``; ``accuracy`` is NaN without ``answers``. A ratio of 0 is the full cache."""
+    prefill_s}``; ``accuracy`` is NaN without ``answers``. A ratio of 0 is the full cache.
+    ``press`` is the settings every policy is built from (default ``PressConfig()``)."""
     for p in policies:
         if p not in POLICIES:
             raise ValueError(f"unknown policy {p!r}: use one of {', '.join(POLICIES)}")
     if contexts.shape[0] != questions.shape[0]:
         raise ValueError("contexts and questions must have the same batch size")
-    kw = dict(press_kwargs or {})
     chunks = [slice(i, i + batch_size) for i in range(0, contexts.shape[0], batch_size)]
     dev = next(model.parameters()).device
     full, t_full = [], 0.0
@@ -57,13 +55,13 @@ def fidelity_table(model: Any, contexts: torch.Tensor, questions: torch.Tensor,
     rows = []
     jobs = [(p, r) for r in ratios for p in policies]
     for policy, ratio in (progress(jobs) if progress else jobs):
-        press = make_press(policy, ratio, strict=False, **kw)
+        built = make_press(policy, ratio, press)
         logits, scoring, kept, t_pre = [], 0.0, [], 0.0
         for sl in chunks:
             t0 = time.perf_counter()
-            cache = prefill(model, contexts[sl].to(dev), press)
+            cache = prefill(model, contexts[sl].to(dev), built)
             t_pre += time.perf_counter() - t0
-            scoring += press.last_scoring_s
+            scoring += built.last_scoring_s
             kept.append(sum(cache.physical_lengths()) / (len(cache.layers) * contexts.shape[1]))
             logits.append(continuation_logits(model, cache, questions[sl].to(dev))[:, -1].cpu())
         lg = torch.cat(logits)
@@ -200,29 +198,28 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 def tensor_benchmark(ratios: Sequence[float] = (0.5, 0.75, 0.9),
                      policies: Sequence[str] = tuple(POLICIES), seeds: Sequence[int] = (0, 1, 2),
-                     press_kwargs: dict | None = None, **setup: Any) -> tuple[list[dict], float]:
+                     press: PressConfig | None = None, **setup: Any) -> tuple[list[dict], float]:
     """Relative attention-output error ``E_q ||o_full(q) - o_S(q)|| / ||o_full(q)||`` on
     :func:`planted_redundancy` states, per policy and ratio (mean over ``seeds``), with the
-    information capacity of each retained set. Returns ``(rows, spearman(capacity, error))``."""
-    kw = dict(press_kwargs or {})
-    # the relevance of the capacity measure: the press options given, else the job config's
-    # defaults (icml_capkv.config.PressConfig, the one home of press defaults)
-    relevance = {k: kw.get(k, getattr(_PRESS_DEFAULTS, k)) for k in ("tau", "normalize")}
+    information capacity of each retained set. Returns ``(rows, spearman(capacity, error))``.
+    ``press`` is the settings every policy is built from (default ``PressConfig()``); the
+    capacity measure weights tokens with its relevance (``tau``, ``normalize``)."""
+    press = PressConfig() if press is None else press
     rows, caps, errs = [], [], []
     for ratio in ratios:
         for policy in policies:
             err_s, cap_s = [], []
             for seed in seeds:
                 st = planted_redundancy(seed=seed, **setup)
-                press = make_press(policy, ratio, strict=False, **kw)
-                k, v, idx = press.compress_tensors(st["keys"], st["values"],
+                built = make_press(policy, ratio, press)
+                k, v, idx = built.compress_tensors(st["keys"], st["values"],
                                                    queries=st["observed"],
                                                    query_anchor=st["anchor"])
                 o_full = _attend(st["future"], st["keys"], st["values"])
                 o = _attend(st["future"], k, v)
                 err_s.append(float(((o - o_full).norm(dim=-1) / o_full.norm(dim=-1)).mean()))
-                w = capkv_relevance(st["keys"], st["anchor"], relevance["tau"],
-                                    relevance["normalize"]).mean(2)
+                w = capkv_relevance(st["keys"], st["anchor"], press.tau,
+                                    press.normalize).mean(2)
                 cap_s.append(float(information_capacity(st["values"], w, idx).mean()))
             rows.append({"policy": policy, "ratio": float(ratio),
                          "error": sum(err_s) / len(err_s), "capacity": sum(cap_s) / len(cap_s)})

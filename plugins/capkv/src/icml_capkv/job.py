@@ -4,7 +4,6 @@ table on a packaged pretrained chat model) and ``evaluate`` (the tensor benchmar
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import icml
@@ -48,9 +47,8 @@ def infer_job(ctx: icml.RunContext, config: InferConfig) -> icml.RunResult:
         ctx.record(stats)
     gen = torch.Generator().manual_seed(ctx.seed + 1)
     contexts, questions, answers = task.eval_batch(config.eval_samples, gen)
-    kw = dataclasses.asdict(config.press)
     rows = fidelity_table(model, contexts, questions, answers, config.policies, config.ratios,
-                          press_kwargs=kw,
+                          press=config.press,
                           progress=lambda it: ctx.progress(it, desc="policies x ratios"))
     ratios = [float(r) for r in config.ratios]
     full = next(r for r in rows if r["policy"] == "full")
@@ -99,11 +97,10 @@ def evaluate_job(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult
     from icml_capkv.fidelity import tensor_benchmark
 
     modes = ["retrieval", "diffuse"] if config.query_mode == "both" else [config.query_mode]
-    kw = dataclasses.asdict(config.press)
     ratios = [float(r) for r in config.ratios]
     metrics, tables, artifacts, notes = {}, [], {}, []
     for mode in ctx.progress(modes, desc="tensor benchmark"):
-        rows, rho = tensor_benchmark(ratios, config.policies, config.seeds, press_kwargs=kw,
+        rows, rho = tensor_benchmark(ratios, config.policies, config.seeds, press=config.press,
                                      T=config.T, d=config.d, heads=config.heads,
                                      n_unique=config.n_unique, query_mode=mode)
         metrics[f"spearman_capacity_error/{mode}"] = rho
@@ -198,7 +195,6 @@ def _infer_long_context(ctx: icml.RunContext, config: InferConfig) -> icml.RunRe
     policies = [p for p in config.policies if p != "greedy_logdet"]  # O(T^2 d) per step
     modes = {"agnostic": (False,), "aware": (True,), "both": (False, True)}[
         config.question_aware]
-    kw = dataclasses.asdict(config.press)
     ratios = [float(r) for r in config.ratios]
     jobs = [(t, it) for t in config.long_tasks
             for it in make_items(tok, t, config.long_context_len, config.long_items,
@@ -206,7 +202,7 @@ def _infer_long_context(ctx: icml.RunContext, config: InferConfig) -> icml.RunRe
     recs = []
     for task, item in ctx.progress(jobs, desc="long-context items"):
         recs.append({"task": task, "length": config.long_context_len,
-                     "rows": evaluate_item(model, item, policies, ratios, modes, kw)})
+                     "rows": evaluate_item(model, item, policies, ratios, modes, config.press)})
     metrics: dict[str, float] = {}
     tables = []
     cols = ["policy"] + [f"acc r={r}" for r in ratios] + [f"KL r={r}" for r in ratios]

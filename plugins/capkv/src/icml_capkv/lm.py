@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from icml_capkv.config import PressConfig
 from icml_capkv.generation import continuation_logits, prefill
 from icml_capkv.presses import POLICIES, make_press
 
@@ -185,7 +186,7 @@ def _per_doc(full_logits: torch.Tensor, logits: torch.Tensor, targets: torch.Ten
 @torch.no_grad()
 def continuation_fidelity(model: Any, documents: torch.Tensor, context_len: int,
                           policies: Sequence[str], ratios: Sequence[float],
-                          press_kwargs: dict | None = None, batch_size: int = 64,
+                          press: PressConfig | None = None, batch_size: int = 64,
                           entity_mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
                           progress: Callable | None = None) -> list[dict]:
     """For every policy and ratio: prefill ``documents[:, :context_len]`` compressed by the
@@ -197,23 +198,23 @@ def continuation_fidelity(model: Any, documents: torch.Tensor, context_len: int,
     ``ppl_ratio_each``: ``exp(mean NLL compressed - mean NLL full)``), and with ``entity_mask``
     (a function of the context ids) ``entities_kept``: fraction of the masked context tokens
     kept in the cache, averaged over layers and KV heads. A ``full`` row closes the list. A
-    ratio of 0 keeps every entry (KL 0, ratio 1)."""
+    ratio of 0 keeps every entry (KL 0, ratio 1). ``press`` is the settings every policy is
+    built from (default ``PressConfig()``)."""
     for p in policies:
         if p not in POLICIES:
             raise ValueError(f"unknown policy {p!r}: use one of {', '.join(POLICIES)}")
     if documents.ndim != 2 or not 2 <= context_len <= documents.shape[1] - 2:
         raise ValueError(f"documents must be (N, L) with L >= context_len + 2; got shape "
                          f"{tuple(documents.shape)} and context_len {context_len}")
-    kw = dict(press_kwargs or {})
     dev = next(model.parameters()).device
     ctx, cont = documents[:, :context_len], documents[:, context_len:]
     inp, targets = cont[:, :-1], cont[:, 1:]
     chunks = [slice(i, i + batch_size) for i in range(0, documents.shape[0], batch_size)]
 
-    def run(press):
+    def run(built):
         out, kept, ent = [], [], []
         for sl in chunks:
-            cache = prefill(model, ctx[sl].to(dev), press)
+            cache = prefill(model, ctx[sl].to(dev), built)
             kept.append(sum(cache.physical_lengths()) / (len(cache.layers) * context_len))
             if entity_mask is not None:
                 m = entity_mask(ctx[sl]).to(dev)
@@ -231,7 +232,7 @@ def continuation_fidelity(model: Any, documents: torch.Tensor, context_len: int,
     rows = []
     jobs = [(p, r) for r in ratios for p in policies]
     for policy, ratio in (progress(jobs) if progress else jobs):
-        logits, kept, ent = run(make_press(policy, ratio, strict=False, **kw))
+        logits, kept, ent = run(make_press(policy, ratio, press))
         kl, nll_p, nll_q = _per_doc(full_logits, logits, targets)
         pr = (nll_q - nll_p).exp()
         rows.append({"policy": policy, "ratio": float(ratio), "kept": kept,

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from icml_capkv.cache import CapKVCache
+from icml_capkv.config import PressConfig
 from icml_capkv.presses import KVPress, make_press, post_rope_queries, query_anchor
 from icml_capkv.scorers import ScoreInputs
 
@@ -53,11 +54,13 @@ KVPRESS_ARMS = {"snapkv_kvpress": ("snapkv", {"n_sink": 0, "window": 64, "poolin
                 "knorm_kvpress": ("knorm", {"n_sink": 0})}
 
 
-def _press(policy: str, press_kwargs: dict | None) -> KVPress:
+def _press(policy: str, press: PressConfig | None) -> KVPress:
+    """The policy's press from the table's settings ``press``; a kvpress arm keeps kvpress's
+    own settings (the default ones with ``KVPRESS_ARMS``'s options)."""
     if policy in KVPRESS_ARMS:
         name, opts = KVPRESS_ARMS[policy]
         return make_press(name, 0.5, **opts)
-    return make_press(policy, 0.5, strict=False, **(press_kwargs or {}))
+    return make_press(policy, 0.5, press)
 
 
 TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "vartrack", "docqa")
@@ -302,7 +305,7 @@ def _decode_batch(model: Any, pre: Prefill, T: int, idx: list[torch.Tensor | Non
 
 @torch.no_grad()
 def evaluate_item(model: Any, item: LongItem, policies: list[str], ratios: list[float],
-                  modes: tuple[bool, ...] = (False, True), press_kwargs: dict | None = None,
+                  modes: tuple[bool, ...] = (False, True), press: PressConfig | None = None,
                   ) -> list[dict]:
     """Every policy x ratio x mode on one item. Rows: ``{policy, ratio, question_aware, correct,
     kl, top1, scoring_s}`` plus a ``full`` row per mode; ``kl``/``top1`` compare the
@@ -330,7 +333,7 @@ def evaluate_item(model: Any, item: LongItem, policies: list[str], ratios: list[
                      "scoring_s": 0.0, "prefill_s": pre.seconds, "T": T})
         scores: dict[str, list[torch.Tensor]] = {}
         secs: dict[str, float] = {}
-        presses = {p: _press(p, press_kwargs) for p in policies}
+        presses = {p: _press(p, press) for p in policies}
         for p, press in presses.items():
             t0 = time.perf_counter()
             scores[p] = [press.score(_layer_inputs(press, model, pre, li, T))
@@ -355,7 +358,7 @@ def evaluate_item(model: Any, item: LongItem, policies: list[str], ratios: list[
 @torch.no_grad()
 def continuation_fidelity_text(model: Any, tokenizer: Any, context_len: int, n_docs: int,
                                policies: list[str], ratios: list[float], cont_len: int = 32,
-                               press_kwargs: dict | None = None, offset: int = 0) -> list[dict]:
+                               press: PressConfig | None = None, offset: int = 0) -> list[dict]:
     """Continuation fidelity on the core's evaluation text: ``n_docs`` windows of
     ``context_len + cont_len`` tokens; the context is compressed (question-agnostic), the
     continuation teacher-forced; per document the mean KL(full || compressed) and top-1
@@ -371,7 +374,7 @@ def continuation_fidelity_text(model: Any, tokenizer: Any, context_len: int, n_d
         ctx, cont = ids[d: d + 1, :context_len].to(dev), ids[d: d + 1, context_len:].to(dev)
         pre = capture_prefill(model, ctx)
         full = _decode_batch(model, pre, context_len, [None], cont)
-        presses = {p: _press(p, press_kwargs) for p in policies}
+        presses = {p: _press(p, press) for p in policies}
         scores = {p: [pr.score(_layer_inputs(pr, model, pre, li, context_len))
                       for li in range(len(pre.cache.layers))] for p, pr in presses.items()}
         for r in ratios:

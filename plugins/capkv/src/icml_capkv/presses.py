@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import torch
 
 from icml_capkv import scorers
 from icml_capkv.capacity import greedy_logdet_select
+from icml_capkv.config import PressConfig
 from icml_capkv.scorers import ScoreInputs
 
 __all__ = ["POLICIES", "CapKVPress", "GreedyLogDetPress", "H2OPress", "KVPress", "KnormPress",
@@ -75,16 +76,18 @@ def attention_layers(model: Any) -> list[Any]:
 
 
 @dataclass
-class KVPress:
+class KVPress(PressConfig):
     """Base press: subclasses implement :meth:`score` (``(B, H_kv, T)``, higher = keep).
 
-    ``compression_ratio`` in ``[0, 1)`` is the fraction of prefill entries evicted;
-    ``layer_ratios`` (one per layer) overrides it per layer; the first ``n_sink`` tokens are
-    always kept.
+    A press *is* its configuration: it subclasses :class:`~icml_capkv.config.PressConfig` (the
+    job configs' ``press`` section, where every default is written and validated once) and adds
+    only what is not a setting: ``compression_ratio`` in ``[0, 1)``, the fraction of prefill
+    entries evicted (the first positional argument), and ``layer_ratios`` (one per layer),
+    which overrides it per layer. The first ``n_sink`` tokens are always kept. ``press_keys``
+    names the ``PressConfig`` keys the policy reads (the others it holds but ignores).
     """
 
     compression_ratio: float = 0.5
-    n_sink: int = 4
     layer_ratios: list[float] | None = None
     needs: tuple[str, ...] = field(default=(), init=False, repr=False)
     name: str = field(default="press", init=False, repr=False)
@@ -93,15 +96,32 @@ class KVPress:
     # (icml.compose.require_original_heads); "" for policies that read only attention scores,
     # positions or nothing (their choice is the same on any function-preserving transform)
     reads_heads: ClassVar[str] = ""
+    press_keys: ClassVar[tuple[str, ...]] = ("n_sink",)
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # the settings: validated once, by PressConfig
         for r in [self.compression_ratio, *(self.layer_ratios or [])]:
             if not (isinstance(r, (int, float)) and 0.0 <= r < 1.0):
                 raise ValueError(f"compression ratio must be in [0, 1) (fraction evicted), got "
                                  f"{r!r}")
-        if self.n_sink < 0:
-            raise ValueError(f"n_sink must be >= 0, got {self.n_sink}")
         self.last_scoring_s = 0.0
+
+    @classmethod
+    def from_config(cls, config: PressConfig, compression_ratio: float = 0.5,
+                    **options: Any) -> KVPress:
+        """This press with ``config``'s settings (a job's ``press`` section) at
+        ``compression_ratio``; ``options`` set the press's own arguments (``layer_ratios``,
+        SnapKV's ``kernel``/``pooling``, ``seed``) or override a setting."""
+        if not isinstance(config, PressConfig):
+            raise TypeError(f"config must be a PressConfig (the press section), got "
+                            f"{type(config).__name__}")
+        init = {f.name for f in fields(cls) if f.init}
+        kw = {f.name: getattr(config, f.name) for f in fields(PressConfig) if f.name in init}
+        return cls(compression_ratio=compression_ratio, **{**kw, **options})
+
+    def _query_window(self) -> int | None:
+        """How many of the last prefill queries ``queries`` holds (None = all)."""
+        return None
 
     # -- policy ---------------------------------------------------------------------------
     def score(self, inputs: ScoreInputs) -> torch.Tensor:
@@ -235,10 +255,9 @@ class KVPress:
         queries = anchor = None
         if "queries" in self.needs:
             queries = post_rope_queries(module, hidden, kwargs["position_embeddings"],
-                                        getattr(self, "window", None))
+                                        self._query_window())
         if "query_anchor" in self.needs:
-            anchor = query_anchor(module, hidden, self._rotary,
-                                  getattr(self, "n_future_positions", 512),
+            anchor = query_anchor(module, hidden, self._rotary, self.n_future_positions,
                                   min(self.n_sink, hidden.shape[1]),
                                   getattr(self, "_rope_cache", None))
         return ScoreInputs(layer.keys, layer.values, queries, anchor)
@@ -307,26 +326,16 @@ class CapKVPress(KVPress):
     ``tau`` sharpens the query relevance (0 = pure leverage); ``ridge`` is the noise variance;
     ``normalize`` uses cosine relevance (authors' kvpress code) instead of raw logits;
     ``n_future_positions`` sizes the averaged future RoPE (0 = no rotation of the anchor);
-    ``capacity_vectors`` picks the vectors u (values as in the paper, or keys).
+    ``capacity_vectors`` picks the vectors u (values as in the paper, or keys). All of them,
+    defaults and checks included, are :class:`~icml_capkv.config.PressConfig`'s.
     """
 
-    tau: float = 5.0
-    ridge: float = 1.0
-    normalize: bool = True
-    n_future_positions: int = 512
-    capacity_vectors: str = "values"
     reads_heads: ClassVar[str] = "value leverage and key-cosine relevance"
+    press_keys: ClassVar[tuple[str, ...]] = ("n_sink", "tau", "ridge", "normalize",
+                                             "n_future_positions", "capacity_vectors")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.capacity_vectors not in ("values", "keys"):
-            raise ValueError(f"capacity_vectors must be 'values' or 'keys', got "
-                             f"{self.capacity_vectors!r}")
-        if not self.ridge > 0 or not math.isfinite(self.ridge):
-            raise ValueError(f"ridge must be a finite number > 0, got {self.ridge}")
-        if not self.tau >= 0 or not math.isfinite(self.tau):
-            raise ValueError(f"tau must be a finite number >= 0 (0 = pure leverage), got "
-                             f"{self.tau}")
         self.needs = ("query_anchor",)
         self.name = "capkv"
 
@@ -338,9 +347,12 @@ class CapKVPress(KVPress):
 
 @dataclass
 class LeveragePress(CapKVPress):
-    """Pure geometric leverage: CapKV with ``tau = 0`` (no query relevance)."""
+    """Pure geometric leverage: CapKV with ``tau = 0`` (no query relevance). ``tau`` is fixed
+    by the definition, not a setting: the press takes no ``tau`` (a config's is not read)."""
 
-    tau: float = 0.0
+    tau: float = field(default=0.0, init=False)
+    press_keys: ClassVar[tuple[str, ...]] = tuple(k for k in CapKVPress.press_keys
+                                                  if k != "tau")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -392,20 +404,24 @@ class SnapKVPress(KVPress):
 
     ``pooling="kvpress"`` with ``n_sink=0`` and ``window=64`` is kvpress's ``SnapKVPress``
     (see :func:`scorers.snapkv_scores`); the default pools over the window edge and keeps sinks.
+    ``window`` is a setting (``PressConfig``); ``kernel`` and ``pooling`` are SnapKV's own.
     """
 
-    window: int = 16
-    kernel: int = 5
-    pooling: str = "full"
+    kernel: int = scorers.SNAPKV_KERNEL
+    pooling: str = scorers.SNAPKV_POOLING
+    press_keys: ClassVar[tuple[str, ...]] = ("n_sink", "window")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.window < 1 or self.kernel < 1:
-            raise ValueError("window and kernel must be >= 1")
+        if self.kernel < 1:
+            raise ValueError(f"kernel must be >= 1, got {self.kernel}")
         if self.pooling not in ("full", "kvpress"):
             raise ValueError(f"pooling must be 'full' or 'kvpress', got {self.pooling!r}")
         self.needs = ("queries",)
         self.name = "snapkv"
+
+    def _query_window(self) -> int | None:
+        return self.window
 
     def score(self, inputs: ScoreInputs) -> torch.Tensor:
         return scorers.snapkv_scores(inputs, self.window, self.kernel, self.pooling)
@@ -460,24 +476,22 @@ POLICIES: dict[str, type[KVPress]] = {
 }
 
 
-def make_press(policy: str, compression_ratio: float, *, strict: bool = True,
-               **kwargs: Any) -> KVPress:
-    """Build a press by name (see ``POLICIES``). A keyword the policy does not take raises
-    ``ValueError`` naming it; ``strict=False`` drops such keywords instead (used when one shared
-    set of press options, e.g. ``window`` and ``tau``, is handed to every policy of a table)."""
+def make_press(policy: str, compression_ratio: float, config: PressConfig | None = None,
+               **options: Any) -> KVPress:
+    """Build a press by name (see ``POLICIES``) from ``config`` (a job's ``press`` section, one
+    for every policy of a table: each reads its ``press_keys``; default ``PressConfig()``) at
+    ``compression_ratio``. ``options`` set a press key the policy reads or one of its own
+    arguments (``layer_ratios``, SnapKV's ``kernel``/``pooling``, ``seed``); any other raises
+    ``ValueError`` naming it."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
     cls = POLICIES[policy]
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    names.discard("compression_ratio")
-    if cls is LeveragePress:
-        names.discard("tau")  # pure leverage is CapKV with tau = 0 by definition
-    unknown = sorted(set(kwargs) - names)
-    if unknown and strict:
+    settings = {f.name for f in fields(PressConfig)}
+    own = {f.name for f in fields(cls) if f.init} - settings - {"compression_ratio"}
+    allowed = set(cls.press_keys) | own
+    unknown = sorted(set(options) - allowed)
+    if unknown:
         raise ValueError(f"policy {policy!r} takes no option(s) {', '.join(unknown)}: its "
-                         f"options are {', '.join(sorted(names))} (pass strict=False to drop "
-                         "options meant for other policies)")
-    return cls(compression_ratio=compression_ratio,
-               **{k: v for k, v in kwargs.items() if k in names})
+                         f"options are {', '.join(sorted(allowed))}")
+    return cls.from_config(PressConfig() if config is None else config, compression_ratio,
+                           **options)

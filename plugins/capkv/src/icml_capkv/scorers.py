@@ -18,6 +18,14 @@ from dataclasses import dataclass
 
 import torch
 
+from icml_capkv.config import PressConfig
+
+# The scorers' defaults are the press settings' (written once, in icml_capkv.config.PressConfig);
+# SnapKV's own kernel and pooling defaults live here and SnapKVPress reads them.
+_PRESS = PressConfig()
+SNAPKV_KERNEL = 5
+SNAPKV_POOLING = "full"
+
 __all__ = ["ScoreInputs", "capkv_relevance", "capkv_scores", "h2o_scores", "knorm_scores",
            "random_scores", "snapkv_scores", "streaming_scores"]
 
@@ -59,8 +67,8 @@ def _group(t: torch.Tensor, n_kv: int) -> torch.Tensor:
     return t.reshape(t.shape[0], n_kv, t.shape[1] // n_kv, *t.shape[2:])
 
 
-def capkv_relevance(keys: torch.Tensor, query_anchor: torch.Tensor, tau: float = 5.0,
-                    normalize: bool = True, n_sink: int = 0) -> torch.Tensor:
+def capkv_relevance(keys: torch.Tensor, query_anchor: torch.Tensor, tau: float = _PRESS.tau,
+                    normalize: bool = _PRESS.normalize, n_sink: int = 0) -> torch.Tensor:
     """Query relevance ``w`` of shape ``(B, H_kv, n_rep, T)``.
 
     ``w_i = exp(tau * (c_i - max_j c_j))`` where ``c_i`` is ``cos(k_i, mu_q)`` (``normalize``, as
@@ -81,9 +89,9 @@ def capkv_relevance(keys: torch.Tensor, query_anchor: torch.Tensor, tau: float =
     return torch.exp(tau * (logit - ref.amax(-1, keepdim=True)))
 
 
-def capkv_scores(inputs: ScoreInputs, tau: float = 5.0, ridge: float = 1.0,
-                 normalize: bool = True, n_sink: int = 4,
-                 capacity_vectors: str = "values") -> torch.Tensor:
+def capkv_scores(inputs: ScoreInputs, tau: float = _PRESS.tau, ridge: float = _PRESS.ridge,
+                 normalize: bool = _PRESS.normalize, n_sink: int = _PRESS.n_sink,
+                 capacity_vectors: str = _PRESS.capacity_vectors) -> torch.Tensor:
     """CapKV: relevance-weighted ridge leverage of the capacity vectors, averaged over the query
     heads of each KV head. Sinks (the first ``n_sink`` tokens) are left out of ``A``; their
     score is set above every other so any top-k keeps them.
@@ -149,8 +157,8 @@ def _attention_probs(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return logits.softmax(-1)
 
 
-def snapkv_scores(inputs: ScoreInputs, window: int = 16, kernel: int = 5,
-                  pooling: str = "full") -> torch.Tensor:
+def snapkv_scores(inputs: ScoreInputs, window: int = _PRESS.window,
+                  kernel: int = SNAPKV_KERNEL, pooling: str = SNAPKV_POOLING) -> torch.Tensor:
     """SnapKV: attention of the last ``window`` queries (the observation window), averaged over
     window queries and the query heads of a KV head, smoothed by average pooling of width
     ``kernel``; the window itself scores highest (always kept).
