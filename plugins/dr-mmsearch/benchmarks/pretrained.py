@@ -7,7 +7,11 @@ image questions. Only the last ``--train-layers`` transformer blocks (and the fi
 trained; the rest of the model is frozen. Results are written after every arm.
 
     OMP_NUM_THREADS=1 python plugins/dr-mmsearch/benchmarks/pretrained.py \\
-        --arms baseline proximity both --steps 8 --out pretrained.json
+        --arms baseline proximity both --steps 8 --out pretrained.json \\
+        --out-results plugins/dr-mmsearch/results/pretrained.json
+
+``--out-results`` also writes the stages' held-out evaluation as an ``icml.results`` file (its
+command: this invocation, run from the repository root), rewritten after every stage.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -26,6 +31,34 @@ HERE = Path(__file__).resolve().parent
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+STAGE_COLS = [("held-out acc 2-hop", "heldout_accuracy_hop2"),
+              ("held-out acc 3-hop", "heldout_accuracy_hop3"), ("turns", "heldout_turns"),
+              ("format ok", "heldout_format_ok"), ("premature", "heldout_premature_rate"),
+              ("collapse 3-hop", "heldout_collapse_rate")]
+
+
+def stage_table(out: dict) -> dict:
+    """The held-out evaluation of every stage run so far (zero-shot, warm start, each arm after
+    GRPO) as an ``icml.results`` table; ``eval s`` is a clock reading."""
+    from icml import results
+
+    c = out["config"]
+    stages = []
+    if "zero_shot" in out:
+        stages.append(("zero-shot, instruction only", out["zero_shot"]))
+    if "warm_start" in out:
+        stages.append((f"after the warm start ({c['warm_steps']} SFT steps)", out["warm_start"]))
+    for arm, r in out["arms"].items():
+        stages.append((f"+ {c['steps']} GRPO steps, {arm}", r["eval"]))
+    cols = ["stage", "held-out rollouts"] + [col for col, _ in STAGE_COLS] + ["eval s"]
+    rows = [[name, res.get("heldout_rollouts")] + [res.get(k) for _, k in STAGE_COLS]
+            + [res.get("eval_seconds")] for name, res in stages]
+    fmt = {col: ".2f" for col, _ in STAGE_COLS} | {"eval s": ".0f"}
+    return results.make_table(
+        f"{c['model']}, seed {c['seed']}, {c['eval_generations']} evaluation rollout(s) per "
+        "held-out question", cols, rows, name="pretrained", formats=fmt)
 
 
 def main() -> None:
@@ -67,8 +100,13 @@ def main() -> None:
                     help="skip the evaluation of the model before the warm start")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default=str(HERE / "pretrained.json"))
+    ap.add_argument("--out-results", default=None,
+                    help="also write the stages' held-out table as an icml.results file")
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    from icml import results
+
+    clock = results.Clock()
+    threads = results.apply_threads(1)
     torch.manual_seed(a.seed)
     t0 = time.perf_counter()
 
@@ -102,6 +140,7 @@ def main() -> None:
         res = evaluate_policy(m, tok, env, train_eval, num_generations=a.eval_generations,
                               seed=a.seed + 7, rollout=rc, held_out=held)
         res["eval_seconds"] = time.perf_counter() - t
+        res["heldout_rollouts"] = a.eval_generations * len(held)
         log(f"{name}: " + json.dumps({k: round(v, 3) for k, v in res.items()
                                       if "acc" in k or "turns" in k or "collapse" in k
                                       or "premature" in k or "format" in k}))
@@ -110,6 +149,14 @@ def main() -> None:
     def save() -> None:
         out["seconds"] = time.perf_counter() - t0
         path.write_text(json.dumps(out, indent=1))
+        if a.out_results:
+            command = ("OMP_NUM_THREADS=1 python plugins/dr-mmsearch/benchmarks/pretrained.py "
+                       + shlex.join(sys.argv[1:]))
+            results.write(a.out_results, [stage_table(out)], command=command,
+                          plugin="dr-mmsearch", seeds=[a.seed], quick=False, clock=clock,
+                          threads=threads,
+                          tolerance={"eval s": {"timing": True,
+                                                "why": "clock reading on a shared machine"}})
 
     if not a.skip_zero_shot:
         out["zero_shot"] = evaluate(model, "zero-shot (instruction only)")

@@ -1,0 +1,82 @@
+"""The benchmark scripts write the results files their README tables will be rendered from
+(issue 47): run at a tiny setting, each writes a file whose command is the invocation, whose
+tables have the README's columns, and which renders."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_arms_part_writes_a_results_file(tmp_path):
+    from icml import results
+
+    out = tmp_path / "arms.json"
+    args = ["--part", "arms", "--seeds", "2", "--steps", "1", "--warm-steps", "1",
+            "--eval-generations", "1", "--arms", "baseline", "both", "--per-call-penalty",
+            "--premature-fraction", "0.8", "--label", "collapse_regime",
+            "--out", str(tmp_path / "raw.json"), "--out-results", str(out)]
+    subprocess.run([sys.executable, str(BENCH / "bench.py"), *args], check=True,
+                   capture_output=True, text=True)
+    data = results.load(out)
+    assert data["command"].startswith("python plugins/dr-mmsearch/benchmarks/bench.py ")
+    assert data["command"].endswith("--out-results " + str(out))
+    assert data["seeds"] == [0, 1] and data["quick"] is False
+    (table,) = data["tables"]
+    assert table["name"] == "arms_collapse_regime"
+    assert [r[0] for r in table["rows"]] == ["warm start", "baseline", "both"]
+    assert table["columns"][-2:] == ["Δ acc 3-hop vs baseline", "MDE Δ acc 3-hop"]
+    assert "premature_fraction=0.8" in table["title"] and "penalty True" in table["title"]
+    # the paired difference is there for the arm, not for the baseline or the warm start
+    assert table["rows"][2][-2] is not None and table["rows"][1][-2] is None
+    assert "| both |" in results.render_table(table)
+
+
+def test_pretrained_stage_table_from_a_run_record():
+    """The stage table of ``pretrained.py --out-results`` from its run record: one row per stage
+    run so far, held-out columns, the clock column last."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from pretrained import STAGE_COLS, stage_table
+    finally:
+        sys.path.remove(str(BENCH))
+    from icml import results
+
+    ev = {k: 0.5 for _, k in STAGE_COLS} | {"heldout_rollouts": 12, "eval_seconds": 3.0}
+    out = {"config": {"model": "m", "seed": 0, "eval_generations": 1, "warm_steps": 15,
+                      "steps": 2},
+           "warm_start": ev, "arms": {"baseline": {"eval": ev}, "both": {"eval": ev}}}
+    table = stage_table(out)
+    assert [r[0] for r in table["rows"]] == ["after the warm start (15 SFT steps)",
+                                             "+ 2 GRPO steps, baseline", "+ 2 GRPO steps, both"]
+    assert table["columns"][:2] == ["stage", "held-out rollouts"]
+    assert table["columns"][-1] == "eval s"
+    assert table["rows"][0][1] == 12
+    assert "| 0.50 |" in results.render_table(table)
+
+
+@pytest.mark.pretrained
+@pytest.mark.slow
+def test_pretrained_script_writes_a_results_file(tmp_path):
+    """The real script on SmolLM2 at the smallest budget: one warm step, one GRPO step, one arm."""
+    from icml.testing import pretrained_or_skip
+
+    pretrained_or_skip("smollm2-135m-instruct")
+    from icml import results
+
+    out = tmp_path / "pretrained.json"
+    args = ["--skip-zero-shot", "--arms", "baseline", "--steps", "1", "--warm-steps", "1",
+            "--prompts-per-step", "1", "--num-generations", "2", "--eval-generations", "1",
+            "--eval-train", "0", "--holdout", "0.05", "--max-turn-tokens", "8",
+            "--device", "cpu", "--out", str(tmp_path / "raw.json"), "--out-results", str(out)]
+    subprocess.run([sys.executable, str(BENCH / "pretrained.py"), *args], check=True,
+                   capture_output=True, text=True)
+    data = results.load(out)
+    assert data["command"].startswith(
+        "OMP_NUM_THREADS=1 python plugins/dr-mmsearch/benchmarks/pretrained.py ")
+    assert [r[0] for r in data["tables"][0]["rows"]] == ["after the warm start (1 SFT steps)",
+                                                         "+ 1 GRPO steps, baseline"]
+    assert data["tolerance"]["eval s"]["timing"] is True
