@@ -121,3 +121,27 @@ def test_tensor_reading_equals_probing_cvxpy():
         for key in fast:
             np.testing.assert_allclose(fast[key].base, slow[key].base, atol=1e-12)
             np.testing.assert_allclose(fast[key].J.toarray(), slow[key].J.toarray(), atol=1e-12)
+
+
+def test_probing_fallback_through_the_layer(monkeypatch):
+    """When the parameter tensors cannot be read (another cvxpy layout), construction falls
+    back to probing ``apply_parameters``; the layer then gives the same solution and gradients
+    (cvxpy 1.7.5's ``apply_parameters`` has no ``quad_obj`` keyword: this path raised
+    TypeError there)."""
+    import icml_dxpp.cvxpy_layer as cl
+
+    prob, params, x, vals = _constrained_ls(seed=5)
+    outs = []
+    for broken in (False, True):
+        if broken:
+            def fail(*_a, **_k):
+                raise TypeError("unexpected layout")
+            monkeypatch.setattr(cl, "_tensor_blocks", fail)
+        ts = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in vals]
+        (xs,) = CvxpyQPLayer(prob, params, [x])(*ts)
+        assert all(p.value is None for p in params)  # construction leaves them unset
+        xs.pow(3).sum().backward()
+        outs.append((xs.detach(), [t.grad.clone() for t in ts]))
+    torch.testing.assert_close(outs[1][0], outs[0][0], atol=1e-12, rtol=0)
+    for got, ref in zip(outs[1][1], outs[0][1], strict=True):
+        torch.testing.assert_close(got, ref, atol=1e-9, rtol=1e-9)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from icml.lazy import lazy_exports
 
-__version__ = "0.3.2"
+__version__ = "0.3.3"
 
 _EXPORTS = {
     "DXPPQPLayer": "layer",

@@ -79,10 +79,21 @@ def _problem_data(problem: Any) -> Any:
         raise QPInputError("the cvxpy problem is not a QP: the objective must be a convex "
                            "quadratic (or affine) function and every constraint affine "
                            "(==, <=, >=); for cones (SOC, exp, PSD) use cvxpylayers")
+    # cvxpy 1.4 applies the parameters' current values while canonicalising (an unset one is
+    # NaN and fails an assertion); the data's map is affine in them, so any valid value works
+    unset = [p for p in problem.parameters() if p.value is None]
     try:
+        for p in unset:
+            try:
+                p.value = np.zeros(p.shape)
+            except ValueError:  # e.g. pos=True
+                p.value = np.ones(p.shape)
         data, _chain, _inv = problem.get_problem_data(cp.OSQP)
     except Exception as exc:  # noqa: BLE001 - cvxpy raises several types; re-raise with context
         raise QPInputError(f"cvxpy could not canonicalise the problem as a QP: {exc}") from exc
+    finally:
+        for p in unset:
+            p.value = None
     for key in ("lower_bounds", "upper_bounds"):
         if data.get(key) is not None:
             raise QPInputError("variable bounds (Variable(bounds=...)) are not supported by "
@@ -202,7 +213,16 @@ def _tensor_blocks(prog: Any, parameters: list[Any]) -> list[Block] | None:
 
 
 def _apply(prog: Any, values: dict[int, np.ndarray]) -> tuple[Any, ...]:
-    out = prog.apply_parameters(values, keep_zeros=True, quad_obj=True)
+    """cvxpy's ``apply_parameters`` returning (P, q, d, AF, bg) in every supported version:
+    older cvxpy (1.4.0 and 1.7.5 tested) hands OSQP a ``ParamQuadProg`` whose
+    ``apply_parameters`` has no ``quad_obj`` and always returns P; newer versions (1.9.3) a
+    ``ParamConeProg`` that returns P only with ``quad_obj=True``."""
+    import inspect
+
+    kwargs: dict[str, Any] = {"keep_zeros": True}
+    if "quad_obj" in inspect.signature(prog.apply_parameters).parameters:
+        kwargs["quad_obj"] = True
+    out = prog.apply_parameters(values, **kwargs)
     if len(out) != 5:
         raise QPInputError("this cvxpy version's QP data has an unexpected layout "
                            f"({len(out)} blocks); please report it with cvxpy's version")
