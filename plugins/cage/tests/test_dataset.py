@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from icml_cage.config import SceneConfig
 from icml_cage.dataset import CageBenchmark, check_image, generate_benchmark, png_bytes
 from icml_cage.sft_export import export_sft
 from PIL import Image
@@ -67,11 +68,11 @@ def test_to_hf_dataset() -> None:
 
 def test_bad_input_is_explained(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown scene family 'volcano'"):
-        generate_benchmark(2, families=["volcano"])
+        generate_benchmark(2, scenes=SceneConfig(families=["volcano"]))
     with pytest.raises(ValueError, match="n_images must be >= 1"):
         generate_benchmark(0)
     with pytest.raises(ValueError, match="size must be >= 32"):
-        generate_benchmark(1, size=8)
+        generate_benchmark(1, scenes=SceneConfig(size=8))
     with pytest.raises(ValueError, match="is 16x16 pixels"):
         check_image(Image.new("RGB", (16, 16)))
     with pytest.raises(ValueError, match="has mode 'CMYK'"):
@@ -123,10 +124,10 @@ def test_custom_family_with_a_two_node_chain_is_explained() -> None:
     pair = Family("pair", lambda rng: [Node("a", "on", "off"), Node("b", "on", "off", "u", "no u")],
                   draw, coverable=lambda nodes: [1])
     with pytest.raises(ValueError, match="at least 3 nodes"):
-        generate_benchmark(1, families=[pair])
+        generate_benchmark(1, scenes=SceneConfig(families=[pair]))
     nothing = Family("bare", lambda rng: [Node(f"x{i}", "on", "off", "u", "no u")
                                           for i in range(3)], draw, coverable=lambda nodes: [])
     with pytest.raises(ValueError, match="no enabler a cover may hide"):
-        generate_benchmark(1, families=[nothing])
+        generate_benchmark(1, scenes=SceneConfig(families=[nothing]))
     with pytest.raises(TypeError, match="Family"):
-        generate_benchmark(1, families=[lambda rng, size: None])
+        generate_benchmark(1, scenes=SceneConfig(families=[lambda rng, size: None]))

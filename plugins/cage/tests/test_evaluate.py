@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from icml_cage.config import SceneConfig
 from icml_cage.dataset import generate_benchmark
 from icml_cage.evaluate import evaluate
 from icml_cage.judges import LLMJudge
@@ -102,8 +103,9 @@ def test_hook_uses_configured_prompts_and_writes_files(tmp_path: Path) -> None:
 
     from icml.runner import run
 
-    res = run("cage", overrides=["n_images=2", "responders=oracle", "n_bootstrap=100",
-                                 "chain_prompt=Q: {question} CHAIN:", "save_benchmark=true"],
+    res = run("cage", overrides=["n_images=2", "responders=oracle", "gap.n_bootstrap=100",
+                                 "probes.chain_prompt=Q: {question} CHAIN:",
+                                 "save_benchmark=true"],
               out=tmp_path, device="cpu", show_progress=False)
     assert res.metrics["oracle.overall.AG"] == 0.0
     assert res.metrics["balance.counterfactual.all.yes"] > 0
@@ -156,7 +158,7 @@ def test_probe_budget_fits_the_longest_chain_any_family_makes() -> None:
     from icml_cage.tiny_vlm import tiny_llava
 
     _, proc = tiny_llava(seed=0)
-    bench = generate_benchmark(12, seed=0, families=["domino"])
+    bench = generate_benchmark(12, seed=0, scenes=SceneConfig(families=["domino"]))
     longest = max(bench, key=lambda it: len(it.gold_chain))
     assert len(longest.gold_chain) == 6
     probe = chain_text_probe()

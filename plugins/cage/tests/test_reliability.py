@@ -12,8 +12,8 @@ from icml.testing import icml_cli, one_line_error
 
 @pytest.mark.parametrize("cap", ["evaluate", "train"])
 def test_unknown_family_exits_2(tmp_path: Path, cap: str) -> None:
-    proc = icml_cli("run", "cage", cap, "--set", "families=foo", "--set", "n_images=1",
+    proc = icml_cli("run", "cage", cap, "--set", "scenes.families=foo", "--set", "n_images=1",
                     "--out", str(tmp_path))
     assert proc.returncode == 2
     line = one_line_error(proc)
-    assert "'families'" in line and "'foo'" in line and "domino" in line
+    assert "'scenes.families'" in line and "'foo'" in line and "domino" in line

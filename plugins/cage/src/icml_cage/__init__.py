@@ -18,7 +18,7 @@ from icml.lazy import lazy_exports
 from icml_cage.evaluate import CageReport as CageReport
 from icml_cage.evaluate import evaluate as evaluate
 
-__version__ = "0.2.2"
+__version__ = "0.2.4"
 
 _EXPORTS = {
     "ChainSCM": "scm", "Node": "scm",
@@ -36,6 +36,8 @@ _EXPORTS = {
     "CallableResponder": "responders", "VLMResponder": "responders",
     "tiny_llava": "tiny_vlm", "tiny_qwen2vl": "tiny_vlm", "load_vlm": "tiny_vlm",
     "export_sft": "sft_export", "chain_sft": "finetune",
+    "SceneConfig": "config", "ResponderConfig": "config", "ProbeConfig": "config",
+    "JudgeConfig": "config", "RuleConfig": "config", "GapConfig": "config",
 }
 _getattr, __dir__, _all = lazy_exports(__name__, _EXPORTS)
 __getattr__ = _getattr

@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icml_cage.config import MIN_SIDE, SceneConfig
 from icml_cage.questions import PAIRS, TEMPLATES, make_questions
 from icml_cage.scenes import Family, get_family
 from icml_cage.scm import ChainSCM
 
-MIN_SIDE = 32
 SEARCH = 16  # candidate scenes drawn per image; the one meeting most answer targets is kept
 P_ENABLED = (0.6, 0.8, 0.95)  # a candidate's visible enablers work with one of these odds
 PRIORS = (0.25, 0.75)  # stated odds that the covered part works
@@ -219,15 +219,13 @@ def _scene(family: Family, rng: random.Random, surplus: dict[str, int]
 
 
 def generate_benchmark(n_images: int, seed: int = 0,
-                       families: Sequence[str | Family] = ("domino", "lamp", "ramp"),
-                       size: int = 128) -> CageBenchmark:
-    """``n_images`` scenes (families in turn) with nine questions each; identical per seed."""
+                       scenes: SceneConfig | None = None) -> CageBenchmark:
+    """``n_images`` scenes (``scenes.families`` in turn, ``scenes.size`` pixels; default
+    :class:`~icml_cage.config.SceneConfig`) with nine questions each; identical per seed."""
+    scenes = SceneConfig() if scenes is None else scenes
     if n_images < 1:
         raise ValueError(f"n_images must be >= 1, got {n_images}")
-    if size < MIN_SIDE:
-        raise ValueError(f"size must be >= {MIN_SIDE} pixels, got {size}")
-    if not families:
-        raise ValueError("families is empty: name at least one of domino, lamp, ramp")
+    families, size = scenes.families, scenes.size  # SceneConfig checked both
     fams = []
     for f in families:
         if isinstance(f, str):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from icml_cage.config import GapConfig
 from icml_cage.dataset import CageBenchmark, CageItem, check_image
 from icml_cage.judges import JudgeError, RuleJudge, answer_chain_consistency
 from icml_cage.metrics import abstraction_gap, bootstrap_ci, item_gap
@@ -54,7 +55,10 @@ class CageReport:
     scores: list[ItemScore]
     failures: list[dict[str, str]] = field(default_factory=list)
 
-    def summary(self, n_boot: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
+    def summary(self, n_boot: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+        """Per rung and overall: S_T, S_C, AG with a bootstrap interval of ``n_boot``
+        resamples (default ``GapConfig().n_bootstrap``; 0 = none), the per-item AG."""
+        n_boot = GapConfig().n_bootstrap if n_boot is None else n_boot
         rows = []
         for rung in (*RUNGS, "overall"):
             group = [s for s in self.scores if rung == "overall" or s.rung == rung]
@@ -120,9 +124,11 @@ def _batches(items: Sequence[CageItem], size: int) -> Iterable[Sequence[CageItem
 
 def evaluate(responder: Any, bench: CageBenchmark, judge: Any = None,
              text_probe: Probe | None = None, chain_probe: Probe | None = None,
-             norm: str = "relative", batch_size: int = 16,
+             gap: GapConfig | None = None, batch_size: int = 16,
              progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None) -> CageReport:
-    """Score ``responder`` on ``bench`` with both probes (see module docstring)."""
+    """Score ``responder`` on ``bench`` with both probes (see module docstring); ``gap`` (the
+    config's ``gap`` section, default :class:`~icml_cage.config.GapConfig`) sets the report's
+    AG normaliser."""
     if len(bench) == 0:
         raise ValueError("the benchmark is empty: generate at least one image")
     judge = judge or RuleJudge()
@@ -148,13 +154,13 @@ def evaluate(responder: Any, bench: CageBenchmark, judge: Any = None,
                 responses[probe.name][it.id] = text if isinstance(text, str) else ""
     report = score_responses(getattr(responder, "name", type(responder).__name__), bench,
                              responses[text_probe.name], responses[chain_probe.name], judge,
-                             norm)
+                             gap)
     report.failures[:0] = failures
     return report
 
 
 def score_responses(name: str, bench: CageBenchmark, text: dict[str, str], chain: dict[str, str],
-                    judge: Any = None, norm: str = "relative") -> CageReport:
+                    judge: Any = None, gap: GapConfig | None = None) -> CageReport:
     """Judge stored responses (item id -> text under each probe); rejudging a report with
     another judge: ``score_responses(r.responder, bench, *r.responses(), judge)``."""
     judge = judge or RuleJudge()
@@ -181,7 +187,7 @@ def score_responses(name: str, bench: CageBenchmark, text: dict[str, str], chain
                                 parse_answer(c_resp) == it.answer, not parse_chain(c_resp),
                                 answer_chain_consistency(c_resp, it),
                                 t_resp, c_resp))
-    return CageReport(name, norm, scores, failures)
+    return CageReport(name, (gap or GapConfig()).norm, scores, failures)
 
 
 def _judge(fn: Callable[[str, CageItem], float], response: str, item: CageItem,

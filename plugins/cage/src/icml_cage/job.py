@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import icml
-from icml_cage.config import RESPONDERS, EvaluateConfig, TrainConfig
+from icml_cage.config import EvaluateConfig, TrainConfig
 
 
 def _mde(row: dict[str, Any]) -> float:
@@ -36,6 +36,9 @@ def _pretrained(ctx: icml.RunContext, what: str) -> tuple[Any, Any]:
 
 def _responders(name: str, config: EvaluateConfig, ctx: icml.RunContext, bench: Any,
                 cache: dict[str, Any]) -> list[Any]:
+    """The responders ``name`` stands for, built from ``config.responder`` (and, for the
+    chain-SFT one, its training split from ``config.scenes`` and ``config.probes``)."""
+    rc = config.responder
     from icml_cage.responders import (
         CaptionLMResponder,
         FluentUnfaithfulResponder,
@@ -47,17 +50,17 @@ def _responders(name: str, config: EvaluateConfig, ctx: icml.RunContext, bench: 
     if name == "oracle":
         return [OracleResponder(bench)]
     if name == "graded":
-        return [GradedResponder(bench, corrupt=c, answer_accuracy=config.graded_accuracy,
+        return [GradedResponder(bench, corrupt=c, answer_accuracy=rc.graded_accuracy,
                                 seed=ctx.seed, name=f"graded-{c:g}")
-                for c in config.graded_levels]
+                for c in rc.graded_levels]
     if name == "unfaithful":
         return [FluentUnfaithfulResponder(bench, seed=ctx.seed)]
     if name == "caption-lm":
         if "lm" not in cache:
             cache["lm"] = _pretrained(ctx, "responder 'caption-lm'")
         model, tok = cache["lm"]
-        return [CaptionLMResponder(model, tok, max_new_tokens=config.max_new_tokens,
-                                   batch_size=config.batch_size, name="caption-lm (smollm2-135m)")]
+        return [CaptionLMResponder(model, tok, max_new_tokens=rc.max_new_tokens,
+                                   batch_size=rc.batch_size, name="caption-lm (smollm2-135m)")]
     from icml_cage.tiny_vlm import load_vlm, tiny_llava, tiny_qwen2vl
 
     device = ctx.torch_device()
@@ -67,20 +70,18 @@ def _responders(name: str, config: EvaluateConfig, ctx: icml.RunContext, bench: 
             from icml_cage.dataset import generate_benchmark
             from icml_cage.finetune import chain_sft
 
-            train = generate_benchmark(config.sft_images, seed=ctx.seed + 10_000,
-                                       families=config.families, size=config.size)
-            losses = chain_sft(model, proc, train, steps=config.sft_steps, seed=ctx.seed,
-                               prompt_template=config.chain_prompt,
+            train = generate_benchmark(rc.sft_images, seed=ctx.seed + 10_000,
+                                       scenes=config.scenes)
+            losses = chain_sft(model, proc, train, steps=rc.sft_steps, seed=ctx.seed,
+                               prompt_template=config.probes.chain_prompt,
                                progress=lambda r: ctx.progress(r, desc="chain-SFT"))
             ctx.logger.info("chain-SFT loss %.3f -> %.3f", losses[0], losses[-1])
     elif name == "tiny-qwen2vl":
         model, proc = tiny_qwen2vl(seed=ctx.seed, device=device)
     else:
-        if not config.model:
-            raise icml.ConfigError("responder 'model' needs --set model=NAME_OR_PATH")
-        model, proc = load_vlm(config.model, device=device)
-    return [VLMResponder(model, proc, max_new_tokens=config.max_new_tokens,
-                         batch_size=config.batch_size, name=name)]
+        model, proc = load_vlm(rc.model, device=device)
+    return [VLMResponder(model, proc, max_new_tokens=rc.max_new_tokens,
+                         batch_size=rc.batch_size, name=name)]
 
 
 _COLUMNS = ["responder", "judge", "rung", "n", "S_text", "S_chain", "AG", "AG 95% CI",
@@ -92,12 +93,10 @@ def _check_families(families: list[str]) -> None:
     """Unknown or no scene families are a config error (exit 2), found before any work."""
     from icml_cage.scenes import FAMILIES
 
-    if not families:
-        raise icml.ConfigError("config key 'families' is empty: name at least one of "
-                               f"{', '.join(FAMILIES)}")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
-        raise icml.ConfigError(f"config key 'families': unknown scene family {unknown[0]!r}: "
+        raise icml.ConfigError(f"config key 'scenes.families': unknown scene family "
+                               f"{unknown[0]!r}: "
                                f"use {', '.join(FAMILIES)} (or register one in "
                                "icml_cage.scenes.FAMILIES)")
 
@@ -118,22 +117,13 @@ def evaluate_job(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult
     from icml_cage.dataset import balance, generate_benchmark, rung_disagreement
     from icml_cage.evaluate import evaluate, judge_agreement, score_responses
     from icml_cage.judges import RuleJudge
-    from icml_cage.probes import chain_text_probe, text_only_probe
 
-    unknown = [r for r in config.responders if r not in RESPONDERS]
-    if unknown:
-        raise icml.ConfigError(f"unknown responder(s) {unknown}: use {', '.join(RESPONDERS)}")
-    bad = [c for c in config.graded_levels if not 0.0 <= c <= 1.0]
-    if bad:
-        raise icml.ConfigError(f"config key 'graded_levels': {bad[0]} is not a corruption rate "
-                               "in [0, 1]")
-    _check_families(config.families)
-    if 0 < config.n_bootstrap < 100:
-        raise icml.ConfigError(f"config key 'n_bootstrap' is {config.n_bootstrap}: use 0 (no "
-                               "interval) or at least 100 resamples")
+    _check_families(config.scenes.families)
+    if "model" in config.responders and not config.responder.model:
+        raise icml.ConfigError("responder 'model' needs --set responder.model=NAME_OR_PATH")
+    rc, jc, gap = config.responder, config.judge, config.gap
     with ctx.step("generating scenes"):
-        bench = generate_benchmark(config.n_images, seed=ctx.seed, families=config.families,
-                                   size=config.size)
+        bench = generate_benchmark(config.n_images, seed=ctx.seed, scenes=config.scenes)
     if config.save_benchmark:
         bench.save(ctx.path("benchmark"))
     bal = balance(bench.items)
@@ -141,17 +131,16 @@ def evaluate_job(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult
     tables = [icml.Table("Gold answers: share of 'yes' per rung and template",
                          ["rung", "template", "n", "yes"],
                          [[r["rung"], r["template"], r["n"], r["yes"]] for r in bal])]
-    rule = RuleJudge(config.chain_metric, config.chain_weight, config.inconsistency_penalty)
     judges: dict[str, Any] = {}
-    if config.judge in ("rule", "both"):
-        judges["rule"] = rule
-    if config.judge in ("llm", "both"):
+    if jc.kind in ("rule", "both"):
+        judges["rule"] = RuleJudge.from_config(jc.rule)
+    if jc.kind in ("llm", "both"):
         from icml_cage.judges import PretrainedJudge
 
-        model, tok = _pretrained(ctx, "--set judge=llm")
-        judges["llm"] = PretrainedJudge(model, tok, batch_size=config.batch_size)
-    probes = dict(text_probe=text_only_probe(config.text_prompt),
-                  chain_probe=chain_text_probe(config.chain_prompt))
+        model, tok = _pretrained(ctx, "--set judge.kind=llm")
+        judges["llm"] = PretrainedJudge(model, tok, batch_size=rc.batch_size)
+    probes = dict(text_probe=config.probes.text_probe(),
+                  chain_probe=config.probes.chain_probe())
     rows, metrics, failures, details, agree_rows, graded_rows = [], {}, [], {}, [], []
     cache: dict[str, Any] = {}
     for key in config.responders:
@@ -159,29 +148,29 @@ def evaluate_job(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult
             name = responder.name
             subset = bench
             limit = (0 if key in _REFERENCE else
-                     config.lm_items if key == "caption-lm" else config.vlm_items)
-            if config.judge == "llm" and config.judge_items:
-                limit = min(limit or config.judge_items, config.judge_items)
+                     rc.lm_items if key == "caption-lm" else rc.vlm_items)
+            if jc.kind == "llm" and jc.items:
+                limit = min(limit or jc.items, jc.items)
             if limit:
                 subset = bench.subset(limit=limit)
             first = next(iter(judges.values()))
-            report = evaluate(responder, subset, first, norm=config.norm,
-                              batch_size=config.batch_size, **probes,
+            report = evaluate(responder, subset, first, gap=gap,
+                              batch_size=rc.batch_size, **probes,
                               progress=lambda b, n=name: ctx.progress(b, desc=f"{n}"))
             reports = {next(iter(judges)): report}
             for jname, judge in list(judges.items())[1:]:
-                jsub = subset.subset(limit=config.judge_items or None)
+                jsub = subset.subset(limit=jc.items or None)
                 keep = {it.id for it in jsub.items}
                 text, chain = report.responses()
                 with ctx.step(f"{jname} judge on {name}"):
                     reports[jname] = score_responses(
                         name, jsub, {k: v for k, v in text.items() if k in keep},
-                        {k: v for k, v in chain.items() if k in keep}, judge, config.norm)
-            if config.judge == "both":
+                        {k: v for k, v in chain.items() if k in keep}, judge, gap)
+            if jc.kind == "both":
                 keep = {s.id for s in reports["llm"].scores}
                 from icml_cage.evaluate import CageReport
 
-                rule_sub = CageReport(name, config.norm,
+                rule_sub = CageReport(name, gap.norm,
                                       [s for s in report.scores if s.id in keep])
                 ag = judge_agreement(rule_sub, reports["llm"])
                 agree_rows.append([name, int(ag["text_n"]), ag["text_pearson"],
@@ -191,7 +180,7 @@ def evaluate_job(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult
             details[name] = {j: r.to_json() for j, r in reports.items()}
             for jname, rep in reports.items():
                 failures += [{**f, "responder": name, "judge": jname} for f in rep.failures]
-                for row in rep.summary(n_boot=config.n_bootstrap, seed=ctx.seed):
+                for row in rep.summary(n_boot=gap.n_bootstrap, seed=ctx.seed):
                     if key != "graded" or row["rung"] == "overall":  # own table below
                         rows.append(_row(name, jname, row))
                     prefix = f"{name}.{row['rung']}" + ("" if jname == "rule" else f".{jname}")
@@ -214,7 +203,7 @@ def evaluate_job(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult
     if graded_rows:
         tables.append(icml.Table("AG against known faithfulness (graded responders: chain "
                                  "edges corrupted at the given rate, answers right "
-                                 f"{config.graded_accuracy:.0%} of the time independently)",
+                                 f"{rc.graded_accuracy:.0%} of the time independently)",
                                  ["responder", "mean faithfulness", "S_text", "S_chain", "AG",
                                   "AG 95% CI", "AG MDE", "item AG median"], graded_rows))
     if agree_rows:
@@ -225,13 +214,14 @@ def evaluate_job(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult
                                  agree_rows))
     shortcut = ", ".join(f"{k}: {v:.0%}" for k, v in disagree.items())
     notes = (f"{len(bench.images)} scenes, {len(bench)} questions (families: "
-             f"{', '.join(config.families)}); judge: {config.judge} (rule: {config.chain_metric},"
-             f" weight {config.chain_weight}); AG normaliser: {config.norm}. Share of scenes "
+             f"{', '.join(config.scenes.families)}); judge: {jc.kind} (rule: "
+             f"{jc.rule.chain_metric}, weight {jc.rule.chain_weight}); AG normaliser: "
+             f"{gap.norm}. Share of scenes "
              f"where the rung-2 and rung-3 answers to the same change differ, and where rung 3 "
              f"differs from what the picture shows: {shortcut}. Reference responders (oracle, "
              "graded, unfaithful) are built with the answer key; every other responder sees "
              "only the image (or its caption), the question and the probe. VLM responders "
-             f"answered the first {config.vlm_items or len(bench)} questions; tiny VLMs have "
+             f"answered the first {rc.vlm_items or len(bench)} questions; tiny VLMs have "
              "random weights (the adapter path, not a claim about real VLMs); caption-lm is a "
              "text-only model reading a perfect caption (no packaged VLM loads offline here).")
     for k, v in disagree.items():
@@ -250,10 +240,9 @@ def train_job(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
     from icml_cage.dataset import generate_benchmark
     from icml_cage.sft_export import export_sft
 
-    _check_families(config.families)
+    _check_families(config.scenes.families)
     with ctx.step("generating scenes"):
-        bench = generate_benchmark(config.n_images, seed=ctx.seed, families=config.families,
-                                   size=config.size)
+        bench = generate_benchmark(config.n_images, seed=ctx.seed, scenes=config.scenes)
     path = export_sft(bench, ctx.path("sft"), config.chain_prompt)
     per_rung = {}
     for it in bench.items:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from icml_cage.config import RuleConfig
 from icml_cage.dataset import CageItem
 from icml_cage.probes import normalise_node, parse_answer, parse_chain
 
@@ -143,22 +144,16 @@ def answer_chain_consistency(response: str, item: CageItem) -> bool | None:
     return stated == (answer == "yes")
 
 
-@dataclass(frozen=True)
-class RuleJudge:
-    """Deterministic rubric judge; see the module docstring."""
+class RuleJudge(RuleConfig):
+    """Deterministic rubric judge; see the module docstring. Its settings are
+    :class:`~icml_cage.config.RuleConfig`'s (the config's ``judge.rule`` section), which it
+    subclasses: ``RuleJudge(chain_metric="edit")``, or ``RuleJudge.from_config(config.judge.rule)``
+    for a config section; validated once, by ``RuleConfig``."""
 
-    chain_metric: str = "edge_f1"
-    chain_weight: float = 0.8
-    inconsistency_penalty: float = 0.5
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.inconsistency_penalty <= 1.0:
-            raise ValueError("inconsistency_penalty must be in [0, 1], got "
-                             f"{self.inconsistency_penalty}")
-        if self.chain_metric not in ("edge_f1", "edit"):
-            raise ValueError(f"chain_metric {self.chain_metric!r}: use 'edge_f1' or 'edit'")
-        if not 0.0 <= self.chain_weight <= 1.0:
-            raise ValueError(f"chain_weight must be in [0, 1], got {self.chain_weight}")
+    @classmethod
+    def from_config(cls, config: RuleConfig) -> RuleJudge:
+        """The judge with ``config``'s rubric (every field, unchanged)."""
+        return cls(**{f.name: getattr(config, f.name) for f in fields(RuleConfig)})
 
     def score_text(self, response: str, item: CageItem) -> float:
         response = response if isinstance(response, str) else ""
