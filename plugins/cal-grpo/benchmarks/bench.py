@@ -11,14 +11,27 @@ TRL's default); the baseline is leave-one-out everywhere unless a row says ``mea
 3. Peer: TRL's own GRPOTrainer vs CALGRPOTrainer on the same multi-attempt rollouts, with TRL's
    scale_rewards and CAL's cal_scale set alike (skipped when trl is not installed).
 
-    python plugins/cal-grpo/benchmarks/bench.py [--seeds 4] [--steps 30] [--trl-steps 20]
+    python plugins/cal-grpo/benchmarks/bench.py --parts tabular \
+        [--out-results plugins/cal-grpo/results/bench.json]            # exact tables, ~20 s
+    python plugins/cal-grpo/benchmarks/bench.py --parts lm [--seeds 4] [--steps 30] \
+        [--out-results plugins/cal-grpo/results/tiny_lm.json]          # ~5 min
+    python plugins/cal-grpo/benchmarks/bench.py --parts trl [--trl-steps 20] \
+        [--out-results plugins/cal-grpo/results/trl_peer.json]      # needs trl ([bench] extra)
+
+``--out-results FILE`` writes the tables of the parts run as a results file (``icml.results``),
+its command the command line as typed from the repository root. Every number is exact
+(enumeration) or a deterministic function of the seeds at one thread; the seed-level tables
+carry the MDE of each estimator's difference from trajectory GRPO over the paired seeds
+(``icml.stats.mde_mean``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
+import sys
 import time
 
 import torch
@@ -30,6 +43,32 @@ BASE = {"trajectory": {"mode": "trajectory"}, "cal": {"mode": "cal"},
         "naive": {"mode": "naive"}, "td(0.5)": {"mode": "td", "lam": 0.5},
         "td(0)": {"mode": "td", "lam": 0.0}}
 SCALES = ("none", "group")
+TABLES: list[dict] = []  # every table printed, for --out-results
+
+
+def emit(title: str, cols: list[str], rows: list[list], name: str) -> None:
+    """Print a Markdown table and keep it for the results file (cells as printed)."""
+    from icml import results
+
+    print(f"\n#### {title}\n")
+    print("| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |")
+    print("|---" * len(cols) + "|")
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |", flush=True)
+    TABLES.append(results.make_table(title, cols, rows, name=name))
+
+
+def _diff_mde(values: dict[str, list[float]], arm: str, ref: str = "trajectory") -> list[str]:
+    """Mean paired (same seed) difference ``arm - ref`` and its minimum detectable effect
+    (alpha 0.05, power 0.8, ``icml.stats.mde_mean`` on the per-seed differences)."""
+    from icml.stats import mde_mean
+
+    if arm == ref or ref not in values:
+        return ["-", "-"]
+    d = [a - b for a, b in zip(values[arm], values[ref], strict=True)]
+    sd = statistics.stdev(d) if len(d) > 1 else float("nan")
+    mde = mde_mean(sd, len(d)) if sd == sd else float("inf")
+    return [f"{statistics.fmean(d):+.3f}", f"{mde:.3f}"]
 
 
 def table1(groups: int) -> None:
@@ -45,16 +84,16 @@ def table1(groups: int) -> None:
         rows = estimator_table(estimators=est, logits=logits, group_size=8)
         base = {sc: next(r["variance"] for r in rows
                          if r["estimator"] == f"trajectory | {sc} | loo") for sc in SCALES}
-        print(f"\n#### Tabular probe env, {name} policy (G=8, exact)\n")
-        print("| estimator | scaling | baseline | relative bias | cosine to grad J | "
-              "total variance | variance / trajectory (same scaling) | variance / "
-              "\\|E g\\|^2 |")
-        print("|---|---|---|---|---|---|---|---|")
+        out = []
         for r in rows:
-            sc = str(r["estimator"]).split(" | ")[1]
-            print(f"| {r['estimator']} | {r['rel_bias']:.3g} | {r['cosine']:.3f} | "
-                  f"{r['variance']:.4f} | {r['variance'] / base[sc]:.3f} | "
-                  f"{r['rel_variance']:.3f} |")
+            arm, sc, bl = str(r["estimator"]).split(" | ")
+            out.append([arm, sc, bl, f"{r['rel_bias']:.3g}", f"{r['cosine']:.3f}",
+                        f"{r['variance']:.4f}", f"{r['variance'] / base[sc]:.3f}",
+                        f"{r['rel_variance']:.3f}"])
+        emit(f"Tabular probe env, {name} policy (G=8, exact)",
+             ["estimator", "scaling", "baseline", "relative bias", "cosine to grad J",
+              "total variance", "variance / trajectory (same scaling)", "variance / |E g|^2"],
+             out, name="uniform" if logits is None else "random")
 
 
 def table0(seeds: int = 5, steps: int = 100) -> None:
@@ -62,20 +101,27 @@ def table0(seeds: int = 5, steps: int = 100) -> None:
 
     env = probe_env()
     tr1 = enumerate_trajectories(env, 1)
-    print(f"\n#### Tabular probe env, policy-gradient training ({seeds} seeds x {steps} steps, "
-          "G=8, lr 1, leave-one-out; exact Ver@k)\n")
-    print("| estimator | scaling | Ver@3 (mean +- sd) | min | Ver@1 (mean) |")
-    print("|---|---|---|---|---|")
+    rows = []
     for sc in SCALES:
+        per: dict[str, list[float]] = {}
+        v1s: dict[str, list[float]] = {}
         for mode in ("naive", "trajectory", "cal"):
             v3, v1 = [], []
             for s in range(seeds):
                 keep: list = []
-                v3.append(train_tabular(env, mode, steps=steps, lr=1.0, seed=s, scale=sc,
-                                        keep=keep)[-1])
+                v3.append(float(train_tabular(env, mode, steps=steps, lr=1.0, seed=s, scale=sc,
+                                              keep=keep)[-1]))
                 v1.append(float(exact_objective(keep[0][:1], tr1)))
-            print(f"| {mode} | {sc} | {statistics.fmean(v3):.3f} +- {statistics.stdev(v3):.3f} "
-                  f"| {min(v3):.3f} | {statistics.fmean(v1):.3f} |")
+            per[mode], v1s[mode] = v3, v1
+        for mode in ("naive", "trajectory", "cal"):
+            v3 = per[mode]
+            rows.append([mode, sc, f"{statistics.fmean(v3):.3f} +- {statistics.stdev(v3):.3f}",
+                         f"{min(v3):.3f}", f"{statistics.fmean(v1s[mode]):.3f}",
+                         *_diff_mde(per, mode)])
+    emit(f"Tabular probe env, policy-gradient training ({seeds} seeds x {steps} steps, G=8, "
+         "lr 1, leave-one-out; exact Ver@k)",
+         ["estimator", "scaling", "Ver@3 (mean +- sd)", "min", "Ver@1 (mean)",
+          "Ver@3 - trajectory (paired seeds)", "MDE"], rows, name="tabular-training")
 
 
 def table1b(groups: int) -> None:
@@ -84,16 +130,16 @@ def table1b(groups: int) -> None:
     tr = enumerate_trajectories(probe_env(), 3)
     logits = torch.zeros((tr.n_states, tr.n_arms), dtype=torch.float64)
     sizes = (2, 3, 4, 6, 8, 16)
-    print("\n#### CAL / trajectory-GRPO variance ratio vs group size (uniform policy, exact)\n")
-    print("| scaling | " + " | ".join(f"G={g}" for g in sizes) + " |")
-    print("|---" * (len(sizes) + 1) + "|")
+    rows = []
     for sc in SCALES:
         cells = []
         for g in sizes:
             v = {m: exact_estimator_moments(logits, tr, g, mode=m, scale=sc)[1]
                  for m in ("trajectory", "cal")}
             cells.append(f"{float(v['cal'] / v['trajectory']):.4f}")
-        print(f"| {sc} | " + " | ".join(cells) + " |")
+        rows.append([sc, *cells])
+    emit("CAL / trajectory-GRPO variance ratio vs group size (uniform policy, exact)",
+         ["scaling", *(f"G={g}" for g in sizes)], rows, name="variance-ratio")
 
 
 def _make(seed: int):
@@ -110,11 +156,7 @@ def table2(seeds: int, steps: int) -> None:
     from icml_cal_grpo.tasks import ProbeTask
 
     t0 = time.perf_counter()
-    print(f"\n#### Tiny Qwen2 on the LM probe task ({seeds} seeds x {steps} steps, G=8, "
-          "2 prompts/step, leave-one-out baselines)\n")
-    print("| estimator | scaling | exact Ver@3 (mean +- sd) | min | exact Ver@1 (mean) | "
-          "P(probe first) | median steps to 0.85 | reached |")
-    print("|---|---|---|---|---|---|---|---|")
+    rows = []
     for sc in SCALES:
         curves, ver1 = [], {}
         for mode in ("naive", "trajectory", "cal"):
@@ -125,13 +167,20 @@ def table2(seeds: int, steps: int) -> None:
             tok = _make(0)[1]
             task = ProbeTask(max_attempts=1)
             ver1[mode] = statistics.fmean(task.exact_verification(m, tok) for m in keep)
+        per = {m: [float(c.ver[-1]) for c in curves if c.mode == m]
+               for m in ("naive", "trajectory", "cal")}
         for s in summarize(curves, steps):
-            finals = [c.ver[-1] for c in curves if c.mode == s["estimator"]]
+            finals = per[s["estimator"]]
             sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
-            print(f"| {s['estimator']} | {sc} | {s['final_ver']:.3f} +- {sd:.3f} | "
-                  f"{s['min_ver']:.3f} | {ver1[s['estimator']]:.3f} | {s['probe_first']:.3f} | "
-                  f"{_cell(s['median_steps_to_target'], steps)} | "
-                  f"{s['reached']}/{s['seeds']} |")
+            rows.append([s["estimator"], sc, f"{s['final_ver']:.3f} +- {sd:.3f}",
+                         f"{s['min_ver']:.3f}", f"{ver1[s['estimator']]:.3f}",
+                         f"{s['probe_first']:.3f}", _cell(s["median_steps_to_target"], steps),
+                         f"{s['reached']}/{s['seeds']}", *_diff_mde(per, s["estimator"])])
+    emit(f"Tiny Qwen2 on the LM probe task ({seeds} seeds x {steps} steps, G=8, 2 prompts/step, "
+         "leave-one-out baselines)",
+         ["estimator", "scaling", "exact Ver@3 (mean +- sd)", "min", "exact Ver@1 (mean)",
+          "P(probe first)", "median steps to 0.85", "reached",
+          "Ver@3 - trajectory (paired seeds)", "MDE"], rows, name="tiny-lm")
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 
@@ -141,8 +190,7 @@ def table3(seeds: int, steps: int) -> None:
         from transformers import PrinterCallback
         from trl import GRPOConfig, GRPOTrainer
     except ImportError:
-        print("\n(trl not installed: peer table skipped; pip install 'icml-cal-grpo[bench]')")
-        return
+        raise SystemExit("the trl part needs trl: pip install 'icml-cal-grpo[bench]'") from None
     from icml_cal_grpo.tasks import ProbeTask
     from icml_cal_grpo.trl_adapter import (
         CALGRPOTrainer,
@@ -156,11 +204,11 @@ def table3(seeds: int, steps: int) -> None:
                 {"cal_mode": "trajectory", "cal_baseline": "mean"},
             "CALGRPOTrainer cal, mean baseline": {"cal_mode": "cal", "cal_baseline": "mean"},
             "CALGRPOTrainer cal, leave-one-out": {"cal_mode": "cal", "cal_baseline": "loo"}}
-    print(f"\n#### Peer: TRL 1.16 GRPOTrainer vs CALGRPOTrainer ({seeds} seeds x {steps} "
-          "steps, same multi-attempt rollout_func, beta=0, loss dapo)\n")
-    print("| trainer | scaling | exact Ver@3 (mean +- sd) | min | per seed |")
-    print("|---|---|---|---|---|")
+    import trl
+
+    rows = []
     for sc in SCALES:
+        per: dict[str, list[float]] = {}
         for name, cal in arms.items():
             res = []
             for s in range(seeds):
@@ -185,28 +233,63 @@ def table3(seeds: int, steps: int) -> None:
                                      rollout_func=make_rollout_func(task, rc, s))
                 tr.remove_callback(PrinterCallback)
                 tr.train()
-                res.append(task.exact_verification(tr.accelerator.unwrap_model(tr.model), tok))
+                res.append(float(task.exact_verification(tr.accelerator.unwrap_model(tr.model),
+                                                         tok)))
+            per[name] = res
+        ref = next(iter(arms))  # TRL's own GRPOTrainer
+        for name, res in per.items():
             sd = statistics.stdev(res) if len(res) > 1 else 0.0
-            print(f"| {name} | {sc} | {statistics.fmean(res):.3f} +- {sd:.3f} | {min(res):.3f} | "
-                  f"{', '.join(f'{x:.3f}' for x in res)} |", flush=True)
+            rows.append([name, sc, f"{statistics.fmean(res):.3f} +- {sd:.3f}", f"{min(res):.3f}",
+                         ", ".join(f"{x:.3f}" for x in res), *_diff_mde(per, name, ref)])
+    emit(f"Peer: TRL {trl.__version__} GRPOTrainer vs CALGRPOTrainer ({seeds} seeds x {steps} "
+         "steps, same multi-attempt rollout_func, beta=0, loss dapo)",
+         ["trainer", "scaling", "exact Ver@3 (mean +- sd)", "min", "per seed",
+          "Ver@3 - TRL GRPOTrainer (paired seeds)", "MDE"], rows, name="trl-peer")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="tabular,lm",
+                    help="comma-separated: tabular (exact tables), lm (tiny Qwen2), trl (peer)")
+    ap.add_argument("--tabular-seeds", type=int, default=5)
+    ap.add_argument("--tabular-steps", type=int, default=100)
     ap.add_argument("--groups", type=int, default=20000)
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--trl-seeds", type=int, default=3)
     ap.add_argument("--trl-steps", type=int, default=20)
+    ap.add_argument("--out-results", default="",
+                    help="also write the tables as a results file "
+                         "(plugins/cal-grpo/results/NAME.json)")
     a = ap.parse_args()
+    parts = a.parts.split(",")
+    bad = sorted(set(parts) - {"tabular", "lm", "trl"})
+    if bad:
+        raise SystemExit(f"--parts: unknown {bad}; allowed: tabular, lm, trl")
+    from icml import results
+
+    clock = results.Clock()
     with torch_threads(1):
         t0 = time.perf_counter()
-        table0()
-        table1(a.groups)
-        table1b(a.groups)
-        table2(a.seeds, a.steps)
-        table3(a.trl_seeds, a.trl_steps)
+        if "tabular" in parts:
+            table0(a.tabular_seeds, a.tabular_steps)
+            table1(a.groups)
+            table1b(a.groups)
+        if "lm" in parts:
+            table2(a.seeds, a.steps)
+        if "trl" in parts:
+            table3(a.trl_seeds, a.trl_steps)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s, torch {torch.__version__}")
+    if a.out_results:
+        command = "python " + shlex.join(["plugins/cal-grpo/benchmarks/bench.py", *sys.argv[1:]])
+        seeds = range(max(a.tabular_seeds if "tabular" in parts else 0,
+                          a.seeds if "lm" in parts else 0,
+                          a.trl_seeds if "trl" in parts else 0))
+        out = results.write(a.out_results, TABLES, command=command, plugin="cal-grpo",
+                            seeds=list(seeds), clock=clock, threads=1,
+                            # the exact tables run in well under 90 s: `icml reproduce --quick`
+                            quick=set(parts) <= {"tabular"})
+        print(f"# wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

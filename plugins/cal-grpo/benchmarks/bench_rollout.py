@@ -4,16 +4,27 @@ feedback turns), and single-attempt generation ours vs TRL GRPOTrainer's own gen
 Arms alternate within one run (repetition r of every arm, then r+1), so machine load hits all
 arms alike; the table reports generated tokens per second and time ratios.
 
-    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/bench_rollout.py --model smollm2
-    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/bench_rollout.py --model tiny
+    python plugins/cal-grpo/benchmarks/bench_rollout.py --model smollm2 --reps 2 \
+        --out-results plugins/cal-grpo/results/rollout_smollm2.json
+    python plugins/cal-grpo/benchmarks/bench_rollout.py --model tiny --reps 3 \
+        --out-results plugins/cal-grpo/results/rollout_tiny.json
+
+Needs trl (``pip install 'icml-cal-grpo[bench]'``). ``--out-results FILE`` writes the table as a
+results file (``icml.results``); every number in it is a clock reading or a ratio of two, so
+each column is declared ``timing`` (shown, never compared by ``icml reproduce``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
+import sys
 import time
+
+TIMING_WHY = ("wall clock of one process on a shared 2-core CPU (load average in the title): "
+              "shown, never compared; ratios are from the same run, arms alternating")
 
 
 def main() -> None:
@@ -23,7 +34,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=10)
+    ap.add_argument("--out-results", default="",
+                    help="also write the table as a results file "
+                         "(plugins/cal-grpo/results/NAME.json)")
     a = ap.parse_args()
+    from icml import results
+
+    clock = results.Clock()
+    load0 = os.getloadavg()[0]
 
     import torch
     from datasets import Dataset
@@ -93,18 +111,34 @@ def main() -> None:
                 n = fn(rep)
                 times[name].append(time.perf_counter() - t0)
                 toks[name].append(n)
-    print(f"\n#### Rollout throughput, {a.model} ({len(prompts)} prompts x {g} generations, "
-          f"<= {a.tokens} tokens per attempt, {a.reps} alternating repetitions, 1 thread)\n")
-    print("| arm | median s per batch | generated tokens / s | time / (ours, cache, same K) |")
-    print("|---|---|---|---|")
+    load1 = os.getloadavg()[0]
+    title = (f"Rollout throughput, {a.model} ({len(prompts)} prompts x {g} generations, "
+             f"<= {a.tokens} tokens per attempt, {a.reps} alternating repetitions, 1 thread; "
+             f"load average {load0:.1f} at the start, {load1:.1f} at the end)")
+    cols = ["arm", "median s per batch", "generated tokens / s", "time / (ours, cache, same K)"]
     ref = {3: statistics.median(times["ours, cache, K=3 (feedback turns)"]),
            1: statistics.median(times["ours, cache, K=1"])}
+    rows = []
     for name in arms:
         med = statistics.median(times[name])
         rate = sum(toks[name]) / sum(times[name])
         k = 3 if "K=3" in name else 1
-        print(f"| {name} | {med:.2f} | {rate:.1f} | {med / ref[k]:.2f} |")
-    print(f"\ntorch {torch.__version__}, load average {os.getloadavg()[0]:.1f}")
+        rows.append([name, med, rate, med / ref[k]])
+    print(f"\n#### {title}\n")
+    print("| " + " | ".join(cols) + " |")
+    print("|---" * len(cols) + "|")
+    for name, med, rate, ratio in rows:
+        print(f"| {name} | {med:.2f} | {rate:.1f} | {ratio:.2f} |")
+    print(f"\ntorch {torch.__version__}, load average {load1:.1f}")
+    if a.out_results:
+        table = results.make_table(title, cols, rows, name="rollout",
+                                   formats={cols[1]: ".2f", cols[2]: ".1f", cols[3]: ".2f"})
+        out = results.write(
+            a.out_results, [table], plugin="cal-grpo", clock=clock, threads=1, seeds=[],
+            command="python " + shlex.join(["plugins/cal-grpo/benchmarks/bench_rollout.py",
+                                            *sys.argv[1:]]),
+            tolerance={c: {"timing": True, "why": TIMING_WHY} for c in cols[1:]})
+        print(f"# wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

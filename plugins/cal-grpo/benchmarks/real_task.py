@@ -5,7 +5,13 @@ the held-out questions before and after a short training budget, per estimator a
 estimators share the same settings (no std scaling, leave-one-out baseline, same seeds, same
 evaluation rollouts seed), so only the weighting differs.
 
-    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task.py --out runs.jsonl
+    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task.py --out runs.jsonl \
+        --out-results plugins/cal-grpo/results/real_task.json
+
+Superseded by ``real_task_arith.py`` (15 held-out questions cannot separate the estimators); its
+0.2.0 tables are kept in CHANGELOG.md. ``--out-results FILE`` writes the per-run and per-arm
+tables as a results file (``icml.results``); the training wall seconds are a clock reading
+(declared ``timing``).
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import shlex
+import statistics
+import sys
 import time
 
 
@@ -40,8 +49,17 @@ def main() -> None:
     ap.add_argument("--eval-gens", type=int, default=2)
     ap.add_argument("--beta", type=float, default=0.0)
     ap.add_argument("--scale", default="none")
+    ap.add_argument("--test-questions", type=int, default=0,
+                    help="evaluate on the first N held-out questions only (0: all 15)")
     ap.add_argument("--out", default="real_task.jsonl")
+    ap.add_argument("--out-results", default="",
+                    help="also write the tables as a results file "
+                         "(plugins/cal-grpo/results/NAME.json)")
     a = ap.parse_args()
+    from icml import results
+
+    clock = results.Clock()
+    records: list[dict] = []
 
     import random
 
@@ -57,6 +75,8 @@ def main() -> None:
     base, tok = load_pretrained("smollm2-135m-instruct")
     task = ChatQATask(tok)
     train, test = task.prompts("train"), task.prompts("test")
+    if a.test_questions:
+        test = test[:a.test_questions]
     out = open(a.out, "a")
     seeds = [int(s) for s in a.seeds.split(",")]
     for seed in seeds:
@@ -66,6 +86,7 @@ def main() -> None:
         print(json.dumps(rec), flush=True)
         out.write(json.dumps(rec) + "\n")
         out.flush()
+        records.append(rec)
         for mode in a.modes.split(","):
             t0 = time.perf_counter()
             torch.manual_seed(seed)
@@ -92,6 +113,44 @@ def main() -> None:
             print(json.dumps(rec), flush=True)
             out.write(json.dumps(rec) + "\n")
             out.flush()
+            records.append(rec)
+    out.close()
+    if a.out_results:
+        write_results(a.out_results, records, seeds, clock)
+
+
+def write_results(path: str, records: list[dict], seeds: list[int], clock) -> None:
+    from icml import results
+
+    def sd(x: list[float]) -> float:
+        return statistics.stdev(x) if len(x) > 1 else 0.0
+
+    per_run = results.make_table(
+        "Per run (held-out Ver@k; training-batch Ver@3 per update)",
+        ["arm", "seed", "Ver@1 (held-out)", "Ver@3 (held-out)", "train Ver@3 per step",
+         "train wall s"],
+        [[r["mode"], r["seed"], r["ver@1"], r["ver@3"],
+          ", ".join(f"{v:.2f}" for v in r.get("train_ver@3", [])) or "-",
+          r.get("train_seconds")] for r in records],
+        name="per_run", formats={"Ver@1 (held-out)": ".3f", "Ver@3 (held-out)": ".3f",
+                                 "train wall s": ".0f"})
+    arms = list(dict.fromkeys(r["mode"] for r in records))
+    rows = []
+    for arm in arms:
+        v1 = [r["ver@1"] for r in records if r["mode"] == arm]
+        v3 = [r["ver@3"] for r in records if r["mode"] == arm]
+        rows.append([arm, len(v1), f"{statistics.fmean(v1):.3f} +- {sd(v1):.3f}",
+                     f"{statistics.fmean(v3):.3f} +- {sd(v3):.3f}"])
+    summary = results.make_table("Per arm over seeds",
+                                 ["arm", "seeds", "Ver@1 (mean +- sd)", "Ver@3 (mean +- sd)"],
+                                 rows, name="arms")
+    out = results.write(
+        path, [per_run, summary], plugin="cal-grpo", seeds=seeds, clock=clock, threads=1,
+        command="python " + shlex.join(["plugins/cal-grpo/benchmarks/real_task.py",
+                                        *sys.argv[1:]]),
+        tolerance={"train wall s": {"timing": True,
+                                    "why": "wall clock of a shared CPU: shown, never compared"}})
+    print(f"# wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
