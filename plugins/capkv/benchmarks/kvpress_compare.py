@@ -2,6 +2,13 @@
 
     python plugins/capkv/benchmarks/kvpress_compare.py --inp kvpress_parity.json
 
+With ``--out-results FILE`` it writes the table as a results file (``icml.results``); the
+command recorded runs both sides from the repo root::
+
+    nox -s bench_capkv_kvpress -- --out kvpress_parity.json && \
+        python plugins/capkv/benchmarks/kvpress_compare.py --inp kvpress_parity.json \
+        --out-results plugins/capkv/results/kvpress_parity.json
+
 Prints, per press, ratio and model, the kept positions that differ (per layer and KV head,
 summed) and the largest layer-0 score difference, for our defaults and for the kvpress-compatible
 options (``KVPRESS_OPTIONS``). Our arms run in this environment (transformers 5.x), kvpress's ran
@@ -13,6 +20,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -86,7 +95,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--inp", default="kvpress_parity.json")
     ap.add_argument("--skip-pretrained", action="store_true")
+    ap.add_argument("--out-results", default="", help="write the table to this results file")
     args = ap.parse_args()
+    from icml import results
+
+    clock = results.Clock()
     torch.set_num_threads(1)
     data = json.loads(Path(args.inp).read_text())
     rows = compare(data, tiny_model(), "tiny")
@@ -101,6 +114,44 @@ def main() -> None:
     for r in rows:
         print(f"| {r['model']} | {r['policy']} | {r['ratio']} | {r['arm']} | "
               f"{r['differ']} / {r['kept']} | {r['ours_s']:.3f} | {r['kvpress_s']:.3f} |")
+    if args.out_results:
+        path = results.write(args.out_results, [parity_table(rows, data["versions"])],
+                             command=record_command(args), plugin="capkv", seeds=[],
+                             quick=False, clock=clock, threads=1, tolerance=TIMING)
+        print(f"results file: {path}")
+
+
+TIMING = {c: {"timing": True, "why": "wall-clock seconds of one prefill + compression on a "
+              "shared machine, the two sides in different processes and transformers versions"}
+          for c in ("ours s", "kvpress s")}
+PARITY_COLUMNS = ["model", "press", "ratio", "differ, kvpress options", "differ, our defaults",
+                  "kept", "ours s", "kvpress s"]
+
+
+def parity_table(rows: list[dict], versions: dict) -> dict:
+    """One row per model, press and ratio: kept positions (per layer and KV head, summed) that
+    differ from kvpress's, with kvpress's options and with our defaults."""
+    from icml.results import make_table
+
+    by = {}
+    for r in rows:
+        key = (r["model"], r["policy"], r["ratio"])
+        by.setdefault(key, {})["kvpress" if "kvpress options" in r["arm"] else "ours"] = r
+    out = []
+    for (model, policy, ratio), arms in by.items():
+        kv, ours = arms["kvpress"], arms["ours"]
+        out.append([model, policy, ratio, kv["differ"], ours["differ"], kv["kept"],
+                    kv["ours_s"], kv["kvpress_s"]])
+    side = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+    return make_table(f"Kept positions that differ from kvpress's ({side}): ours with kvpress's "
+                      "options and with our defaults", PARITY_COLUMNS, out, name="parity",
+                      formats={"ours s": ".3f", "kvpress s": ".3f"})
+
+
+def record_command(args) -> str:
+    """Both sides, from the repo root: kvpress's record (its own environment), then ours."""
+    ours = shlex.join(["python", "plugins/capkv/benchmarks/kvpress_compare.py", *sys.argv[1:]])
+    return f"nox -s bench_capkv_kvpress -- --out {shlex.quote(args.inp)} && {ours}"
 
 
 if __name__ == "__main__":

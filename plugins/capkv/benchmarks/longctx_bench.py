@@ -1,14 +1,20 @@
 """Long-context benchmark on the real pretrained chat model (SmolLM2-135M-Instruct, offline).
 
     python plugins/capkv/benchmarks/longctx_bench.py run --lengths 1024 --n 4 --out lc.jsonl
-    python plugins/capkv/benchmarks/longctx_bench.py table --inp lc.jsonl
+    python plugins/capkv/benchmarks/longctx_bench.py table --inp lc.jsonl \
+        --out-results plugins/capkv/results/longctx.json
 
 ``run`` appends one JSON line per item (every policy x ratio x mode), so a cut run keeps what it
 finished and a rerun skips items already there. ``table`` pools them into the README tables:
 exact accuracy and KL (mean over the answer tokens, teacher-forced) per task, policy, ratio,
 context length and mode, with 95% bootstrap intervals over items, and the tied-best verdict
 (rule in the README, fixed before the runs). ``fidelity`` runs continuation fidelity on the
-core's evaluation text.
+core's evaluation text; ``fidelity-table`` pools it.
+
+``table --out-results FILE`` and ``fidelity-table --out-results FILE`` write the tables as a
+results file (``icml.results``). Each JSON line (and the fidelity file) keeps the command that
+made it, so the file's ``command`` is the whole chain, run from the repo root: every ``run``
+(or the ``fidelity`` run), then the table command.
 """
 
 from __future__ import annotations
@@ -16,11 +22,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
 POLICIES = ["capkv", "leverage", "snapkv", "streaming", "h2o", "knorm", "random"]
 RATIOS = [0.25, 0.5, 0.75, 0.9]
+SCRIPT = "plugins/capkv/benchmarks/longctx_bench.py"
+TIMING = {"CapKV scoring / full prefill": {
+    "timing": True, "why": "a ratio of two clock readings of one process on a shared machine"}}
+
+
+def _command() -> str:
+    """This invocation as run from the repo root."""
+    return shlex.join(["python", SCRIPT, *sys.argv[1:]])
+
+
+def _estimate(m: float, lo: float, hi: float) -> dict:
+    return {"value": m, "lo": lo, "hi": hi}
+
+
+def _chain(commands: list[str], last: str) -> str:
+    """The commands that made the records (each once, first-seen order), then ``last``."""
+    out: list[str] = []
+    for c in commands:
+        if c and c not in out:
+            out.append(c)
+    return " && ".join([*out, last])
 
 
 def _model(threads: int):
@@ -54,7 +83,8 @@ def run(args) -> None:
                 with out.open("a") as f:
                     f.write(json.dumps({"task": task, "length": length, "item": i,
                                         "answer": it.answer_text, "rows": rows,
-                                        "seconds": time.perf_counter() - t0}) + "\n")
+                                        "seconds": time.perf_counter() - t0,
+                                        "command": _command()}) + "\n")
                 full = [r["correct"] for r in rows if r["policy"] == "full"]
                 print(f"{task} L={length} item {i}: full {full} "
                       f"{time.perf_counter() - t0:.1f}s", flush=True)
@@ -66,7 +96,8 @@ def fidelity(args) -> None:
     model, tok = _model(args.threads)
     rows = continuation_fidelity_text(model, tok, args.context, args.n, POLICIES, RATIOS,
                                       cont_len=args.cont)
-    Path(args.out).write_text(json.dumps({"context": args.context, "rows": rows}))
+    Path(args.out).write_text(json.dumps({"context": args.context, "rows": rows,
+                                          "command": _command()}))
 
 
 def table(args) -> None:
@@ -114,6 +145,60 @@ def table(args) -> None:
     print(text)
     if args.md:
         Path(args.md).write_text(text + "\n")
+    if args.out_results:
+        path = _write(args, long_context_tables(recs), [r.get("command", "") for r in recs],
+                      tolerance=TIMING)
+        print(f"results file: {path}")
+
+
+def long_context_tables(recs: list[dict]) -> list[dict]:
+    """The results-file tables of ``table``: per task, length and mode the exact accuracy and
+    KL [95% bootstrap CI over items] per policy and ratio; CapKV's verdicts; the scoring /
+    prefill ratio per length."""
+    from icml_capkv.longctx import capkv_verdicts, summarize_items
+
+    from icml.results import make_table
+
+    tables, verdicts = [], []
+    cols = (["policy"] + [f"acc r={r}" for r in RATIOS] + [f"KL r={r}" for r in RATIOS])
+    for (task, length, aware), s in sorted(summarize_items(recs).items()):
+        mode = "aware" if aware else "agnostic"
+        present = sorted({p for p, _ in s["correct"]}, key=lambda p: (
+            POLICIES.index(p) if p in POLICIES else len(POLICIES), p))
+        rows = [[p] + [_estimate(*s[metric][p, r]) for metric in ("correct", "kl")
+                       for r in RATIOS] for p in present]
+        tables.append(make_table(
+            f"{task}, {length} tokens, question-{mode}: exact accuracy and KL [95% bootstrap "
+            f"CI over items] ({s['n']} items; full-cache accuracy {s['full_accuracy']:.2f})",
+            cols, rows, name=f"{task}-{length}-{mode}",
+            formats={**{f"acc r={r}": ".2f" for r in RATIOS},
+                     **{f"KL r={r}": ".3g" for r in RATIOS}}))
+        verdicts += [[task, length, mode, r, m, v, b] for r, m, v, b in capkv_verdicts(s, RATIOS)]
+    tables.append(make_table("Is CapKV best or tied-best? (tied = 95% intervals overlap with the "
+                             "best other policy's)", ["task", "length", "mode", "ratio",
+                                                      "metric", "verdict", "best other"],
+                             verdicts, name="verdicts"))
+    cost = []
+    for L in sorted({r["length"] for r in recs}):
+        cap = [row["scoring_s"] for r in recs if r["length"] == L for row in r["rows"]
+               if row["policy"] == "capkv" and row["ratio"] == RATIOS[0]]
+        pre = [row["prefill_s"] for r in recs if r["length"] == L for row in r["rows"]
+               if row["policy"] == "full"]
+        if cap and pre:
+            cost.append([L, sum(cap) / sum(pre)])
+    if cost:
+        tables.append(make_table("CapKV scoring / full prefill (same process)",
+                                 ["length", "CapKV scoring / full prefill"], cost, name="cost",
+                                 formats={"CapKV scoring / full prefill": ".3f"}))
+    return tables
+
+
+def _write(args, tables: list[dict], commands: list[str], tolerance: dict | None = None):
+    from icml import results
+
+    return results.write(args.out_results, tables, command=_chain(commands, _command()),
+                         plugin="capkv", seeds=[0], quick=False, threads=1,
+                         tolerance=tolerance)
 
 
 def fidelity_table(args) -> None:
@@ -127,7 +212,9 @@ def fidelity_table(args) -> None:
           " | ".join(f"top-1 r={r}" for r in RATIOS) + " |")
     print("|---" * (1 + 2 * len(RATIOS)) + "|")
     summ = {"kl": {}, "top1": {}}
-    for p in POLICIES:
+    present = [p for p in POLICIES if any(x["policy"] == p for x in rows)]
+    cells = []
+    for p in present:
         out = []
         for key in ("kl", "top1"):
             for r in RATIOS:
@@ -135,10 +222,32 @@ def fidelity_table(args) -> None:
                                            and x["ratio"] == r]], n_boot=1000)
                 summ[key][p, r] = (m, lo, hi)
                 out.append(f"{m:.3g} [{lo:.2g}, {hi:.2g}]")
+        cells.append([p] + [_estimate(*summ[key][p, r]) for key in ("kl", "top1")
+                            for r in RATIOS])
         print(f"| {p} | " + " | ".join(out) + " |")
-    print("\nCapKV: " + "; ".join(
-        f"r={r}: KL {verdict(summ['kl'], r)[0]} (best other {verdict(summ['kl'], r)[1]}), "
-        f"top-1 {verdict(summ['top1'], r, lower=False)[0]}" for r in RATIOS))
+    vrows = []
+    if "capkv" in present and len(present) > 1:
+        for r in RATIOS:
+            vk, bk = verdict(summ["kl"], r)
+            vt, bt = verdict(summ["top1"], r, lower=False)
+            vrows.append([r, vk, bk, vt, bt])
+        print("\nCapKV: " + "; ".join(f"r={r}: KL {vk} (best other {bk}), top-1 {vt}"
+                                      for r, vk, bk, vt, _ in vrows))
+    if args.out_results:
+        from icml.results import make_table
+
+        tables = [make_table(
+            f"Continuation fidelity, evaluation text, {d['context']}-token contexts, {n} "
+            "documents: KL and top-1 agreement [95% bootstrap CI over documents]",
+            ["policy"] + [f"KL r={r}" for r in RATIOS] + [f"top-1 r={r}" for r in RATIOS],
+            cells, name="fidelity", formats={f"KL r={r}": ".3g" for r in RATIOS})]
+        if vrows:
+            tables.append(make_table("Is CapKV best or tied-best? (tied = 95% intervals overlap "
+                                     "with the best other policy's)",
+                                     ["ratio", "KL", "best other (KL)", "top-1",
+                                      "best other (top-1)"], vrows, name="fidelity-verdict"))
+        path = _write(args, tables, [d.get("command", "")])
+        print(f"results file: {path}")
 
 
 def main() -> None:
@@ -162,8 +271,10 @@ def main() -> None:
     t = sub.add_parser("table")
     t.add_argument("--inp", default="longctx.jsonl")
     t.add_argument("--md", default="")
+    t.add_argument("--out-results", default="", help="write the tables to this results file")
     ft = sub.add_parser("fidelity-table")
     ft.add_argument("--inp", default="fidelity.json")
+    ft.add_argument("--out-results", default="", help="write the tables to this results file")
     args = ap.parse_args()
     {"run": run, "fidelity": fidelity, "table": table, "fidelity-table": fidelity_table}[
         args.cmd](args)

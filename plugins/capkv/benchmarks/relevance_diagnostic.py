@@ -6,13 +6,20 @@ pair tokens each policy keeps per KV head at ratio 0.5, and (3) the Spearman
 correlation between ``w`` and the attention the later question ``? k_j`` actually pays to the
 context, for the implemented anchor and for a negated anchor (a sign check).
 
-    python benchmarks/relevance_diagnostic.py [--steps 400] [--layout fused]
+    python plugins/capkv/benchmarks/relevance_diagnostic.py \
+        --out-results plugins/capkv/results/relevance_diagnostic.json
+
+``--out-results FILE`` writes the three tables (model, relevance, pairs-kept) as a results file
+(``icml.results``; one thread, deterministic). ``--steps``, ``--samples``, ``--layout`` change
+the setting (tests run it tiny).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import shlex
+import sys
 
 import torch
 from icml_capkv import CapKVCache, make_press, prefill
@@ -27,7 +34,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--samples", type=int, default=64)
     ap.add_argument("--layout", default="fused", choices=("fused", "split"))
+    ap.add_argument("--out-results", default="", help="write the tables to this results file "
+                    "(icml.results; the command recorded is this one, from the repo root)")
     args = ap.parse_args()
+    from icml import results
+
+    clock = results.Clock()
+    threads = results.apply_threads(1)  # $ICML_THREADS wins (icml reproduce)
     # The default job's task and training (see InferConfig).
     task = RecallTask(context_len=64, n_pairs=8, n_keys=8, n_values=8, n_fillers=4,
                       n_queries=16, layout=args.layout)
@@ -76,16 +89,49 @@ def main() -> None:
           "same, negated anchor |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]:.3f} | {r[2]:.3f} | {r[3]:.2f} | {r[4]:.2f} |")
-    print(f"\n| policy (r=0.5) | pair tokens kept per KV head, of {int(pair[0].sum())} "
+    n_pair = int(pair[0].sum())
+    print(f"\n| policy (r=0.5) | pair tokens kept per KV head, of {n_pair} "
           "(layer 0 / layer 1) |")
     print("|---|---|")
+    kept_rows = []
     for pol, kw in [("capkv", {}), ("capkv", {"tau": 1.0}), ("leverage", {}),
                     ("snapkv", {}), ("h2o", {})]:
         cache = prefill(model, ctx, make_press(pol, 0.5, **kw))
         kept = [float(pair[:, None].expand(-1, la.positions.shape[1], -1)
                       .gather(2, la.positions).float().sum(-1).mean()) for la in cache.layers]
         name = pol + (f" (tau {kw['tau']})" if kw else "")
+        kept_rows.append([name, *kept])
         print(f"| {name} | " + " / ".join(f"{k:.1f}" for k in kept) + " |")
+    if args.out_results:
+        from icml.results import make_table
+
+        layers = [f"layer {i}" for i in range(len(kept_rows[0]) - 1)]
+        tables = [
+            make_table(f"Tiny recall model (layout {args.layout}, {args.steps} training steps, "
+                       f"seed 0, {args.samples} questions)",
+                       ["layout", "final train loss", "full-cache accuracy",
+                        "pair tokens in the context", "context tokens"],
+                       [[args.layout, stats["train_loss"], full_acc, n_pair, T]],
+                       name="model", formats={"final train loss": ".3f",
+                                              "full-cache accuracy": ".3f"}),
+            make_table("CapKV relevance w (tau 5, mean over query heads) on pair and filler "
+                       "tokens, and its Spearman correlation with the attention the later "
+                       "question pays to the context",
+                       ["layer", "mean w on pairs", "mean w on fillers",
+                        "Spearman(w, question attn)", "same, negated anchor"],
+                       [list(r) for r in rows], name="relevance",
+                       formats={"mean w on pairs": ".3f", "mean w on fillers": ".3f",
+                                "Spearman(w, question attn)": ".2f",
+                                "same, negated anchor": ".2f"}),
+            make_table(f"Pair tokens kept per KV head at r = 0.5, of {n_pair}",
+                       ["policy (r=0.5)", *layers], kept_rows, name="pairs-kept",
+                       formats={c: ".1f" for c in layers}),
+        ]
+        cmd = shlex.join(["python", "plugins/capkv/benchmarks/relevance_diagnostic.py",
+                          *sys.argv[1:]])
+        path = results.write(args.out_results, tables, command=cmd, plugin="capkv", seeds=[0],
+                             quick=False, clock=clock, threads=threads)
+        print(f"results file: {path}")
 
 
 if __name__ == "__main__":
