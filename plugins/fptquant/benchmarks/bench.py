@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from icml_fptquant import QuantizeConfig, apply_fpt_transforms, merge_transforms
 from icml_fptquant.baselines import apply_quarot
+from icml_fptquant.config import TrainingOptions
 from icml_fptquant.peers import have_bitsandbytes
 from icml_fptquant.pipeline import ARM_LABELS, build_model, run_arms
 
@@ -96,7 +97,7 @@ def main() -> None:
     if have_bitsandbytes():
         arms += ["bnb_nf4", "bnb_int8"]
     cfg = QuantizeConfig(model=args.model, arms=arms, train_steps=args.train_steps,
-                         e2e_steps=100, local_steps=200, arch=args.arch,
+                         training=TrainingOptions(e2e_steps=100, local_steps=200), arch=args.arch,
                          hidden_size=args.hidden_size, num_layers=args.layers)
     base = build_model(cfg, "cpu", torch.float32, args.seed)
     fp_clean = copy.deepcopy(base["model"])
@@ -105,8 +106,8 @@ def main() -> None:
           f"outlier strength {cfg.outlier_strength}; {cfg.calib_samples} calibration and "
           f"{cfg.eval_samples} evaluation sequences of {cfg.seq_len} tokens\n")
     for setting in ((4, 4, 4), (4, 8, 8)):
-        scfg = dataclasses.replace(cfg, w_bits=setting[0], a_bits=setting[1],
-                                   kv_bits=setting[2])
+        scfg = dataclasses.replace(cfg, quant=dataclasses.replace(
+            cfg.quant, w_bits=setting[0], a_bits=setting[1], kv_bits=setting[2]))
         b = dict(base, model=copy.deepcopy(fp_clean))
         t0 = time.perf_counter()
         rows = run_arms(scfg, b, args.seed)["rows"]
@@ -134,15 +135,18 @@ def main() -> None:
         print("### Ablation at W4A4KV4: FPTQuant-local with one component changed\n")
         print("| variant | perplexity | KL to FP |\n|---|---|---|")
         arows = []
-        variants = {"full": {}, "no pre-RoPE transform": {"prerope": False},
-                    "no value transform": {"value": False},
-                    "no MLP scaling": {"mlp_scale": False},
-                    "no online Hadamard": {"down_hadamard": False},
-                    "no dynamic residual scaling": {"dynamic_residual_scaling": False},
-                    "no local training (init only)": {"local_steps": 0},
-                    "GPTQ weights": {"weight_quantizer": "gptq"}}
+        variants = {"full": {}, "no pre-RoPE transform": {"transforms": {"prerope": False}},
+                    "no value transform": {"transforms": {"value": False}},
+                    "no MLP scaling": {"transforms": {"mlp_scale": False}},
+                    "no online Hadamard": {"transforms": {"down_hadamard": False}},
+                    "no dynamic residual scaling": {
+                        "transforms": {"dynamic_residual_scaling": False}},
+                    "no local training (init only)": {"training": {"local_steps": 0}},
+                    "GPTQ weights": {"quant": {"weight_quantizer": "gptq"}}}
         for label, change in variants.items():
-            vcfg = dataclasses.replace(cfg, arms=["fp", "fptquant_local"], **change)
+            sections = {sec: dataclasses.replace(getattr(cfg, sec), **kv)
+                        for sec, kv in change.items()}
+            vcfg = dataclasses.replace(cfg, arms=["fp", "fptquant_local"], **sections)
             r = run_arms(vcfg, dict(base, model=copy.deepcopy(fp_clean)), args.seed)["rows"]
             print(f"| {label} | {r['fptquant_local']['ppl']:.3f} | "
                   f"{r['fptquant_local']['kl']:.4f} |")

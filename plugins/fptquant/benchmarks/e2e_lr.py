@@ -19,6 +19,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from icml_fptquant.config import TrainingOptions, TransformOptions
 
 
 def main() -> None:
@@ -48,8 +49,10 @@ def main() -> None:
         return F.log_softmax(m(ev, use_cache=False).logits[:, :-1].float(), -1)
 
     ref = logp(fp)
-    cfg = FPTQuantConfig(untie_embeddings=True, local_steps=120, local_row_fraction=0.125,
-                         e2e_steps=args.steps, e2e_batch_size=1, e2e_recalibrate_every=4)
+    cfg = FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True),
+                         training=TrainingOptions(local_steps=120, local_row_fraction=0.125,
+                                                  e2e_steps=args.steps, e2e_batch_size=1,
+                                                  e2e_recalibrate_every=4))
     model = apply_fpt_transforms(copy.deepcopy(fp), cfg)
     if args.local_state and os.path.exists(args.local_state):
         state = torch.load(args.local_state)
@@ -62,7 +65,8 @@ def main() -> None:
         c0 = time.process_time()
         q = apply_fpt_transforms(copy.deepcopy(fp), cfg)
         q.fpt_transforms.load_state_dict(state)
-        h = optimize_e2e(q, calib, dataclasses.replace(cfg, e2e_lr=lr))
+        at_lr = dataclasses.replace(cfg.training, e2e_lr=lr)
+        h = optimize_e2e(q, calib, dataclasses.replace(cfg, training=at_lr))
         merge_and_quantize(q, calib, cfg)
         lq = logp(q)
         nll = float(-lq.gather(-1, ev[:, 1:, None]).mean())

@@ -15,6 +15,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from icml_fptquant.config import TrainingOptions, TransformOptions
 
 SNAP = (0, 10, 20, 40, 60, 90, 120)
 
@@ -40,7 +41,8 @@ def main() -> None:
         return F.log_softmax(m(ev, use_cache=False).logits[:, :-1].float(), -1)
 
     ref = logp(fp)
-    cfg = FPTQuantConfig(untie_embeddings=True, local_steps=max(SNAP), local_row_fraction=0.125)
+    cfg = FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True),
+                         training=TrainingOptions(local_steps=max(SNAP), local_row_fraction=0.125))
     model = apply_fpt_transforms(copy.deepcopy(fp), cfg)
     snaps = {}
 

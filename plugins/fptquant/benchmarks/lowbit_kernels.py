@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from icml_fptquant.config import QuantOptions
 
 from icml import results as R
 
@@ -65,11 +66,11 @@ def main() -> None:
     prompt = tok("The capital of France is", return_tensors="pt").input_ids
     models = {"FP32": fp32, "bf16": copy.deepcopy(fp32).to(torch.bfloat16)}
     w8 = merge_and_quantize(copy.deepcopy(fp32), calib,
-                            FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=16))
+                            FPTQuantConfig(quant=QuantOptions(w_bits=8, a_bits=8, kv_bits=16)))
     models["W8A8 simulated (fp32)"] = w8
     models["W8A8 torch._int_mm"] = to_kernels(copy.deepcopy(w8), "w8a8")
     w4 = merge_and_quantize(copy.deepcopy(fp32), calib,
-                            FPTQuantConfig(w_bits=4, a_bits=16, kv_bits=16))
+                            FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=16, kv_bits=16)))
     models["W4A16 int4pack (bf16)"] = to_kernels(copy.deepcopy(w4), "w4a16",
                                                  dtype=torch.bfloat16)
     models["W4A16 simulated (bf16)"] = w4.to(torch.bfloat16)

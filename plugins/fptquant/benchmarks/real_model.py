@@ -34,6 +34,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from icml_fptquant.config import QuantOptions, TrainingOptions, TransformOptions
 
 from icml import results as R
 
@@ -222,11 +223,13 @@ def run() -> None:
           f"{len(prompts)} prompts greedily (those are the greedy checks) and {fp_mc}/"
           f"{len(prompts)} multiple-choice ({n_mc} candidates)", flush=True)
     arms = args.arms.split(",")
-    base = FPTQuantConfig(untie_embeddings=True, local_steps=args.local_steps,
-                          local_row_fraction=args.local_row_fraction,
-                          e2e_steps=args.e2e_steps, e2e_batch_size=1,
-                          e2e_recalibrate_every=4, e2e_lr=args.e2e_lr,
-                          gptq_dtype=args.gptq_dtype)
+    base = FPTQuantConfig(
+        transforms=TransformOptions(untie_embeddings=True),
+        training=TrainingOptions(local_steps=args.local_steps,
+                                 local_row_fraction=args.local_row_fraction,
+                                 e2e_steps=args.e2e_steps, e2e_batch_size=1,
+                                 e2e_recalibrate_every=4, e2e_lr=args.e2e_lr),
+        quant=QuantOptions(gptq_dtype=args.gptq_dtype))
     rows = [{"bits": "FP", "arm": "fp", "wq": "-", "ppl": ppl_fp, "kl": 0.0,
              "zero_shot": len(keep), "choice": fp_mc,
              "cpu_s": time.process_time() - c_start, "wall_s": time.perf_counter() - w_start}]
@@ -287,12 +290,14 @@ def run() -> None:
             model.fpt_transforms.load_state_dict(local_state)
         if arm == "fptquant_local":
             return model, fam
-        key = cfg.a_bits, cfg.kv_bits, cfg.w_bits
+        key = cfg.quant.a_bits, cfg.quant.kv_bits, cfg.quant.w_bits
         if key not in e2e_state:
-            h = optimize_e2e(model, calib, dataclasses.replace(cfg, weight_quantizer="rtn"),
+            rtn = dataclasses.replace(cfg.quant, weight_quantizer="rtn")
+            h = optimize_e2e(model, calib, dataclasses.replace(cfg, quant=rtn),
                              teacher_logits=teacher if args.share_teacher else None)
             e2e_state[key] = copy.deepcopy(model.fpt_transforms.state_dict())
-            print(f"e2e ({cfg.w_bits}/{cfg.a_bits}/{cfg.kv_bits}) loss {h['loss'][0]:.4f} -> "
+            print(f"e2e ({cfg.quant.w_bits}/{cfg.quant.a_bits}/{cfg.quant.kv_bits}) loss "
+                  f"{h['loss'][0]:.4f} -> "
                   f"{h['loss'][-1]:.4f}, max value cond {max(h['value_cond']):.2f}", flush=True)
         else:
             model.fpt_transforms.load_state_dict(e2e_state[key])
@@ -314,11 +319,12 @@ def run() -> None:
                     continue
                 if arm == "fptquant_e2e" and bits not in args.e2e_bits.split(","):
                     continue
-                cfg = dataclasses.replace(base, w_bits=wb, a_bits=ab, kv_bits=kb,
-                                          weight_quantizer=wq)
+                cfg = dataclasses.replace(base, quant=dataclasses.replace(
+                    base.quant, w_bits=wb, a_bits=ab, kv_bits=kb, weight_quantizer=wq))
                 c0, w0 = time.process_time(), time.perf_counter()
                 model, fam = transformed(arm, cfg)
-                qcfg = dataclasses.replace(cfg, act_dynamic=arm == "quarot")
+                qcfg = dataclasses.replace(cfg, quant=dataclasses.replace(
+                    cfg.quant, act_dynamic=arm == "quarot"))
                 reuse = gptq_cache.get((fam, wb)) if wq == "gptq" else None
                 okey = (fam, arm == "quarot", wq, wb, kb < 16)
                 if args.no_share:

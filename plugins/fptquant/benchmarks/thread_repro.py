@@ -15,6 +15,7 @@ import contextlib
 import copy
 
 import torch
+from icml_fptquant.config import TrainingOptions, TransformOptions
 
 
 def main() -> None:
@@ -31,8 +32,8 @@ def main() -> None:
     from icml.models import load_pretrained
 
     fp, _ = load_pretrained("smollm2-135m-instruct")
-    cfg = FPTQuantConfig(untie_embeddings=True, local_steps=args.steps,
-                         local_row_fraction=0.125)
+    cfg = FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True),
+                         training=TrainingOptions(local_steps=args.steps, local_row_fraction=0.125))
     states = []
     for run in range(2):
         model = copy.deepcopy(fp)

@@ -16,6 +16,7 @@ from icml_fptquant import (
     merge_and_quantize,
     perplexity,
 )
+from icml_fptquant.config import QuantOptions, TrainingOptions, TransformOptions
 
 
 def _logits(model, ids):
@@ -51,7 +52,7 @@ def test_tied_embeddings_need_untying(tiny_model, ids):
     ref = _logits(model, ids)
     with pytest.raises(ValueError, match="untie_embeddings=True"):
         apply_fpt_transforms(copy.deepcopy(model))
-    apply_fpt_transforms(model, FPTQuantConfig(untie_embeddings=True))
+    apply_fpt_transforms(model, FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True)))
     assert (_logits(model, ids) - ref).abs().max() < 1e-10
 
 
@@ -60,13 +61,15 @@ def test_bad_bits_and_empty_calibration(tiny_model, ids):
 
     from icml.config import ConfigError, build_config
 
-    with pytest.raises(ConfigError, match="a_bits"):
-        build_config(QuantizeConfig, {}, ["a_bits=1"])
+    with pytest.raises(ConfigError, match=r"quant\.a_bits.*>= 2"):
+        build_config(QuantizeConfig, {}, ["quant.a_bits=1"])
+    with pytest.raises(ConfigError, match="a_bits"):  # the pre-0.3.7 flat key is unknown
+        build_config(QuantizeConfig, {}, ["a_bits=4"])
     with pytest.raises(ConfigError, match="arms"):
         build_config(QuantizeConfig, {}, ["arms=rtn,gptq9"])
     model = tiny_model("llama")
-    with pytest.raises(ValueError, match="out of range"):
-        merge_and_quantize(model, ids, dataclasses.replace(FPTQuantConfig(), w_bits=1))
+    with pytest.raises(ValueError, match=r"quant\.w_bits.*>= 2"):  # the Python API too
+        FPTQuantConfig(quant=QuantOptions(w_bits=1))
     with pytest.raises(ValueError, match="calibration/evaluation set is empty"):
         merge_and_quantize(model, [], FPTQuantConfig())
 
@@ -88,7 +91,8 @@ def test_value_transform_stays_invertible_through_e2e(tiny_model, ids):
     from icml_fptquant import optimize_e2e
 
     model = tiny_model("llama").float()
-    cfg = FPTQuantConfig(local_steps=0, e2e_steps=12, e2e_lr=0.05, e2e_recalibrate_every=4)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=0, e2e_steps=12, e2e_lr=0.05,
+                                                  e2e_recalibrate_every=4))
     apply_fpt_transforms(model, cfg)
     hist = optimize_e2e(model, ids, cfg)
     assert len(hist["loss"]) == 12 and all(torch.isfinite(torch.tensor(hist["loss"])))
@@ -104,7 +108,8 @@ def test_quantized_model_saves_loads_and_generates(tiny_model, ids, tmp_path):
 
     model = tiny_model("qwen2").float()
     inject_outliers(model, 10.0)
-    cfg = FPTQuantConfig(local_steps=5, weight_quantizer="gptq")
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=5),
+                         quant=QuantOptions(weight_quantizer="gptq"))
     apply_fpt_transforms(model, cfg)
     optimize_local(model, cfg)
     merge_and_quantize(model, ids, cfg)
@@ -129,7 +134,8 @@ def test_user_model_path_and_claim(tmp_path):
     from icml.models import byte_tokenizer
 
     cfg = QuantizeConfig(arms=["fp", "rtn", "quarot", "fptquant_local"], train_steps=120,
-                         local_steps=150, calib_samples=4, eval_samples=8, seq_len=48)
+                         calib_samples=4, eval_samples=8, seq_len=48,
+                         training=TrainingOptions(local_steps=150))
     base = build_model(cfg, "cpu", torch.float32, seed=0)
     base["model"].save_pretrained(tmp_path / "m")
     byte_tokenizer().save_pretrained(tmp_path / "m")
@@ -152,7 +158,7 @@ def test_evaluate_hook_on_saved_quantized_model(tmp_path):
 
     model = tiny_causal_lm("llama", hidden_size=32)
     calib = torch.randint(4, 260, (2, 32), generator=torch.Generator().manual_seed(0))
-    cfg = FPTQuantConfig(local_steps=0)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=0))
     merge_and_quantize(apply_fpt_transforms(model, cfg), calib, cfg)
     save_quantized(model, tmp_path / "q", byte_tokenizer())
     result = run("fptquant", "evaluate", overrides=[f"quantized={tmp_path / 'q'}",
@@ -171,7 +177,7 @@ def test_bfloat16_model_end_to_end():
     model = tiny_causal_lm("qwen2", hidden_size=32, dtype=torch.bfloat16)
     x = torch.randint(4, 260, (2, 16), generator=torch.Generator().manual_seed(0))
     ref = _logits(model, x).float()
-    cfg = FPTQuantConfig(local_steps=3, e2e_steps=2)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=3, e2e_steps=2))
     apply_fpt_transforms(model, cfg)
     assert model.fpt_transforms.rotation.a.dtype == torch.float32
     assert (_logits(model, x).float() - ref).abs().max() < 0.05 * ref.abs().max()
@@ -189,7 +195,8 @@ def test_static_kv_quantization_is_consistent_with_the_cache():
 
     model = tiny_causal_lm("llama", hidden_size=32)
     x = torch.randint(4, 260, (2, 12), generator=torch.Generator().manual_seed(0))
-    cfg = FPTQuantConfig(local_steps=0, w_bits=16, a_bits=16, kv_bits=2)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=0),
+                         quant=QuantOptions(w_bits=16, a_bits=16, kv_bits=2))
     base = _logits(model, x)
     merge_and_quantize(apply_fpt_transforms(model, cfg), x, cfg)
     kq = model.model.layers[0].self_attn.fpt_k_quant
@@ -237,7 +244,7 @@ def test_activation_ranges_are_static_and_kv_quant_acts_in_generate():
 
     model = tiny_causal_lm("llama", hidden_size=32)
     x = torch.randint(4, 260, (4, 12), generator=torch.Generator().manual_seed(0))
-    cfg = FPTQuantConfig(local_steps=0, kv_bits=3)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=0), quant=QuantOptions(kv_bits=3))
     merge_and_quantize(apply_fpt_transforms(model, cfg), x[:2], cfg)
     from icml_fptquant.quantize import quantizers
 

@@ -15,11 +15,13 @@ from icml_fptquant import (
     merge_transforms,
 )
 from icml_fptquant.apply import transform_parameters
+from icml_fptquant.config import QuantOptions, TrainingOptions, TransformOptions
 from icml_fptquant.interop import save_fpt_model, unwrap
 
 from icml import compose
 
-FULL = FPTQuantConfig(local_steps=0)  # rotation, pre-RoPE, value, MLP, down Hadamard, S_n
+# rotation, pre-RoPE, value, MLP, down Hadamard, S_n
+FULL = FPTQuantConfig(training=TrainingOptions(local_steps=0))
 
 
 def _trace(model, ids):
@@ -128,8 +130,9 @@ def test_unwrap_gives_the_plain_original_basis_model(tiny_model, ids, arch, stag
     and even the logit lens without the final norm is the original's."""
     ref, model = _transformed(tiny_model, arch, randomize_params, merged=stage != "transformed")
     if stage == "quantized":
-        cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0,
-                             qk_hadamard=True, o_head_mix=True)
+        cfg = FPTQuantConfig(quant=QuantOptions(w_bits=8, a_bits=8, kv_bits=8),
+                             training=TrainingOptions(local_steps=0),
+                             transforms=TransformOptions(qk_hadamard=True, o_head_mix=True))
         model = tiny_model(arch)
         inject_outliers(model, 10.0)
         ref = copy.deepcopy(model)
@@ -184,7 +187,8 @@ def test_unwrap_in_the_transformed_basis_keeps_the_maps(tiny_model, ids, randomi
 
 def test_unwrap_rounded_weights_match_the_weight_only_quantized_model(tiny_model, ids):
     model = tiny_model("llama")
-    cfg = FPTQuantConfig(w_bits=4, a_bits=16, kv_bits=16, local_steps=0)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=16, kv_bits=16),
+                         training=TrainingOptions(local_steps=0))
     apply_fpt_transforms(model, cfg)
     merge_and_quantize(model, ids, cfg)
     plain = _precise(unwrap(model, weights="rounded"))
@@ -197,7 +201,8 @@ def _quantized(tiny_model, ids, arch="llama"):
     model = tiny_model(arch).float()
     inject_outliers(model, 10.0)
     ref = copy.deepcopy(model)
-    cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=3)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=8, a_bits=8, kv_bits=8),
+                         training=TrainingOptions(local_steps=3))
     apply_fpt_transforms(model, cfg)
     from icml_fptquant import optimize_local
 
@@ -240,9 +245,9 @@ def test_cli_quantize_takes_a_model_folder_and_saves_a_loadable_one(tiny_model, 
     byte_tokenizer().save_pretrained(src)
     dirs = []
     res = run("fptquant", "quantize", out=tmp_path / "runs", show_progress=False,
-              overrides=[f"model={src}", "arms=[fp,fptquant_local]", "local_steps=2",
+              overrides=[f"model={src}", "arms=[fp,fptquant_local]", "training.local_steps=2",
                          "calib_samples=4", "eval_samples=4", "seq_len=16",
-                         "untie_embeddings=true"],
+                         "transforms.untie_embeddings=true"],
               on_run_dir=dirs.append)
     assert res.artifacts["model"] == "model"
     model, tok = compose.load_model(dirs[0])
@@ -333,7 +338,8 @@ def test_kv_quantization_does_not_write_the_model_config(tiny_model, ids):
 
     model = tiny_model("llama")
     impl = model.config._attn_implementation
-    cfg = FPTQuantConfig(w_bits=16, a_bits=16, kv_bits=3, local_steps=0)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=16, a_bits=16, kv_bits=3),
+                         training=TrainingOptions(local_steps=0))
     apply_fpt_transforms(model, cfg)
     merge_and_quantize(model, ids, cfg)
     assert model.config._attn_implementation == impl
@@ -365,7 +371,8 @@ def test_earlier_producers_marks_survive_saving(tiny_model, ids, tmp_path, quant
 
     model = tiny_model("llama").float()
     compose.mark(model, compose.Transform(name="sft", producer="beyond-nll"))
-    cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=8, a_bits=8, kv_bits=8),
+                         training=TrainingOptions(local_steps=0))
     apply_fpt_transforms(model, cfg)
     if quantize:
         merge_and_quantize(model, ids, cfg)
@@ -410,7 +417,8 @@ def test_transformed_models_run_under_inference_mode(tiny_model, ids, randomize_
     layer's output in place still reaches the next layer (the carried (z, c) is not reused)."""
     ref, model = _transformed(tiny_model, "llama", randomize_params, merged=True)
     if stage == "quantized":
-        cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0)
+        cfg = FPTQuantConfig(quant=QuantOptions(w_bits=8, a_bits=8, kv_bits=8),
+                             training=TrainingOptions(local_steps=0))
         model = tiny_model("llama")
         inject_outliers(model, 10.0)
         ref = copy.deepcopy(model)
@@ -460,14 +468,17 @@ def test_the_mark_says_when_the_heads_key_value_spaces_changed(tiny_model, ids, 
         (t,) = compose.transforms(m)
         return t.changes_head_bases
 
-    for cfg in (FULL, FPTQuantConfig(local_steps=0, prerope=False, value=False)):
+    for cfg in (FULL, FPTQuantConfig(training=TrainingOptions(local_steps=0),
+                                     transforms=TransformOptions(prerope=False, value=False))):
         model = apply_fpt_transforms(tiny_model("llama"), cfg)
         assert not heads(model)
         assert not heads(merge_transforms(model))
     hadamard_values = apply_fpt_transforms(tiny_model("llama"),
-                                           FPTQuantConfig(local_steps=0, value_init="hadamard"))
+                                           FPTQuantConfig(training=TrainingOptions(local_steps=0),
+                                                          transforms=TransformOptions(value_init="hadamard")))
     assert heads(hadamard_values)  # a rotation of the values is not the identity
-    only_mlp = apply_fpt_transforms(tiny_model("llama"), FPTQuantConfig(local_steps=0))
+    only_mlp = apply_fpt_transforms(tiny_model("llama"),
+                                    FPTQuantConfig(training=TrainingOptions(local_steps=0)))
     randomize_params([p for p in transform_parameters(only_mlp)
                       if p is not only_mlp.fpt_transforms.rotation.a
                       and all(p is not q for t in (*only_mlp.fpt_transforms.prerope,
@@ -476,7 +487,8 @@ def test_the_mark_says_when_the_heads_key_value_spaces_changed(tiny_model, ids, 
     assert not heads(merge_transforms(only_mlp))  # rotation and MLP scales leave heads alone
 
     trained = apply_fpt_transforms(tiny_model("llama").float(),
-                                   FPTQuantConfig(local_steps=3, untie_embeddings=True))
+                                   FPTQuantConfig(training=TrainingOptions(local_steps=3),
+                                                  transforms=TransformOptions(untie_embeddings=True)))
     optimize_local(trained)
     assert heads(trained)  # re-marked after training
     _, model = _transformed(tiny_model, "llama", randomize_params, merged=True)

@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 from icml_fptquant import FPTQuantConfig, apply_fpt_transforms, merge_and_quantize
+from icml_fptquant.config import QuantOptions, TrainingOptions
 from icml_fptquant.kernels import Int4Linear, Int8Linear, to_kernels, weight_bytes
 
 
@@ -29,7 +30,8 @@ def _calib():
 @pytest.mark.parametrize("transforms", [False, True])
 def test_w8a8_int_mm_equals_simulated(tiny_model, ids, transforms):
     model = _model(tiny_model)
-    cfg = FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=16, local_steps=0)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=8, a_bits=8, kv_bits=16),
+                         training=TrainingOptions(local_steps=0))
     if transforms:  # online Hadamard and dynamic residual scaling run before the kernel
         apply_fpt_transforms(model, cfg)
     merge_and_quantize(model, _calib(), cfg)
@@ -46,7 +48,8 @@ def test_w8a8_int_mm_equals_simulated(tiny_model, ids, transforms):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_w4a16_int4pack_equals_simulated(tiny_model, ids, dtype):
     model = _model(tiny_model)
-    cfg = FPTQuantConfig(w_bits=4, a_bits=16, kv_bits=16, local_steps=0)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=16, kv_bits=16),
+                         training=TrainingOptions(local_steps=0))
     apply_fpt_transforms(model, cfg)
     merge_and_quantize(model, _calib(), cfg)
     fast = to_kernels(copy.deepcopy(model), "w4a16", dtype=dtype)
@@ -64,7 +67,8 @@ def test_w4a16_int4pack_equals_simulated(tiny_model, ids, dtype):
 
 def test_kernels_refuse_the_wrong_quantization(tiny_model):
     model = _model(tiny_model)
-    cfg = FPTQuantConfig(w_bits=4, a_bits=4, kv_bits=16, local_steps=0)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=16),
+                         training=TrainingOptions(local_steps=0))
     merge_and_quantize(model, _calib(), cfg)
     with pytest.raises(ValueError, match="a_bits=8"):
         to_kernels(copy.deepcopy(model), "w8a8")

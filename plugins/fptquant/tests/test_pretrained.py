@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+from icml_fptquant.config import QuantOptions, TrainingOptions, TransformOptions
 
 pytestmark = pytest.mark.pretrained
 
@@ -40,7 +41,7 @@ def test_w8a8_kernel_layers_equal_simulated_on_the_real_model(smollm):
     model, tok = smollm
     ev, calib = _data(tok)
     sim = merge_and_quantize(copy.deepcopy(model), calib,
-                             FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=16))
+                             FPTQuantConfig(quant=QuantOptions(w_bits=8, a_bits=8, kv_bits=16)))
     inputs = {}
     handles = [lin.register_forward_pre_hook(lambda m, a, n=n: inputs.__setitem__(n, a[0]))
                for n, lin in decoder_linears(sim).items()]
@@ -63,7 +64,7 @@ def test_w4a16_kernel_perplexity_equals_simulated_on_the_real_model(smollm):
     model, tok = smollm
     ev, calib = _data(tok)
     sim = merge_and_quantize(copy.deepcopy(model), calib,
-                             FPTQuantConfig(w_bits=4, a_bits=16, kv_bits=16))
+                             FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=16, kv_bits=16)))
     fast = to_kernels(copy.deepcopy(sim), "w4a16")  # float32 activations: same function
     # 64 tokens: torch's int4 CPU kernel costs ~0.14 s per call at 128 float32 tokens (58 s
     # for the 256 tokens this test used before); the whole 30-layer model still runs
@@ -84,7 +85,8 @@ def test_saved_real_model_round_trip_and_refusal(smollm, tmp_path):
 
     model, tok = smollm
     ev, calib = _data(tok)
-    cfg = FPTQuantConfig(local_steps=0, untie_embeddings=True)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=0),
+                         transforms=TransformOptions(untie_embeddings=True))
     q = merge_and_quantize(apply_fpt_transforms(copy.deepcopy(model), cfg), calib, cfg)
     save_quantized(q, tmp_path / "q", tok)
     with pytest.raises(OSError):
@@ -111,8 +113,9 @@ def test_layer_readouts_of_the_transformed_model_are_the_originals(smollm):
     ref = model
     ids = torch.tensor([tok("The capital of France is Paris, and the capital of Italy is Rome."
                             " Water boils at one hundred degrees.")["input_ids"][:38]])
-    fpt = apply_fpt_transforms(copy.deepcopy(ref), FPTQuantConfig(untie_embeddings=True,
-                                                                  local_steps=0))
+    fpt = apply_fpt_transforms(copy.deepcopy(ref),
+                               FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True),
+                                              training=TrainingOptions(local_steps=0)))
     merge_transforms(fpt)
 
     def trace(m):

@@ -148,7 +148,7 @@ def test_bits_out_of_range(bits):
 
 
 def test_empty_calibration_rejected():
-    q = ActQuantizer(4)
+    q = ActQuantizer(4, method="mse")
     q.start_observing()
     with pytest.raises(ValueError, match="no activations"):
         q.finish_observing()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from icml.testing import icml_cli, one_line_error
 
-SMOKE = ["train_steps=3", "local_steps=3", "e2e_steps=2", "hidden_size=32", "seq_len=32",
+SMOKE = ["train_steps=3", "training.local_steps=3", "training.e2e_steps=2", "hidden_size=32",
+         "seq_len=32",
          "calib_samples=2", "eval_samples=2"]
 
 
@@ -18,8 +19,9 @@ def test_heads_that_do_not_divide_exit_2(tmp_path: Path) -> None:
 
 
 def test_diverged_arm_is_a_result_and_the_others_survive(tmp_path: Path) -> None:
-    proc = icml_cli("run", "fptquant", *(f"--set={s}" for s in SMOKE), "--set", "local_lr=1e9",
-                    "--set", "local_steps=20", "--set", "arms=[fp,rtn,fptquant_local]",
+    proc = icml_cli("run", "fptquant", *(f"--set={s}" for s in SMOKE), "--set",
+                    "training.local_lr=1e9",
+                    "--set", "training.local_steps=20", "--set", "arms=[fp,rtn,fptquant_local]",
                     "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = tmp_path.iterdir()

@@ -16,6 +16,7 @@ from icml_fptquant import (
     inject_outliers,
     merge_and_quantize,
 )
+from icml_fptquant.config import QuantOptions, TrainingOptions
 from icml_fptquant.quantize import attach_quantizers, round_weights
 from icml_fptquant.quantizers import quantize_weight_gptq
 
@@ -36,11 +37,14 @@ def test_gptq_is_layer_sequential(tiny_model):
     model = tiny_model("llama", num_layers=2).float()
     inject_outliers(model, 10.0)
     calib = _calib()
-    cfg = FPTQuantConfig(w_bits=3, a_bits=16, kv_bits=16, weight_quantizer="gptq")
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=3, a_bits=16, kv_bits=16,
+                                            weight_quantizer="gptq"))
     seq, one = copy.deepcopy(model), copy.deepcopy(model)
     for m, sequential in ((seq, True), (one, False)):
-        attach_quantizers(m, dataclasses.replace(cfg, gptq_sequential=sequential))
-        round_weights(m, dataclasses.replace(cfg, gptq_sequential=sequential), calib)
+        mcfg = dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant,
+                                                                  gptq_sequential=sequential))
+        attach_quantizers(m, mcfg)
+        round_weights(m, mcfg, calib)
     l0s, l0o = seq.model.layers[0].self_attn.q_proj, one.model.layers[0].self_attn.q_proj
     assert torch.equal(l0s.fpt_qweight, l0o.fpt_qweight)
     # by hand: layer 1's q_proj input Hessian with layer 0 quantized, layer 1 full precision
@@ -80,8 +84,9 @@ def test_gptq_sequential_with_transforms_and_residual_scaling(tiny_model, ids):
     errs = {}
     for wq in ("rtn", "gptq"):
         m = copy.deepcopy(model)
-        cfg = FPTQuantConfig(w_bits=3, a_bits=16, kv_bits=16, local_steps=0,
-                             weight_quantizer=wq)
+        cfg = FPTQuantConfig(quant=QuantOptions(w_bits=3, a_bits=16, kv_bits=16,
+                                                weight_quantizer=wq),
+                             training=TrainingOptions(local_steps=0))
         apply_fpt_transforms(m, cfg)
         merge_and_quantize(m, _calib(), cfg)
         errs[wq] = float((_logits(m, ids) - ref).pow(2).mean())
@@ -91,7 +96,7 @@ def test_gptq_sequential_with_transforms_and_residual_scaling(tiny_model, ids):
 def test_dynamic_quantizers_are_per_token():
     from icml_fptquant.quantizers import ActQuantizer
 
-    q = ActQuantizer(4, dynamic=True, symmetric=True, clip=1.0)
+    q = ActQuantizer(4, method="mse", dynamic=True, symmetric=True, clip=1.0)
     q.start_observing()
     x = torch.randn(2, 5, 16)
     q(x)
@@ -114,7 +119,7 @@ def test_quarot_head_mix_preserves_function_and_round_trips(tiny_model, ids, tmp
     assert qr.model.layers[0].self_attn.o_proj.fpt_head_mix is not None
     assert (_logits(qr, ids) - ref).abs().max() < 1e-10
     qr = qr.float()
-    cfg = FPTQuantConfig(act_dynamic=True)
+    cfg = FPTQuantConfig(quant=QuantOptions(act_dynamic=True))
     merge_and_quantize(qr, _calib(), cfg)
     out = _logits(qr, ids)
     save_quantized(qr, tmp_path / "q")
@@ -130,7 +135,7 @@ def test_plain_from_pretrained_refuses_a_saved_quantized_model(tiny_model, ids, 
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
     model = tiny_model("llama").float()
-    cfg = FPTQuantConfig(local_steps=0)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=0))
     merge_and_quantize(apply_fpt_transforms(model, cfg), _calib(), cfg)
     save_quantized(model, tmp_path / "q")
     for cls in (AutoModelForCausalLM, LlamaForCausalLM):
@@ -155,7 +160,7 @@ def test_e2e_gradient_matches_finite_differences_with_frozen_rounding(tiny_model
 
     model = tiny_model("llama")
     inject_outliers(model, 5.0)
-    cfg = FPTQuantConfig(w_bits=4, a_bits=4, kv_bits=4, act_range="minmax")
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=4, act_range="minmax"))
     apply_fpt_transforms(model, cfg)
     params = transform_parameters(model)
     randomize_params(params, 0.05)
@@ -166,7 +171,7 @@ def test_e2e_gradient_matches_finite_differences_with_frozen_rounding(tiny_model
         teacher = model(ids, use_cache=False).logits
 
     def loss():
-        return e2e_loss(model(ids, use_cache=False).logits, teacher)
+        return e2e_loss(model(ids, use_cache=False).logits, teacher, "kl")
 
     ste = loss()
     grads_ste = torch.autograd.grad(ste, params)
@@ -207,8 +212,8 @@ def test_e2e_not_worse_than_local_on_a_fixed_seed():
     from icml_fptquant.pipeline import build_model, run_arms
 
     cfg = QuantizeConfig(arms=["fp", "fptquant_local", "fptquant_e2e"], train_steps=60,
-                         local_steps=30, e2e_steps=20, calib_samples=4, eval_samples=4,
-                         seq_len=32)
+                         calib_samples=4, eval_samples=4, seq_len=32,
+                         training=TrainingOptions(local_steps=30, e2e_steps=20))
     rows = run_arms(cfg, build_model(cfg, "cpu", torch.float32, seed=0), seed=0)["rows"]
     assert rows["fptquant_e2e"]["kl"] < 0.9 * rows["fptquant_local"]["kl"]
 
@@ -240,8 +245,8 @@ def test_merge_and_quantize_reuses_gptq_weights_across_activation_widths(tiny_mo
     model = tiny_model("llama", num_layers=2).float()
     inject_outliers(model, 10.0)
     calib = _calib()
-    w4a4 = FPTQuantConfig(weight_quantizer="gptq", a_bits=4, kv_bits=4)
-    w4a8 = dataclasses.replace(w4a4, a_bits=8, kv_bits=8)
+    w4a4 = FPTQuantConfig(quant=QuantOptions(weight_quantizer="gptq", a_bits=4, kv_bits=4))
+    w4a8 = dataclasses.replace(w4a4, quant=dataclasses.replace(w4a4.quant, a_bits=8, kv_bits=8))
     first = merge_and_quantize(copy.deepcopy(model), calib, w4a4)
     fresh = merge_and_quantize(copy.deepcopy(model), calib, w4a8)
     reused = merge_and_quantize(copy.deepcopy(model), calib, w4a8,
@@ -272,8 +277,8 @@ def test_calibration_observations_shared_across_activation_widths(tiny_model, id
         return m
 
     calib = _calib()
-    w4a4 = FPTQuantConfig(a_bits=4, kv_bits=4)
-    w4a8 = dataclasses.replace(w4a4, a_bits=8, kv_bits=8)
+    w4a4 = FPTQuantConfig(quant=QuantOptions(a_bits=4, kv_bits=4))
+    w4a8 = dataclasses.replace(w4a4, quant=dataclasses.replace(w4a4.quant, a_bits=8, kv_bits=8))
     observed: dict = {}
     first = merge_and_quantize(model(), calib, w4a4, observed=observed)
     assert observed and all(observed.values())
@@ -285,7 +290,8 @@ def test_calibration_observations_shared_across_activation_widths(tiny_model, id
     assert not torch.equal(_logits(first, ids), _logits(fresh, ids))
     with pytest.raises(ValueError, match="other quantizers"):
         merge_and_quantize(model(), calib,
-                           dataclasses.replace(w4a4, w_bits=8, a_bits=8, kv_bits=16),
+                           dataclasses.replace(w4a4, quant=dataclasses.replace(
+                               w4a4.quant, w_bits=8, a_bits=8, kv_bits=16)),
                            observed=observed)
 
 
@@ -298,7 +304,8 @@ def test_e2e_with_an_external_fp_teacher_matches_the_default(tiny_model):
     base = tiny_model("llama", num_layers=2)
     inject_outliers(base, 10.0)
     calib = _calib()
-    cfg = FPTQuantConfig(e2e_steps=3, e2e_batch_size=2, e2e_recalibrate_every=2)
+    cfg = FPTQuantConfig(training=TrainingOptions(e2e_steps=3, e2e_batch_size=2,
+                                                  e2e_recalibrate_every=2))
     runs = []
     for teacher in (None, lambda x: base(x, use_cache=False).logits):
         model = copy.deepcopy(base)
@@ -365,13 +372,13 @@ def test_gptq_float32_option_is_the_float64_result_up_to_rounding(tiny_model, id
 
     model = tiny_model("llama", num_layers=2).float()
     inject_outliers(model, 10.0)
-    cfg = FPTQuantConfig(weight_quantizer="gptq", a_bits=16, kv_bits=16)
+    cfg = FPTQuantConfig(quant=QuantOptions(weight_quantizer="gptq", a_bits=16, kv_bits=16))
     out = {d: _logits(merge_and_quantize(copy.deepcopy(model), _calib(),
-                                         dataclasses.replace(cfg, gptq_dtype=d)), ids)
+                                         dataclasses.replace(cfg, quant=dataclasses.replace(
+                                             cfg.quant, gptq_dtype=d))), ids)
            for d in ("float64", "float32")}
     assert torch.allclose(out["float32"], out["float64"], atol=0.05 * float(
         out["float64"].abs().max()))
     assert not torch.equal(out["float32"], out["float64"])  # the option reached GPTQ
-    with pytest.raises(ValueError, match="gptq_dtype='bf16'"):
-        merge_and_quantize(copy.deepcopy(model), _calib(),
-                           dataclasses.replace(cfg, gptq_dtype="bf16"))
+    with pytest.raises(ValueError, match=r"quant\.gptq_dtype.*'bf16'"):
+        dataclasses.replace(cfg.quant, gptq_dtype="bf16")

@@ -11,6 +11,7 @@ import pytest
 import torch
 from icml_fptquant import FPTQuantConfig, apply_fpt_transforms, inject_outliers, training
 from icml_fptquant.apply import transform_parameters
+from icml_fptquant.config import QuantOptions, TrainingOptions
 from icml_fptquant.quantizers import round_clamp_ste
 
 
@@ -36,8 +37,9 @@ def test_round_clamp_ste_equals_the_detach_expression(dtype):
 def _transformed(tiny_model):
     model = tiny_model("llama", num_layers=2)
     inject_outliers(model, 10.0)
-    cfg = FPTQuantConfig(w_bits=4, a_bits=4, kv_bits=4, local_steps=3, e2e_steps=3,
-                         e2e_batch_size=2, e2e_recalibrate_every=2)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=4),
+                         training=TrainingOptions(local_steps=3, e2e_steps=3, e2e_batch_size=2,
+                                                  e2e_recalibrate_every=2))
     apply_fpt_transforms(model, cfg)
     return model, cfg
 

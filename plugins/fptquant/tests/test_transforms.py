@@ -9,6 +9,7 @@ import pytest
 import torch
 from icml_fptquant import FPTQuantConfig, apply_fpt_transforms, merge_transforms
 from icml_fptquant.apply import transform_parameters
+from icml_fptquant.config import TrainingOptions, TransformOptions
 
 NONE = dict(residual_rotation="none", prerope=False, value=False, mlp_scale=False,
             down_hadamard=False, dynamic_residual_scaling=False)
@@ -37,7 +38,7 @@ def _logits(model, ids):
 def test_each_transform_preserves_logits(tiny_model, ids, randomize_params, arch, which):
     model = tiny_model(arch)
     ref = _logits(model, ids)
-    apply_fpt_transforms(model, FPTQuantConfig(**ALONE[which]))
+    apply_fpt_transforms(model, FPTQuantConfig(transforms=TransformOptions(**ALONE[which])))
     params = transform_parameters(model) if model.fpt_transforms is not None else []
     randomize_params(params)
     out = _logits(model, ids)
@@ -66,7 +67,8 @@ def test_wrong_gqa_mapping_is_caught(tiny_model, ids, randomize_params, monkeypa
 
     model = tiny_model("llama")
     ref = _logits(model, ids)
-    apply_fpt_transforms(model, FPTQuantConfig(**dict(NONE, prerope=True, value=True)))
+    apply_fpt_transforms(model, FPTQuantConfig(
+        transforms=TransformOptions(**dict(NONE, prerope=True, value=True))))
     randomize_params(transform_parameters(model))
     assert (_logits(model, ids) - ref).abs().max() < TOL
     monkeypatch.setattr(transforms, "per_head",  # tiles: head h gets m[h % n_kv]
@@ -129,7 +131,7 @@ def test_rotation_stays_orthogonal_and_norm_preserving(tiny_model):
     from icml_fptquant import optimize_local
 
     model = tiny_model("qwen2")
-    cfg = FPTQuantConfig(local_steps=15, local_lr=0.05)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=15, local_lr=0.05))
     apply_fpt_transforms(model, cfg)
     optimize_local(model, cfg)
     q = model.fpt_transforms.rotation.matrix().detach()
@@ -146,7 +148,7 @@ def test_local_objective_lowers_outlier_norm(tiny_model):
 
     model = tiny_model("llama")
     inject_outliers(model, 30.0)
-    cfg = FPTQuantConfig(local_steps=60)
+    cfg = FPTQuantConfig(training=TrainingOptions(local_steps=60))
     apply_fpt_transforms(model, cfg)
     with torch.no_grad():
         before, max_before = float(outlier_norm(model)), max_abs_weight(model)

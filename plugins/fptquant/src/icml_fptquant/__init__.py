@@ -7,7 +7,15 @@ no torch."""
 from __future__ import annotations
 
 from icml.lazy import lazy_exports
-from icml_fptquant.config import EvaluateConfig, FPTQuantConfig, QuantizeConfig, TrainConfig
+from icml_fptquant.config import (
+    EvaluateConfig,
+    FPTQuantConfig,
+    QuantizeConfig,
+    QuantOptions,
+    TrainConfig,
+    TrainingOptions,
+    TransformOptions,
+)
 
 _API = {
     "apply_fpt_transforms": "apply", "merge_transforms": "apply",
@@ -31,4 +39,5 @@ _API = {
 }
 
 __getattr__, __dir__, _lazy = lazy_exports(__name__, _API)
-__all__ = ["EvaluateConfig", "FPTQuantConfig", "QuantizeConfig", "TrainConfig", *_lazy]
+__all__ = ["EvaluateConfig", "FPTQuantConfig", "QuantOptions", "QuantizeConfig", "TrainConfig",
+           "TrainingOptions", "TransformOptions", *_lazy]

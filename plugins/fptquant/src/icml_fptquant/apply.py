@@ -59,6 +59,7 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
     installed on the modules. The learnable modules are reachable as ``model.fpt_transforms``.
     """
     cfg = config or FPTQuantConfig()
+    opts = cfg.transforms
     geo = check_supported(model)
     if getattr(model, "fpt_transforms", None) is not None:
         raise ValueError("transforms are already applied to this model: call merge_transforms "
@@ -68,40 +69,40 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
     # transform parameters live in float32 (float64 for float64 models) even for bf16/fp16
     dtype = ref.dtype if ref.dtype in (torch.float32, torch.float64) else torch.float32
     ops = FPTTransforms()
-    if cfg.residual_rotation != "none":
-        require_untied(model, cfg.untie_embeddings)
+    if opts.residual_rotation != "none":
+        require_untied(model, opts.untie_embeddings)
         fuse_norms(model)
-        ops.rotation = ResidualRotation(geo.hidden, cfg.residual_rotation, cfg.orthogonal_map,
-                                        seed, dtype, device)
+        ops.rotation = ResidualRotation(geo.hidden, opts.residual_rotation,
+                                        opts.orthogonal_map, seed, dtype, device)
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
         for parent, name in ((a, "q_proj"), (a, "k_proj"), (a, "v_proj"), (a, "o_proj"),
                              (m, "gate_proj"), (m, "up_proj"), (m, "down_proj")):
             as_fpt_linear(parent, name)
-        if cfg.prerope:
+        if opts.prerope:
             t = PreRoPETransform(geo.kv_heads, geo.head_dim, dtype, device)
             ops.prerope.append(t)
             for name in ("weight", "bias"):
                 _reg(a.q_proj, name, HeadLeft(t, "query", geo.heads, geo.n_rep))
                 _reg(a.k_proj, name, HeadLeft(t, "key", geo.kv_heads, 1))
-        if cfg.value:
-            v = ValueTransform(geo.kv_heads, geo.head_dim, cfg.value_init, cfg.orthogonal_map,
-                               dtype, device)
+        if opts.value:
+            v = ValueTransform(geo.kv_heads, geo.head_dim, opts.value_init,
+                               opts.orthogonal_map, dtype, device)
             ops.value.append(v)
             for name in ("weight", "bias"):
                 _reg(a.v_proj, name, HeadLeft(v, "value", geo.kv_heads, 1))
             _reg(a.o_proj, "weight", OProjValueInverse(v, geo.heads, geo.n_rep))
-        if cfg.o_head_mix:  # after the value inverse: W M^-1 (P kron I)^T
+        if opts.o_head_mix:  # after the value inverse: W M^-1 (P kron I)^T
             mix = head_mix_matrix(geo.heads, seed, ref.dtype, device)
             _reg(a.o_proj, "weight", ColHeadMix(mix))
             a.o_proj.fpt_head_mix = mix
-        if cfg.mlp_scale:
+        if opts.mlp_scale:
             s = MLPScale(m.up_proj.out_features, dtype, device)
             ops.mlp.append(s)
             _reg(m.up_proj, "weight", RowScale(s))
             _reg(m.up_proj, "bias", RowScale(s))
             _reg(m.down_proj, "weight", ColInverseScale(s))
-        if cfg.down_hadamard:
+        if opts.down_hadamard:
             block = hadamard_block(m.down_proj.in_features, ref.dtype, device)
             _reg(m.down_proj, "weight", ColHadamard(block))
             m.down_proj.fpt_hadamard = block
@@ -115,9 +116,9 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
         _reg(model.model.embed_tokens, "weight", ReaderRotation(ops.rotation))
         as_fpt_linear(model, "lm_head")
         _reg(model.lm_head, "weight", ReaderRotation(ops.rotation))
-    if cfg.qk_hadamard:
+    if opts.qk_hadamard:
         install_qk_hadamard(model, geo.head_dim)
-    if cfg.dynamic_residual_scaling:
+    if opts.dynamic_residual_scaling:
         apply_dynamic_residual_scaling(model)
     # a registered submodule: in the module tree (``.to()``, ``state_dict()`` to resume
     # training, ``named_modules``) until merge_transforms removes it with the parametrizations

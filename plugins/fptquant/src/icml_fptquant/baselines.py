@@ -20,11 +20,15 @@ def quarot_config(config: FPTQuantConfig | None = None,
     Hadamard on post-RoPE queries/keys (R3) and before down_proj (R4); nothing learned.
     ``dynamic``: per-token activations and KV cache as in the QuaRot paper (else the static
     ranges of every other arm)."""
-    return dataclasses.replace(config or FPTQuantConfig(), residual_rotation="hadamard",
-                               prerope=False, value=True, value_init="hadamard",
-                               o_head_mix=True, mlp_scale=False, down_hadamard=True,
-                               qk_hadamard=True, dynamic_residual_scaling=False,
-                               local_steps=0, e2e_steps=0, act_dynamic=dynamic)
+    cfg = config or FPTQuantConfig()
+    return dataclasses.replace(
+        cfg,
+        transforms=dataclasses.replace(cfg.transforms, residual_rotation="hadamard",
+                                       prerope=False, value=True, value_init="hadamard",
+                                       o_head_mix=True, mlp_scale=False, down_hadamard=True,
+                                       qk_hadamard=True, dynamic_residual_scaling=False),
+        training=dataclasses.replace(cfg.training, local_steps=0, e2e_steps=0),
+        quant=dataclasses.replace(cfg.quant, act_dynamic=dynamic))
 
 
 def apply_quarot(model: Any, config: FPTQuantConfig | None = None, seed: int = 0,

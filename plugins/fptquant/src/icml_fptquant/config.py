@@ -1,21 +1,27 @@
-"""Typed configs. ``FPTQuantConfig`` drives the Python API; the hook configs extend it, so a
-``--set key=value`` on the CLI uses the same name as ``FPTQuantConfig(key=value)`` in Python."""
+"""Typed configs. The config is the API: ``FPTQuantConfig`` (sections ``quant``,
+``transforms``, ``training``) is what the Python API takes, and the hook configs extend it, so
+``--set quant.w_bits=8`` on the CLI is ``FPTQuantConfig(quant=QuantOptions(w_bits=8))`` in
+Python and reaches the method unchanged (no copies of the settings, each default written
+once)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from icml import option
+from icml.config import check_bounds, to_dict
 
 ARMS = ("fp", "rtn", "smoothquant", "quarot", "fptquant_local", "fptquant_e2e",
         "quarot_static", "nf4", "bnb_nf4", "bnb_int8")
 
 
 @dataclass
-class FPTQuantConfig:
-    """Settings of the method: which transforms, the quantizers and the two training stages."""
+class QuantOptions:
+    """The quantizers: what :func:`~icml_fptquant.quantize.merge_and_quantize`,
+    :func:`~icml_fptquant.quantize.attach_quantizers` and
+    :func:`~icml_fptquant.quantize.round_weights` read (``--set quant.<key>=...``)."""
 
-    # quantizers
     w_bits: int = option(4, help="weight bits (per output channel, symmetric); 16 = off",
                          ge=2, le=16)
     a_bits: int = option(4, help="activation bits (static per tensor, asymmetric); 16 = off",
@@ -40,7 +46,16 @@ class FPTQuantConfig:
     kv_clip: float = option(0.95, help="clip ratio of the dynamic per-token KV cache", gt=0,
                             le=1)
     quantize_lm_head: bool = option(False, help="also quantize lm_head weights and inputs")
-    # transforms
+
+    def __post_init__(self) -> None:
+        check_bounds(self, "quant.")  # Python construction checks what build_config checks
+
+
+@dataclass
+class TransformOptions:
+    """The function-preserving transforms: what
+    :func:`~icml_fptquant.apply.apply_fpt_transforms` reads (``--set transforms.<key>=...``)."""
+
     residual_rotation: str = option("hadamard", help="residual rotation Q init (learnable): "
                                     "normalised Hadamard, random orthogonal, or none",
                                     choices=("hadamard", "random", "none"))
@@ -61,15 +76,26 @@ class FPTQuantConfig:
                                             "scaling (1/c at o_proj/down_proj input)")
     untie_embeddings: bool = option(False, help="untie embed_tokens and lm_head when tied "
                                     "(the residual rotation needs untied ones)")
+
+    def __post_init__(self) -> None:
+        check_bounds(self, "transforms.")  # Python construction checks what build_config checks
+
+
+@dataclass
+class TrainingOptions:
+    """The two training stages of the transforms: what
+    :func:`~icml_fptquant.training.optimize_local` and
+    :func:`~icml_fptquant.training.optimize_e2e` read (``--set training.<key>=...``)."""
+
     # local, data-free objective
-    local_steps: int = option(200, help="steps of the local (weight outlier) objective", ge=0)
+    local_steps: int = option(150, help="steps of the local (weight outlier) objective", ge=0)
     local_lr: float = option(1e-2, help="AdamW learning rate of the local objective", gt=0)
     local_p: float = option(4.0, help="p of the (mean |W|^p)^(1/p) outlier norm", ge=1)
     local_row_fraction: float = option(1.0, help="fraction of random weight rows per local "
                                        "step (1 = exact objective; < 1 = cheaper stochastic "
                                        "estimate, used on the real model)", gt=0, le=1)
     # end-to-end objective
-    e2e_steps: int = option(0, help="steps of end-to-end training (quantized student vs FP "
+    e2e_steps: int = option(60, help="steps of end-to-end training (quantized student vs FP "
                             "teacher)", ge=0)
     e2e_lr: float = option(1e-2, help="AdamW learning rate of end-to-end training", gt=0)
     e2e_loss: str = option("kl", help="end-to-end loss: KL(teacher||student) or logit MSE",
@@ -77,6 +103,46 @@ class FPTQuantConfig:
     e2e_batch_size: int = option(4, help="sequences per end-to-end step", ge=1)
     e2e_recalibrate_every: int = option(20, help="recalibrate static ranges every N e2e steps",
                                         ge=1)
+
+    def __post_init__(self) -> None:
+        check_bounds(self, "training.")  # Python construction checks what build_config checks
+
+
+@dataclass
+class FPTQuantConfig:
+    """Settings of the method, one section per part: the transforms, the quantizers and the two
+    training stages. The API's functions take it (or a job config, which is one) and read their
+    section; a job config's ``quant`` / ``transforms`` / ``training`` sections are these
+    classes, so ``--set quant.w_bits=8`` is ``FPTQuantConfig(quant=QuantOptions(w_bits=8))``."""
+
+    quant: QuantOptions = option(default_factory=QuantOptions,
+                                 help="the quantizers (weights, activations, KV cache)")
+    transforms: TransformOptions = option(default_factory=TransformOptions,
+                                          help="the function-preserving transforms")
+    training: TrainingOptions = option(default_factory=TrainingOptions,
+                                       help="the local and end-to-end training of the "
+                                       "transforms")
+
+    def sections(self) -> dict[str, dict[str, Any]]:
+        """The method's settings alone (a job config's own keys left out), as plain values."""
+        return {"quant": to_dict(self.quant), "transforms": to_dict(self.transforms),
+                "training": to_dict(self.training)}
+
+    @classmethod
+    def from_sections(cls, data: dict[str, Any]) -> FPTQuantConfig:
+        """The inverse of :meth:`sections`; a flat dict (what ``save_quantized`` wrote before
+        0.3.7, format 2) is read by putting each key into its section."""
+        if not any(k in data for k in ("quant", "transforms", "training")):
+            owner = {f.name: sec for sec, tp in _SECTIONS.items() for f in fields(tp)}
+            nested: dict[str, dict[str, Any]] = {sec: {} for sec in _SECTIONS}
+            for k, v in data.items():
+                if k in owner:
+                    nested[owner[k]][k] = v
+            data = nested
+        return cls(**{sec: tp(**data.get(sec, {})) for sec, tp in _SECTIONS.items()})
+
+
+_SECTIONS = {"quant": QuantOptions, "transforms": TransformOptions, "training": TrainingOptions}
 
 
 @dataclass
@@ -102,9 +168,6 @@ class QuantizeConfig(FPTQuantConfig):
     calib_samples: int = option(8, help="calibration sequences", ge=1)
     eval_samples: int = option(16, help="held-out sequences for perplexity/KL", ge=1)
     smoothquant_alpha: float = option(0.5, help="SmoothQuant migration strength", ge=0, le=1)
-    e2e_steps: int = option(60, help="steps of end-to-end training (quantized student vs FP "
-                            "teacher)", ge=0)
-    local_steps: int = option(150, help="steps of the local (weight outlier) objective", ge=0)
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARMS]

@@ -10,7 +10,6 @@ weights file does not carry a name transformers looks for (it raises ``OSError``
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     lins = _linears(model)
-    meta: dict[str, Any] = {"format": 2, "config": dataclasses.asdict(cfg),
+    meta: dict[str, Any] = {"format": 3, "config": cfg.sections(),
                             "dynamic_residual_scaling": bool(getattr(model, "fpt_drs", False)),
                             "qk_hadamard": getattr(model.model.layers[0].self_attn,
                                                    "fpt_qk_hadamard", None) is not None,
@@ -85,8 +84,8 @@ def save_quantized(model: Any, path: str | Path, tokenizer: Any = None) -> Path:
               str(out / WEIGHTS),
               metadata={"format": "pt", "fptquant": "1"})
     config.quantization_config = {"quant_method": "fptquant", "load_with": LOADER,
-                                  "w_bits": cfg.w_bits, "a_bits": cfg.a_bits,
-                                  "kv_bits": cfg.kv_bits}
+                                  "w_bits": cfg.quant.w_bits, "a_bits": cfg.quant.a_bits,
+                                  "kv_bits": cfg.quant.kv_bits}
     config.save_pretrained(out)
     for stale in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"):
         (out / stale).unlink(missing_ok=True)
@@ -137,7 +136,7 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
         tok = AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError):
         tok = None
-    cfg = FPTQuantConfig(**meta["config"])
+    cfg = FPTQuantConfig.from_sections(meta["config"])  # format 2: flat keys
     if meta["dynamic_residual_scaling"]:
         apply_dynamic_residual_scaling(model)
     attach_quantizers(model, cfg)
@@ -177,7 +176,7 @@ def load_quantized(path: str | Path, device: Any = "cpu") -> tuple[Any, Any]:
             q.state = "quant"
     model.fpt_quant_config = cfg
     # folders written before the flag existed: re-parametrised heads unless both were off
-    if meta.get("head_bases", cfg.prerope or cfg.value):
+    if meta.get("head_bases", cfg.transforms.prerope or cfg.transforms.value):
         model.fpt_head_bases = True
     if (folder / MAPS).is_file():
         maps = load_file(str(folder / MAPS), device=str(device))

@@ -125,9 +125,9 @@ def mark_fpt(model: Any, stage: str) -> Any:
                              "final_norm_folded": folded,
                              "dynamic_residual_scaling": bool(getattr(model, "fpt_drs", False))}
     if quantized and qcfg is not None:
-        attrs.update(w_bits=qcfg.w_bits, a_bits=qcfg.a_bits, kv_bits=qcfg.kv_bits,
-                     act_dynamic=bool(qcfg.act_dynamic))
-    name = (f"fptquant W{qcfg.w_bits}A{qcfg.a_bits}KV{qcfg.kv_bits}"
+        attrs.update(w_bits=qcfg.quant.w_bits, a_bits=qcfg.quant.a_bits, kv_bits=qcfg.quant.kv_bits,
+                     act_dynamic=bool(qcfg.quant.act_dynamic))
+    name = (f"fptquant W{qcfg.quant.w_bits}A{qcfg.quant.a_bits}KV{qcfg.quant.kv_bits}"
             if quantized and qcfg is not None else f"fptquant {stage} transforms")
     notes = ("residual stream rotated by Q (maps given, exact at every depth)"
              if source is not None else "residual stream in the original basis")

@@ -27,7 +27,7 @@ def arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
     base = _setup(ctx, config)
     keep = tuple(a for a in ("fptquant_e2e", "fptquant_local")
                  if a in config.arms and produce)[:1]
-    bits = f"W{config.w_bits}A{config.a_bits}KV{config.kv_bits}"
+    bits = f"W{config.quant.w_bits}A{config.quant.a_bits}KV{config.quant.kv_bits}"
     done: dict[str, dict[str, float]] = {}
 
     def on_arm(name: str, row: dict[str, float]) -> None:  # partial results, arm by arm
@@ -78,8 +78,8 @@ def arm_result(ctx: icml.RunContext, config: QuantizeConfig, title: str,
                        base=config.model or f"tiny-{config.arch}")
         artifacts["model"] = "model"  # icml.compose.load_model(<this run folder>)
         ctx.logger.info("saved the %s model to %s", ARM_LABELS[name], ctx.path("model"))
-    notes = (f"Static {bits} (weights per channel {config.weight_quantizer.upper()}, "
-             f"activations per tensor, KV per head, {config.act_range} ranges from "
+    notes = (f"Static {bits} (weights per channel {config.quant.weight_quantizer.upper()}, "
+             f"activations per tensor, KV per head, {config.quant.act_range} ranges from "
              f"{config.calib_samples} calibration sequences); outliers injected with strength "
              f"{config.outlier_strength} at {', '.join(config.outlier_sites)}. Quantization is "
              "simulated (fake-quant); sizes are the packed storage the bit widths imply. "

@@ -10,19 +10,13 @@ from typing import Any
 
 import torch
 
-from icml_fptquant.config import FPTQuantConfig, QuantizeConfig
+from icml_fptquant.config import QuantizeConfig
 
 ARM_LABELS = {"fp": "FP", "rtn": "RTN", "smoothquant": "SmoothQuant-style",
               "quarot": "QuaRot-style (dynamic)",
               "quarot_static": "QuaRot-style (static)", "fptquant_local": "FPTQuant-local",
               "fptquant_e2e": "FPTQuant-end-to-end", "nf4": "NF4 weight-only",
               "bnb_nf4": "bitsandbytes NF4 (W only)", "bnb_int8": "bitsandbytes int8 (W only)"}
-
-
-def method_config(cfg: QuantizeConfig) -> FPTQuantConfig:
-    """The :class:`FPTQuantConfig` part of a job config."""
-    names = {f.name for f in dataclasses.fields(FPTQuantConfig)}
-    return FPTQuantConfig(**{k: v for k, v in dataclasses.asdict(cfg).items() if k in names})
 
 
 def load_input_model(spec: str, device: Any, dtype: Any) -> tuple[Any, Any]:
@@ -109,7 +103,6 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
     from icml_fptquant.quantize import merge_and_quantize, round_weights
     from icml_fptquant.training import max_abs_weight, optimize_e2e, optimize_local, outlier_norm
 
-    mcfg = method_config(cfg)
     fp = base["model"]
     inject_outliers(fp, cfg.outlier_strength, seed=seed, sites=cfg.outlier_sites)
     calib, evaluation = base["calib"], base["eval"]
@@ -126,7 +119,7 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
             kept[name] = model
         m = compare_logits(model, evaluation, ref)
         rows[name] = {"ppl": perplexity(model, evaluation), **m,
-                      "bytes": float(model_bytes(model, mcfg.w_bits, weight_only)),
+                      "bytes": float(model_bytes(model, cfg.quant.w_bits, weight_only)),
                       "seconds": time.perf_counter() - t0}
         if log:
             log(f"{ARM_LABELS[name]}: ppl {rows[name]['ppl']:.3f}, KL {rows[name]['kl']:.4f}")
@@ -143,29 +136,33 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
             continue
         model = copy.deepcopy(fp)
         if arm == "rtn":
-            merge_and_quantize(model, calib, mcfg, seed)
+            merge_and_quantize(model, calib, cfg, seed)
         elif arm in ("nf4", "bnb_nf4", "bnb_int8"):
-            wcfg = dataclasses.replace(mcfg, a_bits=16, kv_bits=16)
+            wcfg = dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant, a_bits=16,
+                                                                      kv_bits=16))
             merge_and_quantize(model, calib, wcfg, seed)
             round_weights(model, wcfg, method=arm)
             finish(arm, model, t0, weight_only=arm)
             continue
         elif arm == "smoothquant":
             apply_smoothquant(model, calib, cfg.smoothquant_alpha)
-            merge_and_quantize(model, calib, mcfg, seed)
+            merge_and_quantize(model, calib, cfg, seed)
         elif arm in ("quarot", "quarot_static"):
             dynamic = arm == "quarot"
-            apply_quarot(model, mcfg, seed, dynamic=dynamic)
-            merge_and_quantize(model, calib, dataclasses.replace(mcfg, act_dynamic=dynamic), seed)
+            apply_quarot(model, cfg, seed, dynamic=dynamic)
+            merge_and_quantize(model, calib, dataclasses.replace(
+                cfg, quant=dataclasses.replace(cfg.quant, act_dynamic=dynamic)), seed)
         elif arm in ("fptquant_local", "fptquant_e2e"):
-            apply_fpt_transforms(model, mcfg, seed)
+            apply_fpt_transforms(model, cfg, seed)
             reused = local_state is not None
             if not reused:
                 with torch.no_grad():
-                    before = (float(outlier_norm(model, mcfg.local_p)), max_abs_weight(model))
-                hist["local_loss"] = optimize_local(model, mcfg, progress)
+                    before = (float(outlier_norm(model, cfg.training.local_p)),
+                              max_abs_weight(model))
+                hist["local_loss"] = optimize_local(model, cfg, progress)
                 with torch.no_grad():
-                    after = (float(outlier_norm(model, mcfg.local_p)), max_abs_weight(model))
+                    after = (float(outlier_norm(model, cfg.training.local_p)),
+                              max_abs_weight(model))
                 hist["outlier_norm_before_after"] = [before[0], after[0]]
                 hist["max_abs_weight_before_after"] = [before[1], after[1]]
                 local_state = copy.deepcopy(model.fpt_transforms.state_dict())
@@ -174,10 +171,10 @@ def run_arms(cfg: QuantizeConfig, base: dict[str, Any], seed: int = 0,
                 model.fpt_transforms.load_state_dict(local_state)
             t_arm = t0 - t_local if reused else t0  # an arm's time includes the local stage
             if arm == "fptquant_e2e":
-                h = optimize_e2e(model, calib, mcfg, seed, progress)
+                h = optimize_e2e(model, calib, cfg, seed, progress)
                 hist["e2e_loss"] = h["loss"]
                 hist["value_cond"] = h["value_cond"]
-            merge_and_quantize(model, calib, mcfg, seed)
+            merge_and_quantize(model, calib, cfg, seed)
             finish(arm, model, t_arm)
             continue
         finish(arm, model, t0)

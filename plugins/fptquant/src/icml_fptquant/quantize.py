@@ -15,7 +15,6 @@ from icml_fptquant.config import FPTQuantConfig
 from icml_fptquant.qlinear import decoder_linears, linear_at, use_kv_attention
 from icml_fptquant.quantizers import (
     ActQuantizer,
-    check_bits,
     quantize_weight_gptq,
     quantize_weight_nf4,
     quantize_weight_rtn,
@@ -49,26 +48,24 @@ def attach_quantizers(model: Any, config: FPTQuantConfig, seed: int = 0) -> Any:
     """Give every decoder linear a weight bit width and a static input quantizer, and every
     attention module per-KV-head key/value quantizers (replacing any existing ones)."""
     geo = check_supported(model)
-    for b, what in ((config.w_bits, "w_bits"), (config.a_bits, "a_bits"),
-                    (config.kv_bits, "kv_bits")):
-        check_bits(b, what)
+    opts = config.quant  # bit widths validated by QuantOptions (and by each ActQuantizer)
     names = [f"model.{n}" for n in decoder_linears(model)]
-    if config.quantize_lm_head:
+    if opts.quantize_lm_head:
         names.append("lm_head")
     for i, qualified in enumerate(names):
         lin = linear_at(model, qualified)
-        lin.w_bits = config.w_bits
+        lin.w_bits = opts.w_bits
         lin.fpt_qweight = None
-        lin.act_quant = (ActQuantizer(config.a_bits, method=config.act_range, seed=seed + i,
-                                      dynamic=config.act_dynamic, symmetric=True,
-                                      clip=config.act_clip)
-                         if config.a_bits < 16 else None)
+        lin.act_quant = (ActQuantizer(opts.a_bits, method=opts.act_range, seed=seed + i,
+                                      dynamic=opts.act_dynamic, symmetric=True,
+                                      clip=opts.act_clip)
+                         if opts.a_bits < 16 else None)
     for i, layer in enumerate(model.model.layers):
         attn = layer.self_attn
         for name in ("fpt_k_quant", "fpt_v_quant"):
-            q = (ActQuantizer(config.kv_bits, geo.kv_heads, 1, config.act_range, seed=seed + i,
-                              dynamic=config.act_dynamic, clip=config.kv_clip)
-                 if config.kv_bits < 16 else None)
+            q = (ActQuantizer(opts.kv_bits, geo.kv_heads, 1, method=opts.act_range,
+                              seed=seed + i, dynamic=opts.act_dynamic, clip=opts.kv_clip)
+                 if opts.kv_bits < 16 else None)
             setattr(attn, name, q)
     use_kv_attention(model)
     device = next(model.parameters()).device
@@ -207,12 +204,8 @@ def _input_hessians(model: Any, lins: dict[str, Any], batches: list[torch.Tensor
 
 
 def gptq_dtype(config: FPTQuantConfig) -> torch.dtype:
-    """The torch dtype of ``config.gptq_dtype`` (float64, or float32 as reference GPTQ)."""
-    name = getattr(config, "gptq_dtype", "float64")
-    if name not in ("float64", "float32"):
-        raise ValueError(f"gptq_dtype={name!r} is not supported: use 'float64' (default) or "
-                         "'float32' (the reference GPTQ code's precision)")
-    return getattr(torch, name)
+    """The torch dtype of ``config.quant.gptq_dtype`` (float64, or float32 as reference GPTQ)."""
+    return getattr(torch, config.quant.gptq_dtype)  # one of QuantOptions' choices
 
 
 class _Stop(Exception):
@@ -265,7 +258,7 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
             finally:
                 for h in handles:
                     h.remove()
-            for name, q in _gptq_groups(lins, hs, config.w_bits, damp, shared,
+            for name, q in _gptq_groups(lins, hs, config.quant.w_bits, damp, shared,
                                         dtype).items():
                 rounded[name] = q
                 lins[name].fpt_qweight = q  # the next layers see this layer quantized
@@ -275,7 +268,7 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
     # quant_disabled put back what each linear had on entry: set the rounded weights now
     for name, lin in all_lins.items():
         lin.fpt_qweight = rounded[name]
-    if config.quantize_lm_head:
+    if config.quant.quantize_lm_head:
         hs = {}
         handles = _hessian_hooks({"lm_head": model.lm_head}, hs, dtype=dtype)
         qs = quantizers(model)
@@ -295,7 +288,7 @@ def gptq_sequential(model: Any, config: FPTQuantConfig, batches: list[torch.Tens
                 q.state = st
             model.lm_head.w_bits, model.lm_head.fpt_qweight = head
         w = model.lm_head.weight.detach()
-        model.lm_head.fpt_qweight = quantize_weight_gptq(w, hs["lm_head"], config.w_bits,
+        model.lm_head.fpt_qweight = quantize_weight_gptq(w, hs["lm_head"], config.quant.w_bits,
                                                          damp, dtype=dtype).to(w.dtype)
 
 
@@ -306,22 +299,22 @@ def round_weights(model: Any, config: FPTQuantConfig, calibration_data: Any = No
     :func:`gptq_sequential`; ``gptq_sequential=False`` collects every Hessian in one
     full-precision pass instead), ``nf4`` (native NF4) or bitsandbytes' ``bnb_nf4`` /
     ``bnb_int8``."""
-    method = method or config.weight_quantizer
+    method = method or config.quant.weight_quantizer
     lins = {n: m for n, m in decoder_linears(model).items()}
-    if config.quantize_lm_head:
+    if config.quant.quantize_lm_head:
         lins["lm_head"] = model.lm_head
-    if method == "gptq" and config.gptq_sequential:
+    if method == "gptq" and config.quant.gptq_sequential:
         gptq_sequential(model, config, as_batches(calibration_data))
         return
     if method == "gptq":
         shared: dict[str, str] = {}
         dtype = gptq_dtype(config)
         hs = _input_hessians(model, lins, as_batches(calibration_data), shared, dtype)
-        gptq = _gptq_groups(lins, hs, config.w_bits, 0.01, shared, dtype)
+        gptq = _gptq_groups(lins, hs, config.quant.w_bits, 0.01, shared, dtype)
     for name, lin in lins.items():
         w = lin.weight.detach()
         if method == "rtn":
-            q = quantize_weight_rtn(w, config.w_bits)
+            q = quantize_weight_rtn(w, config.quant.w_bits)
         elif method == "gptq":
             q = gptq[name]
         elif method == "nf4":
@@ -370,7 +363,7 @@ def merge_and_quantize(model: Any, calibration_data: Any,
         round_weights(model, cfg, batches)
     else:
         lins = dict(decoder_linears(model))
-        if cfg.quantize_lm_head:
+        if cfg.quant.quantize_lm_head:
             lins["lm_head"] = model.lm_head
         if set(weights) != set(lins):
             raise ValueError("weights must hold one tensor per decoder linear (and lm_head with "

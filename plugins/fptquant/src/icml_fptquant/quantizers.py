@@ -277,8 +277,8 @@ class ActQuantizer(nn.Module):
     ``observe`` (record statistics, pass through), ``quant`` (fake-quantize), ``off``.
     """
 
-    def __init__(self, bits: int, groups: int = 1, group_dim: int | None = None,
-                 method: str = "mse", max_samples: int = 1 << 15, seed: int = 0,
+    def __init__(self, bits: int, groups: int = 1, group_dim: int | None = None, *,
+                 method: str, max_samples: int = 1 << 15, seed: int = 0,
                  dynamic: bool = False, symmetric: bool = False, clip: float = 1.0) -> None:
         super().__init__()
         self.bits = check_bits(bits)

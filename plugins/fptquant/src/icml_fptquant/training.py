@@ -102,25 +102,26 @@ def optimize_local(model: Any, config: FPTQuantConfig | None = None,
     """Run the local, data-free objective on the transform parameters; returns the loss
     history (first entry = before training)."""
     cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
+    opts = cfg.training
     params = transform_parameters(model)
     history = []
-    if cfg.local_steps == 0:
+    if opts.local_steps == 0:
         with torch.no_grad():
-            return [float(outlier_norm(model, cfg.local_p))]
-    opt = torch.optim.AdamW(params, lr=cfg.local_lr, weight_decay=0.0)
-    steps = range(cfg.local_steps)
+            return [float(outlier_norm(model, opts.local_p))]
+    opt = torch.optim.AdamW(params, lr=opts.local_lr, weight_decay=0.0)
+    steps = range(opts.local_steps)
     rot = model.fpt_transforms.rotation
     gen = torch.Generator().manual_seed(0)
     with only_trainable(model, params):
         for _ in (progress(steps, desc="local objective") if progress else steps):
             with cached_rotation(rot):
-                loss = outlier_norm(model, cfg.local_p, cfg.local_row_fraction, gen)
+                loss = outlier_norm(model, opts.local_p, opts.local_row_fraction, gen)
                 history.append(float(loss.detach()))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
             opt.step()
     with torch.no_grad(), cached_rotation(rot):
-        history.append(float(outlier_norm(model, cfg.local_p)))
+        history.append(float(outlier_norm(model, opts.local_p)))
     _remark(model)
     return history
 
@@ -134,8 +135,9 @@ def _remark(model: Any) -> None:
 
 
 def e2e_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
-             kind: str = "kl") -> torch.Tensor:
-    """KL(teacher || student) averaged over tokens, or mean squared logit error."""
+             kind: str) -> torch.Tensor:
+    """KL(teacher || student) averaged over tokens (``kind="kl"``), or mean squared logit
+    error (``"mse"``); ``TrainingOptions.e2e_loss`` picks it."""
     dt = torch.promote_types(student_logits.dtype, torch.float32)  # float64 stays float64
     if kind == "kl":
         t = F.log_softmax(teacher_logits.to(dt), -1)
@@ -162,21 +164,22 @@ def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | Non
     from icml_fptquant.quantize import as_batches, attach_quantizers, calibrate, quant_disabled
 
     cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
-    batches = as_batches(calibration_data, cfg.e2e_batch_size)
+    opts = cfg.training
+    batches = as_batches(calibration_data, opts.e2e_batch_size)
     params = transform_parameters(model)
     attach_quantizers(model, cfg, seed)
     ops = model.fpt_transforms
     out: dict[str, list[float]] = {"loss": [], "value_cond": []}
-    if cfg.e2e_steps == 0:
+    if opts.e2e_steps == 0:
         return out
-    opt = torch.optim.AdamW(params, lr=cfg.e2e_lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=opts.e2e_lr, weight_decay=0.0)
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
-    steps = range(cfg.e2e_steps)
+    steps = range(opts.e2e_steps)
     teachers: dict[int, torch.Tensor] = {}
     with only_trainable(model, params):
         for step in (progress(steps, desc="end-to-end") if progress else steps):
-            if step % cfg.e2e_recalibrate_every == 0:
+            if step % opts.e2e_recalibrate_every == 0:
                 with torch.no_grad(), cached_rotation(ops.rotation):
                     calibrate(model, batches)
             k = int(torch.randint(len(batches), (1,), generator=gen))
@@ -192,7 +195,7 @@ def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | Non
                 if k not in teachers:
                     with torch.no_grad(), quant_disabled(model):
                         teachers[k] = model(ids, use_cache=False).logits
-                loss = e2e_loss(student, teachers[k], cfg.e2e_loss)
+                loss = e2e_loss(student, teachers[k], opts.e2e_loss)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
             opt.step()

@@ -45,7 +45,7 @@ def orthogonal_map(a: torch.Tensor, kind: str) -> torch.Tensor:
 class ResidualRotation(nn.Module):
     """Learnable d x d orthogonal Q = Q0 · ortho(A), A initialised to zero."""
 
-    def __init__(self, d: int, init: str = "hadamard", kind: str = "cayley", seed: int = 0,
+    def __init__(self, d: int, init: str, kind: str, seed: int = 0,
                  dtype: Any = torch.float32, device: Any = None) -> None:
         super().__init__()
         if init == "hadamard":
@@ -111,8 +111,8 @@ class PreRoPETransform(nn.Module):
 class ValueTransform(nn.Module):
     """Per KV head M_g = R0 · ortho(A_g) · diag(exp(d_g)), invertible by construction."""
 
-    def __init__(self, kv_heads: int, head_dim: int, init: str = "identity",
-                 kind: str = "cayley", dtype: Any = torch.float32, device: Any = None) -> None:
+    def __init__(self, kv_heads: int, head_dim: int, init: str, kind: str,
+                 dtype: Any = torch.float32, device: Any = None) -> None:
         super().__init__()
         if init == "identity":
             r0 = torch.eye(head_dim, dtype=dtype, device=device)
