@@ -4,23 +4,37 @@ transforms at 0/10/20/40/60/90/120 steps, each merged and quantized at W4A4KV4 w
 and evaluated like real_model.py (4 windows of 256 tokens; calibration from token 200,000).
 
     python plugins/fptquant/benchmarks/local_steps_curve.py   # about 7 CPU minutes
+    python plugins/fptquant/benchmarks/local_steps_curve.py \
+        --out-results plugins/fptquant/results/local_steps.json
+
+``--out-results`` writes the curve as a results file (``icml.results``; the training CPU
+seconds are a clock reading, declared ``timing``). One torch thread.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
+import shlex
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 from icml_fptquant.config import TrainingOptions, TransformOptions
 
+from icml import results as R
+
 SNAP = (0, 10, 20, 40, 60, 90, 120)
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out-results", default="", help="write the curve as a results file")
+    args = ap.parse_args()
+    clock = R.Clock()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     from icml_fptquant import FPTQuantConfig
@@ -70,6 +84,22 @@ def main() -> None:
                      "ppl": math.exp(nll), "kl": kl})
         print(rows[-1], flush=True)
     print(json.dumps(rows))
+    if args.out_results:
+        cols = ["local steps", "local objective (exact, all rows)", "perplexity W4A4KV4",
+                "KL to FP", "training CPU s"]
+        table = R.make_table(
+            "Local steps on SmolLM2-135M-Instruct (row fraction 0.125; snapshots merged and "
+            "quantized at W4A4KV4, RTN weights)", cols,
+            [[r["steps"], r["objective_exact"], r["ppl"], r["kl"], r["cpu_s_train"]]
+             for r in rows], name="local_steps",
+            formats={"local objective (exact, all rows)": ".2f", "perplexity W4A4KV4": ".1f",
+                     "KL to FP": ".3f", "training CPU s": ".0f"})
+        R.write(args.out_results, [table], plugin="fptquant", seeds=[0], clock=clock,
+                threads=1, quick=False,
+                tolerance={"training CPU s": {"timing": True, "why": "CPU time of this machine "
+                                              "under its load: shown, not compared"}},
+                command=" ".join(["python", "plugins/fptquant/benchmarks/local_steps_curve.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
 
 
 if __name__ == "__main__":
