@@ -21,6 +21,11 @@
 
     python benchmarks/bench.py [--n 512] [--repeats 2] [--peer-python /path/to/venv/bin/python]
     python benchmarks/bench.py --models smollm2 --n 128 --repeats 1 --threads 1 --skip-protocol
+
+``--out-results FILE`` also writes every printed table to a results file (``icml.results``) that
+the README renders; rates, memory, speed ratios and the batched-vs-naive differences depend on
+the machine, its load and its BLAS kernels, so they are declared ``timing`` (shown, never
+compared); the protocol's recalls and Information Imbalance are compared exactly.
 """
 
 from __future__ import annotations
@@ -29,11 +34,17 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+TABLES: list[dict] = []  # what --out-results writes (icml.results tables)
+# columns whose cells are read off this machine's clock, memory or float kernels
+MEASURED = ("sent/s", "sentences/s", "RSS", " vs ", "speed", "diff", "matmuls", "GFLOP", "measured", "bound",
+            "ratio", "setup s", "protocol s", "total s", "time / ours")
 
 
 def _rss_mb() -> float:
@@ -270,7 +281,11 @@ def _diff(a, b, tol: float = 1e-4) -> str:
     return f"{rel:.1e}" + ("" if rel <= tol else " (ABOVE TOLERANCE)")
 
 
-def table(title: str, cols: list[str], rows: list[list]) -> str:
+def table(title: str, cols: list[str], rows: list[list], name: str = "") -> str:
+    if name:
+        from icml import results as R
+
+        TABLES.append(R.make_table(title, cols, rows, name=name))
     lines = [f"### {title}", "", "| " + " | ".join(cols) + " |",
              "|" + "|".join("---" for _ in cols) + "|"]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -293,6 +308,7 @@ def main() -> None:
                     help="extra batch_tokens values timed for the batched path on smollm2, "
                     "e.g. 512,2048,4096")
     ap.add_argument("--skip-protocol", action="store_true", help="skip the end-to-end toy run")
+    ap.add_argument("--out-results", default="", help="write the tables as a results file")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads:
@@ -303,6 +319,10 @@ def main() -> None:
         return
     import torch
     from icml_synsem import centroid_ablation_profile, toy_setup
+
+    from icml import results as R
+
+    clock = R.Clock()
 
     out = [f"load average at start: {os.getloadavg()[0]:.1f} (1 min), "
            f"{os.getloadavg()[1]:.1f} (5 min); torch threads per worker: "
@@ -344,11 +364,12 @@ def main() -> None:
                          ["model", "method", "full pipeline sent/s wall / CPU",
                           "forward + pooling sent/s wall / CPU", "extra peak RSS MB",
                           "max abs diff vs naive, relative to its max abs value (full / fwd+pool)"],
-                         rows))
+                         rows, name="extraction"))
         out.append(table("Speed-up of the batched extraction (goal: >= 5x), wall-clock / CPU "
                          "time",
                          ["model", "full pipeline vs naive", "forward + pooling vs naive",
-                          "full vs official script (all layers clipped)"], ratios))
+                          "full vs official script (all layers clipped)"], ratios,
+                         name="speedup"))
         # a layer subset without the last layer: the forward stops after the deepest one
         kind = "smollm2" if "smollm2" in kinds else "byte"
         spec = args.stop_layers or ("1,3,5,7,9,11,13,16" if kind == "smollm2" else "1,2")
@@ -370,7 +391,7 @@ def main() -> None:
                          "**" + _ratio(res["naive"], res["batched"]) + "**", ""])
         out.append(table(f"{kind}, layers [{spec}] ({args.n} sentences, full pipeline)",
                          ["method", "sentences/s wall / CPU", "speed vs every block, wall / CPU",
-                          "max abs diff (relative)"], rows))
+                          "max abs diff (relative)"], rows, name="early_stop"))
         if "naive" in res:
             floors.append((f"[{spec}] (early stop)", run_worker(kind, "gemm", args.n, tmp, spec),
                            res["naive"], res["batched"]))
@@ -386,11 +407,13 @@ def main() -> None:
                              ["layers", "naive matmuls s", "batched matmuls s",
                               "batched matmul GFLOP/s", "naive measured s",
                               "batched measured s", "matmuls-only ratio",
-                              "bound: naive measured / batched matmuls"], rows))
+                              "bound: naive measured / batched matmuls"], rows,
+                             name="matmul_floor"))
         out.append(f"load average at end: {os.getloadavg()[0]:.1f} (1 min), "
                    f"{os.getloadavg()[1]:.1f} (5 min)")
         if args.skip_protocol:
             print("\n\n".join(out))
+            _write(args, clock)
             return
 
         t0 = time.perf_counter()
@@ -407,13 +430,33 @@ def main() -> None:
                            f"{s['sem_recall_none']:.2f} / {s['sem_recall_sem']:.2f} / "
                            f"{s['sem_recall_sem_perm']:.2f}",
                            f"{s['syn_recall_none']:.2f} / {s['syn_recall_syn']:.2f} / "
-                           f"{s['syn_recall_syn_perm']:.2f}", f"{s['ii_syn_to_sem']:.2f}"]]))
+                           f"{s['syn_recall_syn_perm']:.2f}", f"{s['ii_syn_to_sem']:.2f}"]],
+                         name="protocol"))
         if args.peer_python:
             out.append(table("Information Imbalance vs dadapy 0.3.4 (k=1, Euclidean; dadapy "
                              "converted to our normalisation)",
                              ["points", "ours a->b / b->a", "dadapy a->b / b->a", "max abs diff",
-                              "dadapy time / ours"], peer_imbalance(args.peer_python, tmp)))
+                              "dadapy time / ours"], peer_imbalance(args.peer_python, tmp),
+                             name="dadapy"))
     print("\n\n".join(out))
+    _write(args, clock)
+
+
+def _write(args: argparse.Namespace, clock: object) -> None:
+    if not args.out_results:
+        return
+    from icml import results as R
+
+    cols = {c for t in TABLES for c in t["columns"]}
+    why = ("read off this machine's clock, memory or float32 kernels under its load (a speed, "
+           "a ratio of speeds, RSS, or a last-bits difference of batched vs per-sentence "
+           "matmuls that depends on the BLAS kernels and threads): shown, not compared")
+    R.write(args.out_results, TABLES, plugin="synsem", seeds=[0], clock=clock,
+            threads=args.threads or None, quick=False,
+            tolerance={c: {"timing": True, "why": why} for c in sorted(cols)
+                       if any(m in c for m in MEASURED)},
+            command=" ".join(["python", "plugins/synsem/benchmarks/bench.py"]
+                             + [shlex.quote(x) for x in sys.argv[1:]]))
 
 
 if __name__ == "__main__":
