@@ -86,9 +86,11 @@ class DifferentiateConfig:
                            "the median", ge=1)
     problem: str = option("", help="path to your own QP as .npz with arrays Q, q and "
                           "optionally G, h, A, b; replaces family/sizes when set")
-    solver: str = option("auto", help="qpsolvers backend for the forward pass (auto: piqp "
-                         "+ a verified active-set polish where Q is known PSD, else or on "
-                         "failure clarabel at 1e-12)", choices=("auto", *QP_SOLVERS))
+    solver: str = option("auto", help="forward solver: auto (piqp + a verified active-set "
+                         "polish where Q is known PSD, else or on failure clarabel at 1e-12), "
+                         "torch (batched dense interior point + verified polish, auto where "
+                         "that fails) or a qpsolvers backend", choices=("auto", "torch",
+                                                                        *QP_SOLVERS))
     tol: float | None = option(None, help="forward solver tolerance (none: a tight "
                               "per-solver default: 1e-8 for auto's piqp, 1e-12 for clarabel)", gt=0)
     polish: bool = option(False, help="refine the solver's point on its active set")
@@ -116,9 +118,11 @@ class EvaluateConfig:
                                    "(empty: skip)", ge=1)
     portfolio_steps: int = option(30, help="Adam steps of end-to-end portfolio training with "
                                   "dXPP and with KKT gradients (0: skip)", ge=0)
-    solver: str = option("auto", help="qpsolvers backend for the forward pass (auto: piqp "
-                         "+ a verified active-set polish where Q is known PSD, else or on "
-                         "failure clarabel at 1e-12)", choices=("auto", *QP_SOLVERS))
+    solver: str = option("auto", help="forward solver: auto (piqp + a verified active-set "
+                         "polish where Q is known PSD, else or on failure clarabel at 1e-12), "
+                         "torch (batched dense interior point + verified polish, auto where "
+                         "that fails) or a qpsolvers backend", choices=("auto", "torch",
+                                                                        *QP_SOLVERS))
     tol: float | None = option(None, help="forward solver tolerance (none: a tight "
                               "per-solver default: 1e-8 for auto's piqp, 1e-12 for clarabel)", gt=0)
     polish: bool = option(False, help="refine the solver's point on its active set")

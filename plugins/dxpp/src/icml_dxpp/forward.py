@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from icml_dxpp.qp import QPInputError, QPProblem, QPSolveError, _where
 
 __all__ = ["QPResult", "solve_qp", "recover_duals", "polish", "solver_options",
-           "check_solver", "resolve_solver"]
+           "check_solver", "check_torch_options", "resolve_solver"]
 
 # pip command per backend, for the "not installed" error
 _PIP = {
@@ -83,11 +83,12 @@ def check_solver(solver: str) -> None:
     """Raise a clear error when ``solver`` is not an installed qpsolvers backend."""
     import qpsolvers
 
-    if solver == "auto" or solver in qpsolvers.available_solvers:
+    if solver in ("auto", "torch") or solver in qpsolvers.available_solvers:
         return
     known = sorted(set(qpsolvers.available_solvers))
     if solver not in _PIP:  # a typo, not a missing package: no `pip install <typo>`
-        raise QPInputError(f"QP solver {solver!r} is not a qpsolvers backend: use 'auto' or one "
+        raise QPInputError(f"QP solver {solver!r} is not a qpsolvers backend: use 'auto', "
+                           "'torch' (batched dense interior point) or one "
                            f"of the installed solvers {known} (known backends: "
                            f"{', '.join(sorted(_PIP))})")
     raise QPInputError(f"QP solver {solver!r} is not installed: run `{_PIP[solver]}` or pick "
@@ -314,6 +315,8 @@ def solve_qp(prob: QPProblem, solver: str = "auto", tol: float | None = None,
             return QPResult(x, eq_dual=mu, ineq_dual=nu, solver="warm",
                             extras={"status": "warm", "polished": True, "path": "warm",
                                     "active": _active_of(prob, x, nu)})
+    if solver == "torch":
+        return _solve_torch(prob, tol, options, index, active_tol, recover)
     auto = solver == "auto"
     solver = resolve_solver(solver, prob.sparse, prob.Q)
     check_solver(solver)
@@ -334,6 +337,46 @@ def solve_qp(prob: QPProblem, solver: str = "auto", tol: float | None = None,
     res = _solve_with(prob, solver, tol, active_tol, recover, options, index, polish_solution)
     res.extras["path"] = solver + ("+polish" if res.extras["polished"] else "")
     return res
+
+
+def check_torch_options(options: dict | None) -> dict:
+    """``solver_options`` of the torch solver: only ``max_iter`` (an int >= 1)."""
+    from icml_dxpp.batched import TORCH_SOLVER_OPTIONS
+
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(TORCH_SOLVER_OPTIONS))
+    if unknown:
+        raise QPInputError(f"solver_options {unknown} are not options of solver 'torch': it "
+                           f"takes {sorted(TORCH_SOLVER_OPTIONS)}")
+    it = opts.get("max_iter", TORCH_SOLVER_OPTIONS["max_iter"])
+    if isinstance(it, bool) or not isinstance(it, int) or it < 1:
+        raise QPInputError(f"solver_options max_iter: got {it!r}, must be an integer >= 1")
+    return {**TORCH_SOLVER_OPTIONS, **opts}
+
+
+def _solve_torch(prob: QPProblem, tol: float | None, options: dict | None, index: int | None,
+                 active_tol: float, recover: str) -> QPResult:
+    """One dense QP through the batched torch solver (:mod:`icml_dxpp.batched`), a batch of one;
+    a point that does not verify goes to the default path (``solver="auto"``)."""
+    import torch
+
+    from icml_dxpp.batched import solve_batch
+
+    if prob.sparse:
+        raise QPInputError(f"{_where(index)}solver 'torch' (the batched dense interior point) "
+                           "takes dense problems: use solver='auto' for sparse ones")
+    opts = check_torch_options(options)
+    T = [torch.as_tensor(np.asarray(v, dtype=np.float64)).unsqueeze(0)
+         for v in (prob.Q, prob.q, prob.G, prob.h, prob.A, prob.b)]
+    res = solve_batch(*T, tol=tol, max_iter=opts["max_iter"])
+    if not bool(res.ok[0]):
+        out = solve_qp(prob, "auto", tol, active_tol, recover, None, index)
+        out.extras["path"] = f"torch -> {out.extras['path']}"
+        return out
+    x, nu, mu = (t[0].numpy() for t in (res.x, res.nu, res.mu))
+    return QPResult(x, eq_dual=mu, ineq_dual=nu, solver="torch",
+                    extras={"status": "solved", "polished": True, "path": "torch",
+                            "iterations": res.iterations, "active": _active_of(prob, x, nu)})
 
 
 def _active_of(prob: QPProblem, x: np.ndarray, nu: np.ndarray) -> np.ndarray:

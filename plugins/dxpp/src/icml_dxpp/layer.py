@@ -82,6 +82,10 @@ class LayerOptions:
             raise ValueError(f"recover_duals {self.recover_duals!r} is unknown: use 'auto', "
                              "'always' or 'never'")
         check_solver(self.solver)
+        if self.solver == "torch":
+            from icml_dxpp.forward import check_torch_options
+
+            check_torch_options(self.solver_options)
         return self
 
 
@@ -135,6 +139,8 @@ class _QPFunction(torch.autograd.Function):
                 b: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         inputs = (Q, q, G, h, A, b)
         B = q.shape[0]
+        if opts.solver == "torch":
+            return _torch_forward(ctx, opts, inputs)
 
         def item(t: torch.Tensor | None, i: int) -> Any:
             if t is None:
@@ -185,8 +191,12 @@ class _QPFunction(torch.autograd.Function):
         if opts.backward == "dxpp" and ctx.dense and (
                 ls == "batched" or (ls == "auto" and on_accelerator)):
             return (None, *_batched_backward(ctx, gx, gmu, gnu, needs))
+        if opts.backward == "dxpp" and ls == "auto" and opts.solver == "torch":
+            return (None, *_batched_backward(ctx, gx, gmu, gnu, needs))
         if ls == "batched":
             opts = replace(opts, penalty=replace(opts.penalty, linear_solver="auto"))
+        if ctx.probs is None:  # the torch forward keeps tensors only
+            ctx.probs, ctx.sols = _numpy_problems(ctx)
         per: list[dict[str, Any]] = []
         for i, (prob, sol) in enumerate(zip(ctx.probs, ctx.sols, strict=False)):
             args = (prob, sol.x, sol.ineq_dual, sol.eq_dual,
@@ -211,6 +221,105 @@ class _QPFunction(torch.autograd.Function):
             else:
                 out.append(torch.stack([_grad_to_torch(g[name], like) for g in per]))
         return tuple(out)
+
+
+def _torch_forward(ctx: Any, opts: LayerOptions, inputs: tuple[Any, ...]
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``solver="torch"``: the whole dense batch in one batched solver call on the inputs'
+    device (:func:`icml_dxpp.batched.solve_batch`); problems whose point does not verify go
+    through the per-problem default path (``solver="auto"``), which raises its usual errors."""
+    from icml_dxpp.batched import solve_batch
+    from icml_dxpp.forward import check_torch_options
+
+    if any(_is_sparse(t) for t in inputs):
+        raise QPInputError("solver 'torch' (the batched dense interior point) takes dense "
+                           "tensors: use solver='auto' for torch.sparse inputs")
+    Q, q, G, h, A, b = (None if t is None else t.detach().to(torch.float64) for t in inputs)
+    B, n = q.shape
+    dev = q.device
+    G = torch.zeros(B, 0, n, dtype=torch.float64, device=dev) if G is None else G
+    h = torch.zeros(B, 0, dtype=torch.float64, device=dev) if h is None else h
+    A = torch.zeros(B, 0, n, dtype=torch.float64, device=dev) if A is None else A
+    b = torch.zeros(B, 0, dtype=torch.float64, device=dev) if b is None else b
+    if opts.check_inputs:
+        _check_batch(Q, q, G, h, A, b)
+    m, p = h.shape[-1], b.shape[-1]
+    key = ("torch", B, n, m, p)
+    warm = opts.cache.get(key) if opts.warm_start else None
+    so = check_torch_options(opts.solver_options)
+    if n == 0 or m + p == 0:  # nothing for the interior point: the per-problem path
+        res = None
+    else:
+        res = solve_batch(Q, q, G, h, A, b, tol=opts.tol, max_iter=so["max_iter"],
+                          warm_active=warm)
+    if res is None:
+        x = torch.zeros(B, n, dtype=torch.float64, device=dev)
+        nu = torch.zeros(B, m, dtype=torch.float64, device=dev)
+        mu = torch.zeros(B, p, dtype=torch.float64, device=dev)
+        ok = torch.zeros(B, dtype=torch.bool, device=dev)
+        paths = ["torch"] * B
+    else:
+        x, nu, mu, ok = res.x, res.nu, res.mu, res.ok
+        paths = ["torch:warm" if w else "torch" for w in res.warm.tolist()]
+    bad = torch.nonzero(~ok).reshape(-1).tolist()
+    for i in bad:  # the existing per-problem path
+        index = i if B > 1 else None
+        prob = make_problem(*(t[i].cpu().numpy() for t in (Q, q, G, h, A, b)), check=False,
+                            index=index)
+        sol = solve_qp(prob, "auto", opts.tol, opts.penalty.active_tol, opts.recover_duals,
+                       None, index)
+        x[i] = torch.as_tensor(sol.x, device=dev)
+        nu[i] = torch.as_tensor(sol.ineq_dual, device=dev)
+        mu[i] = torch.as_tensor(sol.eq_dual, device=dev)
+        paths[i] = f"torch -> {sol.extras.get('path', sol.solver)}"
+    if opts.warm_start:
+        opts.cache[key] = nu > h - (G @ x.unsqueeze(-1)).squeeze(-1)
+        opts.cache["paths"] = paths
+    ctx.opts, ctx.probs, ctx.sols = opts, None, None
+    ctx.likes = [None if t is None else t[:0] for t in inputs]
+    ctx.dense = True
+    ctx.inputs = tuple(None if t is None else t.detach() for t in inputs)
+    ctx.sol64 = (x, nu, mu)
+    dt = inputs[1].dtype
+    return x.to(dt), mu.to(dt), nu.to(dt)
+
+
+def _check_batch(Q: Any, q: Any, G: Any, h: Any, A: Any, b: Any) -> None:
+    """The per-problem input checks (:func:`icml_dxpp.qp.check_problem`) for a whole dense
+    batch: finite data, symmetric and PSD Q, tested batched; a problem that fails one is
+    re-checked by :func:`make_problem`, which raises the per-problem path's error."""
+    B, n = q.shape
+    flags = torch.zeros(B, dtype=torch.bool, device=q.device)
+    for t in (Q, q, G, h, A, b):
+        if t.numel():
+            flags |= ~torch.isfinite(t.reshape(B, -1)).all(-1)
+    if n:
+        Qf = torch.nan_to_num(Q)
+        scale = 1.0 + Qf.abs().amax((-2, -1))
+        flags |= (Qf - Qf.transpose(-1, -2)).abs().amax((-2, -1)) > 1e-8 * scale
+        eye = torch.eye(n, dtype=Q.dtype, device=Q.device)
+        _, info = torch.linalg.cholesky_ex(Qf + 1e-8 * scale[:, None, None] * eye)
+        flags |= info != 0
+    else:
+        flags[:] = True
+    for i in torch.nonzero(flags).reshape(-1).tolist():
+        make_problem(*(t[i].cpu().numpy() for t in (Q, q, G, h, A, b)), check=True,
+                     index=i if B > 1 else None)
+
+
+def _numpy_problems(ctx: Any) -> tuple[list[QPProblem], list[QPResult]]:
+    """QPProblem/QPResult per batch index from the torch forward's tensors (for the
+    per-problem backwards)."""
+    Q, q, G, h, A, b = (None if t is None else t.detach().cpu().to(torch.float64).numpy()
+                        for t in ctx.inputs)
+    x, nu, mu = (t.cpu().numpy() for t in ctx.sol64)
+    probs, sols = [], []
+    for i in range(q.shape[0]):
+        probs.append(make_problem(Q[i], q[i], None if G is None else G[i],
+                                  None if h is None else h[i], None if A is None else A[i],
+                                  None if b is None else b[i], check=False))
+        sols.append(QPResult(x[i], eq_dual=mu[i], ineq_dual=nu[i], solver="torch"))
+    return probs, sols
 
 
 def _batched_backward(ctx: Any, gx: torch.Tensor, gmu: torch.Tensor, gnu: torch.Tensor,
@@ -252,8 +361,9 @@ def dxpp_solve(Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor | None = None,
     ``rho_min`` (0, the paper), ``cg_min_n`` (50 000: sparse systems this large use CG under
     'auto'), ``ridge`` (1e-9), ``linear_solver`` ('auto' | 'dense' | 'sparse' | 'cg'),
     ``cg_tol``, ``cg_maxiter``, ``zero_dual_guard`` (1e-3; None: the paper's ρ rule
-    unguarded), ``solver`` ('auto': piqp + verified polish, clarabel fallback; or any installed
-    qpsolvers backend), ``tol`` (the forward solver's tolerance; None = a per-solver default),
+    unguarded), ``solver`` ('auto': piqp + verified polish, clarabel fallback; 'torch': the
+    batched dense interior point of :mod:`icml_dxpp.batched`; or any installed qpsolvers
+    backend), ``tol`` (the forward solver's tolerance; None = a per-solver default),
     ``backward`` ('dxpp' | 'kkt'), ``kkt_mode`` ('reduced' | 'full'),
     ``recover_duals`` ('auto' | 'always' | 'never'), ``polish`` (False; active-set refinement
     of the solver's point),
@@ -374,7 +484,10 @@ class DXPPQPLayer(torch.nn.Module):
         solver: 'auto' (default since 0.3.0: piqp at 1e-8 plus a verified active-set polish
             wherever Q is known PSD, clarabel at 1e-12 otherwise or when the polish does not
             verify; see :func:`icml_dxpp.forward.solve_qp`) or any installed ``qpsolvers``
-            backend (run as it stands, e.g. 'clarabel', 0.2's default).
+            backend (run as it stands, e.g. 'clarabel', 0.2's default), or 'torch' (ours: the
+            whole dense batch by one batched interior point + verified batched polish on the
+            inputs' device, per-problem 'auto' for problems that do not verify;
+            :mod:`icml_dxpp.batched`; ``solver_options={"max_iter": 50}``).
         active_tol: a row is active when h_i − G_i x* < active_tol (paper: 1e-5).
         linear_solver: 'auto' (dense tensors on an accelerator: 'batched'; on the CPU: SciPy
             Cholesky per problem; sparse tensors: sparse LU), 'batched' (one batched torch
