@@ -40,6 +40,7 @@ import copy
 import json
 import random
 import re
+import shlex
 import statistics
 import sys
 import time
@@ -246,20 +247,20 @@ def msd(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
 
 
-def tables(before: dict, runs: list[dict]) -> str:
-    """Markdown: accuracy before training per task; accuracy after training per objective and
-    task (mean ± sd over the seeds that ran) and per-seed comparisons with NLL."""
+def table_rows(before: dict, runs: list[dict]) -> tuple[list[str], list[list], list[str],
+                                                      list[list]]:
+    """The two tables as (columns, rows): accuracy before training per task; accuracy after
+    training per objective and task (mean ± sd over the seeds that ran) and per-seed
+    comparisons with NLL."""
     tasks = [t for t in TASKS if t in before]
     objectives = list(dict.fromkeys(r["objective"] for r in runs))
     acc = {(r["task"], r["objective"], r["seed"]): r["acc"] for r in runs}
-    out = ["| task | accuracy before training (held-out) | mean target p before (train) |",
-           "|---|---|---|"]
-    for task in tasks:
-        b = before[task]
-        out.append(f"| {task} | {msd([x[0] for x in b])} | {msd([x[1] for x in b])} |")
-    out += ["", "| objective | " + " | ".join(f"{t} (n seeds)" for t in tasks) + " | "
-            + " | ".join(f"{t}: seeds > / < NLL" for t in tasks) + " |",
-            "|---|" + "---|" * (2 * len(tasks))]
+    cols0 = ["task", "accuracy before training (held-out)", "mean target p before (train)"]
+    rows0 = [[task, msd([x[0] for x in before[task]]), msd([x[1] for x in before[task]])]
+             for task in tasks]
+    cols1 = (["objective"] + [f"{t} (n seeds)" for t in tasks]
+             + [f"{t}: seeds > / < NLL" for t in tasks])
+    rows1 = []
     for obj in objectives:
         cells, cmp = [], []
         for t in tasks:
@@ -272,8 +273,33 @@ def tables(before: dict, runs: list[dict]) -> str:
                 continue
             d = [acc[(t, obj, s)] - acc[(t, "logp", s)] for s in both]
             cmp.append(f"{sum(x > 0 for x in d)}/{len(d)} / {sum(x < 0 for x in d)}/{len(d)}")
-        out.append(f"| {obj} | " + " | ".join(cells) + " | " + " | ".join(cmp) + " |")
-    return "\n".join(out)
+        rows1.append([obj, *cells, *cmp])
+    return cols0, rows0, cols1, rows1
+
+
+def tables(before: dict, runs: list[dict]) -> str:
+    """Markdown of :func:`table_rows`."""
+    cols0, rows0, cols1, rows1 = table_rows(before, runs)
+
+    def md(cols: list[str], rows: list[list]) -> list[str]:
+        return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+    return "\n".join(md(cols0, rows0) + [""] + md(cols1, rows1))
+
+
+def write_results(path: str, before: dict, runs: list[dict], seeds: int, clock,
+                  argv: list[str]) -> None:
+    """The two tables as a results file (``icml.results``), its command as typed."""
+    from icml import results
+
+    cols0, rows0, cols1, rows1 = table_rows(before, runs)
+    out = results.write(
+        path, [results.make_table("Before training", cols0, rows0, name="before"),
+               results.make_table("After training (mean ± sd over seeds; per-seed vs NLL)",
+                                  cols1, rows1, name="after")],
+        plugin="beyond-nll", seeds=list(range(seeds)), clock=clock, threads=1,
+        command="python " + shlex.join(["plugins/beyond-nll/benchmarks/real_model.py", *argv]))
+    print(f"# wrote {out}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,7 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="")
     ap.add_argument("--from-json", nargs="*", default=None,
                     help="print the tables of earlier --json files (merged) and exit")
-    a = ap.parse_args(argv)
+    ap.add_argument("--out-results", default="",
+                    help="also write the tables as a results file "
+                         "(plugins/beyond-nll/results/NAME.json)")
+    args = list(sys.argv[1:] if argv is None else argv)
+    a = ap.parse_args(args)
+    from icml import results
+
+    clock = results.Clock()
     if a.from_json:
         before, runs = {}, []
         for path in a.from_json:
@@ -306,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
                 before.setdefault(t, []).extend(b)
             runs += d["runs"]
         print(tables(before, runs))
+        if a.out_results:
+            write_results(a.out_results, before, runs,
+                          max((r["seed"] for r in runs), default=-1) + 1, clock, args)
         return 0
     torch.set_num_threads(a.threads)
     t0 = time.time()
@@ -372,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"args": vars(a), "before": before, "runs": runs}, f, indent=1)
+    if a.out_results:
+        write_results(a.out_results, before, runs, a.seeds, clock, args)
     return 0
 
 

@@ -145,11 +145,51 @@ def test_training_options_run_on_the_real_model(rm, tmp_path, option):
         pytest.importorskip("peft")
     out = tmp_path / "run.json"
     rc = rm.main(["--tasks", "weak", "--objectives", "logp", "--seeds", "1", "--steps", "2",
-                  "--batch", "4", "--n-train", "8", "--n-test", "4", "--json", str(out)] + option)
+                  "--batch", "4", "--n-train", "8", "--n-test", "4", "--json", str(out),
+                  "--out-results", str(tmp_path / "real_model.json")] + option)
     assert rc == 0
     import json
+
+    from icml import results
+
+    data = results.load(tmp_path / "real_model.json")
+    assert [r[0] for r in results.find_table(data, "after")["rows"]] == ["logp"]
 
     d = json.loads(out.read_text())
     assert d["args"]["layers" if option[0] == "--layers" else "lora"] == (
         "all" if option[0] == "--layers" else 4)
     assert len(d["runs"]) == 1 and 0.0 <= d["runs"][0]["acc"] <= 1.0
+
+
+def test_out_results_from_saved_runs(rm, tmp_path):
+    """--out-results writes the two README tables as a results file (issue 47), here from a
+    saved --json of two tasks x two seeds (no model needed)."""
+    import json
+
+    from icml import results
+
+    runs = [{"task": t, "seed": s, "objective": o, "acc": a, "mean_p_test": 0.5, "before": 0.0,
+             "sec": 1.0}
+            for t, s, o, a in [("strong", 0, "logp", 0.9), ("strong", 0, "p", 0.8),
+                               ("strong", 1, "logp", 0.7), ("strong", 1, "p", 0.75),
+                               ("weak", 0, "logp", 0.2), ("weak", 0, "p", 0.0),
+                               ("weak", 1, "logp", 0.1), ("weak", 1, "p", 0.0)]]
+    saved = tmp_path / "runs.json"
+    saved.write_text(json.dumps({"before": {"strong": [[0.7, 0.4, 0.0], [0.7, 0.5, 0.0]],
+                                            "weak": [[0.0, 0.03, 0.0], [0.0, 0.05, 0.0]]},
+                                 "runs": runs}))
+    out = tmp_path / "real_model.json"
+    assert rm.main(["--from-json", str(saved), "--out-results", str(out)]) == 0
+    data = results.load(out)
+    assert data["command"] == ("python plugins/beyond-nll/benchmarks/real_model.py --from-json "
+                               f"{saved} --out-results {out}")
+    assert data["seeds"] == [0, 1]
+    before = results.find_table(data, "before")
+    assert before["rows"] == [["strong", "0.700 ± 0.000", "0.450 ± 0.071"],
+                              ["weak", "0.000 ± 0.000", "0.040 ± 0.014"]]
+    after = results.find_table(data, "after")
+    assert after["columns"] == ["objective", "strong (n seeds)", "weak (n seeds)",
+                                "strong: seeds > / < NLL", "weak: seeds > / < NLL"]
+    assert after["rows"] == [["logp", "0.800 ± 0.141 (2)", "0.150 ± 0.071 (2)", "-", "-"],
+                             ["p", "0.775 ± 0.035 (2)", "0.000 ± 0.000 (2)", "1/2 / 1/2",
+                              "0/2 / 2/2"]]
