@@ -41,9 +41,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from icml_synsem.config import ExtractionOptions
+
 TABLES: list[dict] = []  # what --out-results writes (icml.results tables)
 # columns whose cells are read off this machine's clock, memory or float kernels
-MEASURED = ("sent/s", "sentences/s", "RSS", " vs ", "speed", "diff", "matmuls", "GFLOP", "measured", "bound",
+MEASURED = ("sent/s", "sentences/s", "RSS", " vs ", "speed", "diff", "matmuls", "GFLOP",
+            "measured", "bound",
             "ratio", "setup s", "protocol s", "total s", "time / ours")
 
 
@@ -162,16 +165,18 @@ def worker(kind: str, variant: str, n: int, out_path: str, layer_spec: str) -> N
     opts = {"batch_tokens": int(bt)} if bt else {}
 
     def run(q):
+        clip = {"clip": False} if q is None else {"clip_low": q[0], "clip_high": q[1]}
         if base == "batched":
-            return extract_sentence_reps(model, tok, sents, layers=layers, clip_q=q, **opts)
+            return extract_sentence_reps(model, tok, sents,
+                                         ExtractionOptions(layers=layers, **clip, **opts))
         if base == "batched-no-stop":
-            return extract_sentence_reps(model, tok, sents, layers=layers, clip_q=q,
-                                         stop_early=False, **opts)
+            return extract_sentence_reps(model, tok, sents, ExtractionOptions(
+                layers=layers, stop_early=False, **clip, **opts))
         return naive_reps(model, tok, sents, layers, q=q,
                           clip_layers="all" if base == "official" else "requested")
 
     # warm-up on a few sentences so one-time costs are not timed
-    extract_sentence_reps(model, tok, sents[:8], layers=layers)
+    extract_sentence_reps(model, tok, sents[:8], ExtractionOptions(layers=layers))
     naive_reps(model, tok, sents[:2], layers)
     before = _rss_mb()
     res = {}

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from icml_synsem.config import ExtractionOptions
+
 GROUPS = {"aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "matmul",
           "aten::sort": "clip selection", "aten::topk": "clip selection"}
 
@@ -51,10 +53,12 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 32
     model, tok, sents = _setup("smollm2", n)
     layers = resolve_layers(None, num_layers(model))
-    extract_sentence_reps(model, tok, sents[:8], layers=layers)  # warm-up, as in bench.py
+    extract_sentence_reps(model, tok, sents[:8],
+                          ExtractionOptions(layers=layers))  # warm-up, as in bench.py
     naive_reps(model, tok, sents[:2], layers)
     profile("naive loop", lambda: naive_reps(model, tok, sents, layers))
-    profile("batched", lambda: extract_sentence_reps(model, tok, sents, layers=layers))
+    profile("batched", lambda: extract_sentence_reps(model, tok, sents,
+                                                     ExtractionOptions(layers=layers)))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from icml_synsem.config import AnalysisOptions, ExtractionOptions
+
 from icml import results as R
 from icml import stats
 
@@ -101,7 +103,7 @@ def main() -> None:
     layers = [int(x) for x in args.layers.split(",")] if args.layers else None
     t0 = time.perf_counter()
     c0 = time.process_time()
-    reps = sentence_reps(model, tok, data, layers=layers, device=args.device)
+    reps = sentence_reps(model, tok, data, ExtractionOptions(layers=layers), device=args.device)
     t_extract, cpu_extract = time.perf_counter() - t0, time.process_time() - c0
     n_tokens = sum(len(tok(s, add_special_tokens=False)["input_ids"])
                    for part in (data.originals, data.twins, data.paraphrases,
@@ -118,37 +120,32 @@ def main() -> None:
         return r, d
 
     t0 = time.perf_counter()
-    common = {"k": args.k, "seed": args.seed}
     reps_l, data_l = only(langs)
-    main_res = analyse_reps(reps_l, data_l, n_boot=args.n_boot,
-                            imbalance_resamples=args.resamples, **common)
+    main_opts = AnalysisOptions(k=args.k, n_boot=args.n_boot, imbalance_resamples=args.resamples)
+    main_res = analyse_reps(reps_l, data_l, main_opts, seed=args.seed)
     en_res = None
     if en:
         reps_e, data_e = only(en)
-        en_res = analyse_reps(reps_e, data_e, n_boot=args.n_boot,
-                              imbalance_resamples=args.resamples, **common)
+        en_res = analyse_reps(reps_e, data_e, main_opts, seed=args.seed)
     reps, data = reps_l, data_l
+    def variant(**change):  # noqa: ANN003, ANN202
+        """The main analysis with some settings changed (no II resamples unless asked)."""
+        opts = AnalysisOptions(k=args.k, **{"imbalance_resamples": 0, **change})
+        return analyse_reps(reps, data, opts, seed=args.seed)
+
     variants = {
         "main (defaults: official centering, our control, all-pairs II)": main_res,
-        "paper's code: official control + split-half II": analyse_reps(
-            reps, data, perm_control="official", imbalance_estimator="official",
-            imbalance_resamples=args.resamples, **common),
-        "centering: originals' mean for every set": analyse_reps(
-            reps, data, centering="originals", imbalance_resamples=0, **common),
-        "centering: each set (each language) by its own mean": analyse_reps(
-            reps, data, centering="each", imbalance_resamples=0, **common),
-        "centering: pooled mean of all sets": analyse_reps(
-            reps, data, centering="pooled", imbalance_resamples=0, **common),
-        "no centering": analyse_reps(reps, data, centering="none", imbalance_resamples=0,
-                                     **common),
-        "leave-one-out c_syn": analyse_reps(reps, data, leave_one_out=True,
-                                            imbalance_resamples=0, **common),
-        "no decoupling of c_syn": analyse_reps(reps, data, decouple=False,
-                                               imbalance_resamples=0, **common),
-        "plain subtraction": analyse_reps(reps, data, ablation="subtract",
-                                          imbalance_resamples=0, **common),
-        "syntax hit = the twin only (pair)": analyse_reps(
-            reps, data, syntax_match="pair", imbalance_resamples=0, **common),
+        "paper's code: official control + split-half II": variant(
+            perm_control="official", imbalance_estimator="official",
+            imbalance_resamples=args.resamples),
+        "centering: originals' mean for every set": variant(centering="originals"),
+        "centering: each set (each language) by its own mean": variant(centering="each"),
+        "centering: pooled mean of all sets": variant(centering="pooled"),
+        "no centering": variant(centering="none"),
+        "leave-one-out c_syn": variant(leave_one_out=True),
+        "no decoupling of c_syn": variant(decouple=False),
+        "plain subtraction": variant(ablation="subtract"),
+        "syntax hit = the twin only (pair)": variant(syntax_match="pair"),
     }
     if en_res is not None:
         variants[f"c_sem from English rewordings {en} (not in the paper)"] = en_res
@@ -156,8 +153,8 @@ def main() -> None:
     for lang in langs:
         one = SentenceReps(reps.layers, reps.originals, reps.twins, reps.paraphrases,
                            {lang: reps.translations[lang]})
-        per_lang[lang] = analyse_reps(one, data, imbalance_resamples=0,
-                                      translation_retrieval=False, **common)
+        per_lang[lang] = analyse_reps(one, data, AnalysisOptions(
+            k=args.k, imbalance_resamples=0, translation_retrieval=False), seed=args.seed)
     t_analyse = time.perf_counter() - t0
 
     # ---- tables

@@ -1,4 +1,5 @@
 import pytest
+from icml_synsem.config import AnalysisOptions, ExtractionOptions
 
 
 @pytest.fixture(scope="session")
@@ -16,8 +17,8 @@ def toy_profile(toy):
     from icml_synsem import centroid_ablation_profile
 
     model, tok, data, _ = toy
-    return centroid_ablation_profile(model, tok, data, layers=[1, 2, 3],
-                                     imbalance_resamples=30)
+    return centroid_ablation_profile(model, tok, data, ExtractionOptions(layers=[1, 2, 3]),
+                                     AnalysisOptions(imbalance_resamples=30))
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from icml_synsem import extract_sentence_reps
+from icml_synsem.config import ExtractionOptions
 from icml_synsem.representations import decoder_blocks, length_batches
 
 WORDS = ["the", "cat", "sat", "on", "an", "mat", "while", "dogs", "barked", "near", "old"]
@@ -95,11 +96,14 @@ def test_bucketed_batches_equal_the_naive_loop(byte_lm, mixed, kw):
     model, tok = byte_lm
     for q in [None, (0.05, 0.95)]:
         want = naive_loop(model, tok, mixed, [0, 1, 2], q=q)
-        got = extract_sentence_reps(model, tok, mixed, layers=[0, 1, 2], clip_q=q, **kw)
+        # q is None (no clipping) or the default quantiles
+        got = extract_sentence_reps(model, tok, mixed,
+                                    ExtractionOptions(layers=[0, 1, 2], clip=q is not None, **kw))
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
     # order restoration: permuting the input permutes the output the same way
     perm = torch.randperm(len(mixed), generator=torch.Generator().manual_seed(0)).tolist()
-    shuffled = extract_sentence_reps(model, tok, [mixed[i] for i in perm], layers=[1, 2], **kw)
+    shuffled = extract_sentence_reps(model, tok, [mixed[i] for i in perm],
+                                     ExtractionOptions(layers=[1, 2], **kw))
     torch.testing.assert_close(shuffled, got[1:, perm], atol=2e-5, rtol=1e-4)
 
 
@@ -110,7 +114,7 @@ def test_lm_head_and_cache_are_skipped(byte_lm, mixed):
     h2 = model.model.register_forward_pre_hook(lambda m, a, k: kwargs.append(k),
                                                with_kwargs=True)
     try:
-        extract_sentence_reps(model, tok, mixed, layers=[-1], batch_tokens=0)
+        extract_sentence_reps(model, tok, mixed, ExtractionOptions(layers=[-1], batch_tokens=0))
     finally:
         h1.remove()
         h2.remove()
@@ -126,11 +130,11 @@ def test_early_stop_skips_later_blocks(mixed):
     blocks = decoder_blocks(model.model, 4)
     assert blocks is model.model.layers
     fast, calls = _calls_of(blocks[2], lambda: extract_sentence_reps(
-        model, tok, mixed, layers=[1, 2], batch_size=8))
+        model, tok, mixed, ExtractionOptions(layers=[1, 2], batch_size=8)))
     n_batches = len(length_batches([len(tok(s)["input_ids"]) for s in mixed], 8, 1024))
     assert n_batches > 2 and calls == 1  # only the check forward of one sentence
-    full = extract_sentence_reps(model, tok, mixed, layers=[1, 2], batch_size=8,
-                                 stop_early=False)
+    full = extract_sentence_reps(model, tok, mixed, ExtractionOptions(layers=[1, 2], batch_size=8,
+                                                                      stop_early=False))
     torch.testing.assert_close(fast, full, atol=0, rtol=0)
     torch.testing.assert_close(fast, naive_loop(model, tok, mixed, [1, 2]), atol=2e-5,
                                rtol=1e-4)
@@ -165,11 +169,12 @@ def test_early_stop_falls_back_when_the_check_fails(byte_lm, mixed, scale):
     calls = []
     handle = model.layers[2].register_forward_hook(lambda *a: calls.append(1))
     try:
-        got = extract_sentence_reps(model, tok, mixed, layers=[0, 2], batch_size=8)
+        got = extract_sentence_reps(model, tok, mixed, ExtractionOptions(layers=[0, 2],
+                                                                         batch_size=8))
     finally:
         handle.remove()
-    want = extract_sentence_reps(model, tok, mixed, layers=[0, 2], batch_size=8,
-                                 stop_early=False)
+    want = extract_sentence_reps(model, tok, mixed, ExtractionOptions(layers=[0, 2], batch_size=8,
+                                                                      stop_early=False))
     torch.testing.assert_close(got, want, atol=0, rtol=0)
     n_batches = len(length_batches([len(tok(s)["input_ids"]) for s in mixed], 8, 1024))
     # the check forward of one sentence, then (check failed) every batch in full
@@ -198,8 +203,8 @@ def test_early_stop_on_other_architectures(byte_lm, mixed, arch):
     blocks = decoder_blocks(model.base_model, 3)
     assert blocks is not None
     fast, calls = _calls_of(blocks[2], lambda: extract_sentence_reps(
-        model, tok, mixed, layers=[0, 1], batch_size=8))
+        model, tok, mixed, ExtractionOptions(layers=[0, 1], batch_size=8)))
     assert calls == 1
-    full = extract_sentence_reps(model, tok, mixed, layers=[0, 1], batch_size=8,
-                                 stop_early=False)
+    full = extract_sentence_reps(model, tok, mixed, ExtractionOptions(layers=[0, 1], batch_size=8,
+                                                                      stop_early=False))
     torch.testing.assert_close(fast, full, atol=0, rtol=0)

@@ -66,7 +66,7 @@ def test_group_centroids_means_and_singletons():
     assert groups == ["a", "b", "c"]
     torch.testing.assert_close(cents[0], (x[0] + x[2]) / 2)
     torch.testing.assert_close(cents[1], x[1])  # a singleton's centroid is its member
-    torch.testing.assert_close(syntactic_centroids(x, ["a", "b", "a", "c"])[3], x[3])
+    torch.testing.assert_close(syntactic_centroids(x, ["a", "b", "a", "c"], False)[3], x[3])
 
 
 def test_leave_one_out_is_mean_of_the_others():

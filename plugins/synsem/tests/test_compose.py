@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from icml_synsem import extract_sentence_reps
+from icml_synsem.config import ExtractionOptions
 
 from icml.compose import CompositionError, save_model
 from icml.testing import rotated_copy
@@ -22,17 +23,20 @@ def rotated(model, seed=0, maps=True):
 def test_representations_mapped_to_the_original_basis(byte_lm, sentences, stop_early):
     model, tok = byte_lm
     rot = rotated(model)
-    want = extract_sentence_reps(model, tok, sentences, layers=[0, 1], stop_early=stop_early)
-    got = extract_sentence_reps(rot, tok, sentences, layers=[0, 1], stop_early=stop_early)
+    want = extract_sentence_reps(model, tok, sentences, ExtractionOptions(layers=[0, 1],
+                                                                          stop_early=stop_early))
+    got = extract_sentence_reps(rot, tok, sentences, ExtractionOptions(layers=[0, 1],
+                                                                       stop_early=stop_early))
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     with pytest.raises(CompositionError, match="layer 2 .*rotation.*layers 0..1"):
-        extract_sentence_reps(rot, tok, sentences, layers=[1, 2])
+        extract_sentence_reps(rot, tok, sentences, ExtractionOptions(layers=[1, 2]))
 
 
 def test_basis_change_without_maps_refused(byte_lm, sentences):
     model, tok = byte_lm
     with pytest.raises(CompositionError, match="synsem: representation extraction.*rotation"):
-        extract_sentence_reps(rotated(model, maps=False), tok, sentences, layers=[1])
+        extract_sentence_reps(rotated(model, maps=False), tok, sentences,
+                              ExtractionOptions(layers=[1]))
 
 
 def test_model_from_previous_run_folder(tmp_path):
@@ -41,7 +45,7 @@ def test_model_from_previous_run_folder(tmp_path):
     from icml.runner import run
 
     small = ["toy.n_templates=8", "toy.per_template=3", "toy.num_layers=2",
-             "imbalance_resamples=5", "layers=[1,2]"]
+             "analysis.imbalance_resamples=5", "extraction.layers=[1,2]"]
     builtin = run("synsem", "evaluate", overrides=small, out=tmp_path / "b", device="cpu",
                   show_progress=False)
     _, lex = make_toy_data(n_templates=8, per_template=3)

@@ -5,7 +5,13 @@ class TestConformance(PluginConformance):
     slug = "synsem"
     shape_checks = True
     smoke = {"evaluate": {"toy": {"n_templates": 6, "per_template": 3, "num_layers": 2},
-                          "imbalance_resamples": 5}}
+                          "analysis": {"imbalance_resamples": 5}}}
+    # The config is the API (issue 48): the job's `extraction` and `analysis` sections are the
+    # option objects extract_sentence_reps / sentence_reps and analyse_reps take as they are
+    # (centroid_ablation_profile takes both); tests/test_config.py checks the job hands them on.
+    api = {"evaluate:extraction": "icml_synsem.config:ExtractionOptions",
+           "evaluate:analysis": "icml_synsem.config:AnalysisOptions"}
+    probe_values = {"analysis.n_boot": 200}  # 0 or at least 100
 
 
 

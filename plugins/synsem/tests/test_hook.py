@@ -5,7 +5,7 @@ from icml import ConfigError
 from icml.config import build_config
 
 SMALL = ["toy.n_templates=8", "toy.per_template=3", "toy.num_layers=2",
-         "imbalance_resamples=5", "layers=[1,2]"]
+         "analysis.imbalance_resamples=5", "extraction.layers=[1,2]"]
 
 
 def _run(tmp_path, overrides, name):
@@ -43,16 +43,18 @@ def test_user_data_folder(tmp_path):
     model = planted_llama(lex, num_layers=2, seed=0)
     model.save_pretrained(tmp_path / "model")
     toy_tokenizer(lex).save_pretrained(tmp_path / "model")
-    res = _run(tmp_path, ["imbalance_resamples=5", f"model={tmp_path / 'model'}",
+    res = _run(tmp_path, ["analysis.imbalance_resamples=5", f"model={tmp_path / 'model'}",
                           f"data={tmp_path / 'data'}"], "data")
     assert res.status == "ok" and res.metrics["n_queries"] == 18
 
 
 def test_config_errors(tmp_path):
-    with pytest.raises(ConfigError, match="clip_low"):
-        build_config(EvaluateConfig, {}, ["clip_low=0.9", "clip_high=0.5"])
-    with pytest.raises(ConfigError, match="pool"):
-        build_config(EvaluateConfig, {}, ["pool=max"])
+    with pytest.raises(ConfigError, match=r"extraction\.clip_low"):
+        build_config(EvaluateConfig, {}, ["extraction.clip_low=0.9", "extraction.clip_high=0.5"])
+    with pytest.raises(ConfigError, match=r"extraction\.pool"):
+        build_config(EvaluateConfig, {}, ["extraction.pool=max"])
+    with pytest.raises(ConfigError, match="pool"):  # the pre-0.2.5 flat key is unknown
+        build_config(EvaluateConfig, {}, ["pool=mean"])
     with pytest.raises(ConfigError, match="toy.n_templates"):
         build_config(EvaluateConfig, {}, ["toy.n_templates=1"])
     from icml.runner import RunFailed

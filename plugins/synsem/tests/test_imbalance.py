@@ -41,10 +41,11 @@ def test_centroid_imbalance_decoupled_groups():
     groups = [i % 25 for i in range(200)]
     syn = rng.normal(size=(25, 8))[groups]
     sem = rng.normal(size=(200, 8))
-    out = centroid_imbalance(syn, sem, groups, n_resamples=20)
+    out = centroid_imbalance(syn, sem, groups, n_resamples=20, k=1, estimator="all_pairs")
     assert out["syn_to_sem"] > 0.7 and out["sem_to_syn"] > 0.7
     # a semantic space equal to the syntactic one is fully predicted
-    same = centroid_imbalance(syn, syn + 1e-9 * rng.normal(size=syn.shape), groups, n_resamples=5)
+    same = centroid_imbalance(syn, syn + 1e-9 * rng.normal(size=syn.shape), groups,
+                              n_resamples=5, k=1, estimator="all_pairs")
     assert same["syn_to_sem"] < 0.05
 
 
@@ -56,4 +57,5 @@ def test_imbalance_bad_input():
     with pytest.raises(ValueError, match="metric"):
         information_imbalance(np.ones((5, 2)), np.ones((5, 2)), metric="manhattan")
     with pytest.raises(ValueError, match=">= 3"):
-        centroid_imbalance(np.ones((4, 2)), np.ones((4, 2)), [0, 0, 1, 1])
+        centroid_imbalance(np.ones((4, 2)), np.ones((4, 2)), [0, 0, 1, 1], 200, 1,
+                           estimator="all_pairs")

@@ -24,7 +24,7 @@ def test_official_permuted_control_by_hand():
     # row j minus row perm[j]'s projection on c[perm[j]]:
     # j=0: x1.c1 / |c1|^2 = 3 -> [2, 0] - 3 [0, 1]; j=1: x2.c2 / 2 = 1 -> [0, 3] - [1, 1];
     # j=2: x0.c0 = 2 -> [1, 1] - 2 [1, 0]
-    got = permuted_ablation(X, C, PERM, control="official")
+    got = permuted_ablation(X, C, PERM, "projection", control="official")
     want = torch.tensor([[2.0, -3.0], [-1.0, 2.0], [-1.0, 1.0]], dtype=torch.float64)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
 
@@ -32,7 +32,7 @@ def test_official_permuted_control_by_hand():
 def test_our_permuted_control_by_hand():
     # row j minus its own projection on c[perm[j]]: j=0: x0.c1 = 0 -> unchanged;
     # j=1: x1.c2 / 2 = 1.5 -> [0, 3] - [1.5, 1.5]; j=2: x2.c0 = 1 -> [1, 1] - [1, 0]
-    got = permuted_ablation(X, C, PERM, control="centroid")
+    got = permuted_ablation(X, C, PERM, "projection", control="centroid")
     want = torch.tensor([[2.0, 0.0], [-1.5, 1.5], [0.0, 1.0]], dtype=torch.float64)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
 
@@ -42,9 +42,9 @@ def test_controls_agree_for_subtraction_and_check_input():
         torch.testing.assert_close(permuted_ablation(X, C, PERM, "subtract", control),
                                    X - C[PERM])
     with pytest.raises(ValueError, match="control must be one of"):
-        permuted_ablation(X, C, PERM, control="random")
+        permuted_ablation(X, C, PERM, "projection", control="random")
     with pytest.raises(ValueError, match="one index per row"):
-        permuted_ablation(X, C, [0, 1])
+        permuted_ablation(X, C, [0, 1], "projection", "centroid")
 
 
 def test_official_imbalance_by_hand():

@@ -3,6 +3,7 @@ cross-layer profiles have the loose shape that the full run (README) shows."""
 
 
 import pytest
+from icml_synsem.config import AnalysisOptions, ExtractionOptions
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +22,8 @@ def test_profiles_on_smollm(smollm):
     model, tok = smollm
     data = make_english_data(per_template=3, n_templates=24, languages=["es"], rewordings=1,
                              seed=0)
-    res = centroid_ablation_profile(model, tok, data, layers=[1, 16, 30],
-                                    imbalance_resamples=20, n_boot=200)
+    res = centroid_ablation_profile(model, tok, data, ExtractionOptions(layers=[1, 16, 30]),
+                                    AnalysisOptions(imbalance_resamples=20, n_boot=200))
     n = res.n_queries
     assert n == 72 and res.layers == [1, 16, 30]
     syn, sem = res.syntactic, res.semantic
@@ -50,7 +51,8 @@ def test_cli_real_model_english_data(smollm, tmp_path):
 
     res = run("synsem", "evaluate", overrides=[
         "model=smollm2-135m-instruct", "data=english", "english.per_template=2",
-        "english.languages=[es]", "layers=[1,30]", "imbalance_resamples=5", "n_boot=100"],
+        "english.languages=[es]", "extraction.layers=[1,30]", "analysis.imbalance_resamples=5",
+        "analysis.n_boot=100"],
         out=tmp_path / "run", device="cpu", show_progress=False)
     assert res.status == "ok" and res.metrics["n_queries"] == 96
     assert "[" in res.tables[1].rows[0][1]  # "recall [low, high]" cells (after the headline)

@@ -8,6 +8,7 @@ from icml_synsem import (
     centroid_ablation_profile,
     make_toy_data,
 )
+from icml_synsem.config import AnalysisOptions, ExtractionOptions
 
 
 def test_planted_claims_on_tiny_llama(toy_profile):
@@ -33,7 +34,8 @@ def test_context_syntax_plants_different_layer_profiles(toy):
 
     _, tok, data, lex = toy
     model = planted_llama(lex, num_layers=4, context_syntax=0.5, seed=0)
-    res = centroid_ablation_profile(model, tok, data, layers=[1, 4], imbalance_resamples=0)
+    res = centroid_ablation_profile(model, tok, data, ExtractionOptions(layers=[1, 4]),
+                                    AnalysisOptions(imbalance_resamples=0))
     sem, syn = res.semantic["none"], res.syntactic["none"]
     assert syn[0] - syn[1] > 0.2
     assert sem[1] >= sem[0] - 0.05
@@ -69,7 +71,7 @@ def _gaussian_reps(n_groups=10, per=12, dim=256, syn_scale=0.7, noise=0.3, seed=
 
 def test_gaussian_planted_model_gives_known_recalls():
     reps, data = _gaussian_reps()
-    res = analyse_reps(reps, data, k=1, imbalance_resamples=10)
+    res = analyse_reps(reps, data, AnalysisOptions(k=1, imbalance_resamples=10))
     sem, syn = res.semantic, res.syntactic
     assert sem["none"][0] > 0.9 and syn["none"][0] > 0.9
     assert sem["sem"][0] < 0.1 and sem["sem_perm"][0] > 0.85
@@ -81,9 +83,10 @@ def test_gaussian_planted_model_gives_known_recalls():
 
 def test_subtract_and_pair_variants_run(toy):
     model, tok, data, _ = toy
-    res = centroid_ablation_profile(model, tok, data, layers=[2], ablation="subtract",
-                                    syntax_match="pair", leave_one_out=True,
-                                    imbalance_resamples=0, global_center=False)
+    res = centroid_ablation_profile(model, tok, data, ExtractionOptions(layers=[2]),
+                                    AnalysisOptions(ablation="subtract", syntax_match="pair",
+                                                    leave_one_out=True, imbalance_resamples=0,
+                                                    global_center=False))
     assert res.imbalance == {} and res.settings["ablation"] == "subtract"
     # the protocol's numbers equal the pieces computed directly from the representations
     from icml_synsem import (
@@ -95,7 +98,7 @@ def test_subtract_and_pair_variants_run(toy):
         syntactic_centroids,
     )
 
-    reps = sentence_reps(model, tok, data, layers=[2])
+    reps = sentence_reps(model, tok, data, ExtractionOptions(layers=[2]))
     x, twins = reps.originals[0].double(), reps.twins[0].double()
     assert res.syntactic["none"][0] == pytest.approx(recall_at_k(x, twins, 3))
     c_sem = semantic_centroids([t[0].double() for t in reps.translations.values()])
@@ -105,8 +108,8 @@ def test_subtract_and_pair_variants_run(toy):
 
 def test_deterministic(toy, toy_profile):
     model, tok, data, _ = toy
-    again = centroid_ablation_profile(model, tok, data, layers=[1, 2, 3],
-                                      imbalance_resamples=30)
+    again = centroid_ablation_profile(model, tok, data, ExtractionOptions(layers=[1, 2, 3]),
+                                      AnalysisOptions(imbalance_resamples=30))
     assert again.rows() == toy_profile.rows()
 
 
@@ -116,14 +119,15 @@ def test_singleton_groups_are_dropped_and_counted(toy):
     templates[0] = "UNIQUE TEMPLATE"
     data2 = SynSemData(data.originals, data.twins, templates, data.paraphrases,
                        data.translations)
-    res = centroid_ablation_profile(model, tok, data2, layers=[1], imbalance_resamples=0)
+    res = centroid_ablation_profile(model, tok, data2, ExtractionOptions(layers=[1]),
+                                    AnalysisOptions(imbalance_resamples=0))
     assert res.n_dropped == 1 and res.n_queries == len(data) - 1
-    kept = centroid_ablation_profile(model, tok, data2, layers=[1], imbalance_resamples=0,
-                                     min_group_size=1)
+    kept = centroid_ablation_profile(model, tok, data2, ExtractionOptions(layers=[1]),
+                                     AnalysisOptions(imbalance_resamples=0, min_group_size=1))
     assert kept.n_dropped == 0
-    with pytest.raises(ValueError, match="leave_one_out needs min_group_size >= 2"):
-        centroid_ablation_profile(model, tok, data2, layers=[1], leave_one_out=True,
-                                  min_group_size=1)
+    with pytest.raises(ValueError, match="leave_one_out.* needs .*min_group_size >= 2"):
+        centroid_ablation_profile(model, tok, data2, ExtractionOptions(layers=[1]),
+                                  AnalysisOptions(leave_one_out=True, min_group_size=1))
 
 
 def test_short_sentences_error_or_drop(toy):
@@ -132,21 +136,24 @@ def test_short_sentences_error_or_drop(toy):
     paras[3] = paras[3].split()[0]  # one token
     data2 = SynSemData(data.originals, data.twins, data.templates, paras, data.translations)
     with pytest.raises(ValueError, match="fewer than last_n"):
-        centroid_ablation_profile(model, tok, data2, layers=[1], imbalance_resamples=0)
-    res = centroid_ablation_profile(model, tok, data2, layers=[1], imbalance_resamples=0,
-                                    drop_short=True)
+        centroid_ablation_profile(model, tok, data2, ExtractionOptions(layers=[1]),
+                                  AnalysisOptions(imbalance_resamples=0))
+    res = centroid_ablation_profile(model, tok, data2,
+                                    ExtractionOptions(layers=[1], drop_short=True),
+                                    AnalysisOptions(imbalance_resamples=0))
     assert res.n_dropped >= 1 and res.n_queries == len(data) - res.n_dropped
 
 
 def test_bad_protocol_arguments(toy):
     model, tok, data, _ = toy
     with pytest.raises(ValueError, match="syntax_match"):
-        centroid_ablation_profile(model, tok, data, layers=[1], syntax_match="both")
-    with pytest.raises(ValueError, match="ablation mode"):
-        centroid_ablation_profile(model, tok, data, layers=[1], ablation="zero",
-                                  imbalance_resamples=0)
+        centroid_ablation_profile(model, tok, data, ExtractionOptions(layers=[1]),
+                                  AnalysisOptions(syntax_match="both"))
+    with pytest.raises(ValueError, match=r"analysis\.ablation"):
+        centroid_ablation_profile(model, tok, data, ExtractionOptions(layers=[1]),
+                                  AnalysisOptions(ablation="zero", imbalance_resamples=0))
     with pytest.raises(ValueError, match="out of range"):
-        centroid_ablation_profile(model, tok, data, layers=[9])
+        centroid_ablation_profile(model, tok, data, ExtractionOptions(layers=[9]))
     reps, gdata = _gaussian_reps()
     with pytest.raises(ValueError, match="the data has"):
         analyse_reps(reps, gdata.subset(range(5)))
@@ -212,7 +219,7 @@ def test_intervals_are_the_core_bootstrap_of_the_hits():
     from icml import stats
 
     reps, data = _gaussian_reps()
-    res = analyse_reps(reps, data, k=1, imbalance_resamples=0, n_boot=500, seed=3)
+    res = analyse_reps(reps, data, AnalysisOptions(k=1, imbalance_resamples=0, n_boot=500), seed=3)
     x, twins, paras, trans = center_sets(reps.originals[0].double(), reps.twins[0].double(),
                                          reps.paraphrases[0].double(),
                                          [v[0].double() for v in reps.translations.values()],
@@ -224,4 +231,4 @@ def test_intervals_are_the_core_bootstrap_of_the_hits():
         for cond, (lo, hi) in ((c, cis[c][0]) for c in cis):
             assert lo <= vals[cond][0] <= hi
     with pytest.raises(ValueError, match="n_boot"):
-        analyse_reps(reps, data, k=1, imbalance_resamples=0, n_boot=50)
+        analyse_reps(reps, data, AnalysisOptions(k=1, imbalance_resamples=0, n_boot=50))

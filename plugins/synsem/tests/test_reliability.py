@@ -9,9 +9,10 @@ from icml.testing import icml_cli, one_line_error
 
 
 def test_layer_out_of_range_exits_2(tmp_path: Path) -> None:
-    proc = icml_cli("run", "synsem", "--set", "layers=[100]", "--set", "toy.num_layers=2",
-                    "--set", "toy.n_templates=6", "--set", "toy.per_template=3",
+    proc = icml_cli("run", "synsem", "--set", "extraction.layers=[100]",
+                    "--set", "toy.num_layers=2", "--set", "toy.n_templates=6",
+                    "--set", "toy.per_template=3",
                     "--out", str(tmp_path))
     assert proc.returncode == 2
     line = one_line_error(proc)
-    assert "'layers'" in line and "layer 100" in line and "0..2" in line
+    assert "'extraction.layers'" in line and "layer 100" in line and "0..2" in line

@@ -7,10 +7,11 @@ from icml_synsem import (
     load_model,
     resolve_layers,
 )
+from icml_synsem.config import ExtractionOptions
 
 
 def _one_by_one(model, tok, sentences, **kw):
-    return torch.cat([extract_sentence_reps(model, tok, [s], batch_size=1, **kw)
+    return torch.cat([extract_sentence_reps(model, tok, [s], ExtractionOptions(batch_size=1, **kw))
                       for s in sentences], dim=1)
 
 
@@ -19,8 +20,8 @@ def test_batched_equals_per_sentence(byte_lm, sentences, pool):
     """Right padding leaves every real token's hidden state unchanged, and clipping quantiles
     are computed over each sentence's own tokens only."""
     model, tok = byte_lm
-    batched = extract_sentence_reps(model, tok, sentences, layers=[0, 1, 2], pool=pool,
-                                    batch_size=4)
+    batched = extract_sentence_reps(model, tok, sentences,
+                                    ExtractionOptions(layers=[0, 1, 2], pool=pool, batch_size=4))
     single = _one_by_one(model, tok, sentences, layers=[0, 1, 2], pool=pool)
     assert batched.shape == (3, len(sentences), 32 * (3 if pool == "concat" else 1))
     torch.testing.assert_close(batched, single, atol=2e-5, rtol=1e-4)
@@ -29,8 +30,10 @@ def test_batched_equals_per_sentence(byte_lm, sentences, pool):
 def test_concat_chunks_average_to_mean_pool(byte_lm, sentences):
     model, tok = byte_lm
     sentences = [s for s in sentences if len(s) >= 4]
-    cat = extract_sentence_reps(model, tok, sentences, layers=[2], pool="concat", last_n=4)
-    mean = extract_sentence_reps(model, tok, sentences, layers=[2], pool="mean", last_n=4)
+    cat = extract_sentence_reps(model, tok, sentences, ExtractionOptions(layers=[2], pool="concat",
+                                                                         last_n=4))
+    mean = extract_sentence_reps(model, tok, sentences, ExtractionOptions(layers=[2], pool="mean",
+                                                                          last_n=4))
     torch.testing.assert_close(cat.reshape(1, len(sentences), 4, 32).mean(2), mean)
 
 
@@ -44,9 +47,9 @@ def test_mean_pool_matches_manual_hidden_states(byte_lm):
         h = hs[layer][0]
         lo, hi = torch.quantile(h.flatten(), torch.tensor([0.05, 0.95]))
         want = h.clamp(lo, hi)[-3:].mean(0)
-        got = extract_sentence_reps(model, tok, [s], layers=[layer])[0, 0]
+        got = extract_sentence_reps(model, tok, [s], ExtractionOptions(layers=[layer]))[0, 0]
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    raw = extract_sentence_reps(model, tok, [s], layers=[2], clip_q=None)[0, 0]
+    raw = extract_sentence_reps(model, tok, [s], ExtractionOptions(layers=[2], clip=False))[0, 0]
     torch.testing.assert_close(raw, hs[2][0, -3:].mean(0), atol=1e-5, rtol=1e-5)
 
 
@@ -83,9 +86,9 @@ def test_bad_input(byte_lm):
     with pytest.raises(ValueError, match="no sentences"):
         extract_sentence_reps(model, tok, [])
     with pytest.raises(ValueError, match="out of range"):
-        extract_sentence_reps(model, tok, ["abcdef"], layers=[7])
+        extract_sentence_reps(model, tok, ["abcdef"], ExtractionOptions(layers=[7]))
     with pytest.raises(ValueError, match="pool"):
-        extract_sentence_reps(model, tok, ["abcdef"], pool="max")
+        extract_sentence_reps(model, tok, ["abcdef"], ExtractionOptions(pool="max"))
     with pytest.raises(TypeError, match="list of strings"):
         extract_sentence_reps(model, tok, "abcdef")
 
@@ -102,7 +105,8 @@ def test_encoder_model_and_qwen2(byte_lm, sentences):
                                 pad_token_id=0)).eval()
     qwen = tiny_causal_lm("qwen2", num_layers=2, hidden_size=32, seed=1)
     for model in (bert, qwen):
-        batched = extract_sentence_reps(model, tok, sentences, layers=[0, 2], batch_size=3)
+        batched = extract_sentence_reps(model, tok, sentences, ExtractionOptions(layers=[0, 2],
+                                                                                 batch_size=3))
         assert batched.shape == (2, len(sentences), 32) and torch.isfinite(batched).all()
         torch.testing.assert_close(batched, _one_by_one(model, tok, sentences, layers=[0, 2]),
                                    atol=2e-5, rtol=1e-4)
@@ -110,8 +114,9 @@ def test_encoder_model_and_qwen2(byte_lm, sentences):
 
 def test_bfloat16_runs(byte_lm, sentences):
     model, tok = byte_lm
-    ref = extract_sentence_reps(model, tok, sentences, layers=[2])
-    bf = extract_sentence_reps(model.to(torch.bfloat16), tok, sentences, layers=[2])
+    ref = extract_sentence_reps(model, tok, sentences, ExtractionOptions(layers=[2]))
+    bf = extract_sentence_reps(model.to(torch.bfloat16), tok, sentences,
+                               ExtractionOptions(layers=[2]))
     model.to(torch.float32)
     assert bf.dtype == torch.float32 and torch.isfinite(bf).all()
     cos = torch.nn.functional.cosine_similarity(bf[0], ref[0], dim=1)
@@ -123,8 +128,8 @@ def test_load_model_from_save_pretrained(toy, tmp_path):
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     loaded, ltok = load_model(str(tmp_path))
-    a = extract_sentence_reps(model, tok, data.originals[:10], layers=[1, 3])
-    b = extract_sentence_reps(loaded, ltok, data.originals[:10], layers=[1, 3])
+    a = extract_sentence_reps(model, tok, data.originals[:10], ExtractionOptions(layers=[1, 3]))
+    b = extract_sentence_reps(loaded, ltok, data.originals[:10], ExtractionOptions(layers=[1, 3]))
     torch.testing.assert_close(a, b)
     with pytest.raises(ValueError, match="save_pretrained"):
         load_model(str(tmp_path / "missing"))
@@ -160,7 +165,8 @@ def test_causal_models_skip_the_attention_mask(byte_lm, sentences):
             lambda mod, args, kwargs, seen=seen: seen.append(kwargs.get("attention_mask")),
             with_kwargs=True)
         try:
-            extract_sentence_reps(m, tok, sentences, layers=[-1], batch_size=len(sentences))
+            extract_sentence_reps(m, tok, sentences, ExtractionOptions(layers=[-1],
+                                                                       batch_size=len(sentences)))
         finally:
             handle.remove()
         assert len(seen) == 1 and (seen[0] is not None) == want_mask

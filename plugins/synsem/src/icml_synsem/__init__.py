@@ -11,6 +11,7 @@ from __future__ import annotations
 from icml.lazy import lazy_exports
 
 _EXPORTS = {
+    "ExtractionOptions": "config", "AnalysisOptions": "config", "EvaluateConfig": "config",
     "SynSemData": "data", "load_synsem_dir": "data",
     "Lexicon": "generate", "make_toy_data": "generate",
     "planted_llama": "toy_model", "toy_tokenizer": "toy_model", "toy_setup": "toy_model",

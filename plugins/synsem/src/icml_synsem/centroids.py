@@ -38,7 +38,7 @@ def orthogonalize(c: Any, against: Any, eps: float = 1e-8) -> Any:
     return remove_projection(c, against, eps)
 
 
-def ablate(x: Any, c: Any, mode: str = "projection", eps: float = 1e-8) -> Any:
+def ablate(x: Any, c: Any, mode: str, eps: float = 1e-8) -> Any:
     """``remove_projection`` (``mode="projection"``) or ``subtract`` (``mode="subtract"``)."""
     if mode == "projection":
         return remove_projection(x, c, eps)
@@ -77,7 +77,7 @@ def group_centroids(reps: Any, labels: Sequence[Any]) -> tuple[Any, list[Any]]:
     return sums / counts[:, None], groups
 
 
-def syntactic_centroids(reps: Any, labels: Sequence[Any], leave_one_out: bool = False) -> Any:
+def syntactic_centroids(reps: Any, labels: Sequence[Any], leave_one_out: bool) -> Any:
     """Per row ``[N, D]``: the centroid of its template group. With ``leave_one_out`` the row
     itself is excluded; that needs every group to have at least two members (``ValueError``
     otherwise)."""
@@ -129,8 +129,8 @@ def derangement(n: int, seed: int = 0) -> Any:
 PERM_CONTROLS = ("centroid", "official")
 
 
-def permuted_ablation(x: Any, c: Any, perm: Any, mode: str = "projection",
-                      control: str = "centroid", eps: float = 1e-8) -> Any:
+def permuted_ablation(x: Any, c: Any, perm: Any, mode: str, control: str,
+                      eps: float = 1e-8) -> Any:
     """The permuted control: row ``j`` of ``x`` ablated with the centroid of sentence
     ``perm[j]``.
 

@@ -1,10 +1,15 @@
-"""Typed configs. Field names are the CLI's ``--set`` keys and the Python API's arguments."""
+"""Typed configs. The config is the API: ``ExtractionOptions`` and ``AnalysisOptions`` are what
+the Python API takes (``extract_sentence_reps(model, tok, sentences, ExtractionOptions(...))``,
+``analyse_reps(reps, data, AnalysisOptions(...))``), and the job config nests them as its
+``extraction`` and ``analysis`` sections (``--set extraction.last_n=4``): one default per
+setting, validated once, here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from icml import option
+from icml.config import ConfigError, check_bounds
 
 
 @dataclass
@@ -38,21 +43,50 @@ class EnglishConfig:
 
 
 @dataclass
-class EvaluateConfig:
-    model: str = option("", help="packaged name (e.g. smollm2-135m-instruct) | local HF "
-                        "folder | previous run folder (icml.compose.load_model) | hub name; "
-                        "empty = built-in planted tiny Llama")
-    data: str = option("", help="data folder in the paper's layout, 'english' (controlled "
-                       "English with es/fr/de translations) or empty (generated toy data)")
+class ExtractionOptions:
+    """How sentence representations are extracted: what
+    :func:`~icml_synsem.representations.extract_sentence_reps`,
+    :func:`~icml_synsem.protocol.sentence_reps` and
+    :func:`~icml_synsem.protocol.centroid_ablation_profile` read (``--set extraction.<key>``)."""
+
     layers: list[int] = option([], help="hidden-state indices (0 = embeddings, -1 = last); "
                                "empty = about half of the blocks incl. first and last")
-    k: int = option(3, help="recall@k", ge=1)
     last_n: int = option(3, help="number of final tokens pooled per sentence", ge=1)
     pool: str = option("mean", help="how the last tokens are pooled",
                        choices=("mean", "concat"))
     clip: bool = option(True, help="clip hidden states to per-sentence quantiles")
     clip_low: float = option(0.05, help="lower clipping quantile", ge=0, lt=1)
     clip_high: float = option(0.95, help="upper clipping quantile", gt=0, le=1)
+    drop_short: bool = option(False, help="drop originals with a sentence shorter than last_n "
+                              "tokens (else such a sentence is an error)")
+    batch_size: int = option(64, help="most sentences per forward pass", ge=1)
+    batch_tokens: int = option(1024, help="most padded tokens per forward pass (sentences are "
+                               "sorted by length; a batch holding a quarter of it ends where "
+                               "the length grows; 0 = no limit)", ge=0)
+    add_special_tokens: bool = option(False, help="let the tokenizer add BOS/EOS (the paper "
+                                      "does not)")
+    stop_early: bool = option(True, help="stop the forward after the deepest requested block "
+                              "(checked once against the model's own hidden states)")
+
+    def __post_init__(self) -> None:
+        check_bounds(self, "extraction.")  # Python construction checks what the CLI checks
+        if self.clip_low >= self.clip_high:
+            raise ConfigError(f"config key 'extraction.clip_low' ({self.clip_low}) must be "
+                              f"below 'extraction.clip_high' ({self.clip_high})")
+
+    @property
+    def clip_q(self) -> tuple[float, float] | None:
+        """The clipping quantiles, or None when ``clip`` is off."""
+        return (self.clip_low, self.clip_high) if self.clip else None
+
+
+@dataclass
+class AnalysisOptions:
+    """The centroid analysis of stored representations: what
+    :func:`~icml_synsem.protocol.analyse_reps` (and so
+    :func:`~icml_synsem.protocol.centroid_ablation_profile`) reads (``--set analysis.<key>``)."""
+
+    k: int = option(3, help="recall@k", ge=1)
     global_center: bool = option(True, help="global centering (false = centering none)")
     centering: str = option("official", help="how centering treats the sets: official "
                             "(partners by their own mean), originals, each, pooled, none",
@@ -65,8 +99,6 @@ class EvaluateConfig:
     decouple: bool = option(True, help="orthogonalise c_syn against c_sem before removing it")
     leave_one_out: bool = option(False, help="syntactic centroids exclude the sentence itself")
     min_group_size: int = option(2, help="drop originals whose template group is smaller", ge=1)
-    drop_short: bool = option(False, help="drop originals with a sentence shorter than last_n "
-                              "tokens (else such a sentence is an error)")
     syntax_match: str = option("template", help="syntax hit: any same-template twin or the pair",
                                choices=("template", "pair"))
     imbalance_resamples: int = option(200, help="one-per-group resamples for the Information "
@@ -77,17 +109,34 @@ class EvaluateConfig:
                                       choices=("all_pairs", "official"))
     n_boot: int = option(0, help="bootstrap resamples of the queries for 95% intervals "
                          "(0 = none, else at least 100; icml.stats.mean_ci)", ge=0)
-    batch_size: int = option(64, help="most sentences per forward pass", ge=1)
-    batch_tokens: int = option(1024, help="most padded tokens per forward pass (sentences are "
-                               "sorted by length; a batch holding a quarter of it ends where "
-                               "the length grows; 0 = no limit)", ge=0)
-    add_special_tokens: bool = option(False, help="let the tokenizer add BOS/EOS (the paper "
-                                      "does not)")
+    ci_level: float = option(0.95, help="level of the bootstrap intervals", gt=0, lt=1)
+    translation_retrieval: bool = option(True, help="also recall@k of each translation's "
+                                         "English original among all originals, per language")
+
+    def __post_init__(self) -> None:
+        check_bounds(self, "analysis.")
+        if self.n_boot and self.n_boot < 100:
+            raise ConfigError(f"config key 'analysis.n_boot': got {self.n_boot}, must be 0 "
+                              "(no intervals) or at least 100")
+        if self.leave_one_out and self.min_group_size < 2:
+            raise ConfigError("config key 'analysis.leave_one_out' needs "
+                              "analysis.min_group_size >= 2 (a singleton has no other member "
+                              "to average)")
+
+
+@dataclass
+class EvaluateConfig:
+    """The ``evaluate`` job: a model and data, and the two option sections the API takes."""
+
+    model: str = option("", help="packaged name (e.g. smollm2-135m-instruct) | local HF "
+                        "folder | previous run folder (icml.compose.load_model) | hub name; "
+                        "empty = built-in planted tiny Llama")
+    data: str = option("", help="data folder in the paper's layout, 'english' (controlled "
+                       "English with es/fr/de translations) or empty (generated toy data)")
+    extraction: ExtractionOptions = option(default_factory=ExtractionOptions,
+                                           help="how sentence representations are extracted")
+    analysis: AnalysisOptions = option(default_factory=AnalysisOptions,
+                                       help="the centroid analysis")
     toy: ToyConfig = option(default_factory=ToyConfig, help="generated data and planted model")
     english: EnglishConfig = option(default_factory=EnglishConfig,
                                     help="controlled English data (data=english)")
-
-    def __post_init__(self) -> None:
-        if self.clip_low >= self.clip_high:
-            raise ValueError(f"clip_low ({self.clip_low}) must be below clip_high "
-                             f"({self.clip_high})")

@@ -152,9 +152,9 @@ def information_imbalance(a: Any, b: Any, k: int = 1, metric: str = "normalized_
     return _delta(ra, rb, k), _delta(rb, ra, k)
 
 
-def centroid_imbalance(c_syn: Any, c_sem: Any, groups: Sequence[Any], n_resamples: int = 200,
-                       k: int = 1, metric: str = "normalized_l2", seed: int = 0,
-                       estimator: str = "all_pairs") -> dict[str, float]:
+def centroid_imbalance(c_syn: Any, c_sem: Any, groups: Sequence[Any], n_resamples: int,
+                       k: int, metric: str = "normalized_l2", seed: int = 0, *,
+                       estimator: str) -> dict[str, float]:
     """Information Imbalance between per-sentence syntactic and semantic centroids, averaged over
     ``n_resamples`` draws of one sentence per syntactic group (within a group every syntactic
     centroid is the same point). Returns mean and std of ``syn_to_sem`` and ``sem_to_syn``.

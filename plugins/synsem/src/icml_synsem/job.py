@@ -20,27 +20,19 @@ def evaluate_job(ctx: icml.RunContext, config: EvaluateConfig) -> icml.RunResult
     from icml_synsem.report import profile_plots, profile_tables
 
     model, tok, data, setup = _setup(ctx, config)
-    _check_layers(model, config.layers)
+    _check_layers(model, config.extraction.layers)
     ctx.logger.info("%s: %d originals, languages %s", setup, len(data), data.languages)
     res = centroid_ablation_profile(
-        model, tok, data, layers=config.layers or None, k=config.k, last_n=config.last_n,
-        pool=config.pool, clip_q=(config.clip_low, config.clip_high) if config.clip else None,
-        global_center=config.global_center, centering=config.centering,
-        perm_control=config.perm_control, imbalance_estimator=config.imbalance_estimator,
-        n_boot=config.n_boot, ablation=config.ablation, decouple=config.decouple,
-        leave_one_out=config.leave_one_out, min_group_size=config.min_group_size,
-        drop_short=config.drop_short, syntax_match=config.syntax_match,
-        imbalance_resamples=config.imbalance_resamples, imbalance_k=config.imbalance_k,
-        batch_size=config.batch_size, batch_tokens=config.batch_tokens,
-        add_special_tokens=config.add_special_tokens,
-        seed=ctx.seed, device=ctx.torch_device(),
+        model, tok, data, config.extraction, config.analysis, seed=ctx.seed,
+        device=ctx.torch_device(),
         progress=lambda it: ctx.progress(it, desc="extracting representations"))
     artifacts = profile_plots(res, ctx.out_dir)
     m = res.summary()
+    a = config.analysis
     notes = (f"Setup: {setup}; {res.n_queries} queries ({res.n_dropped} dropped), layers "
-             f"{res.layers}, recall@{res.k}. Conditions remove (by {config.ablation}) the "
+             f"{res.layers}, recall@{res.k}. Conditions remove (by {a.ablation}) the "
              "semantic centroid c_sem (mean of the translations), the syntactic centroid c_syn "
-             f"(template-group mean{', decoupled from c_sem' if config.decouple else ''}), or "
+             f"(template-group mean{', decoupled from c_sem' if a.decouple else ''}), or "
              "the centroid of a random other sentence (perm.). The claim holds where -c_sem "
              "lowers paraphrase recall far below its permuted control, and -c_syn lowers "
              "same-template twin recall far below its control. Information Imbalance ~1 means "
@@ -134,7 +126,7 @@ def _check_layers(model: Any, layers: list[int]) -> None:
     try:
         resolve_layers(layers, n_layers)
     except ValueError as exc:
-        raise icml.ConfigError(f"config key 'layers': {exc}") from None
+        raise icml.ConfigError(f"config key 'extraction.layers': {exc}") from None
 
 
 def _headline(res: ProfileResult) -> icml.Table:

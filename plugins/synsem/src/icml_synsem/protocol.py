@@ -11,10 +11,12 @@ chains both.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from icml_synsem.config import AnalysisOptions, ExtractionOptions
 from icml_synsem.data import SynSemData
 
 CONDITIONS = ("none", "sem", "sem_perm", "syn", "syn_perm")
@@ -104,24 +106,21 @@ def _rows(t: Any) -> Any:
     return t if t.ndim == 3 else t[None]
 
 
-def sentence_reps(model: Any, tokenizer: Any, data: SynSemData, *,
-                  layers: Sequence[int] | None = None, last_n: int = 3, pool: str = "mean",
-                  clip_q: tuple[float, float] | None = (0.05, 0.95), batch_size: int = 64,
-                  batch_tokens: int = 1024, add_special_tokens: bool = False,
-                  device: Any = None,
+def sentence_reps(model: Any, tokenizer: Any, data: SynSemData,
+                  options: ExtractionOptions | None = None, *, device: Any = None,
                   progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
                   ) -> SentenceReps:
     """Extract every sentence set of ``data`` in one batched pass (see
-    :func:`icml_synsem.representations.extract_sentence_reps`)."""
+    :func:`icml_synsem.representations.extract_sentence_reps`; ``options`` is the job's
+    ``extraction`` section)."""
     from icml_synsem.representations import extract_sentence_reps, num_layers, resolve_layers
 
-    layer_ids = resolve_layers(layers, num_layers(model))
+    opts = options or ExtractionOptions()
+    layer_ids = resolve_layers(opts.layers or None, num_layers(model))
     sets = [data.originals, data.twins, data.paraphrases, *data.translations.values()]
     flat = [s for part in sets for s in part]
-    reps = extract_sentence_reps(model, tokenizer, flat, layers=layer_ids, last_n=last_n,
-                                 pool=pool, clip_q=clip_q, batch_size=batch_size,
-                                 batch_tokens=batch_tokens,
-                                 add_special_tokens=add_special_tokens, device=device,
+    reps = extract_sentence_reps(model, tokenizer, flat,
+                                 dataclasses.replace(opts, layers=layer_ids), device=device,
                                  progress=progress)
     n = len(data)
     chunks = [reps[:, i * n:(i + 1) * n] for i in range(len(sets))]
@@ -161,23 +160,19 @@ def center_sets(x: Any, twins: Any, paras: Any, trans: list[Any], mode: str
     return x - center, twins - center, paras - center, [t - center for t in trans]
 
 
-def select_queries(data: SynSemData, min_group_size: int = 2) -> list[int]:
+def select_queries(data: SynSemData, min_group_size: int) -> list[int]:
     """Indices of the originals whose template has at least ``min_group_size`` members."""
     sizes = data.group_sizes()
     return [i for i in range(len(data)) if sizes[i] >= min_group_size]
 
 
-def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
-                 global_center: bool = True, centering: str = "official",
-                 ablation: str = "projection", perm_control: str = "centroid",
-                 decouple: bool = True, leave_one_out: bool = False, min_group_size: int = 2,
-                 syntax_match: str = "template", imbalance_resamples: int = 200,
-                 imbalance_k: int = 1, imbalance_estimator: str = "all_pairs",
-                 n_boot: int = 0, ci_level: float = 0.95, translation_retrieval: bool = True,
-                 seed: int = 0,
+def analyse_reps(reps: SentenceReps, data: SynSemData, options: AnalysisOptions | None = None,
+                 *, seed: int = 0,
                  progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
                  ) -> ProfileResult:
     """Run the centroid analysis on stored representations (see the module docstring).
+    ``options`` (:class:`~icml_synsem.config.AnalysisOptions`, the job's ``analysis`` section;
+    default ``AnalysisOptions()``) holds every setting named below.
 
     ``centering`` picks how global centering treats the sets (:func:`center_sets`;
     ``global_center=False`` is ``centering="none"``). ``perm_control`` picks the permuted
@@ -198,7 +193,6 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
     """
     from icml import stats
     from icml_synsem.centroids import (
-        PERM_CONTROLS,
         ablate,
         derangement,
         explained_sq_norm,
@@ -207,29 +201,16 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
         semantic_centroids,
         syntactic_centroids,
     )
-    from icml_synsem.imbalance import ESTIMATORS, centroid_imbalance
+    from icml_synsem.imbalance import centroid_imbalance
     from icml_synsem.retrieval import recall_at_k, recall_hits
 
-    if centering not in CENTERINGS:
-        raise ValueError(f"centering must be one of {CENTERINGS}, got {centering!r}")
-    if perm_control not in PERM_CONTROLS:
-        raise ValueError(f"perm_control must be one of {PERM_CONTROLS}, got {perm_control!r}")
-    if imbalance_estimator not in ESTIMATORS:
-        raise ValueError(f"imbalance_estimator must be one of {ESTIMATORS}, got "
-                         f"{imbalance_estimator!r}")
-    if not (n_boot == 0 or n_boot >= 100) or not 0 < ci_level < 1:
-        raise ValueError(f"need n_boot = 0 or >= 100 and 0 < ci_level < 1, got {n_boot}, "
-                         f"{ci_level}")
-    if not global_center:
-        centering = "none"
-
-    if syntax_match not in ("template", "pair"):
-        raise ValueError(f"syntax_match must be 'template' or 'pair', got {syntax_match!r}")
-    if min_group_size < 1:
-        raise ValueError(f"min_group_size must be >= 1, got {min_group_size}")
-    if leave_one_out and min_group_size < 2:
-        raise ValueError("leave_one_out needs min_group_size >= 2 (a singleton has no other "
-                         "member to average)")
+    o = options or AnalysisOptions()  # every choice and bound validated by AnalysisOptions
+    k, ablation, perm_control, decouple = o.k, o.ablation, o.perm_control, o.decouple
+    leave_one_out, min_group_size, syntax_match = o.leave_one_out, o.min_group_size, \
+        o.syntax_match
+    imbalance_resamples, imbalance_k = o.imbalance_resamples, o.imbalance_k
+    imbalance_estimator, n_boot, ci_level = o.imbalance_estimator, o.n_boot, o.ci_level
+    centering = o.centering if o.global_center else "none"
     if reps.originals.shape[1] != len(data):
         raise ValueError(f"representations hold {reps.originals.shape[1]} sentences per set but "
                          f"the data has {len(data)} originals")
@@ -252,7 +233,7 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
     sem_ci: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS} if n_boot else {}
     syn_ci: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS} if n_boot else {}
     trans_rec: dict[str, list[float]] = {lang: [] for lang in reps.translations} \
-        if translation_retrieval else {}
+        if o.translation_retrieval else {}
     layer_range = range(len(reps.layers))
     for li in (progress(layer_range) if progress else layer_range):
         x = reps.originals[li].double()
@@ -300,7 +281,7 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
                          explained=explained, imbalance=imb, semantic_ci=sem_ci,
                          syntactic_ci=syn_ci, translation_recall=trans_rec,
                          n_queries=len(data), n_dropped=n_dropped,
-                         settings={"global_center": global_center, "centering": centering,
+                         settings={"global_center": o.global_center, "centering": centering,
                                    "perm_control": perm_control,
                                    "imbalance_estimator": imbalance_estimator,
                                    "n_boot": n_boot, "ablation": ablation,
@@ -309,51 +290,38 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, *, k: int = 3,
                                    "min_group_size": min_group_size})
 
 
-def centroid_ablation_profile(model: Any, tokenizer: Any, data: SynSemData, *,
-                              layers: Sequence[int] | None = None, k: int = 3,
-                              last_n: int = 3, pool: str = "mean",
-                              clip_q: tuple[float, float] | None = (0.05, 0.95),
-                              global_center: bool = True, ablation: str = "projection",
-                              decouple: bool = True, leave_one_out: bool = False,
-                              min_group_size: int = 2, drop_short: bool = False,
-                              syntax_match: str = "template", imbalance_resamples: int = 200,
-                              imbalance_k: int = 1, batch_size: int = 64,
-                              batch_tokens: int = 1024, add_special_tokens: bool = False,
-                              seed: int = 0,
+def centroid_ablation_profile(model: Any, tokenizer: Any, data: SynSemData,
+                              extraction: ExtractionOptions | None = None,
+                              analysis: AnalysisOptions | None = None, *, seed: int = 0,
                               device: Any = None,
-                              progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
-                              **analysis: Any) -> ProfileResult:
-    """Extract representations with ``model`` and run :func:`analyse_reps` (``analysis`` takes
-    its other keywords: ``centering``, ``perm_control``, ``imbalance_estimator``, ``n_boot``,
-    ``ci_level``, ``translation_retrieval``).
+                              progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
+                              ) -> ProfileResult:
+    """Extract representations with ``model`` (:func:`sentence_reps`, settings from
+    ``extraction``) and run :func:`analyse_reps` (settings from ``analysis``): the job's two
+    config sections, taken as they are.
 
-    ``drop_short=True`` first drops every original one of whose sentences (twin, paraphrase or a
-    translation included) has fewer than ``last_n`` tokens, like the paper's minimum-length
-    filter; otherwise such a sentence raises ``ValueError``.
+    ``extraction.drop_short`` first drops every original one of whose sentences (twin,
+    paraphrase or a translation included) has fewer than ``last_n`` tokens, like the paper's
+    minimum-length filter; otherwise such a sentence raises ``ValueError``.
     """
+    extraction = extraction or ExtractionOptions()
+    last_n = extraction.last_n
     n_short = 0
-    if drop_short:
+    if extraction.drop_short:
         from icml_synsem.representations import tokenize
 
         sets = [data.originals, data.twins, data.paraphrases, *data.translations.values()]
         short = [False] * len(data)
         for part in sets:
-            for i, ids in enumerate(tokenize(tokenizer, part, add_special_tokens)):
+            for i, ids in enumerate(tokenize(tokenizer, part,
+                                             extraction.add_special_tokens)):
                 short[i] = short[i] or len(ids) < last_n
         n_short = sum(short)
         if n_short == len(data):
             raise ValueError(f"every original has a sentence shorter than last_n={last_n} tokens")
         if n_short:
             data = data.subset([i for i in range(len(data)) if not short[i]])
-    reps = sentence_reps(model, tokenizer, data, layers=layers, last_n=last_n, pool=pool,
-                         clip_q=clip_q, batch_size=batch_size,
-                         batch_tokens=batch_tokens, add_special_tokens=add_special_tokens,
-                         device=device,
-                         progress=progress)
-    res = analyse_reps(reps, data, k=k, global_center=global_center, ablation=ablation,
-                       decouple=decouple, leave_one_out=leave_one_out,
-                       min_group_size=min_group_size, syntax_match=syntax_match,
-                       imbalance_resamples=imbalance_resamples, imbalance_k=imbalance_k,
-                       seed=seed, **analysis)
+    reps = sentence_reps(model, tokenizer, data, extraction, device=device, progress=progress)
+    res = analyse_reps(reps, data, analysis, seed=seed)
     res.n_dropped += n_short
     return res

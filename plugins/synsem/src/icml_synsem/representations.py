@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from icml_synsem.config import ExtractionOptions
+
 
 def num_layers(model: Any) -> int:
     """The number of blocks L (so valid layers are 0..L)."""
@@ -100,7 +102,7 @@ def is_causal(model: Any) -> bool:
     return bool(flags) and all(flags)
 
 
-def tokenize(tokenizer: Any, sentences: Sequence[str], add_special_tokens: bool = False
+def tokenize(tokenizer: Any, sentences: Sequence[str], add_special_tokens: bool
              ) -> list[list[int]]:
     """Token ids of each sentence (no padding)."""
     if isinstance(sentences, str):
@@ -111,7 +113,7 @@ def tokenize(tokenizer: Any, sentences: Sequence[str], add_special_tokens: bool 
     return [list(ids) for ids in enc["input_ids"]]
 
 
-def length_batches(lengths: Sequence[int], batch_size: int = 64, batch_tokens: int = 1024
+def length_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int
                    ) -> list[list[int]]:
     """Length bucketing: the indices of ``lengths`` sorted by length (stable), cut into batches of
     at most ``batch_size`` sentences and at most ``batch_tokens`` padded tokens (rows x longest
@@ -224,20 +226,19 @@ def check_basis(model: Any, layer_ids: Sequence[int], n_layers: int) -> bool:
     return True
 
 
-def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], *,
-                          layers: Sequence[int] | None = None, last_n: int = 3,
-                          pool: str = "mean", clip_q: tuple[float, float] | None = (0.05, 0.95),
-                          batch_size: int = 64, batch_tokens: int = 1024,
-                          add_special_tokens: bool = False, device: Any = None,
-                          stop_early: bool = True,
+def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str],
+                          options: ExtractionOptions | None = None, *, device: Any = None,
                           progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
                           ) -> Any:
     """Sentence representations ``[len(layers), N, D]`` (``[.., N, last_n * D]`` for
     ``pool="concat"``), float32 on CPU, in the order of ``sentences``.
 
-    Sentences are sorted by token length and cut into batches of at most ``batch_size``
-    sentences and ``batch_tokens`` padded tokens (see :func:`length_batches`); the base model
-    runs without its LM head and KV cache, in inference mode. With ``stop_early`` and a layer
+    ``options`` (:class:`~icml_synsem.config.ExtractionOptions`, the job's ``extraction``
+    section; default ``ExtractionOptions()``) holds every setting: layers, last_n, pooling,
+    clipping, batching. Sentences are sorted by token length and cut into batches of at most
+    ``batch_size`` sentences and ``batch_tokens`` padded tokens (see :func:`length_batches`);
+    the base model runs without its LM head and KV cache, in inference mode. With
+    ``stop_early`` and a layer
     subset that does not need the last layer, the forward stops before the first block no
     requested layer needs (checked once per call against a full forward of the shortest
     sentence; if they differ, every batch runs the full forward).
@@ -250,12 +251,10 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
 
     import torch
 
-    if pool not in ("mean", "concat"):
-        raise ValueError(f"pool must be 'mean' or 'concat', got {pool!r}")
-    if last_n < 1:
-        raise ValueError(f"last_n must be >= 1, got {last_n}")
-    ids = tokenize(tokenizer, sentences, add_special_tokens)
-    batches = length_batches([len(x) for x in ids], batch_size, batch_tokens)
+    opts = options or ExtractionOptions()  # pool, last_n, ... validated by ExtractionOptions
+    last_n, pool, clip_q = opts.last_n, opts.pool, opts.clip_q
+    ids = tokenize(tokenizer, sentences, opts.add_special_tokens)
+    batches = length_batches([len(x) for x in ids], opts.batch_size, opts.batch_tokens)
     if not ids:
         raise ValueError("no sentences given: pass at least one sentence")
     short = [i for i, x in enumerate(ids) if len(x) < last_n]
@@ -266,7 +265,7 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
             f" ({len(short)} such sentences): lower last_n or drop sentences shorter than last_n "
             "tokens (the paper keeps sentences with >= 3 tokens)")
     n_layers = num_layers(model)
-    layer_ids = resolve_layers(layers, n_layers)
+    layer_ids = resolve_layers(opts.layers or None, n_layers)
     rebased = check_basis(model, layer_ids, n_layers)
     if device is None:
         device = next(model.parameters()).device
@@ -277,7 +276,8 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str], 
     causal = is_causal(base)
     params = inspect.signature(base.forward).parameters
     extra = {"use_cache": False} if "use_cache" in params else {}
-    blocks = decoder_blocks(base, n_layers) if stop_early and max(layer_ids) < n_layers else None
+    blocks = (decoder_blocks(base, n_layers) if opts.stop_early and max(layer_ids) < n_layers
+              else None)
     truncated = _TruncatedForward(blocks, layer_ids) if blocks is not None else None
     def forward(input_ids, mask, padded):
         return base(input_ids=input_ids.to(device),

@@ -32,7 +32,7 @@ def rowwise_cosine(a: Any, b: Any, eps: float = 1e-12) -> Any:
     return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(eps)
 
 
-def recall_at_k(queries: Any, candidates: Any, k: int = 3,
+def recall_at_k(queries: Any, candidates: Any, k: int,
                 query_labels: Sequence[Any] | None = None,
                 candidate_labels: Sequence[Any] | None = None) -> float:
     """Fraction of queries with a hit among their ``k`` most cosine-similar candidates (the mean
@@ -41,7 +41,7 @@ def recall_at_k(queries: Any, candidates: Any, k: int = 3,
     return float(sum(hits) / len(hits))
 
 
-def recall_hits(queries: Any, candidates: Any, k: int = 3,
+def recall_hits(queries: Any, candidates: Any, k: int,
                 query_labels: Sequence[Any] | None = None,
                 candidate_labels: Sequence[Any] | None = None) -> list[float]:
     """Per query, whether it has a hit among its ``k`` most cosine-similar candidates (1.0/0.0,
