@@ -87,8 +87,9 @@ def test_non_finite_strengths_are_refused(kw):
 
 
 @pytest.mark.parametrize("sets, key", [
-    (["alphas=[nan]"], "alphas"), (["alphas=[0.1,inf]"], "alphas"), (["lam=nan"], "lam"),
-    (["k=41"], "'k'")])
+    (["alphas=[nan]"], "alphas"), (["alphas=[0.1,inf]"], "alphas"),
+    (["steer.lam=nan"], "'steer.lam'"),
+    (["steer.k=41"], "'steer.k'")])
 def test_bad_steering_settings_are_refused_before_any_work(tmp_path, sets, key):
     """Issue 49: alphas=[nan] once ran for a minute and reported 0.0% refusal; k > n_fit was
     refused only after training."""

@@ -63,7 +63,7 @@ def test_text_decoder_from_previous_run_folder(tmp_path):
     folder = save_model(tmp_path / "producer", lm, byte_tokenizer(), producer="test")
     (tmp_path / "producer" / "result.json").write_text(
         json.dumps({"artifacts": {"model": str(folder)}}))
-    smoke = ["n_fit=8", "n_eval=4", "train_steps=2", "k=4", "audio_backend=tones",
+    smoke = ["n_fit=8", "n_eval=4", "train_steps=11", "steer.k=4", "audio_backend=tones",
              "alphas=[]", f"model={tmp_path / 'producer'}"]
     res = run("sarsteer", "evaluate", overrides=smoke, out=tmp_path / "run", device="cpu",
               show_progress=False)

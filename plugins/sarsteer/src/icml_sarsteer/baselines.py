@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from icml_sarsteer.config import SteerConfig
 from icml_sarsteer.layers import find_decoder_layers, resolve_layers
 from icml_sarsteer.refusal import DEFAULT_INSTRUCTION, refusal_text, with_refusal
 from icml_sarsteer.steering import SARSteer
@@ -62,7 +63,7 @@ class PlainSteering(SARSteer):
     """Text-derived refusal steering without the safe-space ablation (``lam=0``: v = d)."""
 
     lam: float = 0.0
-    name: str = "plain"
+    name: str = field(default="plain", init=False)
 
 
 @dataclass
@@ -78,7 +79,7 @@ class LLMSteering(SARSteer):
 
     lam: float = 0.0
     contrast: str = "refusal_suffix"
-    name: str = "llm"
+    name: str = field(default="llm", init=False)
     _SETTINGS = SARSteer._SETTINGS + ("contrast",)
 
     def __post_init__(self) -> None:
@@ -132,20 +133,24 @@ class LLMSteering(SARSteer):
 DEFENSES = ("none", "prompt", "plain", "llm", "sarsteer")
 
 
-def make_defense(name: str, **kwargs: Any) -> Any:
-    """A defense by name: ``none``, ``prompt``, ``plain``, ``llm`` or ``sarsteer``; keyword
-    arguments the defense does not take are dropped (e.g. ``k`` for the prompt defense)."""
-    import dataclasses
-
-    classes = {"none": NoDefense, "prompt": PromptDefense, "plain": PlainSteering,
-               "llm": LLMSteering, "sarsteer": SARSteer}
-    if name not in classes:
+def make_defense(name: str, steer: SteerConfig | None = None, *,
+                 contrast: str = "refusal_suffix") -> Any:
+    """A defense by name (``none``, ``prompt``, ``plain``, ``llm`` or ``sarsteer``) with the
+    settings of ``steer`` (the jobs' ``steer`` section; default ``SteerConfig()``): plain
+    steering is SARSteer with ``lam=0``, the prompt defense takes the refusal text settings
+    (``exp``, ``refusal``, ``separator``), LLM steering also ``contrast``."""
+    if name not in DEFENSES:
         raise ValueError(f"unknown defense {name!r}: use one of {', '.join(DEFENSES)}")
-    cls = classes[name]
+    steer = steer if steer is not None else SteerConfig()
+    if name == "none":
+        return NoDefense()
+    if name == "prompt":
+        return PromptDefense(exp=steer.exp, refusal=steer.refusal, separator=steer.separator)
     if name == "plain":
-        kwargs = {k: v for k, v in kwargs.items() if k != "lam"}
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in kwargs.items() if k in names})
+        return PlainSteering.from_config(steer, lam=0.0)
+    if name == "llm":
+        return LLMSteering.from_config(steer, contrast=contrast)
+    return SARSteer.from_config(steer)
 
 
 __all__ = ["CONTRASTS", "DEFENSES", "DEFAULT_INSTRUCTION", "LLMSteering", "NoDefense",

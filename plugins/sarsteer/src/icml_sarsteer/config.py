@@ -1,5 +1,9 @@
-"""Typed configs, one per capability. Field names are the CLI's --set keys and the Python API's
-argument names (``alpha``, ``k``, ``lam``, ``layers``, ``exp``, ...)."""
+"""Typed configs, one per capability. Field names are the CLI's --set keys.
+
+:class:`SteerConfig` is the method's own settings: :class:`icml_sarsteer.steering.SARSteer`
+subclasses it (``SARSteer(alpha=0.1, k=10)`` or ``SARSteer.from_config(config)``), and the jobs
+nest it as their ``steer`` section (``--set steer.k=2``). Each default is written once, here.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,49 @@ import math
 from dataclasses import dataclass
 
 from icml import option
+from icml.config import check_bounds
+from icml_sarsteer.refusal import DEFAULT_INSTRUCTION, refusal_text
 
 DEFENSE_NAMES = ("none", "prompt", "plain", "llm", "sarsteer")
+POSITIONS = ("last", "all")
+
+
+@dataclass
+class SteerConfig:
+    """SARSteer's settings; every default is the official code's (``main.py``, ``defense.py``):
+    ``alpha=0.1``, ``k=10``, ``lam=1.0``, every layer, the last position, ``beta_l = 1``,
+    refusal text variant ``exp=0``, the T0 instruction, ``center=True``."""
+
+    alpha: float = option(0.1, help="steering strength alpha (official default 0.1)", ge=0)
+    k: int = option(10, help="benign principal directions U_k removed (official 10)", ge=0)
+    lam: float = option(1.0, help="safe-space ablation strength lambda: v = d - lambda U_k "
+                        "U_k^T d (official 1.0; 0 = plain steering)", ge=0)
+    layers: str = option("all", help="steered layers: all, an index, a comma list or a:b "
+                         "(official: all; Python also takes an int or a list of ints)")
+    exp: int = option(0, help="refusal text variant R (official --exp, 0-3)", ge=0, le=3)
+    position: str = option("last", help="where v is added: the last position of every "
+                           "forward (official) or every position", choices=POSITIONS)
+    beta: float = option(1.0, help="per-layer factor beta_l on alpha (official 1; Python also "
+                         "takes one value per steered layer)")
+    center: bool = option(True, help="center the benign activations before their PCA U_k "
+                          "(official)")
+    instruction: str = option(DEFAULT_INSTRUCTION, help="the text instruction T0 sent with "
+                              "every query (official TEXT_PROMPT)")
+    refusal: str | None = option(None, help="the refusal text R appended to T0 when fitting; "
+                                 "none = the official variant exp")
+    separator: str = option("", help="text between T0 and R (official: none)")
+    layer_path: str | None = option(None, help="attribute path of the decoder layers (e.g. "
+                                    "model.layers); none = found automatically")
+
+    def __post_init__(self) -> None:
+        for key in ("alpha", "lam"):
+            value = getattr(self, key)
+            if isinstance(value, (int, float)) and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"config key {key!r}: {key}={value} must be a finite number "
+                                 ">= 0")
+        if self.refusal is None:
+            refusal_text(self.exp)           # an unknown variant fails here, by name
+        check_bounds(self)
 
 
 @dataclass
@@ -34,7 +79,9 @@ class _Model:
                        choices=("qwen2", "llama"))
     hidden_size: int = option(64, help="text decoder width", ge=8)
     num_layers: int = option(4, help="text decoder layers", ge=1)
-    train_steps: int = option(300, help="training steps of the toy audio-LM", ge=1)
+    train_steps: int = option(300, help="training steps of the toy audio-LM (icml.training."
+                              "train_lm; at least 11: the one-cycle schedule's 10% warm-up must "
+                              "span more than one step)", ge=11)
     train_lr: float = option(3e-3, help="peak learning rate (AdamW, one-cycle)", gt=0)
     train_batch: int = option(32, help="examples per training step", ge=1)
     audio_safety_frac: float = option(0.25, help="fraction of the fit split's harmful audio "
@@ -47,15 +94,8 @@ class _Model:
 
 @dataclass
 class _Steer:
-    alpha: float = option(0.1, help="steering strength alpha (official default 0.1)", ge=0)
-    k: int = option(10, help="benign principal directions U_k removed (official 10)", ge=0)
-    lam: float = option(1.0, help="safe-space ablation strength lambda: v = d - lambda U_k "
-                        "U_k^T d (official 1.0; 0 = plain steering)", ge=0)
-    layers: str = option("all", help="steered layers: all, an index, a comma list or a:b "
-                         "(official: all)")
-    exp: int = option(0, help="refusal text variant R (official --exp, 0-3)", ge=0, le=3)
-    position: str = option("last", help="where v is added: the last position of every "
-                           "forward (official) or every position", choices=("last", "all"))
+    steer: SteerConfig = option(default_factory=SteerConfig, help="SARSteer's settings (what "
+                                "SARSteer takes; plain steering is the same with lam=0)")
     llm_contrast: str = option("refusal_suffix", help="direction of the LLM-steering "
                                "baseline on text-only inputs: refusal_suffix (h(T0+R) - "
                                "h(T0)) or harmful_harmless (difference of means)",
@@ -84,8 +124,8 @@ class _Eval:
 
 
 def _check_layers(cfg: _Steer) -> None:
-    """Checks that need no model: finite strengths, k against the fit split, the model spec
-    and the layer spec (before any rendering or training)."""
+    """Checks that need no model: k against the fit split, the model spec and the layer spec
+    (before any rendering or training)."""
     from icml.compose import is_model_spec
     from icml_sarsteer.layers import resolve_layers
 
@@ -93,16 +133,16 @@ def _check_layers(cfg: _Steer) -> None:
     if model and not is_model_spec(model):
         raise ValueError(f"model={model!r} is neither a packaged model name nor an existing "
                          "folder (a local HF folder or a previous run folder)")
-    for key in ("alpha", "lam"):
-        if not math.isfinite(getattr(cfg, key)):
-            raise ValueError(f"config key {key!r}: got {getattr(cfg, key)}, must be a finite "
-                             "number >= 0")
+    steer = cfg.steer
     n_fit = getattr(cfg, "n_fit", None)
-    if n_fit is not None and cfg.lam != 0 and cfg.k > n_fit:
-        raise ValueError(f"config key 'k': k={cfg.k} exceeds n_fit={n_fit} benign samples "
-                         "(U_k needs k <= n_fit); lower k or raise n_fit")
+    if n_fit is not None and steer.lam != 0 and steer.k > n_fit:
+        raise ValueError(f"config key 'steer.k': k={steer.k} exceeds n_fit={n_fit} benign "
+                         "samples (U_k needs k <= n_fit); lower steer.k or raise n_fit")
     # a loaded model's depth is checked once it is loaded (fit_defenses)
-    resolve_layers(cfg.layers, 10**6 if model else getattr(cfg, "num_layers", 10**6))
+    try:
+        resolve_layers(steer.layers, 10**6 if model else getattr(cfg, "num_layers", 10**6))
+    except ValueError as exc:
+        raise ValueError(f"config key 'steer.layers': {exc}") from None
 
 
 @dataclass

@@ -37,7 +37,7 @@ def build_and_train(ctx: icml.RunContext, cfg: AnyConfig) -> tuple[Any, Any, Any
     model, prompt = build_toy_lalm(tcfg, seed=ctx.seed, device=ctx.torch_device(),
                                    language_model=lm, tokenizer=tok)
     losses = train_toy_lalm(model, prompt, bench, steps=cfg.train_steps, lr=cfg.train_lr,
-                            batch_size=cfg.train_batch, seed=ctx.seed, exp=cfg.exp,
+                            batch_size=cfg.train_batch, seed=ctx.seed, exp=cfg.steer.exp,
                             audio_safety_frac=cfg.audio_safety_frac,
                             audio_refusal_suffix=cfg.audio_refusal_suffix,
                             progress=lambda it: ctx.progress(it, desc="training the toy "
@@ -55,20 +55,19 @@ def fit_defenses(model: Any, prompt: Any, bench: Any, cfg: AnyConfig, names: lis
     from icml_sarsteer.layers import find_decoder_layers, hidden_size, resolve_layers
 
     _, mods = find_decoder_layers(model)
+    sc = cfg.steer
     try:
-        ids = resolve_layers(cfg.layers, len(mods))
+        ids = resolve_layers(sc.layers, len(mods))
     except ValueError as exc:
-        raise icml.ConfigError(f"config key 'layers': {exc}") from None
-    if cfg.lam != 0 and cfg.k > cfg.n_fit:
-        raise icml.ConfigError(f"config key 'k': k={cfg.k} exceeds n_fit={cfg.n_fit} benign "
-                               "samples; lower k or raise n_fit")
+        raise icml.ConfigError(f"config key 'steer.layers': {exc}") from None
+    if sc.lam != 0 and sc.k > cfg.n_fit:
+        raise icml.ConfigError(f"config key 'steer.k': k={sc.k} exceeds n_fit={cfg.n_fit} "
+                               "benign samples; lower steer.k or raise n_fit")
     dim = hidden_size(model)
-    if cfg.k > dim:
-        raise icml.ConfigError(f"config key 'k': k={cfg.k} exceeds the text decoder's hidden "
-                               f"size {dim}")
-    kw = dict(alpha=cfg.alpha, k=cfg.k, lam=cfg.lam, layers=ids, exp=cfg.exp,
-              position=cfg.position, contrast=cfg.llm_contrast)
-    defenses = {n: make_defense(n, **kw) for n in names}
+    if sc.k > dim:
+        raise icml.ConfigError(f"config key 'steer.k': k={sc.k} exceeds the text decoder's "
+                               f"hidden size {dim}")
+    defenses = {n: make_defense(n, sc, contrast=cfg.llm_contrast) for n in names}
     steer = [n for n in names if n in ("plain", "sarsteer")]
     if steer:
         ref = defenses[steer[0]]
@@ -132,7 +131,7 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
         r = evaluate_defense(model, prompt, d, bench.eval_harmful, bench.eval_benign, **ev)
         results[name] = r
         wf = 50 * (r["well_formed_harmful"] + r["well_formed_benign"])
-        row = [LABELS[name], cfg.alpha if name in STEERING else "-",
+        row = [LABELS[name], cfg.steer.alpha if name in STEERING else "-",
                _pct(r["refusal_harmful"]), _pct(r["over_refusal_benign"]), round(wf, 1)]
         rows.append(row)
         ctx.record_row(title, cols, row)

@@ -5,17 +5,16 @@ layer, on the prefill and on every cached decode step."""
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from icml_sarsteer.config import POSITIONS, SteerConfig
 from icml_sarsteer.layers import find_decoder_layers, hidden_size, residual_maps, resolve_layers
-from icml_sarsteer.refusal import DEFAULT_INSTRUCTION, refusal_text, with_refusal
+from icml_sarsteer.refusal import refusal_text, with_refusal
 
 FORMAT_VERSION = 1
-POSITIONS = ("last", "all")
 
 
 @contextlib.contextmanager
@@ -101,10 +100,9 @@ def hook_count(model: Any, layer_path: str | None = None) -> int:
 
 
 @dataclass
-class SARSteer:
-    """Safe-Ablated Refusal Steering. Defaults are the official code's (``main.py``,
-    ``defense.py``): ``alpha=0.1``, ``k=10``, ``lam=1.0``, every layer, the last position,
-    ``beta_l = 1``, refusal text variant ``exp=0``, the T0 instruction, ``center=True``.
+class SARSteer(SteerConfig):
+    """Safe-Ablated Refusal Steering: the settings are :class:`SteerConfig`'s fields (its
+    defaults are the official code's), the rest is fitted state.
 
     ``fit`` runs, per harmful query, the forward pass with ``instruction`` and with
     ``instruction + refusal`` and per benign query the one with ``instruction``; then
@@ -112,41 +110,30 @@ class SARSteer:
     directions of the benign activations, ``v_l = d_l - lam U_k U_k^T d_l``.
     """
 
-    alpha: float = 0.1
-    k: int = 10
-    lam: float = 1.0
-    layers: str | int | Sequence[int] = "all"
-    beta: float | Sequence[float] = 1.0
-    position: str = "last"
-    exp: int = 0
-    refusal: str | None = None
-    instruction: str = DEFAULT_INSTRUCTION
-    separator: str = ""
-    center: bool = True
-    layer_path: str | None = None
-    name: str = "sarsteer"
+    name: str = field(default="sarsteer", init=False)
     # fitted state
-    layer_ids: list[int] = field(default_factory=list)
-    directions: Any = None      # d, [L, D]
-    vectors: Any = None         # v, [L, D]
-    bases: Any = None           # U_k, [L, D, k]
-    benign_means: Any = None    # mu, [L, D]
-    num_layers: int = 0
-    dim: int = 0
-    n_harmful: int = 0
-    n_benign: int = 0
+    layer_ids: list[int] = field(default_factory=list, init=False)
+    directions: Any = field(default=None, init=False)      # d, [L, D]
+    vectors: Any = field(default=None, init=False)         # v, [L, D]
+    bases: Any = field(default=None, init=False)           # U_k, [L, D, k]
+    benign_means: Any = field(default=None, init=False)    # mu, [L, D]
+    num_layers: int = field(default=0, init=False)
+    dim: int = field(default=0, init=False)
+    n_harmful: int = field(default=0, init=False)
+    n_benign: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        if self.position not in POSITIONS:
-            raise ValueError(f"position={self.position!r}: use one of {POSITIONS}")
-        if self.k < 0:
-            raise ValueError(f"k={self.k} must be >= 0")
-        for name in ("alpha", "lam"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name}={value} must be a finite number >= 0")
+        super().__post_init__()
         if self.refusal is None:
             self.refusal = refusal_text(self.exp)
+
+    @classmethod
+    def from_config(cls, config: SteerConfig, **changes: Any) -> SARSteer:
+        """The method with the settings of ``config`` (the jobs' ``steer`` section), with
+        ``changes`` (other fields of ``cls``, e.g. ``lam=0.0``) on top."""
+        values = {f.name: getattr(config, f.name) for f in fields(SteerConfig)}
+        values.update(changes)
+        return cls(**values)
 
     # -- prompts -------------------------------------------------------------------------
     @property
@@ -255,7 +242,7 @@ class SARSteer:
 
     # -- persistence ---------------------------------------------------------------------
     _SETTINGS = ("alpha", "k", "lam", "layers", "beta", "position", "exp", "refusal",
-                 "instruction", "separator", "center", "layer_path", "name")
+                 "instruction", "separator", "center", "layer_path")
 
     def settings(self) -> dict[str, Any]:
         """The settings the vectors were fitted with (plain values)."""
@@ -301,7 +288,8 @@ class SARSteer:
         if not isinstance(blob, dict) or blob.get("format") != FORMAT_VERSION:
             raise ValueError(f"{path} is not a sarsteer vectors file (format "
                              f"{FORMAT_VERSION})")
-        obj = cls(**blob["settings"])
+        # files of 0.1.3 and earlier also hold the class's name (a fixed label, not a setting)
+        obj = cls(**{k: v for k, v in blob["settings"].items() if k != "name"})
         obj.layer_ids = list(blob["layer_ids"])
         for key in ("num_layers", "dim", "n_harmful", "n_benign", "directions", "vectors",
                     "bases", "benign_means"):

@@ -406,6 +406,7 @@ def train_toy_lalm(model: Any, prompt: AudioPrompt, bench: Any, *, steps: int = 
     import numpy as np
     import torch
 
+    from icml.training import TrainSettings, train_lm
     from icml_sarsteer.prompts import collate
 
     if pretrain_steps:
@@ -417,13 +418,9 @@ def train_toy_lalm(model: Any, prompt: AudioPrompt, bench: Any, *, steps: int = 
     weights = [1.0, 1.0, 1.0, action_weight, 1.0, 1.0][:len(sizes)]
     tok, text_prompt = prompt.tokenizer, prompt.as_text()
     rng = np.random.default_rng(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1),
-                                                pct_start=0.1)
     dev = next(model.parameters()).device
-    model.train()
-    losses: list[float] = []
-    for _ in (progress(range(steps)) if progress else range(steps)):
+
+    def batch(step: int) -> dict[str, Any]:
         groups = rng.choice(len(sizes), size=batch_size, p=np.asarray(weights) / sum(weights))
         rows = []
         for g in groups:
@@ -437,23 +434,26 @@ def train_toy_lalm(model: Any, prompt: AudioPrompt, bench: Any, *, steps: int = 
             enc["attention_mask"] = torch.ones_like(enc["input_ids"])
             rows.append(enc)
         labels = [r.pop("labels") for r in rows]
-        batch = collate(rows, prompt.pad_token_id)
-        width = batch["input_ids"].shape[1]
-        lab = torch.cat([torch.cat([torch.full((1, width - x.shape[1]), -100,
-                                               device=x.device), x], 1) for x in labels])
-        batch = {k: v.to(dev) for k, v in batch.items()}
-        logits = model(**batch, use_cache=False).logits[:, :-1]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 lab[:, 1:].reshape(-1).to(dev),
+        out = collate(rows, prompt.pad_token_id)
+        width = out["input_ids"].shape[1]
+        out["labels"] = torch.cat([torch.cat([torch.full((1, width - x.shape[1]), -100,
+                                                         device=x.device), x], 1)
+                                   for x in labels])
+        return out
+
+    def loss_fn(m: Any, b: dict[str, Any]) -> Any:
+        inputs = {k: v for k, v in b.items() if k != "labels"}
+        logits = m(**inputs, use_cache=False).logits[:, :-1]
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 b["labels"][:, 1:].reshape(-1).to(dev),
                                                  ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
+
+    # the core's loop: AdamW without weight decay, clipping at 1, torch's OneCycleLR with a
+    # 10% warm-up (the official-style schedule of 0.1.x, same numbers)
+    settings = TrainSettings(steps=steps, lr=lr, weight_decay=0.0, max_grad_norm=1.0,
+                             schedule="one-cycle", warmup=0.1, batch_size=batch_size, seed=seed)
+    wrap = None if progress is None else (lambda it, desc="": progress(it))
+    return train_lm(model, batch, settings, loss_fn=loss_fn, progress=wrap).losses
 
 
 def transcripts(queries: Sequence[Any]) -> list[str]:
