@@ -38,6 +38,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--local-state", default="")
     ap.add_argument("--out-results", default="", help="write the rows as a results file")
+    ap.add_argument("--model", default="smollm2-135m-instruct",
+                    help="packaged model name or a model folder (tests: a tiny model)")
+    ap.add_argument("--local-steps", type=int, default=120)
+    ap.add_argument("--window", type=int, default=256, help="tokens per window")
     args = ap.parse_args()
     clock = R.Clock()
     torch.set_num_threads(1)
@@ -50,11 +54,17 @@ def main() -> None:
     from icml.data import eval_token_ids
     from icml.models import load_pretrained
 
-    fp, tok = load_pretrained("smollm2-135m-instruct")
+    if args.model == "smollm2-135m-instruct":
+        fp, tok = load_pretrained(args.model)
+    else:
+        from icml.compose import load_model
+
+        fp, tok = load_model(args.model)
     fp.eval()
     ids = eval_token_ids(tok)
-    ev = torch.tensor(ids[:4 * 256]).view(-1, 256)
-    calib = torch.tensor(ids[200_000:200_000 + 4 * 256]).view(-1, 256)
+    win = args.window
+    ev = torch.tensor(ids[:4 * win]).view(-1, win)
+    calib = torch.tensor(ids[200_000:200_000 + 4 * win]).view(-1, win)
 
     @torch.no_grad()
     def logp(m):
@@ -62,7 +72,8 @@ def main() -> None:
 
     ref = logp(fp)
     cfg = FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True),
-                         training=TrainingOptions(local_steps=120, local_row_fraction=0.125,
+                         training=TrainingOptions(local_steps=args.local_steps,
+                                                  local_row_fraction=0.125,
                                                   e2e_steps=args.steps, e2e_batch_size=1,
                                                   e2e_recalibrate_every=4))
     model = apply_fpt_transforms(copy.deepcopy(fp), cfg)
@@ -98,7 +109,7 @@ def main() -> None:
     if args.out_results:
         table = R.make_table(
             f"End-to-end learning rate on SmolLM2-135M-Instruct (W4A4KV4, RTN weights; "
-            f"{args.steps} steps from the 120-step local state)",
+            f"{args.steps} steps from the {args.local_steps}-step local state)",
             ["end-to-end lr", "perplexity W4A4KV4", "KL to FP", "CPU s"], rows, name="e2e_lr",
             formats={"perplexity W4A4KV4": ".1f", "KL to FP": ".3f", "CPU s": ".0f"})
         R.write(args.out_results, [table], plugin="fptquant", seeds=[0], clock=clock,

@@ -33,7 +33,13 @@ SNAP = (0, 10, 20, 40, 60, 90, 120)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-results", default="", help="write the curve as a results file")
+    ap.add_argument("--model", default="smollm2-135m-instruct",
+                    help="packaged model name or a model folder (tests: a tiny model)")
+    ap.add_argument("--snap", default=",".join(map(str, SNAP)), help="snapshot steps")
+    ap.add_argument("--window", type=int, default=256, help="tokens per window")
     args = ap.parse_args()
+    snap = tuple(int(x) for x in args.snap.split(","))
+    win = args.window
     clock = R.Clock()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -45,10 +51,15 @@ def main() -> None:
     from icml.data import eval_token_ids
     from icml.models import load_pretrained
 
-    fp, tok = load_pretrained("smollm2-135m-instruct")
+    if args.model == "smollm2-135m-instruct":
+        fp, tok = load_pretrained(args.model)
+    else:
+        from icml.compose import load_model
+
+        fp, tok = load_model(args.model)
     fp.eval()
-    ev = torch.tensor(eval_token_ids(tok, 4 * 256)).view(-1, 256)
-    calib = torch.tensor(eval_token_ids(tok, 4 * 256, offset=200_000)).view(-1, 256)
+    ev = torch.tensor(eval_token_ids(tok, 4 * win)).view(-1, win)
+    calib = torch.tensor(eval_token_ids(tok, 4 * win, offset=200_000)).view(-1, win)
 
     @torch.no_grad()
     def logp(m):
@@ -56,22 +67,22 @@ def main() -> None:
 
     ref = logp(fp)
     cfg = FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True),
-                         training=TrainingOptions(local_steps=max(SNAP), local_row_fraction=0.125))
+                         training=TrainingOptions(local_steps=max(snap), local_row_fraction=0.125))
     model = apply_fpt_transforms(copy.deepcopy(fp), cfg)
     snaps = {}
 
     def progress(it, desc=""):
         for i in it:
-            if i in SNAP:  # the state after i steps
+            if i in snap:  # the state after i steps
                 snaps[i] = (copy.deepcopy(model.fpt_transforms.state_dict()), time.process_time())
             yield i
 
     t0 = time.process_time()
     hist = optimize_local(model, cfg, progress=progress)
-    snaps[max(SNAP)] = (copy.deepcopy(model.fpt_transforms.state_dict()), time.process_time())
+    snaps[max(snap)] = (copy.deepcopy(model.fpt_transforms.state_dict()), time.process_time())
     print(f"train {time.process_time() - t0:.0f} CPU s, loss {hist[0]:.3f} -> {hist[-1]:.3f}")
     rows = []
-    for s in SNAP:
+    for s in snap:
         q = apply_fpt_transforms(copy.deepcopy(fp), cfg)
         q.fpt_transforms.load_state_dict(snaps[s][0])
         with torch.no_grad():

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from icml import results as R
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+@pytest.mark.slow
 def test_outlier_controls_writes_its_results_file(tmp_path):
     out = tmp_path / "outlier_controls.json"
     tiny = ["train_steps=2", "hidden_size=32", "seq_len=16", "calib_samples=2",
@@ -28,3 +31,36 @@ def test_outlier_controls_writes_its_results_file(tmp_path):
     assert controls["rows"][0][1] == controls["rows"][0][2] == controls["rows"][0][3]
     assert alpha["rows"][0][0] == 0.5 and alpha["rows"][0][1] > 0
     assert data["command"].startswith("python plugins/fptquant/benchmarks/outlier_controls.py")
+
+
+def _tiny_model_folder(tmp_path):
+    from icml.models import byte_tokenizer, tiny_causal_lm
+
+    folder = tmp_path / "tiny"
+    tok = byte_tokenizer()
+    tiny_causal_lm("llama", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                   vocab_size=len(tok), seed=0).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _run(script, *args):
+    subprocess.run([sys.executable, str(BENCH / script), *args], check=True,
+                   capture_output=True, text=True,
+                   env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.slow
+def test_real_model_curves_write_their_results_files_on_a_tiny_model(tmp_path):
+    """local_steps_curve.py and e2e_lr.py (README: rerun pending) on a tiny model folder."""
+    model = str(_tiny_model_folder(tmp_path))
+    _run("local_steps_curve.py", "--model", model, "--snap", "0,1,2", "--window", "16",
+         "--out-results", str(tmp_path / "local_steps.json"))
+    (curve,) = R.load(tmp_path / "local_steps.json")["tables"]
+    assert [r[0] for r in curve["rows"]] == [0, 1, 2] and all(r[2] > 0 for r in curve["rows"])
+    _run("e2e_lr.py", "--model", model, "--lrs", "1e-3", "--steps", "1", "--local-steps", "1",
+         "--window", "16", "--out-results", str(tmp_path / "e2e_lr.json"))
+    data = R.load(tmp_path / "e2e_lr.json")
+    (table,) = data["tables"]
+    assert [r[0] for r in table["rows"]] == ["none (local only)", "0.001"]
+    assert data["command"].startswith("python plugins/fptquant/benchmarks/e2e_lr.py --model")
