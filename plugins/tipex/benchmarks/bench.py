@@ -732,7 +732,8 @@ def part_http(seed: int) -> tuple[str, dict]:
     return md, res
 
 
-def part_batch(seed: int, n_requests: int = 16, max_tokens: int = 32) -> tuple[str, dict]:
+def part_batch(seed: int, n_requests: int = 16, max_tokens: int = 32,
+               models_: tuple[str, ...] = ("tiny", "pretrained")) -> tuple[str, dict]:
     """Batched greedy generation: ``n_requests`` concurrent worker prompts through one
     ``TransformersChatModel`` with batch_size 1 (one generate call each), 4 and 16; wall time
     on the same model in the same run, and whether every arm returns the same texts."""
@@ -743,11 +744,14 @@ def part_batch(seed: int, n_requests: int = 16, max_tokens: int = 32) -> tuple[s
     suite = SynthGAIA(seed=seed)
     prompts = [worker_messages(t.task_id, t.question, Subtask("agent", t.question), {})
                for t in suite.tasks(2, n_requests)]
-    models = [("tiny Llama (hidden 64)", load_chat_model("tiny", seed=seed))]
-    try:
-        models.append(("SmolLM2-135M-Instruct", load_chat_model("pretrained")))
-    except Exception as e:  # noqa: BLE001 - the pretrained model is optional
-        print(f"batch: no pretrained model ({type(e).__name__}: {e})")
+    models = []
+    if "tiny" in models_:
+        models.append(("tiny Llama (hidden 64)", load_chat_model("tiny", seed=seed)))
+    if "pretrained" in models_:
+        try:
+            models.append(("SmolLM2-135M-Instruct", load_chat_model("pretrained")))
+        except Exception as e:  # noqa: BLE001 - the pretrained model is optional
+            print(f"batch: no pretrained model ({type(e).__name__}: {e})")
     rows, res = [], {}
     for label, base in models:
         texts, wall = {}, {}
@@ -786,6 +790,11 @@ def main() -> None:
                     help="virtual-clock engines the throughput part compares (first: reported)")
     ap.add_argument("--rounds", type=int, default=2, help="throughput: best of this many")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-models", default="tiny,pretrained",
+                    help="batch: the models, of tiny (a tiny Llama) and pretrained (SmolLM2)")
+    ap.add_argument("--batch-requests", type=int, default=16,
+                    help="batch: concurrent worker prompts")
+    ap.add_argument("--batch-tokens", type=int, default=32, help="batch: new tokens each")
     ap.add_argument("--out", default="")
     ap.add_argument("--out-results", default="",
                     help="write the tables as a results file (plugins/tipex/results/NAME.json)")
@@ -810,7 +819,11 @@ def main() -> None:
         elif part == "http":
             m, r = part_http(a.seed)
         elif part == "batch":
-            m, r = part_batch(a.seed)
+            bm = tuple(x for x in a.batch_models.split(",") if x)
+            if not bm or set(bm) - {"tiny", "pretrained"}:
+                raise SystemExit(f"--batch-models: {a.batch_models!r}; allowed: tiny, "
+                                 "pretrained (comma-separated)")
+            m, r = part_batch(a.seed, a.batch_requests, a.batch_tokens, bm)
         else:
             raise SystemExit(f"unknown part {part!r}; parts: sweep, overhead, throughput, "
                              "ceiling, cap, floor, http, batch")

@@ -1,7 +1,8 @@
 """CPU instructions per model call of this checkout against an earlier revision, counted by
 valgrind's callgrind (deterministic, so unaffected by the load of a shared machine).
 
-    python plugins/tipex/benchmarks/instructions_ab.py --ref 983036d [--tasks 30] [--out DIR]
+    python plugins/tipex/benchmarks/instructions_ab.py --ref 983036d [--tasks 30] [--out DIR] \
+        [--out-results FILE]
 
 For each version (the revision's ``plugins/tipex/src`` exported with ``git archive``, and this
 checkout's) and each row, one process under ``valgrind --tool=callgrind`` builds
@@ -10,7 +11,9 @@ checkout's) and each row, one process under ``valgrind --tool=callgrind`` builds
 only builds the suite and tasks is subtracted, and the rest is divided by the model calls.
 ``--model-only`` rows instead replay the prompts a run recorded through ``ScriptedModel.reply``
 and ``count_tokens`` (twice; the second pass is counted: the first pass minus the second).
-Needs valgrind; ``PYTHONHASHSEED=0`` in the children.
+Needs valgrind; ``PYTHONHASHSEED=0`` in the children. ``--out-results FILE`` writes the table
+as a results file (``icml.results``), cells as printed; ``--rows N`` keeps the first N run rows
+and model-alone rows (a smoke setting).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import os
 import pickle
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -96,7 +100,15 @@ def main() -> None:
     ap.add_argument("--ref", default="983036d")
     ap.add_argument("--tasks", type=int, default=30)
     ap.add_argument("--out", default="")
+    ap.add_argument("--rows", type=int, default=0, help="only the first N rows of each kind")
+    ap.add_argument("--out-results", default="",
+                    help="also write the table as a results file "
+                         "(plugins/tipex/results/NAME.json)")
     a = ap.parse_args()
+    from icml import results
+
+    clock = results.Clock()
+    table_rows: list[list] = []
     new_src = str(HERE.parents[1] / "src")
     lines = [f"**Instructions per model call (callgrind), {a.tasks} tasks per row; ref = {a.ref}, "
              "new = this checkout**", "",
@@ -109,7 +121,8 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
         srcs = {"ref": str(Path(tmp, "plugins/tipex/src")), "new": new_src}
         base = {v: _ir(s, str(a.tasks), "setup")[0] for v, s in srcs.items()}
-        todo = [(r, "run") for r in ROWS] + [(r, "model alone") for r in MODEL_ROWS]
+        n = a.rows or None
+        todo = [(r, "run") for r in ROWS[:n]] + [(r, "model alone") for r in MODEL_ROWS[:n]]
         for row, what in todo:
             per, calls = {}, 0
             for v, src in srcs.items():
@@ -128,11 +141,22 @@ def main() -> None:
             cells = [lvl, "DAG" if dag else "bare agent", N, w if dag else "-",
                      g if dag else "-", k or "none", what, calls, f"{per['ref'] / 1e3:.0f}k",
                      f"{per['new'] / 1e3:.0f}k", f"{per['ref'] / per['new']:.2f}"]
+            table_rows.append(cells)
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
             print(lines[-1], flush=True)
             res.append({"row": row, "what": what, "calls": calls, "per_call": per})
     text = "\n".join(lines)
     print(text)
+    if a.out_results:
+        cols = ["level", "structure", "N", "w", "g", "K", "what", "model calls",
+                "ref instructions per call", "new instructions per call", "ref / new"]
+        out = results.write(
+            a.out_results,
+            [results.make_table(lines[0].strip("*"), cols, table_rows, name="instructions_ab")],
+            plugin="tipex", seeds=[0], clock=clock, threads=1,
+            command="python " + shlex.join(["plugins/tipex/benchmarks/instructions_ab.py",
+                                            *sys.argv[1:]]))
+        print(f"# wrote {out}", file=sys.stderr)
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         Path(a.out, "instructions_ab.md").write_text(text + "\n")

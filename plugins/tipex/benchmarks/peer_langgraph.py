@@ -7,7 +7,13 @@ overhead per model call of both on the wall clock with a zero-latency model.
 
 LangGraph is not a dependency (a peer, benchmark only):
     python3 -m venv /tmp/peer && . /tmp/peer/bin/activate && pip install 'langgraph>=1.0'
-    PYTHONPATH=plugins/tipex/src OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/peer_langgraph.py
+    PYTHONPATH=plugins/tipex/src OMP_NUM_THREADS=1 \
+        python plugins/tipex/benchmarks/peer_langgraph.py --tasks 50 \
+        --out-results plugins/tipex/results/peer_langgraph.json
+
+``--out-results FILE`` writes both tables as a results file (``icml.results``); the wall time
+per model call is a clock reading (declared ``timing``), everything else is on the virtual clock
+and exact.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import operator
+import shlex
+import sys
 import time
 from typing import Annotated, Any, TypedDict
 
@@ -111,18 +119,31 @@ async def langgraph_solve(graph: Any, task: Any, width: int) -> tuple[str, float
     return out.get("answer", ""), loop.time() - t0
 
 
-def table(title: str, cols: list[str], rows: list[list]) -> None:
+TABLES: list[dict] = []  # every table printed, for --out-results
+
+
+def table(title: str, cols: list[str], rows: list[list], name: str) -> None:
+    from icml import results
+
     def f(v: object) -> str:
         return f"{v:.3g}" if isinstance(v, float) else str(v)
     print(f"\n{title}\n\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(f(v) for v in r) + " |")
+    fmts = {c: ".3g" for j, c in enumerate(cols) if any(isinstance(r[j], float) for r in rows)}
+    TABLES.append(results.make_table(title, cols, rows, name=name, formats=fmts))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=50)
+    ap.add_argument("--out-results", default="",
+                    help="also write the tables as a results file "
+                         "(plugins/tipex/results/NAME.json)")
     a = ap.parse_args()
+    from icml import results
+
+    clock = results.Clock()
     suite = SynthGAIA(seed=0)
     model = ScriptedModel(suite)
     tools = suite.tools()
@@ -139,7 +160,8 @@ def main() -> None:
             async def lg(graph: Any = graph, tasks: list = tasks, w: int = w) -> list:
                 return [await langgraph_solve(graph, t, w) for t in tasks]
 
-            lg_out = run(lg(), "virtual")
+            # LangGraph runs sync nodes in an executor thread: the asyncio engine allows that
+            lg_out = run(lg(), "virtual", engine="asyncio")
             same = sum(r.answer == ans for r, (ans, _) in zip(res, lg_out))
             lat_t = sum(r.latency_s for r in res) / len(res)
             lat_l = sum(x for _, x in lg_out) / len(lg_out)
@@ -151,7 +173,7 @@ def main() -> None:
           f"same path, N=1, g=8, {a.tasks} tasks per level, virtual clock",
           ["level", "w", "TIPEX acc", "LangGraph acc", "same answers", "TIPEX tokens",
            "LangGraph tokens", "TIPEX latency s", "LangGraph latency s", "LangGraph / TIPEX"],
-          rows)
+          rows, name="semantics")
     # overhead per model call on the wall clock, zero latency
     zsuite = SynthGAIA(seed=0, tool_latency={"lookup": 0, "search": 0, "calc": 0})
     zmodel = ScriptedModel(zsuite, latency_scale=0.0)
@@ -181,7 +203,15 @@ def main() -> None:
     table(f"Wall time per model call (level 3, w=4, g=8, zero-latency scripted model, "
           f"{a.tasks} tasks one after another, best of 3)",
           ["framework", "model calls", "us per call"],
-          [[k, calls[k], best[k] / calls[k] * 1e6] for k in best])
+          [[k, calls[k], best[k] / calls[k] * 1e6] for k in best], name="overhead")
+    if a.out_results:
+        out = results.write(
+            a.out_results, TABLES, plugin="tipex", seeds=[0], clock=clock, threads=1,
+            command="python " + shlex.join(["plugins/tipex/benchmarks/peer_langgraph.py",
+                                            *sys.argv[1:]]),
+            tolerance={"us per call": {"timing": True, "why": "wall clock of one process on a "
+                                       "shared CPU: shown, never compared"}})
+        print(f"# wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ folder and both versions run the same grid in separate processes, alternating, b
 ``--rounds`` per row (tasks per CPU second of one process, so one core).
 
     OMP_NUM_THREADS=1 python plugins/tipex/benchmarks/throughput_ab.py --ref aa920a2 \\
-        [--tasks 300] [--rounds 3] [--out runs/throughput_ab]
+        [--tasks 300] [--rounds 3] [--out runs/throughput_ab] [--out-results FILE]
 
 Each row also checks that both versions return identical results (answers, latencies, tokens).
+``--out-results FILE`` writes the table as a results file (``icml.results``); the CPU-time
+columns (and the speed-up, a ratio of two) are declared ``timing``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -73,7 +76,13 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=300, help="tasks per row")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="")
+    ap.add_argument("--out-results", default="",
+                    help="also write the table as a results file "
+                         "(plugins/tipex/results/NAME.json)")
     a = ap.parse_args()
+    from icml import results
+
+    clock = results.Clock()
     new_src = str(HERE.parents[1] / "src")
     with tempfile.TemporaryDirectory() as tmp:
         tar = subprocess.run(["git", "-C", str(REPO), "archive", a.ref, "plugins/tipex/src"],
@@ -106,6 +115,19 @@ def main() -> None:
         lines.append("| " + " | ".join(str(v) for v in row) + " |")
     text = "\n".join(lines)
     print(text)
+    if a.out_results:
+        cols = ["level", "structure", "N", "w", "g", "K", "model calls per task",
+                "ref tasks/CPU s", "new tasks/CPU s", "speed-up", "new us per model call",
+                "same results"]
+        why = ("CPU time of one process on a shared machine (or a ratio of two): shown, "
+               "never compared")
+        out = results.write(
+            a.out_results, [results.make_table(lines[0], cols, rows, name="throughput_ab")],
+            plugin="tipex", seeds=[0], clock=clock, threads=1,
+            command="python " + shlex.join(["plugins/tipex/benchmarks/throughput_ab.py",
+                                            *sys.argv[1:]]),
+            tolerance={c: {"timing": True, "why": why} for c in cols[7:11]})
+        print(f"# wrote {out}", file=sys.stderr)
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         Path(a.out, "throughput_ab.md").write_text(text + "\n")
