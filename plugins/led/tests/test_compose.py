@@ -114,7 +114,7 @@ def test_led_generate_on_rotated_model_matches_original(llama, tok):
 
 
 def _small(**kw):
-    base = {"hidden_size": "32", "num_layers": "4", "depth": "3", "sft_steps": "0",
+    base = {"hidden_size": "32", "num_layers": "4", "led.depth": "3", "sft_steps": "0",
             "post_steps": "0", "num_problems": "2", "num_samples": "2", "ks": "[1, 2]",
             "num_terms": "2"}
     base.update(kw)
@@ -146,7 +146,7 @@ def test_model_from_previous_run_folder(tmp_path, tok):
     # a saved re-based model without its producer's loader has lost its maps: refused
     src2 = _run_folder(tmp_path / "rotated-run", rotated(m), tok)
     with pytest.raises(CompositionError, match="random rotation"):
-        run("led", "infer", overrides=_small(model=str(src2), use_final_norm="true",
+        run("led", "infer", overrides=_small(model=str(src2), **{"led.use_final_norm": "true"},
                                              profile_final_norm="true"),
             out=tmp_path / "r2", device="cpu", show_progress=False)
     with pytest.raises(ConfigError, match="model='nowhere/at-all'"):

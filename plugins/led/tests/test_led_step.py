@@ -171,10 +171,14 @@ def test_bad_inputs_raise_clear_errors():
         led_step(torch.zeros(3, 5), LEDConfig(depth=4, top_k=2))
     with pytest.raises(ValueError, match="temperature must be > 0"):
         led_step(_logits(), LEDConfig(depth=4, top_k=2), temperature=0.0)
-    with pytest.raises(ValueError, match="depth must be"):
+    with pytest.raises(ValueError, match="'LEDConfig.depth': got 0, must be >= 1"):
         LEDConfig(depth=0)
-    with pytest.raises(ValueError, match="top_k must be"):
+    with pytest.raises(ValueError, match="'LEDConfig.top_k': got 0, must be >= 1"):
         LEDConfig(top_k=0)
+    with pytest.raises(ValueError, match="depth must be an integer"):
+        LEDConfig(depth=2.5)
+    with pytest.raises(ValueError, match="'LEDConfig.eps'"):
+        LEDConfig(eps=1.0)
 
 
 def test_step_reports_per_depth_candidate_probs_and_exploration_probability():

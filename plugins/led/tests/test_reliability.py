@@ -8,7 +8,7 @@ from pathlib import Path
 
 from icml.testing import icml_cli
 
-SMOKE = ["hidden_size=32", "num_layers=4", "depth=3", "sft_steps=5", "post_steps=1",
+SMOKE = ["hidden_size=32", "num_layers=4", "led.depth=3", "sft_steps=5", "post_steps=1",
          "num_problems=3", "num_samples=4", "ks=[1,4]", "num_terms=3"]
 
 

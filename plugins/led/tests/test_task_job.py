@@ -53,7 +53,7 @@ def test_post_training_collapses_final_layer_entropy(tok):
 
 
 def _small(**kw):
-    base = {"hidden_size": "32", "num_layers": "4", "depth": "3", "sft_steps": "0",
+    base = {"hidden_size": "32", "num_layers": "4", "led.depth": "3", "sft_steps": "0",
             "post_steps": "0", "num_problems": "2", "num_samples": "2", "ks": "[1, 2]",
             "num_terms": "2"}
     base.update(kw)
@@ -63,10 +63,13 @@ def _small(**kw):
 def test_bad_job_configs_raise_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="num_samples"):
         run("led", "infer", overrides=_small(ks="[1, 4]"), out=tmp_path, device="cpu")
-    with pytest.raises(ConfigError, match="depth=9 is larger"):
-        run("led", "infer", overrides=_small(depth="9"), out=tmp_path, device="cpu")
-    with pytest.raises(ConfigError, match="layer_set"):
-        run("led", "infer", overrides=_small(layer_set="middle"), out=tmp_path, device="cpu")
+    with pytest.raises(ConfigError, match="led.depth=9 is larger"):
+        run("led", "infer", overrides=_small(**{"led.depth": "9"}), out=tmp_path, device="cpu")
+    with pytest.raises(ConfigError, match="skip_penultimate"):
+        run("led", "infer", overrides=_small(**{"led.skip_penultimate": "middle"}),
+            out=tmp_path, device="cpu")
+    with pytest.raises(ConfigError, match="led.top_k"):
+        run("led", "infer", overrides=_small(**{"led.top_k": "0"}), out=tmp_path, device="cpu")
     with pytest.raises(ConfigError, match="temperatures"):
         run("led", "evaluate", overrides=_small(temperatures="[0.5, -1]"), out=tmp_path,
             device="cpu")

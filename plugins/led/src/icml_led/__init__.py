@@ -6,7 +6,7 @@ from __future__ import annotations
 from icml.lazy import lazy_exports
 
 _EXPORTS = {
-    "LEDConfig": "led",
+    "LEDConfig": "config",
     "LEDStepInfo": "led",
     "led_step": "led",
     "sample_sorted": "led",

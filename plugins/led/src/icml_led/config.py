@@ -1,10 +1,71 @@
-"""Typed configs, one per capability. Field names are the CLI's --set keys."""
+"""Typed configs, one per capability. Field names are the CLI's --set keys.
+
+:class:`LEDConfig` is the method's own settings: what :class:`icml_led.generate.LEDDecoding`
+and :func:`icml_led.led.led_step` take, and the jobs' ``led`` section (``--set led.depth=6``).
+Each default is written once, here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from icml import option
+from icml.config import check_bounds
+
+
+@dataclass(frozen=True)
+class LEDConfig:
+    """LED hyper-parameters; every default is the official code's (AlbertTan404/LED).
+
+    ``depth``: number of posteriors (final + ``depth - 1`` intermediate). ``top_k``: final-layer
+    candidates. ``use_final_norm``: apply the final norm to intermediate states (official: no).
+    ``exploit_by_confidence``: explore with probability ``1 - p_top1`` (official ``do_exploit=1``).
+    ``think_only``: explore only inside the thinking span delimited by ``think_start_id`` /
+    ``think_end_id`` (with neither id given, the whole generation counts as thinking; with only the
+    end id, thinking runs from the start until it appears). ``skip_penultimate``: the official
+    layer set ``{L, L-2..L-depth}``; ``False`` gives the figure's ``{L, L-1..L-depth+1}``.
+    ``layers``: explicit intermediate hidden-state indices (top down), overriding ``depth``.
+    ``eps``: floor of the candidates' probabilities before aggregation (official: ``1e-6``).
+    ``greedy_gate``: the gate in greedy mode. ``None`` (official): the same Bernoulli draw
+    ``explore ~ Bernoulli(1 - p_top1)`` as when sampling, so greedy LED is still random. A float
+    makes it deterministic: explore when ``1 - p_top1`` exceeds it (0.5 = the Bernoulli's mode),
+    which gives reproducible, batch-invariant greedy decoding.
+    """
+
+    depth: int = option(8, help="LED depth d: the final layer plus d - 1 intermediate ones "
+                        "(official 8; on the job's 8-layer tiny model the official layer set "
+                        "then reaches the embedding output)", ge=1)
+    top_k: int = option(8, help="final-layer candidates k (official 8)", ge=1)
+    use_final_norm: bool = option(False, help="apply the final norm to intermediate layers "
+                                  "(official: false, ln=0)")
+    exploit_by_confidence: bool = option(True, help="explore with probability 1 - top-1 "
+                                         "confidence (official do_exploit=1)")
+    think_only: bool = option(True, help="explore only inside the thinking span (official)")
+    think_start_id: int | None = option(None, help="token id that opens the thinking span; "
+                                        "none: no start marker (the jobs use their task "
+                                        "tokenizer's)", ge=0)
+    think_end_id: int | None = option(None, help="token id that closes the thinking span; "
+                                      "none: no end marker (the jobs use their task "
+                                      "tokenizer's)", ge=0)
+    skip_penultimate: bool = option(True, help="official layer set {L, L-2..L-d}; false = the "
+                                    "paper figure's {L, L-1..L-d+1}")
+    layers: tuple[int, ...] | None = option(None, help="explicit intermediate hidden-state "
+                                            "indices, top down (overrides depth); none = from "
+                                            "depth", ge=0)
+    eps: float = option(1e-6, help="floor of the candidates' probabilities before "
+                        "aggregation (official 1e-6)", gt=0, lt=1)
+    greedy_gate: float | None = option(None, help="greedy mode's gate: none = the official "
+                                       "Bernoulli(1 - p_top1) draw; a value = explore when "
+                                       "1 - p_top1 exceeds it (deterministic)", ge=0, le=1)
+
+    def __post_init__(self) -> None:
+        for name in ("depth", "top_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"LEDConfig.{name} must be an integer >= 1, got {v!r}")
+        check_bounds(self, "LEDConfig.")
+        if self.layers is not None:
+            object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
 
 
 @dataclass
@@ -38,17 +99,9 @@ class _Common:
     num_problems: int = option(32, help="held-out problems", ge=1)
     num_samples: int = option(16, help="samples per problem (n of pass@k)", ge=1)
     ks: list[int] = option([1, 16], help="k values of pass@k (each <= num_samples)")
-    # LED
-    depth: int = option(4, help="LED depth d (official 8 on 28-64-layer models; 4 suits the "
-                        "8-layer tiny model)", ge=1)
-    top_k: int = option(8, help="LED final-layer candidates k (official 8)", ge=1)
-    use_final_norm: bool = option(False, help="apply the final norm to intermediate layers "
-                                  "(official: false)")
-    exploit_by_confidence: bool = option(True, help="explore with probability 1 - top-1 "
-                                         "confidence (official do_exploit=1)")
-    think_only: bool = option(True, help="explore only inside the thinking span (official)")
-    layer_set: str = option("official", help="official = {L, L-2..L-d}; figure = "
-                            "{L, L-1..L-d+1}", choices=("official", "figure"))
+    # LED: the method's own settings (--set led.depth=6)
+    led: LEDConfig = option(default_factory=LEDConfig, help="LED's settings (what LEDDecoding "
+                            "takes); the think ids default to the task tokenizer's")
     # baselines
     sampling_top_k: int = option(20, help="top-k of the temperature-sampling and DoLa "
                                  "baselines (official config 20)", ge=0)
@@ -69,11 +122,13 @@ class _Common:
         if bad or not self.ks:
             raise ValueError(f"ks={list(self.ks)} must be non-empty with every k in "
                              f"1..num_samples ({self.num_samples}): raise num_samples or lower ks")
-        limit = self.num_layers if self.layer_set == "official" else self.num_layers + 1
-        if not self.model and self.depth > limit:
-            raise ValueError(f"depth={self.depth} is larger than the built-in model allows "
-                             f"({self.num_layers} layers, layer_set={self.layer_set!r}): use "
-                             f"depth <= {limit} or raise num_layers")
+        led = self.led
+        limit = self.num_layers if led.skip_penultimate else self.num_layers + 1
+        if not self.model and led.layers is None and led.depth > limit:
+            raise ValueError(f"led.depth={led.depth} is larger than the built-in model allows "
+                             f"({self.num_layers} layers, led.skip_penultimate="
+                             f"{str(led.skip_penultimate).lower()}): use led.depth <= {limit} "
+                             "or raise num_layers")
 
 
 @dataclass

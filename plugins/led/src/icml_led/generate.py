@@ -18,7 +18,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from icml_led.led import LEDConfig, sample_sorted
+from icml_led.config import LEDConfig
+from icml_led.led import sample_sorted
 
 _WARPERS = ("TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper",
             "MinPLogitsWarper", "TypicalLogitsWarper", "EpsilonLogitsWarper",
@@ -245,12 +246,12 @@ def check_generate_api(model: Any) -> bool:
     has_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if "cache" not in params and "past_key_values" in params:
         raise RuntimeError("this transformers version passes the KV cache as past_key_values, "
-                           "not cache: LED's loop was written for transformers >= 5.24 (tested "
-                           "on 5.25); upgrade transformers")
+                           "not cache (transformers <= 5.23): LED's loop needs transformers >= "
+                           "5.24 (tested on 5.24 and 5.25); upgrade transformers")
     if not has_kwargs and "cache" not in params:
         raise RuntimeError("prepare_inputs_for_generation takes no cache argument: this "
                            "transformers version is not supported by LED's loop (tested on "
-                           "5.25)")
+                           "5.24 and 5.25)")
     return "next_sequence_length" in params
 
 
@@ -298,10 +299,9 @@ class LEDDecoding(_Decoding):
     explored tokens and of rows whose intermediate layers were read (``deep_rows``).
     """
 
-    def __init__(self, config: LEDConfig | None = None, generator: Any = None,
-                 lazy: bool = True) -> None:
+    def __init__(self, config: LEDConfig, generator: Any = None, lazy: bool = True) -> None:
         super().__init__(generator)
-        self.config = config or LEDConfig()
+        self.config = config
         self.lazy = bool(lazy)
         self._inside = None
         self._indices: list[int] = []
@@ -494,8 +494,9 @@ class SamplingDecoding(_Decoding):
 
 
 def led_decoding(config: LEDConfig | None = None, generator: Any = None) -> LEDDecoding:
-    """A ``custom_generate`` callable for LED (see :class:`LEDDecoding`)."""
-    return LEDDecoding(config, generator)
+    """A ``custom_generate`` callable for LED (see :class:`LEDDecoding`); ``None``: every
+    default of :class:`LEDConfig`."""
+    return LEDDecoding(config if config is not None else LEDConfig(), generator)
 
 
 def dola_decoding(dola_layers: str | list[int] = "high", relative_top: float = 0.1,
@@ -506,6 +507,7 @@ def dola_decoding(dola_layers: str | list[int] = "high", relative_top: float = 0
 
 def led_generate(model: Any, input_ids: Any, config: LEDConfig | None = None,
                  generator: Any = None, **generate_kwargs: Any) -> Any:
-    """``model.generate(input_ids, custom_generate=LEDDecoding(config, generator), ...)``."""
-    return model.generate(input_ids, custom_generate=LEDDecoding(config, generator),
+    """``model.generate(input_ids, custom_generate=LEDDecoding(config, generator), ...)``
+    (``config=None``: every default of :class:`LEDConfig`)."""
+    return model.generate(input_ids, custom_generate=led_decoding(config, generator),
                           **generate_kwargs)

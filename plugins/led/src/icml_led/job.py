@@ -14,14 +14,18 @@ if TYPE_CHECKING:
 
 
 def led_config_from(cfg: InferConfig | EvaluateConfig, tokenizer: Any) -> LEDConfig:
-    from icml_led.led import LEDConfig
+    """The job's ``led`` section as LEDDecoding takes it: the section itself, with the think
+    ids that are not set taken from the task tokenizer's delimiters."""
+    from dataclasses import replace
+
     from icml_led.task import think_ids
 
+    led = cfg.led
+    if led.think_start_id is not None and led.think_end_id is not None:
+        return led
     start, end = think_ids(tokenizer)
-    return LEDConfig(depth=cfg.depth, top_k=cfg.top_k, use_final_norm=cfg.use_final_norm,
-                     exploit_by_confidence=cfg.exploit_by_confidence, think_only=cfg.think_only,
-                     think_start_id=start, think_end_id=end,
-                     skip_penultimate=cfg.layer_set == "official")
+    return replace(led, think_start_id=start if led.think_start_id is None else led.think_start_id,
+                   think_end_id=end if led.think_end_id is None else led.think_end_id)
 
 
 def prepare(ctx: icml.RunContext, cfg: InferConfig | EvaluateConfig) -> dict[str, Any]:
@@ -49,14 +53,18 @@ def prepare(ctx: icml.RunContext, cfg: InferConfig | EvaluateConfig) -> dict[str
             tok = byte_tokenizer()
     # fail early on bad LED settings (depth, k, think ids) and on read-outs a transformed
     # model cannot give (icml.compose)
-    check_readout(model, cfg.use_final_norm)
+    check_readout(model, cfg.led.use_final_norm)
     check_readout(model, cfg.profile_final_norm)
     led_cfg = led_config_from(cfg, tok)
-    layer_indices(num_layers_of(model), led_cfg.depth, led_cfg.skip_penultimate)
+    layer_indices(num_layers_of(model), led_cfg.depth, led_cfg.skip_penultimate, led_cfg.layers)
     vocab = model.get_output_embeddings().out_features
-    if cfg.top_k > vocab:
-        raise icml.ConfigError(f"config key 'top_k': {cfg.top_k} is larger than the vocabulary "
-                               f"({vocab}); use top_k <= {vocab}")
+    if led_cfg.top_k > vocab:
+        raise icml.ConfigError(f"config key 'led.top_k': {led_cfg.top_k} is larger than the "
+                               f"vocabulary ({vocab}); use led.top_k <= {vocab}")
+    for key in ("think_start_id", "think_end_id"):
+        if not 0 <= getattr(led_cfg, key) < vocab:
+            raise icml.ConfigError(f"config key 'led.{key}': {getattr(led_cfg, key)} is not a "
+                                   f"token id of this model (vocabulary {vocab})")
     probe = make_problems(64, cfg.num_terms, cfg.base, seed=ctx.seed + 31_337,
                           min_terms=cfg.min_terms)
     pids, pmask = completion_mask(tok, probe, device)

@@ -20,53 +20,9 @@ random stream equals that of plain top-k sampling (:func:`sample_sorted`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-
-@dataclass(frozen=True)
-class LEDConfig:
-    """LED hyper-parameters; every default is the official code's.
-
-    ``depth``: number of posteriors (final + ``depth - 1`` intermediate). ``top_k``: final-layer
-    candidates. ``use_final_norm``: apply the final norm to intermediate states (official: no).
-    ``exploit_by_confidence``: explore with probability ``1 - p_top1`` (official ``do_exploit=1``).
-    ``think_only``: explore only inside the thinking span delimited by ``think_start_id`` /
-    ``think_end_id`` (with neither id given, the whole generation counts as thinking; with only the
-    end id, thinking runs from the start until it appears). ``skip_penultimate``: the official
-    layer set ``{L, L-2..L-depth}``; ``False`` gives the figure's ``{L, L-1..L-depth+1}``.
-    ``layers``: explicit intermediate hidden-state indices (top down), overriding ``depth``.
-    ``eps``: floor of the candidates' probabilities before aggregation (official: ``1e-6``).
-    ``greedy_gate``: the gate in greedy mode. ``None`` (official): the same Bernoulli draw
-    ``explore ~ Bernoulli(1 - p_top1)`` as when sampling, so greedy LED is still random. A float
-    makes it deterministic: explore when ``1 - p_top1`` exceeds it (0.5 = the Bernoulli's mode),
-    which gives reproducible, batch-invariant greedy decoding.
-    """
-
-    depth: int = 8
-    top_k: int = 8
-    use_final_norm: bool = False
-    exploit_by_confidence: bool = True
-    think_only: bool = True
-    think_start_id: int | None = None
-    think_end_id: int | None = None
-    skip_penultimate: bool = True
-    layers: tuple[int, ...] | None = None
-    eps: float = 1e-6
-    greedy_gate: float | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.depth, int) or self.depth < 1:
-            raise ValueError(f"LEDConfig.depth must be an integer >= 1, got {self.depth!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 1:
-            raise ValueError(f"LEDConfig.top_k must be an integer >= 1, got {self.top_k!r}")
-        if not 0.0 < self.eps < 1.0:
-            raise ValueError(f"LEDConfig.eps must lie in (0, 1), got {self.eps!r}")
-        if self.greedy_gate is not None and not 0.0 <= self.greedy_gate <= 1.0:
-            raise ValueError(f"LEDConfig.greedy_gate must be None (official random gate) or lie "
-                             f"in [0, 1], got {self.greedy_gate!r}")
-        if self.layers is not None:
-            object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
+from icml_led.config import LEDConfig
 
 
 class LEDStepInfo(NamedTuple):
