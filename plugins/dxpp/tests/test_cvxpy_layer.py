@@ -145,3 +145,25 @@ def test_probing_fallback_through_the_layer(monkeypatch):
     torch.testing.assert_close(outs[1][0], outs[0][0], atol=1e-12, rtol=0)
     for got, ref in zip(outs[1][1], outs[0][1], strict=True):
         torch.testing.assert_close(got, ref, atol=1e-9, rtol=1e-9)
+
+
+def test_dense_and_sparse_parameter_maps_agree(monkeypatch):
+    """The per-call map θ -> (Q, ..., b) gives the same data and gradients whether a block's
+    Jacobian is kept dense (small blocks, the fast path) or sparse (large blocks)."""
+    import icml_dxpp.cvxpy_layer as cl
+
+    prob, params, x, vals = _constrained_ls(seed=6)
+    outs = []
+    for limit in (cl._DENSE_MAP_MAX, 0):
+        monkeypatch.setattr(cl, "_DENSE_MAP_MAX", limit)
+        layer = CvxpyQPLayer(prob, params, [x])
+        ts = [torch.tensor(np.stack([v, v + 0.01]), requires_grad=True) for v in vals]
+        (xs,) = layer(*ts)
+        xs.pow(3).sum().backward()
+        Js = [m._tensors(torch.float64, torch.device("cpu"))[1] for m in layer.maps.values()]
+        Js = [J for J in Js if J is not None]
+        assert Js and all((J.layout == torch.strided) == (limit > 0) for J in Js)
+        outs.append((xs.detach(), [t.grad.clone() for t in ts]))
+    torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-12, rtol=0)
+    for a, b in zip(outs[0][1], outs[1][1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-8, rtol=1e-7)  # round-off through ρ/β

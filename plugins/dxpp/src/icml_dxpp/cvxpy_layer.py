@@ -29,6 +29,10 @@ from icml_dxpp.qp import QPInputError
 __all__ = ["CvxpyQPLayer", "extract_qp"]
 
 
+#: an affine block's Jacobian is kept dense when it has at most this many entries (8 MB)
+_DENSE_MAP_MAX = 1_000_000
+
+
 def _f_flat(value: Any) -> np.ndarray:
     return np.asarray(value, dtype=np.float64).reshape(-1, order="F")
 
@@ -44,16 +48,21 @@ class _AffineMap:
         self._cache: dict[tuple[Any, Any], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     def _tensors(self, dtype: Any, device: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(base, Jᵀ) on this dtype/device, built once: Jᵀ dense (K, size) when it is small
+        (one ``addmm`` per call, contiguous output), else sparse; None for a constant block."""
         key = (dtype, device)
         if key not in self._cache:
             base = torch.as_tensor(self.base, dtype=dtype, device=device)
             J = None
             if self.J.nnz:
-                coo = self.J.tocoo()
-                idx = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
-                J = torch.sparse_coo_tensor(idx, torch.from_numpy(coo.data), self.J.shape,
-                                            check_invariants=False)
-                J = J.to(dtype=dtype, device=device).coalesce()
+                if self.J.shape[0] * self.J.shape[1] <= _DENSE_MAP_MAX:
+                    J = torch.as_tensor(self.J.T.toarray(), dtype=dtype, device=device)
+                else:
+                    coo = self.J.tocoo()
+                    idx = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+                    J = torch.sparse_coo_tensor(idx, torch.from_numpy(coo.data), self.J.shape,
+                                                check_invariants=False)
+                    J = J.to(dtype=dtype, device=device).coalesce()
             self._cache[key] = (base, J)
         return self._cache[key]
 
@@ -61,9 +70,12 @@ class _AffineMap:
         """(B, K) parameters -> (B, *shape) data, differentiable in θ."""
         B = theta.shape[0]
         base, J = self._tensors(theta.dtype, theta.device)
-        out = base.expand(B, -1)
-        if J is not None:
-            out = out + torch.sparse.mm(J, theta.T).T
+        if J is None:  # constant block: a view, nothing computed per call
+            return base.reshape(1, *self.shape).expand(B, *self.shape)
+        if J.layout == torch.strided:
+            out = torch.addmm(base, theta, J)
+        else:
+            out = base + torch.sparse.mm(J, theta.T).T
         return out.reshape(B, *self.shape)
 
 

@@ -412,8 +412,8 @@ def _solve(opts: LayerOptions, Q: torch.Tensor, q: torch.Tensor, G: torch.Tensor
     if A is not None:
         shapes += [_batch_shape("A", A, 2), _batch_shape("b", b, 1)]
     try:
-        bshape = torch.broadcast_shapes(*shapes)
-    except RuntimeError:
+        bshape = tuple(np.broadcast_shapes(*shapes))  # torch's goes through a slow Python path
+    except ValueError:
         raise QPInputError(f"the batch dimensions of the inputs {shapes} do not broadcast: "
                            "give every input the same leading dimensions or none") from None
     B = int(np.prod(bshape)) if bshape else 1
