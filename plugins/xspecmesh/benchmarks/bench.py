@@ -99,7 +99,7 @@ def mesh(args: argparse.Namespace) -> None:
         print(f"seed {seed}: backbone loss {info['backbone_loss']:.3f}, "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print(f"\n### Meshes: {args.seeds} seeds x {args.meshes} meshes per decoder, K="
-          f"{cfg.num_heads}, top_k={cfg.top_k}, accept_top_k={cfg.accept_top_k}\n")
+          f"{cfg.num_heads}, top_k={cfg.decode.top_k}, accept_top_k={cfg.decode.accept_top_k}\n")
     print("| decoder | tokens/call | speed-up (calls) | speed-up (wall) | draft acceptance | "
           "valid rate [95% CI] | Chamfer [95% CI] | valid diff vs AR [95% CI] | "
           "Chamfer diff vs AR [95% CI] |")

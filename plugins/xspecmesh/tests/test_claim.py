@@ -29,7 +29,8 @@ def _tokens_per_call(model, heads, tok, rule="greedy"):
     for label in (0, 1, 0, 1):
         out = speculative_generate(model, heads, torch.tensor([tok.prefix(label)]),
                                    max_new_tokens=70, acceptance=rule, eos_token_id=2,
-                                   generator=torch.Generator().manual_seed(label))
+                                   generator=torch.Generator().manual_seed(label),
+                                   accept_top_k=None)
         calls += out.n_backbone_calls[0]
         new += out.n_new_tokens[0]
         seqs.append(out.sequences[0].tolist())
@@ -48,5 +49,5 @@ def test_distilled_heads_cut_backbone_calls_losslessly(trained):
     assert tpc_kl > 1.3                             # fewer calls than AR (1.0 per token)
     assert tpc_kl > tpc_0 + 0.2                     # distillation is what buys it
     ar = autoregressive_generate(model, torch.tensor([tok.prefix(0)]), max_new_tokens=70,
-                                 acceptance="greedy", eos_token_id=2)
+                                 acceptance="greedy", eos_token_id=2, accept_top_k=None)
     assert ar.n_backbone_calls[0] == ar.n_new_tokens[0]

@@ -27,9 +27,9 @@ def test_greedy_speculative_on_a_rotated_backbone(lm, random_heads):
     for m in (lm, rot):
         heads = random_heads(m, num_heads=3, seed=0)  # heads built on (distilled for) m
         spec = speculative_generate(m, heads, ids, max_new_tokens=24, acceptance="greedy",
-                                    eos_token_id=[])
+                                    eos_token_id=[], accept_top_k=None)
         ar = autoregressive_generate(m, ids, max_new_tokens=24, acceptance="greedy",
-                                     eos_token_id=[])
+                                     eos_token_id=[], accept_top_k=None)
         assert spec.sequences.tolist() == ar.sequences.tolist()
         outs.append(ar.sequences.tolist())
     assert outs[0] == outs[1]

@@ -15,11 +15,12 @@ def test_defaults_build():
 
 @pytest.mark.parametrize("overrides, key", [
     (["acceptance=fast"], "acceptance"),
-    (["tree_width=2"], "tree_width"),
+    (["decode.tree_width=2"], "decode.tree_width"),
     (["num_heads=10", "max_new_tokens=10"], "num_heads"),
     (["hidden_size=30"], "hidden_size"),
     (["loss=mse"], "loss"),
-    (["accept_top_k=-1"], "accept_top_k"),
+    (["decode.accept_top_k=-1"], "decode.accept_top_k"),
+    (["decode.top_p=0"], "decode.top_p"),
 ])
 def test_bad_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=key):

@@ -9,3 +9,10 @@ class TestConformance(PluginConformance):
     slug = "xspecmesh"
     shape_checks = True
     smoke = {"infer": dict(_SMOKE), "train": dict(_SMOKE), "evaluate": dict(_SMOKE)}
+    # The config is the API (issue 48): every job's `decode` section is the DecodeConfig that
+    # speculative_generate's Sampler takes and keeps (`Sampler(config).config`); the greedy
+    # rule is the one that accepts every probed setting (topk refuses an all-accepting set).
+    api = {"infer:decode": "icml_xspecmesh.speculative:Sampler",
+           "train:decode": "icml_xspecmesh.speculative:Sampler",
+           "evaluate:decode": "icml_xspecmesh.speculative:Sampler"}
+    api_runtime = {key: {"acceptance": "greedy"} for key in api}

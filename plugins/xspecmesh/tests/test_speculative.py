@@ -13,9 +13,9 @@ def test_greedy_speculative_equals_ar_greedy_whatever_the_heads(lm, random_heads
         heads = random_heads(lm, num_heads=3, seed=seed)
         ids = torch.tensor([prompt])
         spec = speculative_generate(lm, heads, ids, max_new_tokens=30, acceptance="greedy",
-                                    eos_token_id=[], tree_width=tree)
+                                    eos_token_id=[], tree_width=tree, accept_top_k=None)
         ar = autoregressive_generate(lm, ids, max_new_tokens=30, acceptance="greedy",
-                                     eos_token_id=[])
+                                     eos_token_id=[], accept_top_k=None)
         hf = lm.generate(ids, max_new_tokens=30, do_sample=False, eos_token_id=None,
                          pad_token_id=0)
         assert spec.sequences.tolist() == ar.sequences.tolist() == hf.tolist()
@@ -29,7 +29,7 @@ def test_emission_accounting_and_kv_length(lm, random_heads):
         g = torch.Generator().manual_seed(seed)
         prompt = torch.tensor([PROMPTS[1]])
         out = speculative_generate(lm, heads, prompt, max_new_tokens=40, acceptance=acceptance,
-                                   eos_token_id=[], generator=g)
+                                   eos_token_id=[], generator=g, accept_top_k=None)
         acc = out.accepted_lengths[0]
         assert all(1 <= a <= K + 1 for a in acc)
         assert out.n_new_tokens[0] == 40 == 1 + sum(acc)
@@ -46,7 +46,8 @@ def test_good_heads_accept_more_than_one_token(lm, random_heads):
     heads = random_heads(lm, num_heads=2, scale=0.0)
     out = speculative_generate(lm, heads, torch.tensor([PROMPTS[0]]), max_new_tokens=40,
                                acceptance="topk", top_k=lm.config.vocab_size - 1,
-                               eos_token_id=[], generator=torch.Generator().manual_seed(0))
+                               eos_token_id=[], generator=torch.Generator().manual_seed(0),
+                               accept_top_k=None)
     assert out.tokens_per_call > 2.0  # almost everything lies in a top-(V-1) set
 
 
@@ -99,7 +100,8 @@ def _sample_counts(lm, heads, acceptance, n, seed):
     prompt = torch.tensor([[1]])
     for _ in range(n):
         out = speculative_generate(lm, heads, prompt, max_new_tokens=3, acceptance=acceptance,
-                                   top_k=0, top_p=0.999999, eos_token_id=[], generator=g)
+                                   top_k=0, top_p=0.999999, eos_token_id=[], generator=g,
+                                   accept_top_k=None)
         seq = tuple(out.sequences[0, 1:].tolist())
         counts[seq] = counts.get(seq, 0) + 1
     return counts
@@ -123,7 +125,8 @@ def test_quality_criterion_is_not_exact(toy, random_heads):
     counts: dict[tuple[int, ...], int] = {}
     for _ in range(n):
         out = speculative_generate(lm, heads, torch.tensor([[1]]), max_new_tokens=3,
-                                   acceptance="topk", top_k=3, eos_token_id=[], generator=g)
+                                   acceptance="topk", top_k=3, eos_token_id=[], generator=g,
+                                   accept_top_k=None)
         seq = tuple(out.sequences[0, 1:].tolist())
         counts[seq] = counts.get(seq, 0) + 1
     probs3 = _true_joint(lm, [1], 3, 1.0, 3)
@@ -144,7 +147,7 @@ def test_deterministic_under_a_seed(lm, random_heads):
     heads = random_heads(lm, num_heads=3, seed=0, scale=0.05)
     runs = [speculative_generate(lm, heads, torch.tensor([PROMPTS[2]]), max_new_tokens=25,
                                  acceptance=a, generator=torch.Generator().manual_seed(9),
-                                 eos_token_id=[]).sequences.tolist()
+                                 eos_token_id=[], accept_top_k=None).sequences.tolist()
             for a in ("topk", "topk", "exact", "exact")]
     assert runs[0] == runs[1] and runs[2] == runs[3]
 
@@ -155,20 +158,20 @@ def test_batch_with_padding_matches_rows(lm, random_heads):
     ids = torch.tensor([[0] * (len(b) - len(a)) + a, b])
     mask = (torch.arange(len(b))[None] >= torch.tensor([[len(b) - len(a)], [0]])).long()
     out = speculative_generate(lm, heads, ids, attention_mask=mask, max_new_tokens=12,
-                               acceptance="greedy", eos_token_id=[])
+                               acceptance="greedy", eos_token_id=[], accept_top_k=None)
     for row, prompt in zip(out.sequences.tolist(), (a, b), strict=True):
         single = speculative_generate(lm, heads, torch.tensor([prompt]), max_new_tokens=12,
-                                      acceptance="greedy", eos_token_id=[])
+                                      acceptance="greedy", eos_token_id=[], accept_top_k=None)
         assert row[:len(prompt) + 12] == single.sequences[0].tolist()
 
 
 def test_stops_at_eos(lm, random_heads):
     heads = random_heads(lm, num_heads=3, seed=0)
     ar = autoregressive_generate(lm, torch.tensor([PROMPTS[0]]), max_new_tokens=30,
-                                 acceptance="greedy", eos_token_id=[])
+                                 acceptance="greedy", eos_token_id=[], accept_top_k=None)
     stop = ar.sequences[0, len(PROMPTS[0]) + 4].item()  # pretend the 5th new token is EOS
     out = speculative_generate(lm, heads, torch.tensor([PROMPTS[0]]), max_new_tokens=30,
-                               acceptance="greedy", eos_token_id=stop)
+                               acceptance="greedy", eos_token_id=stop, accept_top_k=None)
     seq = out.sequences[0].tolist()[len(PROMPTS[0]):]
     assert seq[-1] == stop and stop not in seq[:-1] and len(seq) <= 5
 
@@ -179,7 +182,7 @@ def test_bfloat16(lm, random_heads):
         heads = random_heads(model, num_heads=2, seed=0, scale=0.05).to(torch.bfloat16)
         out = speculative_generate(model, heads, torch.tensor([PROMPTS[0]]), max_new_tokens=10,
                                    acceptance="topk", eos_token_id=[],
-                                   generator=torch.Generator().manual_seed(0))
+                                   generator=torch.Generator().manual_seed(0), accept_top_k=None)
         assert out.n_new_tokens == [10]
     finally:
         lm.to(torch.float32)
@@ -199,40 +202,42 @@ def test_bad_input(lm, random_heads):
     heads = random_heads(lm, num_heads=3)
     ids = torch.tensor([PROMPTS[0]])
     with pytest.raises(ValueError, match="acceptance"):
-        speculative_generate(lm, heads, ids, acceptance="typical")
+        speculative_generate(lm, heads, ids, acceptance="typical", accept_top_k=None)
     with pytest.raises(TypeError, match="KV cache"):
-        speculative_generate(_NoCache(lm), heads, ids, max_new_tokens=4)
+        speculative_generate(_NoCache(lm), heads, ids, max_new_tokens=4, accept_top_k=None)
     with pytest.raises(ValueError, match="max_position_embeddings"):
-        speculative_generate(lm, heads, ids, max_new_tokens=200)
+        speculative_generate(lm, heads, ids, max_new_tokens=200, accept_top_k=None)
     with pytest.raises(ValueError, match="fewer heads"):
         speculative_generate(lm, random_heads(lm, num_heads=lm.config.max_position_embeddings),
-                             ids, max_new_tokens=4)
+                             ids, max_new_tokens=4, accept_top_k=None)
     with pytest.raises(ValueError, match="tree_width"):
-        speculative_generate(lm, heads, ids, acceptance="exact", tree_width=2)
+        speculative_generate(lm, heads, ids, acceptance="exact", tree_width=2, accept_top_k=None)
     with pytest.raises(ValueError, match="temperature"):
-        speculative_generate(lm, heads, ids, temperature=0)
+        speculative_generate(lm, heads, ids, temperature=0, accept_top_k=None)
     with pytest.raises(ValueError, match="empty"):
-        speculative_generate(lm, heads, torch.zeros(1, 0, dtype=torch.long))
+        speculative_generate(lm, heads, torch.zeros(1, 0, dtype=torch.long), accept_top_k=None)
     with pytest.raises(ValueError, match="accepts every draft"):
-        speculative_generate(lm, heads, ids, top_k=0)
+        speculative_generate(lm, heads, ids, top_k=0, accept_top_k=None)
     # issue 49: float ids and ids past the vocabulary once ended in raw torch errors
     with pytest.raises(ValueError, match="integer token ids, got dtype torch.float32"):
-        speculative_generate(lm, heads, ids.float(), max_new_tokens=4)
+        speculative_generate(lm, heads, ids.float(), max_new_tokens=4, accept_top_k=None)
     with pytest.raises(ValueError, match=r"must lie in \[0, \d+\).*to 1000000"):
-        speculative_generate(lm, heads, torch.tensor([[1, 10**6]]), max_new_tokens=4)
+        speculative_generate(lm, heads, torch.tensor([[1, 10**6]]), max_new_tokens=4,
+                             accept_top_k=None)
     with pytest.raises(ValueError, match="got ids from -1"):
-        speculative_generate(lm, heads, torch.tensor([[-1, 2]]), max_new_tokens=4)
+        speculative_generate(lm, heads, torch.tensor([[-1, 2]]), max_new_tokens=4,
+                             accept_top_k=None)
     with pytest.raises(ValueError, match="1-D or 2-D"):
-        speculative_generate(lm, heads, ids[None], max_new_tokens=4)
+        speculative_generate(lm, heads, ids[None], max_new_tokens=4, accept_top_k=None)
 
 
 def test_cross_attention_heads_decode_losslessly(lm, random_heads):
     heads = random_heads(lm, num_heads=2, seed=5, cross_attention=True)
     ids = torch.tensor([PROMPTS[1]])
     spec = speculative_generate(lm, heads, ids, max_new_tokens=20, acceptance="greedy",
-                                eos_token_id=[])
+                                eos_token_id=[], accept_top_k=None)
     ar = autoregressive_generate(lm, ids, max_new_tokens=20, acceptance="greedy",
-                                 eos_token_id=[])
+                                 eos_token_id=[], accept_top_k=None)
     assert spec.sequences.tolist() == ar.sequences.tolist()
 
 

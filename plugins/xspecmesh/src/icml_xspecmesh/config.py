@@ -1,14 +1,52 @@
-"""Typed configs, one per capability. Field names are the CLI's --set keys and match the Python
-API's argument names (MeshTokenizer, build_backbone, train_backbone, SpeculativeHeads,
-distill_heads, speculative_generate)."""
+"""Typed configs, one per capability. Field names are the CLI's --set keys.
+
+:class:`DecodeConfig` is the decoder's own settings: what
+:func:`icml_xspecmesh.speculative.speculative_generate` and its
+:class:`~icml_xspecmesh.speculative.Sampler` take, and the jobs' ``decode`` section
+(``--set decode.top_k=5``). Each default is written once, here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from icml import ConfigError, option
+from icml.config import check_bounds
 
 RULES = ("topk", "greedy", "exact")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How the backbone samples and what the ``topk`` rule accepts (the acceptance rule itself
+    is chosen per call: the jobs compare several)."""
+
+    temperature: float = option(1.0, help="sampling temperature (also the distillation "
+                                "temperature of the jobs' heads)", gt=0)
+    top_k: int = option(5, help="top-k of sampling (0 = off) and of the topk acceptance set "
+                        "when accept_top_k is none", ge=0)
+    top_p: float = option(1.0, help="top-p of sampling and of the topk acceptance set when "
+                          "accept_top_p is none", gt=0, le=1)
+    accept_top_k: int | None = option(1, help="top-k acceptance set of the topk rule (the "
+                                      "quality criterion; smaller = stricter; 1 = accept only "
+                                      "the backbone's argmax); none = top_k", ge=0)
+    accept_top_p: float | None = option(None, help="top-p acceptance set of the topk rule; "
+                                        "none = top_p", gt=0, le=1)
+    tree_width: int = option(1, help="alternative first drafts verified per call (1 = chain; "
+                             "greedy and topk only)", ge=1)
+
+    def __post_init__(self) -> None:
+        check_bounds(self, "DecodeConfig.")
+
+    @property
+    def acceptance_top_k(self) -> int:
+        """The topk rule's k (``accept_top_k``, or ``top_k`` when that is none)."""
+        return self.top_k if self.accept_top_k is None else self.accept_top_k
+
+    @property
+    def acceptance_top_p(self) -> float:
+        """The topk rule's p (``accept_top_p``, or ``top_p`` when that is none)."""
+        return self.top_p if self.accept_top_p is None else self.accept_top_p
 
 
 @dataclass
@@ -42,14 +80,8 @@ class _Common:
     source: str = option("data", help="distil on dataset sequences or on the backbone's own "
                          "samples", choices=("data", "samples"))
     # decoding
-    top_k: int = option(5, help="top-k of sampling and of the topk acceptance set", ge=0)
-    top_p: float = option(1.0, help="top-p of sampling and of the topk acceptance set", gt=0,
-                          le=1)
-    temperature: float = option(1.0, help="sampling temperature", gt=0)
-    accept_top_k: int = option(1, help="top-k acceptance set of the topk rule (the quality "
-                               "criterion; smaller = stricter)", ge=0)
-    tree_width: int = option(1, help="alternative first drafts verified per call (1 = chain; "
-                             "greedy and topk only)", ge=1)
+    decode: DecodeConfig = option(default_factory=DecodeConfig, help="the decoder's settings "
+                                  "(what speculative_generate takes)")
     max_new_tokens: int = option(200, help="generation budget per mesh", ge=1)
     # evaluation
     num_meshes: int = option(18, help="meshes generated per decoding arm", ge=1)
@@ -81,7 +113,7 @@ class InferConfig(_Common):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_rules(self.acceptance, self.tree_width)
+        _check_rules(self.acceptance, self.decode.tree_width)
 
 
 @dataclass
@@ -103,7 +135,7 @@ class EvaluateConfig(_Common):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_rules(self.acceptance, self.tree_width)
+        _check_rules(self.acceptance, self.decode.tree_width)
         bad = [x for x in self.losses if x not in ("kl", "ce")]
         if bad or not self.losses:
             raise ConfigError(f"config key 'losses': {bad or '[]'} not allowed; use a "
@@ -116,5 +148,5 @@ def _check_rules(rules: list[str], tree_width: int) -> None:
         raise ConfigError(f"config key 'acceptance': {bad or '[]'} not allowed; use a "
                           f"non-empty list of {', '.join(RULES)}")
     if tree_width > 1 and "exact" in rules:
-        raise ConfigError("config key 'tree_width': trees need greedy or topk acceptance; "
-                          "drop exact from 'acceptance' or use tree_width=1")
+        raise ConfigError("config key 'decode.tree_width': trees need greedy or topk "
+                          "acceptance; drop exact from 'acceptance' or use decode.tree_width=1")

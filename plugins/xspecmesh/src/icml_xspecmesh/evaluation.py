@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from icml_xspecmesh.config import DecodeConfig
 from icml_xspecmesh.dataset import CLASSES, primitive, random_pose
 from icml_xspecmesh.metrics import bootstrap_ci, chamfer_to_references, sample_surface
 from icml_xspecmesh.tokenizer import MeshTokenizer
@@ -91,14 +92,14 @@ class Arm:
     rule: str
 
 
-def run_arms(model: Any, arms: list[Arm], tokenizer: MeshTokenizer, labels: list[int], *,
-             refs: dict[int, list[np.ndarray]], seed: int = 0, top_k: int = 5,
-             top_p: float = 1.0, temperature: float = 1.0, tree_width: int = 1,
-             accept_top_k: int | None = None, max_new_tokens: int = 200, n_points: int = 512,
+def run_arms(model: Any, arms: list[Arm], tokenizer: MeshTokenizer, labels: list[int],
+             decode: DecodeConfig | None = None, *, refs: dict[int, list[np.ndarray]],
+             seed: int = 0, max_new_tokens: int = 200, n_points: int = 512,
              progress: Any = None) -> list[ArmResult]:
-    """Generate one mesh per label with every arm and score it. Arms are interleaved mesh by
-    mesh (in rotating order) so that every arm is timed under the same machine load; each arm
-    has its own generator seeded with ``seed``."""
+    """Generate one mesh per label with every arm (each with the settings of ``decode``,
+    default ``DecodeConfig()``) and score it. Arms are interleaved mesh by mesh (in rotating
+    order) so that every arm is timed under the same machine load; each arm has its own
+    generator seeded with ``seed``."""
     import torch
 
     from icml_xspecmesh.speculative import speculative_generate
@@ -111,11 +112,9 @@ def run_arms(model: Any, arms: list[Arm], tokenizer: MeshTokenizer, labels: list
         prompt = torch.tensor([tokenizer.prefix(label)], device=device)
         for j in [(i + s) % len(arms) for s in range(len(arms))]:
             arm, res = arms[j], results[j]
-            out = speculative_generate(model, arm.heads, prompt, max_new_tokens=max_new_tokens,
-                                       acceptance=arm.rule, top_k=top_k, top_p=top_p,
-                                       temperature=temperature, tree_width=tree_width,
-                                       accept_top_k=accept_top_k, eos_token_id=2,
-                                       pad_token_id=0, generator=gens[j])
+            out = speculative_generate(model, arm.heads, prompt, decode,
+                                       max_new_tokens=max_new_tokens, acceptance=arm.rule,
+                                       eos_token_id=2, pad_token_id=0, generator=gens[j])
             ids = out.sequences[0].tolist()
             res.n_calls += out.n_backbone_calls[0]
             res.n_tokens += out.n_new_tokens[0]

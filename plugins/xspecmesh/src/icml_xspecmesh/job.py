@@ -74,7 +74,7 @@ def make_heads(ctx: icml.RunContext, cfg: AnyConfig, info: dict[str, Any],
                                         cross_attention=cfg.cross_attention)
     losses = distill_heads(info["model"], heads, info["data"], loss=loss, steps=cfg.distill_steps,
                            lr=cfg.distill_lr, batch_size=cfg.batch_size, decay=cfg.decay,
-                           temperature=cfg.temperature, source=cfg.source, seed=ctx.seed,
+                           temperature=cfg.decode.temperature, source=cfg.source, seed=ctx.seed,
                            progress=ctx.progress)
     return heads, losses
 
@@ -84,11 +84,9 @@ def _run(ctx: icml.RunContext, cfg: Any, info: dict[str, Any], arms: list[Any],
     from icml_xspecmesh.evaluation import run_arms
 
     labels = [i % info["tok"].n_classes for i in range(cfg.num_meshes)]
-    return run_arms(info["model"], arms, info["tok"], labels, refs=refs, seed=ctx.seed + 1,
-                    top_k=cfg.top_k, top_p=cfg.top_p, temperature=cfg.temperature,
-                    tree_width=cfg.tree_width, accept_top_k=cfg.accept_top_k,
-                    max_new_tokens=cfg.max_new_tokens, n_points=cfg.chamfer_points,
-                    progress=ctx.progress)
+    return run_arms(info["model"], arms, info["tok"], labels, cfg.decode, refs=refs,
+                    seed=ctx.seed + 1, max_new_tokens=cfg.max_new_tokens,
+                    n_points=cfg.chamfer_points, progress=ctx.progress)
 
 
 def _refs(ctx: icml.RunContext, cfg: Any, info: dict[str, Any]) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from icml_xspecmesh.config import DecodeConfig
 from icml_xspecmesh.kvcache import crop_cache, forward_with_cache
 
 ACCEPTANCE_RULES = ("topk", "greedy", "exact")
@@ -88,12 +89,29 @@ def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(_on(probs, generator), 1, generator=generator).item())
 
 
-class _Sampler:
-    def __init__(self, acceptance: str, temperature: float, top_k: int, top_p: float,
-                 generator: torch.Generator | None, accept_top_k: int, accept_top_p: float) -> None:
-        self.acceptance, self.temperature = acceptance, temperature
-        self.top_k, self.top_p, self.generator = top_k, top_p, generator
-        self.accept_top_k, self.accept_top_p = accept_top_k, accept_top_p
+class Sampler:
+    """The backbone's sampler and the acceptance rule of one decoding call, with the settings
+    of ``config`` (kept as ``self.config``); ``acceptance`` is the rule, ``generator`` the
+    random stream."""
+
+    def __init__(self, config: DecodeConfig, acceptance: str = "topk",
+                 generator: torch.Generator | None = None) -> None:
+        if acceptance not in ACCEPTANCE_RULES:
+            raise ValueError(f"acceptance={acceptance!r} is not a rule: use one of "
+                             f"{', '.join(ACCEPTANCE_RULES)}")
+        if acceptance == "topk" and not config.acceptance_top_k and \
+                config.acceptance_top_p >= 1:
+            raise ValueError("acceptance='topk' with top_k=0 and top_p=1 accepts every draft: "
+                             "set top_k (e.g. 5) or top_p (e.g. 0.9)")
+        if config.tree_width > 1 and acceptance == "exact":
+            raise ValueError("tree_width > 1 is not supported with acceptance='exact' "
+                             "(multi-draft rejection sampling is not implemented): use "
+                             "tree_width=1")
+        self.config, self.acceptance, self.generator = config, acceptance, generator
+        self.temperature, self.top_k, self.top_p = config.temperature, config.top_k, \
+            config.top_p
+        self.accept_top_k, self.accept_top_p = config.acceptance_top_k, \
+            config.acceptance_top_p
 
     def accepts(self, logits: torch.Tensor, token: int) -> bool:
         """The quality criterion: ``token`` lies in the backbone's acceptance set."""
@@ -163,7 +181,7 @@ def _max_positions(model: Any) -> int | None:
 
 
 def _generate_row(model: Any, heads: Any, prompt: torch.Tensor, *, max_new_tokens: int,
-                  sampler: _Sampler, eos: set[int], tree_width: int) -> dict[str, Any]:
+                  sampler: Sampler, eos: set[int], tree_width: int) -> dict[str, Any]:
     seq = prompt.tolist()
     out, cache = _forward(model, prompt[None], None)
     calls = 1
@@ -216,7 +234,7 @@ def _generate_row(model: Any, heads: Any, prompt: torch.Tensor, *, max_new_token
             "drafted": drafted, "acc": acc}
 
 
-def _draft_chains(head_logits: torch.Tensor, sampler: _Sampler,
+def _draft_chains(head_logits: torch.Tensor, sampler: Sampler,
                   tree_width: int) -> tuple[list[list[int]], list[torch.Tensor | None]]:
     drafts, q = sampler.propose(head_logits)
     if tree_width <= 1:
@@ -259,49 +277,37 @@ def _checked_ids(model: Any, input_ids: Any) -> torch.Tensor:
     return input_ids.long()
 
 
-def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
+def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor,
+                         config: DecodeConfig | None = None, *,
                          attention_mask: torch.Tensor | None = None, max_new_tokens: int = 128,
-                         acceptance: str = "topk", temperature: float = 1.0, top_k: int = 5,
-                         top_p: float = 1.0, eos_token_id: int | list[int] | None = None,
-                         pad_token_id: int | None = None, tree_width: int = 1,
-                         accept_top_k: int | None = None, accept_top_p: float | None = None,
-                         generator: torch.Generator | None = None) -> SpeculativeOutput:
+                         acceptance: str = "topk", eos_token_id: int | list[int] | None = None,
+                         pad_token_id: int | None = None,
+                         generator: torch.Generator | None = None,
+                         **settings: Any) -> SpeculativeOutput:
     """Generate with draft ``heads`` verified by ``model`` (any transformers causal LM).
 
-    ``heads=None`` decodes autoregressively with the same sampler (the baseline). Rows of a
-    batch (``attention_mask`` marks left or right padding) are decoded one after the other, each
-    with its own cache. ``tree_width > 1`` verifies that many alternative first drafts in the
-    same backbone call (a batch of chains sharing the cache); it needs ``greedy`` or ``topk``.
-    ``top_k``/``top_p``/``temperature`` filter every token the backbone samples (and the
-    heads' proposal in ``exact`` mode); ``accept_top_k``/``accept_top_p`` define the ``topk``
-    rule's acceptance set (default: the same as sampling; smaller = stricter, closer to AR
-    quality, fewer accepted drafts). ``eos_token_id`` defaults to the model's generation config.
+    ``config`` (a :class:`~icml_xspecmesh.config.DecodeConfig`, default ``DecodeConfig()``)
+    holds the sampler's and the ``topk`` rule's settings; ``settings`` are fields of it to
+    change for this call (``top_k=5``, ``accept_top_k=None``, ``tree_width=2``): unknown names
+    raise, values are checked by the config. ``heads=None`` decodes autoregressively with the
+    same sampler (the baseline). Rows of a batch (``attention_mask`` marks left or right
+    padding) are decoded one after the other, each with its own cache. ``tree_width > 1``
+    verifies that many alternative first drafts in the same backbone call (a batch of chains
+    sharing the cache); it needs ``greedy`` or ``topk``. ``top_k``/``top_p``/``temperature``
+    filter every token the backbone samples (and the heads' proposal in ``exact`` mode);
+    ``accept_top_k``/``accept_top_p`` define the ``topk`` rule's acceptance set (none: the
+    same as sampling; smaller = stricter, closer to AR quality, fewer accepted drafts).
+    ``eos_token_id`` defaults to the model's generation config.
     """
-    if acceptance not in ACCEPTANCE_RULES:
-        raise ValueError(f"acceptance={acceptance!r} is not a rule: use one of "
-                         f"{', '.join(ACCEPTANCE_RULES)}")
+    from dataclasses import replace
+
+    config = config if config is not None else DecodeConfig()
+    if settings:
+        config = replace(config, **settings)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature} (use acceptance='greedy' "
-                         "for deterministic decoding)")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
-    accept_top_k = top_k if accept_top_k is None else accept_top_k
-    accept_top_p = top_p if accept_top_p is None else accept_top_p
-    if accept_top_k < 0 or not 0 < accept_top_p <= 1:
-        raise ValueError(f"accept_top_k must be >= 0 and accept_top_p in (0, 1], got "
-                         f"{accept_top_k} and {accept_top_p}")
-    if acceptance == "topk" and not accept_top_k and accept_top_p >= 1:
-        raise ValueError("acceptance='topk' with top_k=0 and top_p=1 accepts every draft: set "
-                         "top_k (e.g. 5) or top_p (e.g. 0.9)")
-    if tree_width < 1:
-        raise ValueError(f"tree_width must be >= 1, got {tree_width}")
-    if tree_width > 1 and acceptance == "exact":
-        raise ValueError("tree_width > 1 is not supported with acceptance='exact' (multi-draft "
-                         "rejection sampling is not implemented): use tree_width=1")
+    sampler = Sampler(config, acceptance, generator)
+    tree_width = config.tree_width
     input_ids = _checked_ids(model, input_ids)
     limit = _max_positions(model)
     K = 0 if heads is None else heads.num_heads
@@ -322,8 +328,6 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor, *,
         pad_token_id = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
     if heads is not None:
         heads.eval()
-    sampler = _Sampler(acceptance, temperature, top_k, top_p, generator, accept_top_k,
-                       accept_top_p)
     rows = []
     t0 = time.perf_counter()
     for b in range(input_ids.shape[0]):
