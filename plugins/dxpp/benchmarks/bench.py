@@ -14,8 +14,10 @@ sparse families), its own forward, ``(x * ḡ).sum().backward()``, gradients out
 fastest of --repeats runs (one run for a peer call over 2 s, or n > 20 000), with BLAS limited
 to --blas-threads threads. The error column is ‖grads − ref‖ / ‖ref‖ over every gradient the arm
 returns — all six (Q, q, G, h, A, b) for our arms and qpth, (q, h, b) for cvxpylayers (Q, G, A
-are constants in its DPP problem) — where ref is our reduced-KKT arm (clarabel forward at its
-default tolerance 1e-12); sparse references are compared on their pattern. A peer's error
+are constants in its DPP problem) — where ref is our reduced-KKT arm, i.e. the KKT backward
+at the same --solver's forward as our other arms (default auto; clarabel at 1e-12 only
+with --numpy-backward or --solver clarabel); sparse references are compared on their
+pattern. A peer's error
 also contains its own forward accuracy. ``--numpy-backward`` restores 0.1.0's protocol (our
 backwards as bare NumPy on one shared forward).
 """
