@@ -177,6 +177,8 @@ def run() -> None:
                     "else trained and saved there")
     ap.add_argument("--json", default="", help="write the rows to this file")
     ap.add_argument("--out-results", default="", help="write the table as a results file")
+    ap.add_argument("--model", default="smollm2-135m-instruct",
+                    help="packaged model name or a model folder (tests: a tiny model)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (0: one per core of the machine)")
     ap.add_argument("--no-share", action="store_true",
@@ -203,7 +205,12 @@ def run() -> None:
 
     load_start = os.getloadavg()
     c_start, w_start = time.process_time(), time.perf_counter()
-    fp, tok = load_pretrained("smollm2-135m-instruct")
+    if args.model == "smollm2-135m-instruct":
+        fp, tok = load_pretrained(args.model)
+    else:
+        from icml.compose import load_model
+
+        fp, tok = load_model(args.model)
     fp.eval()
     win = args.window
     ids = eval_token_ids(tok)  # tokenised once
@@ -374,7 +381,8 @@ def run() -> None:
                   f"{r['zero_shot']}/{len(keep)}", f"{r['choice']}/{len(prompts)}",
                   r["cpu_s"]] for r in rows]
         table = R.make_table(
-            f"SmolLM2-135M-Instruct: every arm, {ev.numel()} evaluation tokens ({len(ev)} "
+            f"{'SmolLM2-135M-Instruct' if args.model == 'smollm2-135m-instruct' else args.model}"
+            f": every arm, {ev.numel()} evaluation tokens ({len(ev)} "
             f"windows of {win}), {calib.numel()} calibration tokens", cols, trows, name="real",
             formats={"perplexity": ".3f", "KL to FP": ".4f", "RTN gap closed": ".3f",
                      "CPU s": ".0f"})

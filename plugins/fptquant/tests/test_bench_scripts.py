@@ -64,3 +64,18 @@ def test_real_model_curves_write_their_results_files_on_a_tiny_model(tmp_path):
     (table,) = data["tables"]
     assert [r[0] for r in table["rows"]] == ["none (local only)", "0.001"]
     assert data["command"].startswith("python plugins/fptquant/benchmarks/e2e_lr.py --model")
+
+
+@pytest.mark.slow
+def test_real_model_table_writes_its_results_file_on_a_tiny_model(tmp_path):
+    """real_model.py (README: rerun pending) on a tiny model folder: a few rows, one window."""
+    model = str(_tiny_model_folder(tmp_path))
+    _run("real_model.py", "--model", model, "--bits", "w8a8", "--arms", "fp,rtn,fptquant_local",
+         "--weights", "rtn", "--gptq-bits", "", "--e2e-bits", "", "--static-quarot-bits", "",
+         "--eval-windows", "1", "--window", "16", "--calib", "1", "--local-steps", "1",
+         "--prompts", "2", "--threads", "1", "--out-results", str(tmp_path / "real.json"))
+    data = R.load(tmp_path / "real.json")
+    (table,) = data["tables"]
+    arms = [r[2] for r in table["rows"]]
+    assert len(arms) == 3 and arms[0].startswith("FP") and arms[2] == "FPTQuant-local"
+    assert data["tolerance"]["CPU s"]["timing"] is True
