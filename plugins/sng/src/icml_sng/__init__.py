@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from icml.lazy import lazy_exports
 
-__version__ = "0.4.2"
+__version__ = "0.4.4"
 
 _EXPORTS = {
-    "SNG": "optim", "SPRING": "optim", "NonFiniteError": "optim",
+    "SNG": "optim", "SPRING": "optim", "NonFiniteError": "optim", "ResidualProblem": "optim",
     "least_squares_loss": "optim", "DEFAULTS": "optim", "SPRING_DEFAULTS": "optim",
     "SPRING_VMC": "optim", "forward_laplacian": "pinn",
     "one_hidden_layer_jacobian": "pinn",

@@ -33,6 +33,13 @@ Two ways to call ``step``:
    needed for the optimizer's own samplers (``"uniform"``, squared volume sampling ``"svs"``,
    a callable). ``num_residuals`` may change from step to step; giving it to the constructor
    makes indexed mode the default (then ``opt.step(residual_fn, jacobian_fn)``).
+3. **a residual problem** (indexed mode with the problem's own sampling): pass an object with
+   ``num_residuals``, ``residual_fn(idx)`` and ``default_sampler()`` (optionally
+   ``jacobian_fn(idx)``) in place of ``n`` -- ``SNG(model.parameters(), pinn)`` -- and call
+   ``opt.step()``. The sampler the problem supplies (a PINN's stratified interior + boundary
+   batches, :meth:`icml_sng.PoissonPINN.default_sampler`) replaces uniform rows, which on a PINN
+   mostly miss the few, heavily weighted boundary rows; the class defaults then train the
+   plugin's PINNs to 1e-6 (``tests/test_indexed_defaults.py``, five seeds).
 
 State lives in ``self.state[p]`` as tensors (``step``, SPRING's ``momentum_buffer``, the
 sampler's generator state ``sampler_rng``), so ``state_dict()``/``load_state_dict()`` resume a
@@ -45,7 +52,7 @@ import dataclasses
 import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch.optim import Optimizer
@@ -58,6 +65,22 @@ ResidualFn = Callable[[torch.Tensor], torch.Tensor]
 JacobianFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 Sampler = Callable[[int, int, torch.Generator], torch.Tensor]
 Closure = Callable[[], torch.Tensor]
+
+
+@runtime_checkable
+class ResidualProblem(Protocol):
+    """A least-squares problem that supplies its residual rows and its own sampling (indexed
+    mode without a separate ``n``: ``SNG(params, problem)``, then ``opt.step()``).
+
+    ``default_sampler()`` returns a sampler ``(n, k, generator) -> indices`` or ``(indices,
+    row_scales)``; it may ignore ``k`` and fix its own batch (a ``batch_size`` attribute on it
+    is then taken as the optimizer's ``batch_size``). :class:`icml_sng.PoissonPINN` is one."""
+
+    num_residuals: int
+
+    def residual_fn(self, idx: torch.Tensor) -> torch.Tensor: ...
+
+    def default_sampler(self) -> Sampler: ...
 
 #: The class defaults (shared by SNG and SPRING), read from :class:`SNGOptions` where they are
 #: written (README, "Defaults"): ``line_search=12``: grid ``0.5**j, j < 12``;
@@ -175,11 +198,11 @@ class _SketchProjectOptimizer(Optimizer):
     Options: type[SNGOptions] = SNGOptions
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict],
-                 num_residuals: int | None = None, *, lr: float = _SNG.lr,
+                 num_residuals: int | ResidualProblem | None = None, *, lr: float = _SNG.lr,
                  damping: float = _SNG.damping,
                  adaptive_damping: bool = _SNG.adaptive_damping,
                  batch_size: int | None = 32,
-                 sampler: str | Sampler = "uniform",
+                 sampler: str | Sampler | None = None,
                  line_search: int | Sequence[float] | None = _SNG.line_search,
                  line_search_on: str = _SNG.line_search_on,
                  line_search_early_stop: bool = _SNG.line_search_early_stop,
@@ -219,6 +242,21 @@ class _SketchProjectOptimizer(Optimizer):
         if len(self.param_groups) != 1:
             raise ValueError(f"{type(self).__name__} supports one parameter group (the step "
                              "is a joint solve over all parameters); pass a flat list")
+        self._groups_closed = True
+        #: The residual problem given in place of ``num_residuals`` (None: an int or nothing).
+        self.problem: ResidualProblem | None = None
+        if num_residuals is not None and not isinstance(num_residuals, int):
+            if not isinstance(num_residuals, ResidualProblem):
+                raise TypeError(f"num_residuals must be an int or a residual problem (with "
+                                f"num_residuals, residual_fn and default_sampler, e.g. a "
+                                f"PoissonPINN), got {type(num_residuals).__name__}")
+            self.problem = num_residuals
+            num_residuals = int(self.problem.num_residuals)
+            if sampler is None:
+                sampler = self.problem.default_sampler()
+                batch_size = getattr(sampler, "batch_size", batch_size)
+        if sampler is None:
+            sampler = "uniform"
         if num_residuals is not None:
             _check_n(num_residuals)
         if batch_size is not None and (not isinstance(batch_size, int)
@@ -253,6 +291,16 @@ class _SketchProjectOptimizer(Optimizer):
 
     #: Keyword settings a subclass collected for its own options (SPRING: momentum, C).
     _pending: dict[str, Any] = {}
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Refused after construction: the step is one joint solve over the parameters the
+        optimizer was built with (one group), and parameters added later would never move.
+        Build a new optimizer over all the parameters instead."""
+        if getattr(self, "_groups_closed", False):
+            raise ValueError(f"{type(self).__name__} does not support add_param_group: its step "
+                             "is one joint solve over the parameters it was built with (one "
+                             "group); build a new optimizer over all the parameters instead")
+        super().add_param_group(param_group)
 
     @classmethod
     def from_options(cls, options: SNGOptions, params: Iterable[torch.Tensor],
@@ -344,6 +392,9 @@ class _SketchProjectOptimizer(Optimizer):
         """Return ``(loss, r_S, J_S, evaluate)``: the loss before the step, the scaled sampled
         residuals and Jacobian rows, and the line search's loss at the current parameters."""
         n = num_residuals if num_residuals is not None else self.num_residuals
+        if residual_fn is None and closure is None and self.problem is not None:
+            residual_fn = self.problem.residual_fn
+            jacobian_fn = jacobian_fn or getattr(self.problem, "jacobian_fn", None)
         if residual_fn is None and n is not None and closure is not None:
             residual_fn, closure = closure, None  # legacy positional: step(residual_fn, jac)
         if residual_fn is not None:
@@ -539,8 +590,10 @@ class SNG(_SketchProjectOptimizer):
 
     Args:
         params: the parameters (one group).
-        num_residuals: optional; ``n`` for indexed mode (see the module docstring). Leave it
-            out for torch's closure mode, where each step's batch may have any size.
+        num_residuals: optional; ``n`` for indexed mode, or a :class:`ResidualProblem` (a
+            PINN) whose own sampler and residuals indexed mode then uses, ``opt.step()`` with
+            no arguments (see the module docstring). Leave it out for torch's closure mode,
+            where each step's batch may have any size.
         lr: step size ``eta`` (the largest one when ``line_search`` is set).
         damping: ``lambda >= 0`` in ``(J_S J_S^T + lambda I)``; 0 = minimum-norm projection.
             With ``adaptive_damping`` it is the starting value.
@@ -551,7 +604,8 @@ class SNG(_SketchProjectOptimizer):
             (Levenberg-Marquardt / ENGD).
         sampler: indexed mode: ``"uniform"``, ``"svs"`` (exact squared volume sampling; needs
             the full Jacobian each step, ``O(n^3)``) or a callable ``(n, k, generator) ->
-            indices`` (or ``(indices, row_scales)``).
+            indices`` (or ``(indices, row_scales)``). ``None`` (the default): the residual
+            problem's ``default_sampler()`` when one is given, else ``"uniform"``.
         line_search: ``None`` (fixed ``lr``), an int ``m`` (grid ``lr * 0.5**j``, ``j < m``,
             as in ENGD) or a sequence of factors; the step with the lowest loss is taken.
         line_search_on: ``"batch"`` (the step's own rows: the closure, or ``residual_fn`` on
@@ -605,7 +659,8 @@ class SPRING(_SketchProjectOptimizer):
 
     Options: type[SNGOptions] = SPRINGOptions
 
-    def __init__(self, params: Iterable[torch.Tensor], num_residuals: int | None = None, *,
+    def __init__(self, params: Iterable[torch.Tensor],
+                 num_residuals: int | ResidualProblem | None = None, *,
                  momentum: float = _SPRING.momentum,
                  norm_constraint: float | None = _SPRING.norm_constraint,
                  adaptive_damping: bool = _SPRING.adaptive_damping,

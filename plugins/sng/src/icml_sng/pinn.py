@@ -294,6 +294,18 @@ class PoissonPINN:
         sample.batch_size = ki + kb  # type: ignore[attr-defined]
         return sample
 
+    @property
+    def num_residuals(self) -> int:
+        """``n``: interior plus boundary rows (for the optimizers' indexed mode)."""
+        return self.n
+
+    def default_sampler(self):  # noqa: ANN201
+        """The sampler the optimizers use when given this problem (``SNG(params, pinn)``):
+        stratified batches of :data:`DEFAULT_BATCH` interior points plus every boundary point,
+        each part scaled as its own loss term (:meth:`stratified_sampler`) -- the batches of
+        the closure route (:meth:`sample_batch`)."""
+        return self.stratified_sampler(min(self.DEFAULT_BATCH[self.dim], self.n_int))
+
     #: Interior points per batch when :meth:`sample_batch` is not told, by dimension (all
     #: boundary points are added): 1D 32 of 200 (+ 2 ends = 34 rows < p = 97); 2D 256 of 900
     #: (+ 120 boundary = 376 rows, about 3p for p = 129). Rows near p stall (README, 2D study).
