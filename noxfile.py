@@ -155,6 +155,30 @@ def bench_capkv_kvpress(session: nox.Session) -> None:
                 f"kvpress_compare.py --inp {out}")
 
 
+# cvxpy's declared range for dxpp (cvxpy>=1.4), at its floor and its newest release (issue 68).
+# cvxpy 1.4.0 predates numpy 2 and scipy 1.13's sparse API, so the floor pins both; the dxpp
+# helper ran the same tests by hand with 1.4.0, 1.7.5 and 1.9.3 (all passed).
+@nox.session
+def dxpp_cvxpy_floor(session: nox.Session) -> None:
+    """dxpp's tests with cvxpy 1.4.0, the floor of its declared range."""
+    session.install(TORCH, "./core[test]", "./plugins/dxpp[test]")
+    session.install("--no-deps", "cvxpy==1.4.0", "numpy==1.26.4", "scipy==1.12.0")
+    session.run("python", "-c", "import cvxpy, numpy, scipy; print(cvxpy.__version__, "
+                "numpy.__version__, scipy.__version__)")
+    session.run("pytest", "plugins/dxpp", "-m", "not pretrained and not slow",
+                env={**ENV, "ICML_PLUGINS": "dxpp"})
+
+
+@nox.session
+def dxpp_cvxpy_newest(session: nox.Session) -> None:
+    """dxpp's tests with the newest cvxpy release."""
+    session.install(TORCH, "./core[test]", "./plugins/dxpp[test]")
+    session.install("--upgrade", "cvxpy")
+    session.run("python", "-c", "import cvxpy; print(cvxpy.__version__)")
+    session.run("pytest", "plugins/dxpp", "-m", "not pretrained and not slow",
+                env={**ENV, "ICML_PLUGINS": "dxpp"})
+
+
 @nox.session
 def build(session: nox.Session) -> None:
     """Build an sdist and a wheel of every distribution into dist/."""
