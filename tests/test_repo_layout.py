@@ -46,3 +46,16 @@ def test_every_plugin_here_checks_the_one_plugin_shape() -> None:
                if (p / "pyproject.toml").is_file()
                and "shape_checks = True" not in (p / "tests" / "test_conformance.py").read_text()]
     assert not missing, f"set shape_checks = True in tests/test_conformance.py of {missing}"
+
+
+def test_every_plugin_here_declares_its_api() -> None:
+    """Issue 48: the config is the API in every plugin of this repo: each conformance class
+    declares ``api`` (config sections -> the classes that take them), so the kit's
+    ``test_set_keys_reach_the_api`` and default-once checks run instead of skipping."""
+    import re
+
+    missing = [p.name for p in sorted((ROOT / "plugins").iterdir())
+               if (p / "pyproject.toml").is_file()
+               and not re.search(r"^\s+api = \{", (p / "tests" / "test_conformance.py")
+                                 .read_text(), re.M)]
+    assert not missing, f"declare `api = {{...}}` in tests/test_conformance.py of {missing}"
