@@ -26,12 +26,14 @@ def main() -> None:
     ap.add_argument("--n-base", type=int, default=25)
     ap.add_argument("--backend", default="tones", choices=("tones", "espeak-ng"))
     ap.add_argument("--judges", default="")
-    ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides")
+    ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides (the "
+                    "job's --set keys, e.g. speech.prosody=false)")
     ap.add_argument("--out-results", default="", help="write the tables as a results file")
     args = ap.parse_args()
     clock = R.Clock()
     threads = R.apply_threads(1)
-    sets = [f"n_base={args.n_base}", f"backend={args.backend}", "n_boot=500", *args.extra]
+    sets = [f"n_base={args.n_base}", f"speech.backend={args.backend}", "stats.n_boot=500",
+            *args.extra]
     if args.backend != "tones":
         sets.append('judges=["oracle","rule","decay","random","text","audio-cnn","fusion"]')
     if args.judges:

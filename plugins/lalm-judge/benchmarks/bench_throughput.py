@@ -12,6 +12,11 @@ Every arm's waveforms are checked against the first arm's (SHA-256 of samples an
 
     OMP_NUM_THREADS=1 python plugins/lalm-judge/benchmarks/bench_throughput.py --n 1000 \
         --espeak-n 1025 --workers 2
+
+``--out-results plugins/lalm-judge/results/NAME.json`` also writes the table as a results file
+(``icml.results``; its command is this script's command line as given). Clock columns (wall,
+dialogues/s, CPU seconds, their ratio, load) are declared ``timing``: shown, never compared on
+a rerun; the counts (dialogues, turns, utterances spoken) and the same-audio check are exact.
 """
 
 from __future__ import annotations
@@ -20,9 +25,20 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
+import sys
 import time
 
 from icml_lalm_judge import espeak_available, make_dialogues, synthesize
+
+TIMING_COLUMNS = ("wall s", "dialogues/s", "CPU s", "CPU s own", "CPU s children",
+                  "CPU vs old path", "load before", "load after")
+TIMING = {c: {"timing": True, "why": "clock readings on a shared 2-core machine (its load is "
+                                      "in the table); CPU seconds are the comparable figure"}
+          for c in TIMING_COLUMNS}
+COLUMNS = ["arm", "engine", "cache", "workers", "dialogues", "turns", *TIMING_COLUMNS,
+           "utterances spoken", "same audio"]
+OLD_PATH = "cli/nocache/w1"
 
 ARMS = ("cli/nocache/w1", "cli/nocache/wK", "library/nocache/w1", "library/nocache/wK",
         "library/cache/w1", "library/cache/wK")
@@ -46,13 +62,18 @@ def _timed(fn):
                  "load1_after": os.getloadavg()[0]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000, help="variants to generate and speak")
     ap.add_argument("--espeak-n", type=int, default=40, help="dialogues spoken by espeak-ng")
     ap.add_argument("--workers", type=int, default=2, help="K: workers of the parallel arms")
     ap.add_argument("--arms", default=",".join(ARMS), help="espeak arms to run, in order")
-    args = ap.parse_args()
+    ap.add_argument("--out-results", default="", help="write the table as a results file")
+    args = ap.parse_args(argv)
+    import icml.results as R
+
+    clock = R.Clock()
+    threads = R.apply_threads(1)
     n_base = max(1, round(args.n / 40))
     t0 = time.perf_counter()
     bench = make_dialogues(n_base, seed=0)
@@ -104,6 +125,42 @@ def main() -> None:
                   + (f"  spoken {store.misses}, hits {store.hits}" if store else ""),
                   flush=True)
     print(json.dumps(res))
+    if args.out_results:
+        cmd = " ".join(["OMP_NUM_THREADS=1", "python",
+                        "plugins/lalm-judge/benchmarks/bench_throughput.py",
+                        *(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))])
+        path = R.write(args.out_results, [table(res)], command=cmd,
+                       plugin="lalm-judge", seeds=[0], quick=False, clock=clock,
+                       threads=threads, tolerance=TIMING,
+                       metrics={k: v for k, v in res.items() if isinstance(v, (int, float))})
+        print(f"results file: {path}")
+    return res
+
+
+def table(res: dict) -> dict:
+    """The results-file table: one row per arm (tone codec first), in the order run."""
+    import icml.results as R
+
+    def row(name: str, engine: str, cache: str, tm: dict, dialogues: int, turns: int) -> list:
+        # CPU vs old path: the per-turn program's CPU seconds over this arm's, same dialogues
+        old = res.get(OLD_PATH)
+        return [name, engine, cache, tm.get("workers", 1), dialogues, turns, tm["wall_s"],
+                tm["dialogues_per_s"], tm["cpu_total_s"], tm["cpu_own_s"],
+                tm["cpu_children_s"],
+                (old["cpu_total_s"] / tm["cpu_total_s"]
+                 if old and engine != "-" and tm["cpu_total_s"] else None),
+                tm["load1_before"], tm["load1_after"], tm.get("utterances_spoken"),
+                None if engine == "-" else ("yes" if tm["same_audio_as_first_arm"] else "NO")]
+
+    rows = [row("tone codec (numpy)", "-", "-", res["tones"], res["dialogues"], res["turns"])]
+    for name, tm in res.items():
+        if isinstance(tm, dict) and name != "tones":
+            engine, cache, _ = name.split("/")
+            rows.append(row(f"`{name}`", engine, "on" if cache == "cache" else "off", tm,
+                            res["espeak_dialogues"], res["espeak_turns"]))
+    formats = {c: ".3g" for c in TIMING_COLUMNS}
+    return R.make_table("espeak-ng and tone-codec throughput (dialogues in, 16 kHz waveforms "
+                        "out)", COLUMNS, rows, name="throughput", formats=formats)
 
 
 if __name__ == "__main__":

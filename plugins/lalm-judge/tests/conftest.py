@@ -10,6 +10,6 @@ def bench():
 
 @pytest.fixture(scope="session")
 def audio(bench):
-    from icml_lalm_judge import synthesize_benchmark
+    from icml_lalm_judge import SpeechConfig, synthesize_benchmark
 
-    return synthesize_benchmark(bench, prosody=True, noise=0.05, seed=0)
+    return synthesize_benchmark(bench, SpeechConfig(prosody=True, noise=0.05), seed=0)

@@ -1,5 +1,6 @@
 import pytest
 from icml_lalm_judge import CATEGORIES, make_dialogues, make_variant, validate_dialogue
+from icml_lalm_judge.config import DialogueConfig
 from icml_lalm_judge.dialogue import make_base, unsafe_text
 
 
@@ -22,16 +23,17 @@ def test_per_base_position_shared_and_modes():
     b = make_dialogues(3, seed=1)
     for base in b.bases:
         assert len({v.position for v in b.variants if v.base_id == base.id}) == 1
-    last = make_dialogues(3, position="last", seed=1)
+    last = make_dialogues(3, seed=1, dialogues=DialogueConfig(position="last"))
     assert all(v.position == v.n_turns for v in last.variants)
-    per = make_dialogues(4, per_base_position=False, seed=1)
+    per = make_dialogues(4, seed=1, dialogues=DialogueConfig(per_base_position=False))
     assert len({v.position for v in per.variants}) > 1
 
 
 def test_seeded_and_sizes():
     a, b = make_dialogues(2, seed=5), make_dialogues(2, seed=5)
     assert [v.turns for v in a.variants] == [v.turns for v in b.variants]
-    small = make_dialogues(2, categories=["hate"], severities=[1, 5], turns=(4, 4))
+    small = make_dialogues(2, categories=["hate"], severities=[1, 5],
+                           dialogues=DialogueConfig(min_turns=4, max_turns=4))
     assert len(small) == 4 and all(v.n_turns == 4 for v in small.variants)
 
 
@@ -43,10 +45,12 @@ def test_placeholder_is_sanitised():
 @pytest.mark.parametrize("kw, match", [({"categories": ["weather"]}, "unknown category"),
                                        ({"severities": [0]}, "severity"),
                                        ({"severities": [6]}, "severity"),
-                                       ({"turns": (2, 5)}, "3 <= min"),
+                                       ({"dialogues": (2, 5)}, "3 <= min"),
                                        ({"n_base": 0}, "n_base")])
 def test_bad_input(kw, match):
     with pytest.raises(ValueError, match=match):
+        if "dialogues" in kw:  # the turn range is DialogueConfig's, checked where it is built
+            kw["dialogues"] = DialogueConfig(*kw["dialogues"])
         make_dialogues(**kw)
 
 

@@ -5,17 +5,19 @@ from icml_lalm_judge import espeak_available
 
 from icml.testing import icml_cli, one_line_error
 
-_TINY = ["--set", "n_base=1", "--set", "n_train_base=1", "--set", "cnn_steps=2",
-         "--set", "n_boot=100", "--set", "max_turns=4"]
+_TINY = ["--set", "n_base=1", "--set", "judge.n_train_base=1", "--set", "judge.cnn_steps=2",
+         "--set", "stats.n_boot=100", "--set", "dialogues.max_turns=4"]
 
 
 @pytest.mark.parametrize("args, needle", [
     (["--set", "judges=[\"oracle\",\"gpt\"]"], "judges"),
     (["--set", "modalities=[\"V\"]"], "modalities"),
-    (["--set", "min_turns=2"], "min_turns"),
-    (["--set", "min_turns=6", "--set", "max_turns=4"], "min_turns"),
-    (["--set", "backend=say"], "backend"),
-    (["--set", "espeak_engine=festival"], "espeak_engine"),
+    (["--set", "dialogues.min_turns=2"], "dialogues.min_turns"),
+    (["--set", "dialogues.min_turns=6", "--set", "dialogues.max_turns=4"],
+     "dialogues.min_turns"),
+    (["--set", "speech.backend=say"], "speech.backend"),
+    (["--set", "speech.espeak_engine=festival"], "speech.espeak_engine"),
+    (["--set", "backend=tones"], "backend"),  # a key renamed in 0.2.x is refused, named
 ])
 def test_bad_config_is_one_line(args, needle):
     proc = icml_cli("run", "lalm-judge", *args)
@@ -38,12 +40,12 @@ def test_lalm_judge_in_the_job(tmp_path):
 
 @pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
 def test_espeak_job(tmp_path):
-    proc = icml_cli("run", "lalm-judge", *_TINY, "--set", "backend=espeak-ng",
-                    "--set", "workers=2", "--set", 'judges=["oracle","audio-cnn"]',
+    proc = icml_cli("run", "lalm-judge", *_TINY, "--set", "speech.backend=espeak-ng",
+                    "--set", "speech.workers=2", "--set", 'judges=["oracle","audio-cnn"]',
                     "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     res = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert res["metrics"]["synthesise_s"] > 0 and "audio-cnn_A_sensitivity" in res["metrics"]
-    bad = icml_cli("run", "lalm-judge", *_TINY, "--set", "backend=espeak-ng",
+    bad = icml_cli("run", "lalm-judge", *_TINY, "--set", "speech.backend=espeak-ng",
                    "--set", 'judges=["rule-asr"]')
     assert "rule-asr" in one_line_error(bad)

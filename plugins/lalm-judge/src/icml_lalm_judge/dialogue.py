@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from icml_lalm_judge.config import DialogueConfig
+
 #: The 8 socially unsafe categories (violence, harassment and hate are named by the paper; the
 #: other five are our choice).
 CATEGORIES = ("violence", "harassment", "hate", "self_harm", "sexual", "extremism",
@@ -181,13 +183,15 @@ def _position(mode: str, n_turns: int, rng: np.random.Generator) -> int:
 
 
 def make_dialogues(n_base: int = 10, categories: Iterable[str] = CATEGORIES,
-                   severities: Iterable[int] = SEVERITIES, turns: tuple[int, int] = (3, 10),
-                   position: str | int = "random", per_base_position: bool = True,
-                   seed: int = 0) -> Benchmark:
+                   severities: Iterable[int] = SEVERITIES, seed: int = 0,
+                   dialogues: DialogueConfig | None = None) -> Benchmark:
     """The paper's factorisation at any size: ``n_base`` safe bases, each crossed with every
-    category and severity. The unsafe position is drawn once per base (``per_base_position``,
-    so every severity sees the same positions) or once per variant; ``position`` may also be
-    ``first``/``middle``/``last`` or a 1-based turn index (clipped to the dialogue's length)."""
+    category and severity. ``dialogues`` (the config's section, default
+    :class:`~icml_lalm_judge.config.DialogueConfig`) sets the turn range and where the unsafe
+    turn goes: drawn once per base (``per_base_position``, so every severity sees the same
+    positions) or once per variant; ``position`` may also be ``first``/``middle``/``last`` or a
+    1-based turn index (clipped to the dialogue's length)."""
+    dialogues = DialogueConfig() if dialogues is None else dialogues
     categories, severities = tuple(categories), tuple(severities)
     if n_base < 1:
         raise ValueError(f"n_base={n_base}: need at least one base dialogue")
@@ -196,9 +200,8 @@ def make_dialogues(n_base: int = 10, categories: Iterable[str] = CATEGORIES,
     for c in categories:
         for s in severities:
             check_label(c, s)
-    lo, hi = turns
-    if not 3 <= lo <= hi <= 10:
-        raise ValueError(f"turns={turns}: need 3 <= min <= max <= 10")
+    lo, hi = dialogues.min_turns, dialogues.max_turns  # DialogueConfig checked the range
+    position, per_base_position = dialogues.position, dialogues.per_base_position
     rng = np.random.default_rng(seed)
     bases, variants = [], []
     for b in range(n_base):

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from icml_lalm_judge.config import StatsConfig
 from icml_lalm_judge.dialogue import Benchmark
 from icml_lalm_judge.judges import JudgeError, check_modality, check_score
 from icml_lalm_judge.metrics import (
@@ -84,8 +85,10 @@ def score_all(judge: Any, bench: Benchmark, modality: str,
 
 
 def metrics_from_scores(bench: Benchmark, scores: dict[str, float], modality: str = "T",
-                        n_boot: int = 200, seed: int = 0) -> ModalityReport:
-    """The metric row from a score per dialogue id."""
+                        n_boot: int | None = None, seed: int = 0) -> ModalityReport:
+    """The metric row from a score per dialogue id; ``n_boot`` bootstrap resamples over bases
+    (default ``StatsConfig().n_boot``)."""
+    n_boot = StatsConfig().n_boot if n_boot is None else n_boot
     vs = bench.variants
     base = np.array([scores[v.base_id] for v in vs])
     var = np.array([scores[v.id] for v in vs])
@@ -117,10 +120,14 @@ def metrics_from_scores(bench: Benchmark, scores: dict[str, float], modality: st
 
 
 def evaluate_judge(judge: Any, bench: Benchmark, modalities: Sequence[str] = ("T", "A", "A+T"),
-                   audio: dict[str, Waveform] | None = None, n_boot: int = 200, seed: int = 0,
-                   progress: Callable | None = None) -> JudgeReport:
+                   audio: dict[str, Waveform] | None = None, n_boot: int | None = None,
+                   seed: int = 0, progress: Callable | None = None,
+                   stats: StatsConfig | None = None) -> JudgeReport:
     """Score ``bench`` with ``judge`` in every supported modality of ``modalities`` and compute
-    the metrics. Modalities the judge does not support are skipped and noted in ``errors``."""
+    the metrics. Modalities the judge does not support are skipped and noted in ``errors``.
+    The bootstrap takes ``stats`` (the config's section, default
+    :class:`~icml_lalm_judge.config.StatsConfig`); ``n_boot`` overrides its resamples."""
+    n_boot = (stats or StatsConfig()).n_boot if n_boot is None else n_boot
     import time
 
     out, errs = {}, []

@@ -8,35 +8,37 @@ import time
 from typing import Any
 
 import icml
-from icml_lalm_judge.config import EvaluateConfig
+from icml_lalm_judge.config import EvaluateConfig, JudgeSettings, SpeechConfig
 
 
-def synthesize_benchmark(bench: Any, backend: str = "tones", sr: int = 16000, *,
-                         prosody: bool = True, noise: float = 0.05, silence_s: float = 0.25,
-                         seed: int = 0, progress: Any = None, workers: int = 1,
-                         espeak_engine: str = "auto", cache: Any = True) -> dict[str, Any]:
-    """Waveforms of every dialogue of ``bench`` (bases and variants) by dialogue id.
-    ``workers > 1`` speaks in parallel (tone codec: threads over dialogues; espeak-ng: one
-    engine per worker); the result does not depend on it. espeak-ng only: ``espeak_engine``
-    (``auto``: libespeak-ng in a forking server when it loads, else ``cli``, one ``espeak-ng``
-    process per turn; same samples) and ``cache`` (each distinct utterance spoken once: ``True``,
-    a shared :class:`~icml_lalm_judge.speech.SpeechCache`, or ``False`` to speak every turn)."""
+def synthesize_benchmark(bench: Any, speech: SpeechConfig | None = None, *, seed: int = 0,
+                         progress: Any = None, cache: Any = None) -> dict[str, Any]:
+    """Waveforms of every dialogue of ``bench`` (bases and variants) by dialogue id, spoken as
+    ``speech`` (the config's section, default :class:`~icml_lalm_judge.config.SpeechConfig`)
+    says. ``speech.workers > 1`` speaks in parallel (tone codec: threads over dialogues;
+    espeak-ng: one engine per worker); the result does not depend on it. espeak-ng only:
+    ``speech.espeak_engine`` (``auto``: libespeak-ng in a forking server when it loads, else
+    ``cli``, one ``espeak-ng`` process per turn; same samples) and ``speech.cache`` (each
+    distinct utterance spoken once); ``cache`` may pass a shared
+    :class:`~icml_lalm_judge.speech.SpeechCache` (or ``False``) instead."""
     from concurrent.futures import ThreadPoolExecutor
 
     from icml_lalm_judge.speech import synthesize, synthesize_espeak_many
 
-    if workers < 1:
-        raise ValueError(f"workers={workers}: use 1 or more")
+    speech = SpeechConfig() if speech is None else speech
+    cache = speech.cache if cache is None else cache
+    backend, sr, workers = speech.backend, speech.sr, speech.workers
+    prosody, silence_s = speech.prosody, speech.silence_s
     ds = bench.all_dialogues
     if backend == "espeak-ng":
         waves = synthesize_espeak_many(ds, sr, silence_s=silence_s, prosody=prosody,
-                                       engine=espeak_engine, cache=cache, workers=workers,
+                                       engine=speech.espeak_engine, cache=cache, workers=workers,
                                        progress=progress)
         return {d.id: w for d, w in zip(ds, waves)}
 
     def one(d: Any) -> Any:
-        return synthesize(d, backend, sr, prosody=prosody, noise=noise, silence_s=silence_s,
-                          seed=seed)
+        return synthesize(d, backend, sr, prosody=prosody, noise=speech.noise,
+                          silence_s=silence_s, seed=seed)
 
     if workers == 1:
         it = ds if progress is None else progress(ds)
@@ -47,9 +49,10 @@ def synthesize_benchmark(bench: Any, backend: str = "tones", sr: int = 16000, *,
         return {d.id: w for d, w in zip(ds, it)}
 
 
-def text_judge(kind: str, device: Any, seed: int) -> tuple[Any, str]:
-    """The transformers text judge: SmolLM2-135M-Instruct when asked for (or ``auto`` and it is
-    installed), else a tiny random Qwen2 with the byte tokenizer."""
+def text_judge(settings: JudgeSettings, device: Any, seed: int) -> tuple[Any, str]:
+    """The transformers text judge of ``settings.text_model``: SmolLM2-135M-Instruct when asked
+    for (or ``auto`` and it is installed), else a tiny random Qwen2 with the byte tokenizer."""
+    kind = settings.text_model
     from icml import models
     from icml_lalm_judge.judges import HFTextJudge
 
@@ -59,9 +62,9 @@ def text_judge(kind: str, device: Any, seed: int) -> tuple[Any, str]:
             return HFTextJudge(model, tok, name="smollm2-text"), "SmolLM2-135M-Instruct"
         except Exception as exc:  # noqa: BLE001 - reported, then the fallback or a clear error
             if kind != "auto":
-                raise icml.ConfigError(f"text_model=smollm2-135m-instruct cannot be loaded "
-                                       f"({exc}); install it (main README, 'Pretrained "
-                                       "models') or use text_model=tiny") from None
+                raise icml.ConfigError(f"judge.text_model=smollm2-135m-instruct cannot be "
+                                       f"loaded ({exc}); install it (main README, 'Pretrained "
+                                       "models') or use judge.text_model=tiny") from None
     model = models.tiny_causal_lm("qwen2", hidden_size=64, seed=seed, device=device)
     return HFTextJudge(model, models.byte_tokenizer(), name="tiny-qwen2-text"), \
         "tiny random Qwen2 (uninformed)"
@@ -76,6 +79,19 @@ def _limit(bench: Any, n: int) -> Any:
     vs = [bench.variants[int(i * step)] for i in range(n)]
     keep = {v.base_id for v in vs}
     return Benchmark([b for b in bench.bases if b.id in keep], vs)
+
+
+def _mde(ci: tuple[float, float]) -> float:
+    """Minimum detectable sensitivity (alpha 0.05, power 0.8) of this design: ``icml.stats.mde``
+    of the bootstrap SE over base dialogues, read off the 95% interval (``(hi - lo) / 3.92``);
+    NaN without an interval. A true sensitivity below it is likely missed (not distinguished
+    from 0) at this number of bases."""
+    from icml import stats
+
+    lo, hi = ci
+    if not (lo == lo and hi == hi):
+        return float("nan")
+    return stats.mde((hi - lo) / 3.92)
 
 
 def _fmt_ci(v: float, ci: tuple[float, float]) -> str:
@@ -97,31 +113,31 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     from icml_lalm_judge.metrics import classify_modality, modality_gain
     from icml_lalm_judge.speech import ToneASR, espeak_available
 
-    if cfg.backend == "espeak-ng" and not espeak_available():
-        raise icml.ConfigError("backend=espeak-ng but espeak-ng is not installed: "
-                               "apt-get install espeak-ng, or use backend=tones")
-    if "rule-asr" in cfg.judges and cfg.backend != "tones":
-        raise icml.ConfigError("judge rule-asr uses the tone-codec ASR: use backend=tones or "
-                               "drop rule-asr from judges")
+    sp, js = cfg.speech, cfg.judge
+    if sp.backend == "espeak-ng" and not espeak_available():
+        raise icml.ConfigError("speech.backend=espeak-ng but espeak-ng is not installed: "
+                               "apt-get install espeak-ng, or use speech.backend=tones")
+    if "rule-asr" in cfg.judges and sp.backend != "tones":
+        raise icml.ConfigError("judge rule-asr uses the tone-codec ASR: use speech.backend="
+                               "tones or drop rule-asr from judges")
+    if "lalm" in cfg.judges and sp.sr != 16000:
+        raise icml.ConfigError(f"judge lalm hears 16000 Hz audio (Whisper features); "
+                               f"speech.sr={sp.sr}: use speech.sr=16000")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    turns = (cfg.min_turns, cfg.max_turns)
-    bench = make_dialogues(cfg.n_base, turns=turns, position=cfg.position,
-                           per_base_position=cfg.per_base_position, seed=ctx.seed)
+    bench = make_dialogues(cfg.n_base, seed=ctx.seed, dialogues=cfg.dialogues)
     needs_audio = any(j in cfg.judges for j in ("audio-cnn", "fusion", "rule-asr")) or \
         any(m != "T" for m in cfg.modalities)
     timings["generate_s"] = time.perf_counter() - t0
     audio = None
     from icml_lalm_judge.speech import SpeechCache
 
-    cache = SpeechCache() if cfg.speech_cache else False  # shared by the eval and train sets
-    syn = dict(prosody=cfg.prosody, noise=cfg.noise, silence_s=cfg.silence_s, seed=ctx.seed,
-               workers=cfg.workers, espeak_engine=cfg.espeak_engine, cache=cache)
+    cache = SpeechCache() if sp.cache else False  # shared by the eval and train sets
     if needs_audio:
         t0 = time.perf_counter()
         audio = synthesize_benchmark(
-            bench, cfg.backend, cfg.sr,
-            progress=lambda it, **kw: ctx.progress(it, desc="synthesising speech", **kw), **syn)
+            bench, sp, seed=ctx.seed, cache=cache,
+            progress=lambda it, **kw: ctx.progress(it, desc="synthesising speech", **kw))
         timings["synthesise_s"] = time.perf_counter() - t0
     judges: dict[str, Any] = {}
     notes = []
@@ -131,56 +147,54 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
         elif name == "rule":
             judges[name] = RuleJudge()
         elif name == "decay":
-            judges[name] = PositionDecayJudge(cfg.decay_gamma)
+            judges[name] = PositionDecayJudge(js.decay_gamma)
         elif name == "random":
             judges[name] = RandomJudge(ctx.seed)
         elif name == "rule-asr":
             vocab = sorted({w for d in bench.all_dialogues for t in d.turns
                             for w in "".join(c.lower() if c.isalnum() else " "
                                              for c in t.text).split()})
-            judges[name] = ASRTranscriptJudge(RuleJudge(), ToneASR(vocab, cfg.sr),
+            judges[name] = ASRTranscriptJudge(RuleJudge(), ToneASR(vocab, sp.sr),
                                               name="rule+tone-asr")
         elif name == "lalm":
             from icml_lalm_judge.lalm import HFAudioJudge, tiny_qwen2_audio
 
-            if cfg.sr != 16000:
-                raise icml.ConfigError(f"judge lalm hears 16000 Hz audio (Whisper features); "
-                                       f"sr={cfg.sr}: use sr=16000")
             m, fe, tok = tiny_qwen2_audio(ctx.seed, device=ctx.torch_device())
             judges[name] = HFAudioJudge(m, fe, tok, name="tiny-qwen2-audio")
             notes.append("LALM judge: a tiny random Qwen2-Audio (adapter check, uninformed).")
         elif name == "text":
             with ctx.step("loading the text judge"):
-                judges[name], label = text_judge(cfg.text_model, ctx.torch_device(), ctx.seed)
+                judges[name], label = text_judge(js, ctx.torch_device(), ctx.seed)
             notes.append(f"Text judge: {label}.")
     if "audio-cnn" in cfg.judges or "fusion" in cfg.judges:
         t0 = time.perf_counter()
-        train = make_dialogues(cfg.n_train_base, turns=turns, position=cfg.position,
-                               per_base_position=cfg.per_base_position, seed=ctx.seed + 1000)
-        train_audio = synthesize_benchmark(train, cfg.backend, cfg.sr, **syn)
-        cnn = CNNAudioJudge(cfg.sr, seed=ctx.seed, device=ctx.torch_device())
+        train = make_dialogues(js.n_train_base, seed=ctx.seed + 1000, dialogues=cfg.dialogues)
+        train_audio = synthesize_benchmark(train, sp, seed=ctx.seed, cache=cache)
+        cnn = CNNAudioJudge(sp.sr, seed=ctx.seed, device=ctx.torch_device())
         ds = train.all_dialogues
-        cnn.fit(ds, [train_audio[d.id] for d in ds], steps=cfg.cnn_steps,
+        cnn.fit(ds, [train_audio[d.id] for d in ds], steps=js.cnn_steps,
                 progress=lambda it: ctx.progress(it, desc="training the audio CNN"))
         timings["cnn_train_s"] = time.perf_counter() - t0
         if "audio-cnn" in cfg.judges:
             judges["audio-cnn"] = cnn
         if "fusion" in cfg.judges:
-            judges["fusion"] = FusionJudge(RuleJudge(), cnn, weight=cfg.fusion_weight,
+            judges["fusion"] = FusionJudge(RuleJudge(), cnn, weight=js.fusion_weight,
                                            name="fusion(rule+audio-cnn)")
-    cols = ["judge", "mode", "sensitivity [95% CI]", "specificity [95% CI]", "spearman",
+    cols = ["judge", "mode", "sensitivity [95% CI]", "sensitivity MDE", "specificity [95% CI]",
+            "spearman",
             "item spec", "position slope [95% CI]", "spread", "stability", "failures"]
-    title = (f"Metrics on {len(bench)} variants of {cfg.n_base} bases ({cfg.backend} speech; "
+    title = (f"Metrics on {len(bench)} variants of {cfg.n_base} bases ({sp.backend} speech; "
              "reconstructed formulas)")
     rows, metrics, reports = [], {}, {}
     for key, judge in judges.items():
-        data = _limit(bench, cfg.text_max_dialogues) if key == "text" else bench
-        rep = evaluate_judge(judge, data, cfg.modalities, audio=audio, n_boot=cfg.n_boot,
+        data = _limit(bench, js.text_max_dialogues) if key == "text" else bench
+        rep = evaluate_judge(judge, data, cfg.modalities, audio=audio, stats=cfg.stats,
                              seed=ctx.seed,
                              progress=lambda it, k=key: ctx.progress(it, desc=f"judging: {k}"))
         reports[key] = rep
         for m, r in rep.modalities.items():
-            row = [judge.name, m, _fmt_ci(r.sensitivity, r.sensitivity_ci),
+            mde = _mde(r.sensitivity_ci)
+            row = [judge.name, m, _fmt_ci(r.sensitivity, r.sensitivity_ci), mde,
                    f"{r.specificity:.2f} [{r.specificity_ci[0]:.2f}, {r.specificity_ci[1]:.2f}]",
                    r.spearman, r.item_specificity, _fmt_ci(r.slope, r.slope_ci), r.spread,
                    r.stability, f"{r.failures}/{r.n}"]
@@ -190,6 +204,7 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
             for name in ("sensitivity", "specificity", "spearman", "item_specificity", "slope",
                          "spread", "stability", "failures"):
                 metrics[f"{tag}_{name}"] = float(getattr(r, name))
+            metrics[f"{tag}_sensitivity_mde"] = mde
             timings[f"judge_{tag}_s"] = r.seconds
     tables = [icml.Table(title, cols, rows)]
     gain_rows = []
@@ -219,6 +234,9 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     notes.append("Sensitivity = mean paired drop s(base) - s(variant) (> 0: the unsafe turn is "
                  "noticed); specificity = fraction of the 10 severity pairs whose mean scores are "
                  "correctly ordered; position slope = OLS slope of the drop on the relative turn "
-                 "position. All formulas are reconstructed (see the README). CIs: 95% bootstrap "
-                 f"over base dialogues ({cfg.n_boot} resamples). Judge errors/skips: {errs}.")
+                 "position. All formulas are reconstructed (see the README). Sensitivity MDE: the "
+                 "smallest sensitivity this number of bases detects (alpha 0.05, power 0.8; "
+                 "icml.stats.mde of the bootstrap SE). CIs: 95% bootstrap "
+                 f"over base dialogues ({cfg.stats.n_boot} resamples). Judge errors/skips: "
+                 f"{errs}.")
     return icml.RunResult(metrics=metrics, tables=tables, notes=" ".join(notes))
