@@ -129,17 +129,26 @@ def test_claims_at_small_scale():
 
 
 def test_three_modalities_train_with_both_fusions_and_unimodal_ignores_extras():
-    train, test = make_synthetic(300, 100, dims=(4, 5, 6), seed=0)
+    """Both fusions learn the 4-class task well above chance (0.25) on held-out data: seeded,
+    separated class means (measured 0.79 add, 0.89 concat). The bar is checked against what a
+    broken model gives: the untrained model (~0.30) and the trained model scored against
+    shuffled labels (~0.23) both stay below it."""
+    train, test = make_synthetic(300, 400, dims=(4, 5, 6), mean_scale=1.5, seed=0)
+    bar = 0.25 + 0.30
+    shuffled = MultimodalData(test.modalities, test.labels[torch.randperm(
+        len(test), generator=torch.Generator().manual_seed(1))], test.n_classes)
     for fusion in ("add", "concat"):
         torch.manual_seed(0)
         m = build_arm_model("stochastic", train, width=8, hidden=8, fusion=fusion)
-        hist = train_model(m, train, epochs=3, seed=0)
+        assert accuracy(m, test) < bar                 # untrained: the bar can fail
+        hist = train_model(m, train, epochs=10, seed=0)
         assert hist.losses[-1] < hist.losses[0]
-        assert 0.0 <= accuracy(m, test) <= 1.0
+        assert accuracy(m, test) > bar
+        assert accuracy(m, shuffled) < bar             # a model that ignores the labels fails
     uni = build_arm_model("unimodal", train, width=8, hidden=8)
-    assert uni(**test.modalities).shape == (100, 4)
+    assert uni(**test.modalities).shape == (400, 4)
     uni_b = build_arm_model("unimodal_b", train, width=8, hidden=8)
-    assert uni_b.modalities == ["b"] and uni_b(**test.modalities).shape == (100, 4)
+    assert uni_b.modalities == ["b"] and uni_b(**test.modalities).shape == (400, 4)
 
 
 def test_collator_with_two_banks_and_per_bank_labels():
