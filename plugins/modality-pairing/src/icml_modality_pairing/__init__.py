@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from icml.lazy import lazy_exports
 
-__version__ = "0.1.2"
+__version__ = "0.1.3"
 
 _EXPORTS = {
     # stochastic modality pairing

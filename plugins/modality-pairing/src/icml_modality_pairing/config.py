@@ -11,6 +11,7 @@ from icml import option
 
 FUSIONS = ("add", "concat")
 SCHEDULES = ("cosine", "constant")
+DATASETS = ("synthetic", "digits")
 
 
 @dataclass
@@ -21,14 +22,19 @@ class Settings:
 
     p_stochastic: float = option(1.0, help="probability of a random same-class partner in the "
                                  "stochastic arm (0 = fixed pairing)", ge=0, le=1)
-    n_test: int = option(1000, help="held-out samples (accuracy and sharpness)", ge=1)
+    n_test: int = option(1000, help="held-out samples (accuracy and sharpness; digits: at most "
+                         "the samples left after the training split)", ge=1)
+    dataset: str = option("synthetic", help="synthetic (Gaussian modalities, the knobs below) or "
+                          "digits (sklearn's 8x8 digits, left half = modality a, right half = b; "
+                          "needs scikit-learn)", choices=DATASETS)
     n_classes: int = option(4, help="classes of the synthetic task", ge=2)
     dim: int = option(16, help="width of each modality's features", ge=1)
     mean_scale: float = option(0.6, help="std of the class means (class separation)", gt=0)
     noise: float = option(2.0, help="per-sample noise std", ge=0)
-    shared_noise: float = option(0.0, help="fraction of the noise shared across modalities "
-                                 "(instance-level correlation only fixed pairing can use)",
-                                 ge=0, le=1)
+    shared_noise: float = option(0.0, help="fraction of the noise shared across modalities: a "
+                                 "latent beyond the class, so conditional independence given "
+                                 "the class fails by this within-class correlation (only fixed "
+                                 "pairing can use it)", ge=0, le=1)
     label_noise: float = option(0.0, help="fraction of training labels resampled uniformly",
                                 ge=0, le=1)
     fusion: str = option("add", help="late fusion: add (z = Σ e_m) or concat", choices=FUSIONS)
@@ -39,6 +45,13 @@ class Settings:
     momentum: float = option(0.9, help="SGD momentum", ge=0, lt=1)
     weight_decay: float = option(5e-4, help="SGD weight decay", ge=0)
     schedule: str = option("cosine", help="learning-rate schedule", choices=SCHEDULES)
+    noise_scale: float = option(1.0, help="noise arm: std of the Gaussian noise on modality b "
+                                "as a multiple of the matched std (that of the swap x_b^j - x_b^i "
+                                "stochastic pairing makes, per feature)", ge=0)
+    sam_rho: float = option(0.05, help="sam arm: SAM radius (matched to the ε-sharpness radius "
+                            "rho the table measures)", ge=0)
+    mixup_alpha: float = option(1.0, help="mixup arm: Beta(α, α) weight of within-class mixup "
+                                "(both modalities mixed with one same-class sample)", gt=0)
     eig_method: str = option("lanczos", help="λ_max by lanczos (largest eigenvalue) or power "
                              "(dominant eigenvalue, PyHessian's stopping rule)",
                              choices=("lanczos", "power"))
@@ -60,7 +73,10 @@ class TrainConfig(Settings):
     seeds: int = option(3, help="seeds per regime and arm (seed, seed+1, ...)", ge=1)
     arms: list[str] = option(["unimodal", "fixed", "stochastic"], help="arms to train: "
                              "unimodal (anchor modality only), fixed, stochastic pairing, "
-                             "unimodal_b (the other modality only)")
+                             "unimodal_b (the other modality only); controls on the fusion "
+                             "network: const_b (b replaced by a constant), twin_a (b replaced "
+                             "by a second view of a, stochastically paired), noise, sam, mixup "
+                             "(fixed pairing plus matched noise on b, SAM, within-class mixup)")
     landscape_steps: int = option(21, help="points of the 1-D filter-normalised slice (0: "
                                   "no plot)", ge=0)
     landscape_span: float = option(1.0, help="half-width of the slices in filter-normalised "

@@ -107,3 +107,38 @@ class Standardizer:
         return MultimodalData({k: (v - self.mean[k]) / self.std[k]
                                for k, v in data.modalities.items()},
                               data.labels, data.n_classes, dict(data.info))
+
+
+DIGITS_N = 1797
+
+
+def make_digits(n_train: int = 1000, n_test: int = 797, *, seed: int = 0,
+                ) -> tuple[MultimodalData, MultimodalData]:
+    """Two views of a real image dataset: scikit-learn's bundled 8x8 handwritten digits (UCI
+    "Optical Recognition of Handwritten Digits", 1,797 images, 10 classes, grey levels 0-16,
+    shipped inside the scikit-learn wheel; nothing is downloaded). Modality ``a`` is the left
+    half of each image (8 rows x 4 columns, 32 features), ``b`` the right half, both scaled to
+    [0, 1]. The halves share the writer's stroke beyond the class, so they are *not*
+    conditionally independent given the class.
+
+    The split is a permutation under ``seed``: the first ``n_train`` images train, the next
+    ``min(n_test, 1797 - n_train)`` are held out."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ValueError("dataset='digits' needs scikit-learn: pip install scikit-learn") \
+            from None
+    if not 10 <= n_train <= DIGITS_N - 1 or n_test < 1:
+        raise ValueError(f"n_train={n_train}, n_test={n_test}: digits has {DIGITS_N} images; "
+                         f"need 10 <= n_train <= {DIGITS_N - 1} and n_test >= 1")
+    d = load_digits()
+    x = torch.as_tensor(d.images, dtype=torch.float32) / 16.0            # (1797, 8, 8)
+    y = torch.as_tensor(d.target, dtype=torch.int64)
+    mods = {"a": x[:, :, :4].reshape(len(y), 32), "b": x[:, :, 4:].reshape(len(y), 32)}
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(int(seed)))
+    n_test = min(n_test, DIGITS_N - n_train)
+    info = dict(dataset="digits", source="sklearn.datasets.load_digits (UCI optdigits test "
+                "set, bundled)", views={"a": "left half 8x4", "b": "right half 8x4"},
+                n_classes=10, seed=seed)
+    full = MultimodalData(mods, y, 10, info)
+    return full.subset(perm[:n_train]), full.subset(perm[n_train:n_train + n_test])

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from icml_modality_pairing.config import Settings
-from icml_modality_pairing.data import Standardizer, make_synthetic
+from icml_modality_pairing.data import MultimodalData, Standardizer, make_digits, make_synthetic
 from icml_modality_pairing.sharpness import sharpness_report
 from icml_modality_pairing.training import (
     ARMS,
@@ -23,6 +23,7 @@ from icml_modality_pairing.training import (
     build_arm_model,
     cross_entropy_loss,
     heldout_batches,
+    matched_noise_std,
     train_model,
 )
 
@@ -49,6 +50,12 @@ class ArmRun:
 
 def make_data(n_train: int, s: Settings, seed: int) -> tuple[Any, Any]:
     """Standardised train/held-out splits (statistics from the training split)."""
+    if s.dataset == "digits":
+        train, test = make_digits(n_train, s.n_test, seed=seed)
+        # pixels that are (almost) constant on a training split: std floored at 0.1 (the pixel
+        # range is [0, 1]) so a rare ink pixel in the held-out split stays finite
+        st = Standardizer.fit(train, eps=0.1)
+        return st(train), st(test)
     train, test = make_synthetic(n_train, s.n_test, n_classes=s.n_classes, dims=(s.dim, s.dim),
                                  mean_scale=s.mean_scale, noise=s.noise,
                                  shared_noise=s.shared_noise, label_noise=s.label_noise,
@@ -68,6 +75,19 @@ def diverged(model: Any, losses: Sequence[float]) -> bool:
     return any(not bool(torch.isfinite(p).all()) for p in model.parameters())
 
 
+def arm_view(arm: str, data: MultimodalData) -> MultimodalData:
+    """The data an arm sees: ``const_b`` replaces every non-anchor modality by a constant (0,
+    the training mean after standardisation), ``twin_a`` by a copy of the anchor modality (a
+    second view of it); every other arm sees ``data`` unchanged."""
+    if arm not in ("const_b", "twin_a"):
+        return data
+    names = list(data.modalities)
+    a = data.modalities[names[0]]
+    mods = {m: v if m == names[0] else (torch.zeros_like(v) if arm == "const_b" else a.clone())
+            for m, v in data.modalities.items()}
+    return MultimodalData(mods, data.labels, data.n_classes, dict(data.info, arm_view=arm))
+
+
 def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
             device: Any = None, dtype: Any = None, keep_model: bool = False) -> ArmRun:
     """Train ``arm`` on the regime's data for ``seed`` and measure it on held-out data.
@@ -76,12 +96,18 @@ def run_arm(arm: str, n_train: int, epochs: int, seed: int, s: Settings, *,
     not an error: its measurements are NaN and ``metrics["diverged"]`` is 1 (the sharpness suite,
     which refuses a NaN loss, is skipped; no model is kept)."""
     train, test = make_data(n_train, s, seed)
+    train, test = arm_view(arm, train), arm_view(arm, test)
     torch.manual_seed(seed)
     model = build_arm_model(arm, train, width=s.width, hidden=s.hidden, fusion=s.fusion)
-    p = s.p_stochastic if arm == "stochastic" else 0.0
+    p = s.p_stochastic if arm in ("stochastic", "twin_a") else 0.0
+    control = arm if arm in ("noise", "sam", "mixup") else "none"
+    noise_std = {m: s.noise_scale * matched_noise_std(train, m, s.p_stochastic)
+                 for m in list(train.modalities)[1:]} if arm == "noise" else None
     hist = train_model(model, train, p_stochastic=p, epochs=epochs, batch_size=s.batch_size,
                        lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay,
-                       schedule=s.schedule, seed=seed, device=device, dtype=dtype)
+                       schedule=s.schedule, seed=seed, device=device, dtype=dtype,
+                       control=control, noise_std=noise_std, sam_rho=s.sam_rho,
+                       mixup_alpha=s.mixup_alpha)
     if diverged(model, hist.losses):
         nan = float("nan")
         metrics = {k: nan for k in METRICS}

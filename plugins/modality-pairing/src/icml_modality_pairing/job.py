@@ -66,6 +66,13 @@ def train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
             raise icml.ConfigError(f"config key 'regimes': {exc}") from None
     if not config.regimes:
         raise icml.ConfigError("config key 'regimes' is empty: give e.g. ['2000x15']")
+    if config.dataset == "digits":
+        from icml_modality_pairing.data import DIGITS_N
+
+        big = [r for r in config.regimes if not 10 <= parse_regime(r)[0] <= DIGITS_N - 1]
+        if big:
+            raise icml.ConfigError(f"config key 'regimes': {big} with dataset=digits; n_train "
+                                   f"must lie in [10, {DIGITS_N - 1}] (1797 images)")
     bad = [a for a in config.arms if a not in ARMS]
     if bad or not config.arms:
         raise icml.ConfigError(f"config key 'arms': {bad or 'empty'}; choose from {list(ARMS)}")
