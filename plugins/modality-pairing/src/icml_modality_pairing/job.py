@@ -141,7 +141,8 @@ def train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
              "conditionally independent given the class, additive late fusion, SGD. λ_max, trace "
              "and sharpness are measured on held-out data. Compare flatness within one "
              "architecture (fixed vs stochastic); the unimodal model has fewer parameters, so "
-             "its raw λ_max is not comparable. Expect stochastic pairing to win in the moderate "
+             "its raw λ_max is not comparable (arm const_b is the architecture-matched "
+             "control). Expect stochastic pairing to win in the moderate "
              "regime and to lose in the small-data, long-training one.")
     unconverged = sum(1 for r in runs if not r.metrics["diverged"]
                       and not r.metrics["lambda_max_converged"])
