@@ -99,12 +99,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    from importlib.metadata import version
+
     import kvpress
     import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    res: dict = {"versions": {"kvpress": kvpress.__version__ if hasattr(kvpress, "__version__")
-                              else "?", "transformers": transformers.__version__,
+    kv_version = getattr(kvpress, "__version__", None) or version("kvpress")
+    res: dict = {"versions": {"kvpress": kv_version, "transformers": transformers.__version__,
                               "torch": torch.__version__}}
     m = LlamaForCausalLM(LlamaConfig(**TINY)).eval()
     m.set_attn_implementation("sdpa")
