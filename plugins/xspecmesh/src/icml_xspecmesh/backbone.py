@@ -25,35 +25,26 @@ def build_backbone(tokenizer: MeshTokenizer, *, arch: str = "llama", hidden_size
                           max_positions=max_positions)
 
 
-def _batches(n: int, batch_size: int, steps: int, gen: torch.Generator) -> Iterable[torch.Tensor]:
-    for _ in range(steps):
-        yield torch.randint(0, n, (batch_size,), generator=gen)
-
-
 def train_backbone(model: Any, data: PrimitiveDataset, *, steps: int = 400, batch_size: int = 32,
                    lr: float = 3e-3, warmup: int = 20, seed: int = 0,
                    progress: Callable[..., Iterable[Any]] | None = None) -> list[float]:
-    """Next-token training (AdamW, linear warm-up then cosine decay). Returns the losses."""
+    """Next-token training with the core's loop (:func:`icml.training.train_lm`: AdamW with
+    weight decay 0.01, gradient norm clipped at 1, ``warmup`` linear warm-up steps, then a
+    cosine decay to 0 over the remaining steps). Each step draws ``batch_size`` sequences
+    (uniform, with replacement, seeded by ``seed``), right-padded. Returns the losses."""
+    from icml.training import TrainSettings, train_lm
+
     if len(data) == 0:
         raise ValueError("the dataset is empty: nothing to train the backbone on")
-    device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(warmup, 1)) *
-        0.5 * (1 + torch.cos(torch.tensor(torch.pi * min(s, steps) / max(steps, 1))).item()))
-    model.train()
-    losses = []
-    it = _batches(len(data), batch_size, steps, gen)
-    for idx in (progress(it, desc="training backbone", total=steps) if progress else it):
-        batch = pad_collate([data.sequences[i] for i in idx.tolist()], pad_id=0)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        loss = model(**batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
+
+    def batch(step: int) -> dict[str, Any]:
+        idx = torch.randint(0, len(data), (batch_size,), generator=gen)
+        return pad_collate([data.sequences[i] for i in idx.tolist()], pad_id=0)
+
+    settings = TrainSettings(steps=steps, lr=lr, weight_decay=0.01, max_grad_norm=1.0,
+                             schedule="cosine", warmup=max(warmup, 1), batch_size=batch_size,
+                             seed=seed)
+    wrap = None if progress is None else (
+        lambda it, desc="training backbone": progress(it, desc=desc, total=steps))
+    return train_lm(model, batch, settings, progress=wrap, desc="training backbone").losses
