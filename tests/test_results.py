@@ -200,3 +200,23 @@ def test_core_names_the_repositorys_own_benchmarks(tmp_path, monkeypatch) -> Non
     plugin_rdir = root / "plugins" / "dxpp" / "results"
     assert R.repo_root(plugin_rdir) == root
     assert R.readme_of(plugin_rdir) == root / "plugins" / "dxpp" / "README.md"
+
+
+def test_versions_of_editable_installs_come_from_their_source_tree() -> None:
+    """A results file written after a version bump records the bumped version even before the
+    editable install is refreshed (the installed metadata keeps the last install's version)."""
+    import importlib.metadata as md
+    import json
+    import tomllib
+    from pathlib import Path
+
+    from icml.results import _version_of
+
+    dist = md.distribution("icml-core")
+    info = json.loads(dist.read_text("direct_url.json") or "null")
+    if not (info and (info.get("dir_info") or {}).get("editable")):
+        pytest.skip("icml-core is not an editable install here")
+    root = Path(__file__).resolve().parents[1]
+    declared = tomllib.loads((root / "core" / "pyproject.toml").read_text())["project"]["version"]
+    assert _version_of("icml-core") == declared
+    assert _version_of("numpy") == md.version("numpy")  # not editable: the metadata

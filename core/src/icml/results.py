@@ -219,10 +219,36 @@ def _versions(plugin: str | None) -> dict[str, str]:
         ["torch", "transformers", "numpy"]
     for name in names:
         try:
-            out[name] = md.version(name)
+            out[name] = _version_of(name)
         except (md.PackageNotFoundError, ValueError):
             pass
     return out
+
+
+def _version_of(name: str) -> str:
+    """The installed version of distribution ``name``; for an editable install, the version
+    its source tree's ``pyproject.toml`` declares now (the installed metadata keeps the version
+    of the last ``pip install -e``, so a results file written after a version bump would record
+    the old one)."""
+    dist = md.distribution(name)
+    version = dist.version
+    try:
+        import json
+        from urllib.parse import unquote, urlparse
+
+        info = json.loads(dist.read_text("direct_url.json") or "null")
+        if info and (info.get("dir_info") or {}).get("editable"):
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            source = Path(unquote(urlparse(info["url"]).path)) / "pyproject.toml"
+            project = tomllib.loads(source.read_text(encoding="utf-8")).get("project", {})
+            if project.get("name", "").replace("_", "-").lower() == name.lower():
+                version = str(project.get("version", version))
+    except Exception:  # noqa: BLE001 - provenance only: fall back to the installed metadata
+        pass
+    return version
 
 
 def _torch_threads() -> int | None:
