@@ -220,3 +220,18 @@ def test_versions_of_editable_installs_come_from_their_source_tree() -> None:
     declared = tomllib.loads((root / "core" / "pyproject.toml").read_text())["project"]["version"]
     assert _version_of("icml-core") == declared
     assert _version_of("numpy") == md.version("numpy")  # not editable: the metadata
+
+
+def test_files_record_the_load_and_captions_show_it(tmp_path) -> None:
+    from icml import results
+
+    clock = results.Clock()
+    table = results.make_table("t", ["a"], [[1]], name="t")
+    path = results.write(tmp_path / "x.json", [table], command="cmd", clock=clock)
+    data = results.load(path)
+    if data["load"]["start"] is None:
+        pytest.skip("no load average on this platform")
+    assert data["load"]["end"] is not None
+    assert " · load " in results.caption(data, "x.json")
+    data.pop("load")  # files written before the field render as before
+    assert "load" not in results.caption(data, "x.json")

@@ -11,7 +11,11 @@ reruns that command and compares. The file records what a reader needs to judge 
      "tables": [{"name": ..., "title": ..., "columns": [...], "rows": [[...]],
                  "formats": {"column": ".3f"}}],
      "seeds": [0], "threads": 1, "cpu": "AMD EPYC", "versions": {...},
-     "wall_s": 38.2, "cpu_s": 37.9, "created": "2026-12-05T01:02:03+00:00"}
+     "wall_s": 38.2, "cpu_s": 37.9, "load": {"start": 1.2, "end": 2.4},
+     "created": "2026-12-05T01:02:03+00:00"}
+
+``load`` is the machine's 1-minute load average when the work started (the :class:`Clock`) and
+when the file was written: clock readings and CPU-time budgets depend on it on a shared machine.
 
 Cells are numbers, strings, ``None`` or an estimate ``{"value", "lo", "hi", ...}`` (what
 :meth:`icml.stats.Estimate.to_dict` gives), rendered ``value [lo, hi]``.
@@ -170,6 +174,9 @@ def caption(data: Mapping[str, Any], file_name: str) -> str:
         bits.append(f"{threads} thread{'s' if threads != 1 else ''}")
     if data.get("wall_s") is not None:
         bits.append(f"{_duration(data['wall_s'])} wall")
+    load = data.get("load") or {}
+    if load.get("start") is not None and load.get("end") is not None:
+        bits.append(f"load {float(load['start']):.1f} to {float(load['end']):.1f}")
     return "Made by " + " · ".join(bits)
 
 
@@ -279,12 +286,23 @@ def apply_threads(default: int | None = None) -> int | None:
     return n
 
 
+def load_average() -> float | None:
+    """The machine's 1-minute load average (``os.getloadavg``), or None where unavailable.
+    Recorded in results files: on a shared machine, clock readings and budgets depend on it."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 class Clock:
     """Wall and CPU time (this process and its children) from construction."""
 
     def __init__(self) -> None:
         self.wall0 = time.perf_counter()
         self.cpu0 = self._cpu()
+        #: The machine's 1-minute load average when the work started (None where unknown).
+        self.load0 = load_average()
 
     @staticmethod
     def _cpu() -> float:
@@ -338,6 +356,7 @@ def write(path: str | Path, tables: Sequence[Mapping[str, Any]], *, command: str
         "cpu": cpu_model(), "versions": _versions(plugin),
         "wall_s": round(clock.wall(), 2) if clock else None,
         "cpu_s": round(clock.cpu(), 2) if clock else None,
+        "load": {"start": clock.load0 if clock else None, "end": load_average()},
         "created": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
     }
     if metrics:
