@@ -37,16 +37,17 @@ import torch
 
 MODEL = "smollm2-135m-instruct"
 WINDOW, CONTEXT = 256, 128
-FPT = ["--set", f"model={MODEL}", "--set", "arms=[fptquant_local]", "--set", "w_bits=8",
-       "--set", "a_bits=8", "--set", "kv_bits=8", "--set", "local_steps=0", "--set",
-       "e2e_steps=0", "--set", "untie_embeddings=true", "--out", "runs"]
+FPT = ["--set", f"model={MODEL}", "--set", "arms=[fptquant_local]", "--set", "quant.w_bits=8",
+       "--set", "quant.a_bits=8", "--set", "quant.kv_bits=8", "--set", "training.local_steps=0",
+       "--set", "training.e2e_steps=0", "--set", "transforms.untie_embeddings=true", "--out",
+       "runs"]
 COMMANDS = {
     "FP": f"icml run capkv --set model={MODEL} --set policies=[] (full cache)",
     "quantized": "icml run fptquant " + " ".join(FPT),
     "quantized + CapKV 0.5": "icml run capkv --set model=runs/<fptquant run> "
                              "--set policies=[capkv] --set ratios=[0.5]",
     "quantized + CapKV 0.5 + LED": "icml run led --set model=runs/<fptquant run> "
-                                   "--set use_final_norm=true (CapKV 0.5 cache: Python API)",
+                                   "--set led.use_final_norm=true (CapKV 0.5 cache: Python API)",
 }
 
 

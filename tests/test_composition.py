@@ -152,10 +152,12 @@ def _make(name: str, arch: str, key: tuple[str, str], tmp_path_factory):
         model = _base(arch)
     elif name == "fptquant-merged":
         fpt = pytest.importorskip("icml_fptquant")
-        model = fpt.merge_transforms(_fpt_transformed(arch, fpt.FPTQuantConfig(local_steps=0)))
+        cfg = fpt.FPTQuantConfig(training=fpt.TrainingOptions(local_steps=0))
+        model = fpt.merge_transforms(_fpt_transformed(arch, cfg))
     elif name == "fptquant-w8a8kv8":
         fpt = pytest.importorskip("icml_fptquant")
-        cfg = fpt.FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0)
+        cfg = fpt.FPTQuantConfig(quant=fpt.QuantOptions(w_bits=8, a_bits=8, kv_bits=8),
+                                 training=fpt.TrainingOptions(local_steps=0))
         model = fpt.merge_and_quantize(_fpt_transformed(arch, cfg),
                                        _ids(_base(arch).config.vocab_size, (4, 16), 7), cfg)
     elif name == "beyond-nll":
@@ -272,8 +274,9 @@ def test_capkv_refuses_fptquant_kv_transforms_and_keeps_positions_without_them()
         assert t.label() in msg
     with pytest.raises(CompositionError, match="^capkv: "):  # unwrapped: heads still changed
         prefill(compose.unwrap(model), ids, make_press("capkv", 0.5))
-    for cfg in (fpt.FPTQuantConfig(local_steps=0),  # transforms present, at the identity
-                fpt.FPTQuantConfig(local_steps=0, prerope=False, value=False)):
+    for cfg in (fpt.FPTQuantConfig(training=fpt.TrainingOptions(local_steps=0)),  # identity
+                fpt.FPTQuantConfig(training=fpt.TrainingOptions(local_steps=0),
+                                   transforms=fpt.TransformOptions(prerope=False, value=False))):
         same = fpt.merge_transforms(fpt.apply_fpt_transforms(copy.deepcopy(_base("llama")), cfg))
         (t,) = compose.transforms(same)
         assert not t.changes_head_bases and t.changes_residual_basis
@@ -402,7 +405,7 @@ def test_synsem_extraction(made, arch):
     same-function producer, close to the FP model's on the 8-bit one; layer L (the final
     norm's output) is refused on a re-based producer, naming the pair."""
     pytest.importorskip("icml_synsem")
-    from icml_synsem import extract_sentence_reps
+    from icml_synsem import ExtractionOptions, extract_sentence_reps
 
     from icml.models import byte_tokenizer
 
@@ -411,20 +414,22 @@ def test_synsem_extraction(made, arch):
     sentences = ["the cat sat on the mat", "a dog", "colourless green ideas sleep",
                  "one two three"]
     L = model.config.num_hidden_layers
-    reps = extract_sentence_reps(model, tok, sentences, layers=[0, 2, L - 1])  # inference_mode
+    reps = extract_sentence_reps(model, tok, sentences,
+                                 ExtractionOptions(layers=[0, 2, L - 1]))  # inference_mode
     assert reps.shape == (3, 4, 32) and torch.isfinite(reps).all()
     if ref is not None:
-        want = extract_sentence_reps(ref, tok, sentences, layers=[0, 2, L - 1])
+        want = extract_sentence_reps(ref, tok, sentences, ExtractionOptions(layers=[0, 2, L - 1]))
         assert (reps - want).abs().max() < 1e-5
     rebased = any(t.changes_residual_basis for t in compose.transforms(model))
     if rebased:
         with pytest.raises(CompositionError) as err:
-            extract_sentence_reps(model, tok, sentences, layers=[L])
+            extract_sentence_reps(model, tok, sentences, ExtractionOptions(layers=[L]))
         assert "synsem" in str(err.value) and _label(model) in str(err.value)
     else:
-        extract_sentence_reps(model, tok, sentences, layers=[L])
+        extract_sentence_reps(model, tok, sentences, ExtractionOptions(layers=[L]))
     if name == "fptquant-w8a8kv8":
-        fp = extract_sentence_reps(producer("fp", arch), tok, sentences, layers=[0, 2, L - 1])
+        fp = extract_sentence_reps(producer("fp", arch), tok, sentences,
+                                   ExtractionOptions(layers=[0, 2, L - 1]))
         rel = (reps - fp).norm(dim=-1) / fp.norm(dim=-1)
         assert rel.max() < 0.1, rel
 
@@ -461,7 +466,9 @@ def _smollm2_and_merged_fpt(fpt):
     model, tok = pretrained_or_skip("smollm2-135m-instruct")
     model = model.float().eval()
     fptm = copy.deepcopy(model)
-    fpt.apply_fpt_transforms(fptm, fpt.FPTQuantConfig(local_steps=0, untie_embeddings=True))
+    fpt.apply_fpt_transforms(fptm, fpt.FPTQuantConfig(
+        training=fpt.TrainingOptions(local_steps=0),
+        transforms=fpt.TransformOptions(untie_embeddings=True)))
     fpt.merge_transforms(fptm)
     return model, fptm, tok
 
@@ -503,14 +510,15 @@ def test_cli_chain_fptquant_run_into_led_and_capkv(tmp_path):
     from icml.runner import run
 
     dirs = []
-    res = run("fptquant", overrides=["arms=[fptquant_local]", "w_bits=8", "a_bits=8",
-                                     "kv_bits=8", "train_steps=5", "local_steps=0",
-                                     "e2e_steps=0", "calib_samples=2", "eval_samples=2"],
+    res = run("fptquant", overrides=["arms=[fptquant_local]", "quant.w_bits=8", "quant.a_bits=8",
+                                     "quant.kv_bits=8", "train_steps=5",
+                                     "training.local_steps=0", "training.e2e_steps=0",
+                                     "calib_samples=2", "eval_samples=2"],
               out=tmp_path / "runs", device="cpu", show_progress=False,
               on_run_dir=dirs.append)
     assert res.status == "ok" and res.artifacts.get("model") == "model", res.error
-    small = ["depth=2", "sft_steps=0", "post_steps=0", "num_problems=2", "num_samples=2",
-             "ks=[1, 2]", "num_terms=2", "use_final_norm=true", "profile_final_norm=true",
+    small = ["led.depth=2", "sft_steps=0", "post_steps=0", "num_problems=2", "num_samples=2",
+             "ks=[1, 2]", "num_terms=2", "led.use_final_norm=true", "profile_final_norm=true",
              f"model={dirs[0]}"]
     led = run("led", "infer", overrides=small, out=tmp_path / "led", device="cpu",
               show_progress=False)

@@ -61,8 +61,9 @@ def _run(tmp_path: Path, strict: bool, optional: str = "") -> str:
         env["ICML_STRICT_PLUGINS"] = "1"
     if optional:
         env["ICML_OPTIONAL_DEPS"] = optional
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors",
-                           str(tests)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider",
+                           "--continue-on-collection-errors", str(tests)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
     return proc.stdout + proc.stderr
 
 
