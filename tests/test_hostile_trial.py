@@ -32,8 +32,8 @@ class Case:
 
 CASES = [
     Case("sarsteer --set alphas=[nan]", 2, "alphas"),
-    Case("sarsteer --set alpha=nan", 2, "alpha"),
-    Case("sarsteer --set k=41", 2, "exceeds n_fit"),
+    Case("sarsteer --set steer.alpha=nan", 2, "alpha"),
+    Case("sarsteer --set steer.k=41", 2, "exceeds n_fit"),
     Case("sarsteer --set model=/no/such/folder", 2, "model"),
     Case("smart --set supernode_radius=-1", 2, "supernode_radius"),
     Case("smart infer --set model_path={garbled}", 2, "config.json"),
