@@ -59,8 +59,9 @@ def quantize(model, tok, calib_tokens: int = 512):
 
     from icml.data import eval_token_ids
 
-    cfg = fpt.FPTQuantConfig(w_bits=8, a_bits=8, kv_bits=8, local_steps=0,
-                             untie_embeddings=True)
+    cfg = fpt.FPTQuantConfig(quant=fpt.QuantOptions(w_bits=8, a_bits=8, kv_bits=8),
+                             training=fpt.TrainingOptions(local_steps=0),
+                             transforms=fpt.TransformOptions(untie_embeddings=True))
     q = copy.deepcopy(model)
     fpt.apply_fpt_transforms(q, cfg)
     calib = torch.tensor(eval_token_ids(tok, calib_tokens, offset=200_000)).view(-1, 128)
@@ -182,11 +183,11 @@ def main(argv: list[str] | None = None) -> int:
                                                               "machine"}},
         metrics=metrics,
         notes=(f"fptquant W8A8KV8: transforms at initialisation (no training), RTN weights, "
-               f"static ranges ({qcfg.act_range}) from 512 evaluation-text tokens; quantization "
-               f"simulated (fake-quant), so tokens/s is not a kernel speed; quantizing took "
-               f"{quant_s:.0f} s. CapKV: question-agnostic (the question comes after the "
-               "pressed context). LED: depth 8, final-norm read-out, T 0.6, explores every "
-               "token (no thinking span)."))
+               f"static ranges ({qcfg.quant.act_range}) from 512 evaluation-text tokens; "
+               f"quantization simulated (fake-quant), so tokens/s is not a kernel speed; "
+               f"quantizing took {quant_s:.0f} s. CapKV: question-agnostic (the question "
+               "comes after the pressed context). LED: depth 8, final-norm read-out, T 0.6, "
+               "explores every token (no thinking span)."))
     print(out)
     return 0
 
