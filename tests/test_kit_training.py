@@ -159,8 +159,13 @@ def test_settings_are_a_config_and_reject_bad_values() -> None:
         build_config(TrainSettings, {}, ["betas=[0.9]"])
     with pytest.raises(ConfigError, match="one-cycle"):
         build_config(TrainSettings, {}, ["schedule=one-cycle"])
-    with pytest.raises(ConfigError, match="must span more than one step"):
+    with pytest.raises(ConfigError, match="must not span exactly one step"):
         build_config(TrainSettings, {}, ["schedule=one-cycle", "warmup=0.1", "steps=10"])
+    with pytest.raises(ConfigError, match="must end before the last"):
+        build_config(TrainSettings, {}, ["schedule=one-cycle", "warmup=12", "steps=10"])
+    # shorter than one step: legal in torch (the run starts on the falling phase)
+    assert build_config(TrainSettings, {}, ["schedule=one-cycle", "warmup=0.1",
+                                            "steps=2"]).steps == 2
     with pytest.raises(ConfigError, match="'schedule'"):
         build_config(TrainSettings, {}, ["schedule=cosin"])
 

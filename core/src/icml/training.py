@@ -78,10 +78,14 @@ class TrainSettings:
                              "e.g. warmup=0.1")
         if self.schedule == "one-cycle" and self.steps > 0:
             rise = self.warmup * self.steps if self.warmup < 1 else self.warmup
-            if not 1 < rise < self.steps - 1:  # torch's OneCycleLR divides by rise - 1
+            # torch's OneCycleLR divides by rise - 1 (phase 1) and by steps - rise (phase 2);
+            # a rise below one step is legal there (the run starts on the falling phase), and
+            # short runs that rely on that keep working
+            if rise == 1 or rise >= self.steps:
                 raise ValueError(f"one-cycle with steps={self.steps}, warmup={self.warmup:g}: "
-                                 f"the warm-up must span more than one step and end before "
-                                 f"the last (it spans {rise:g})")
+                                 f"the warm-up must not span exactly one step and must end "
+                                 f"before the last (it spans {rise:g}; torch's OneCycleLR "
+                                 f"would divide by zero)")
 
 
 @dataclass
