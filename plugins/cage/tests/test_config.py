@@ -52,4 +52,11 @@ def test_results_commands_build_their_config(path: Path) -> None:
     if cmd[:3] != ["icml", "run", "cage"]:
         pytest.skip("not an icml run command")
     sets = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--set"]
-    build_config(EvaluateConfig, {}, sets)
+    cfg = build_config(EvaluateConfig, {}, sets)
+    for item in sets:  # every key names a field of the built config (a renamed key would not)
+        node = cfg
+        for part in item.split("=", 1)[0].split("."):
+            assert hasattr(node, part), f"{path.name}: --set {item}: no field {part!r}"
+            node = getattr(node, part)
+    if sets:
+        assert cfg != build_config(EvaluateConfig, {}, []), f"{path.name}: the sets change nothing"
