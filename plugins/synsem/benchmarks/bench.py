@@ -149,6 +149,7 @@ def worker(kind: str, variant: str, n: int, out_path: str, layer_spec: str) -> N
     forward + pooling only (no clipping) unless the variant is the official all-layer clipping."""
     import torch
     from icml_synsem import extract_sentence_reps, num_layers, resolve_layers
+    from icml_synsem.representations import cast_parameters
 
     if os.environ.get("SYNSEM_BENCH_THREADS"):
         torch.set_num_threads(int(os.environ["SYNSEM_BENCH_THREADS"]))
@@ -161,23 +162,33 @@ def worker(kind: str, variant: str, n: int, out_path: str, layer_spec: str) -> N
         torch.save({}, out_path)
         print(json.dumps(res))
         return
+    variant, _, dtype = variant.partition(":")  # "batched:bfloat16": the forward in bfloat16
     base, _, bt = variant.partition("@")  # "batched@2048": batch_tokens=2048
     opts = {"batch_tokens": int(bt)} if bt else {}
+    target = getattr(torch, dtype) if dtype else None
 
     def run(q):
         clip = {"clip": False} if q is None else {"clip_low": q[0], "clip_high": q[1]}
-        if base == "batched":
-            return extract_sentence_reps(model, tok, sents,
-                                         ExtractionOptions(layers=layers, **clip, **opts))
+        if base == "batched":  # what a user gets: ExtractionOptions(dtype=...) casts per call
+            return extract_sentence_reps(model, tok, sents, ExtractionOptions(
+                layers=layers, dtype=dtype or "model", **clip, **opts))
         if base == "batched-no-stop":
             return extract_sentence_reps(model, tok, sents, ExtractionOptions(
-                layers=layers, stop_early=False, **clip, **opts))
-        return naive_reps(model, tok, sents, layers, q=q,
-                          clip_layers="all" if base == "official" else "requested")
+                layers=layers, stop_early=False, dtype=dtype or "model", **clip, **opts))
+        if base == "batched-nobucket":  # batches of 64 in input order, one cast for all
+            with cast_parameters(model, target):
+                return torch.cat([extract_sentence_reps(
+                    model, tok, sents[i:i + 64], ExtractionOptions(
+                        layers=layers, batch_size=64, batch_tokens=0, **clip))
+                    for i in range(0, len(sents), 64)], dim=1)
+        with cast_parameters(model, target):  # the naive loops: one cast for all sentences
+            return naive_reps(model, tok, sents, layers, q=q,
+                              clip_layers="all" if base == "official" else "requested")
 
     # warm-up on a few sentences so one-time costs are not timed
-    extract_sentence_reps(model, tok, sents[:8], ExtractionOptions(layers=layers))
-    naive_reps(model, tok, sents[:2], layers)
+    with cast_parameters(model, target):  # in the arm's dtype
+        extract_sentence_reps(model, tok, sents[:8], ExtractionOptions(layers=layers))
+        naive_reps(model, tok, sents[:2], layers)
     before = _rss_mb()
     res = {}
     t0, c0 = time.perf_counter(), time.process_time()
@@ -270,6 +281,55 @@ def peer_imbalance(peer_python: str, tmp: Path) -> list[list]:
     return rows
 
 
+LABELS = {"naive:bfloat16": "naive loop, bfloat16",
+          "batched:bfloat16": "batched (batch_tokens=1024), bfloat16",
+          "batched-nobucket": "batched, 64 sentences per batch in input order (no bucketing)",
+          "batched-nobucket:bfloat16": "batched, 64 sentences per batch in input order (no "
+                                       "bucketing), bfloat16"}
+
+
+def padding(kind: str, n: int) -> dict[str, float]:
+    """Padded tokens over real tokens of the draw: length-bucketed batches (the default
+    ``length_batches``) and 64-sentence batches in input order."""
+    from icml_synsem.representations import length_batches, tokenize
+
+    _, tok, sents = _setup(kind, n)
+    lens = [len(x) for x in tokenize(tok, sents, False)]
+    o = ExtractionOptions()
+    chunks = [list(range(i, min(i + 64, len(lens)))) for i in range(0, len(lens), 64)]
+    real = sum(lens)
+    return {name: sum(len(b) * max(lens[i] for i in b) for b in batches) / real
+            for name, batches in (("bucketed", length_batches(lens, o.batch_size,
+                                                              o.batch_tokens)),
+                                  ("input order", chunks))}
+
+
+def precision_rows(res: dict, pad: dict[str, float]) -> list[list]:
+    """The precision table: the goal's cross-precision ratio (batched bfloat16 vs the float32
+    naive loop) and, beside it, the same-precision ratios and what bucketing and bfloat16 each
+    give on their own."""
+    def both(slow: str, fast: str) -> list[str]:
+        return [_ratio(res[slow], res[fast], "full"), _ratio(res[slow], res[fast], "extract")]
+
+    bk, order = f"{pad['bucketed']:.2f}", f"{pad['input order']:.2f}"
+    return [
+        ["**cross-precision (the goal, >= 5x): batched bfloat16 vs naive float32 loop**",
+         *[f"**{x}**" for x in both("naive", "batched:bfloat16")], f"{bk} / 1.00"],
+        ["same precision, float32: batched vs naive loop", *both("naive", "batched"),
+         f"{bk} / 1.00"],
+        ["same precision, bfloat16: batched vs naive loop",
+         *both("naive:bfloat16", "batched:bfloat16"), f"{bk} / 1.00"],
+        ["bucketing, float32: length-bucketed batches vs 64 per batch in input order",
+         *both("batched-nobucket", "batched"), f"{bk} / {order}"],
+        ["bucketing, bfloat16: length-bucketed batches vs 64 per batch in input order",
+         *both("batched-nobucket:bfloat16", "batched:bfloat16"), f"{bk} / {order}"],
+        ["precision alone, batched: bfloat16 vs float32", *both("batched", "batched:bfloat16"),
+         f"{bk} / {bk}"],
+        ["precision alone, naive loop: bfloat16 vs float32",
+         *both("naive", "naive:bfloat16"), "1.00 / 1.00"],
+    ]
+
+
 def _rate(n: int, r: dict, key: str) -> str:
     """Sentences per second of wall-clock / of process CPU time."""
     return f"{n / r[key]:.3g} / {n / r[key + '_cpu']:.3g}"
@@ -312,6 +372,11 @@ def main() -> None:
     ap.add_argument("--sweep", default="",
                     help="extra batch_tokens values timed for the batched path on smollm2, "
                     "e.g. 512,2048,4096")
+    ap.add_argument("--dtypes", default="float32",
+                    help="comma-separated forward dtypes (float32, bfloat16): with "
+                    "bfloat16, bfloat16 arms of the naive loop and the batched path, 64-sentence "
+                    "batches in input order (no bucketing) in each dtype, and the precision "
+                    "table (cross-precision and same-precision speed-ups)")
     ap.add_argument("--skip-protocol", action="store_true", help="skip the end-to-end toy run")
     ap.add_argument("--out-results", default="", help="write the tables as a results file")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
@@ -335,28 +400,41 @@ def main() -> None:
     sweep = [int(x) for x in args.sweep.split(",") if x]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        rows, ratios = [], []
+        rows, ratios, precision = [], [], []
+        dtypes = [x for x in args.dtypes.split(",") if x]
+        bad = [x for x in dtypes if x not in ("float32", "bfloat16")]
+        if bad:
+            raise SystemExit(f"--dtypes: unknown {bad}; choose from float32, bfloat16")
         kinds = [k for k in args.models.split(",") if k]
         for kind in kinds:
             extra = [f"batched@{bt}" for bt in sweep] if kind == "smollm2" else []
+            if "bfloat16" in dtypes:
+                extra += ["naive:bfloat16", "batched:bfloat16", "batched-nobucket",
+                          "batched-nobucket:bfloat16"]
             res = fastest(kind, ["naive", "batched", "official"] + extra, args.n, tmp,
                           args.repeats)
             saved = {v: torch.load(r["path"]) for v, r in res.items()}
             nv = res["naive"]
             labels = [("naive", "naive loop"), ("batched", "batched (batch_tokens=1024)"),
                       ("official", "naive loop, every layer clipped (official script)")]
-            labels += [(v, f"batched, batch_tokens={v.split('@')[1]}") for v in extra]
+            labels += [(v, f"batched, batch_tokens={v.split('@')[1]}") for v in extra
+                       if "@" in v]
+            labels += [(v, LABELS[v]) for v in extra if v in LABELS]
             for v, label in labels:
                 r = res[v]
                 diff = "-"
+                tol = 1e-1 if "bfloat16" in v else 1e-4  # bfloat16: 8 mantissa bits
                 if v != "naive":
-                    diff = _diff(saved[v]["full"], saved["naive"]["full"])
+                    diff = _diff(saved[v]["full"], saved["naive"]["full"], tol)
                     if "extract" in saved[v]:
-                        diff += " / " + _diff(saved[v]["extract"], saved["naive"]["extract"])
+                        diff += " / " + _diff(saved[v]["extract"], saved["naive"]["extract"],
+                                              tol)
                 rows.append([kind, label, _rate(args.n, r, "full"),
                              _rate(args.n, r, "extract") if "extract" in r else "-",
                              f"{r['extra_peak_mb']:.0f}", diff])
             b = res["batched"]
+            if "batched:bfloat16" in res:
+                precision += [[kind] + r for r in precision_rows(res, padding(kind, args.n))]
             if kind == "smollm2":
                 floors = [("default (15, incl. the last)", run_worker(kind, "gemm", args.n, tmp),
                            nv, b)]
@@ -375,6 +453,13 @@ def main() -> None:
                          ["model", "full pipeline vs naive", "forward + pooling vs naive",
                           "full vs official script (all layers clipped)"], ratios,
                          name="speedup"))
+        if precision:
+            out.append(table(
+                "Default layers (every block runs): cross-precision and same-precision "
+                "speed-ups (slower arm's time / faster arm's time), wall-clock / CPU time",
+                ["model", "comparison", "full pipeline speed-up", "forward + pooling speed-up",
+                 "padded tokens over real tokens (faster / slower arm)"], precision,
+                name="precision"))
         # a layer subset without the last layer: the forward stops after the deepest one
         kind = "smollm2" if "smollm2" in kinds else "byte"
         spec = args.stop_layers or ("1,3,5,7,9,11,13,16" if kind == "smollm2" else "1,2")

@@ -20,6 +20,16 @@ with ``--out-results`` the tables as a results file (``icml.results``) that the 
     python plugins/synsem/benchmarks/real_model.py --out plugins/synsem/docs/real \
         --out-results plugins/synsem/results/real_model.json
 
+``--dtype bfloat16 --compare-dtype float32`` extracts twice (the second dtype first) and adds
+the agreement of the two: per layer and condition the paired difference of recall (this dtype
+minus the other, :func:`icml.stats.paired_diff_ci` over the queries) for the main and the
+English-centroid tables, how many cells fall inside the other dtype's 95% interval, the
+cosine of the representations, and both extraction times (``timing``):
+
+    python plugins/synsem/benchmarks/real_model.py --dtype bfloat16 --compare-dtype float32 \
+        --out plugins/synsem/docs/real_bf16 \
+        --out-results plugins/synsem/results/real_model_bf16.json
+
 Intervals are :func:`icml.stats.mean_ci` over the queries; each table's "MDE" column is the
 minimum detectable difference between two conditions' recalls over these queries
 (:func:`icml.stats.mde_proportion`, independent-samples worst case).
@@ -63,6 +73,112 @@ def ci_table(title: str, cols: list[str], layers: list[int], vals: dict, cis: di
                         formats={c: ".2f" for c in cols[1:] + ["MDE"]})
 
 
+TIMING_WHY = ("read off this machine's clock under its load, or a property of the machine: "
+              "shown, not compared")
+
+
+def cpu_flags() -> str:
+    """The CPU's bfloat16 / AMX / AVX-512 flags (``/proc/cpuinfo``), which decide whether a
+    bfloat16 matmul runs natively (avx512_bf16, amx_bf16) or is emulated."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                have = line.split(":", 1)[1].split()
+                keep = [f for f in have if f.startswith(("avx512", "amx")) or f in ("avx2", "fma")]
+                return " ".join(keep) or "none of avx2/avx512/amx"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_note() -> str:
+    import platform
+
+    import torch
+
+    return (f"CPU {R.cpu_model()}; flags: {cpu_flags()}; torch {torch.__version__}, "
+            f"{torch.get_num_threads()} thread(s); {platform.machine()}")
+
+
+def agreement_tables(args, tables, parts, reps, reps_cmp, main_res, en_res, cmp_res,
+                     t_main, t_cmp, n_sent, mde):  # noqa: ANN001, ANN201, PLR0913
+    """Tables of how the ``--dtype`` results agree with the ``--compare-dtype`` ones; returns
+    the results file's tolerance (the timing and machine columns)."""
+    import torch
+    from icml_synsem.protocol import CONDITION_NAMES, CONDITIONS
+
+    a, b = args.dtype, args.compare_dtype
+    summary = []
+    pairs = [("semantics (translation c_sem)", "semantic", main_res, cmp_res["main"]),
+             ("syntax (translation c_sem)", "syntactic", main_res, cmp_res["main"])]
+    if en_res is not None:
+        pairs += [("semantics (English-rewording c_sem)", "semantic", en_res, cmp_res["en"]),
+                  ("syntax (English-rewording c_sem)", "syntactic", en_res, cmp_res["en"])]
+    for label, task, ra, rb in pairs:
+        hits_a = ra.semantic_hits if task == "semantic" else ra.syntactic_hits
+        hits_b = rb.semantic_hits if task == "semantic" else rb.syntactic_hits
+        ci_b = rb.semantic_ci if task == "semantic" else rb.syntactic_ci
+        val_a = ra.semantic if task == "semantic" else ra.syntactic
+        rows, inside, excl, worst, disc = [], 0, 0, 0.0, []
+        for li, layer in enumerate(ra.layers):
+            row = [layer]
+            n_in = 0
+            for c in CONDITIONS:
+                est = stats.paired_diff_ci(hits_a[c][li], hits_b[c][li], n_boot=args.n_boot,
+                                           seed=args.seed + 1)
+                row.append({"value": est.value, "lo": est.lo, "hi": est.hi})
+                lo, hi = ci_b[c][li]
+                n_in += lo - 1e-12 <= val_a[c][li] <= hi + 1e-12
+                excl += not (est.lo <= 0 <= est.hi)
+                worst = max(worst, abs(est.value))
+                disc.append(sum(x != y for x, y in zip(hits_a[c][li], hits_b[c][li],
+                                                       strict=True)) / len(hits_a[c][li]))
+            inside += n_in
+            rows.append(row + [f"{n_in}/{len(CONDITIONS)}"])
+        name = "dtype-" + label.split(" ")[0] + ("-english" if "English" in label else "")
+        cols = ["layer"] + [CONDITION_NAMES[c] for c in CONDITIONS]
+        tables.append(R.make_table(
+            f"{label}: recall@{args.k} in {a} minus in {b} (paired 95% interval over the "
+            "queries)", cols + [f"{a} inside the {b} 95% interval"], rows, name=name,
+            formats={c: "+.3f" for c in cols[1:]}))
+        n_cells = len(ra.layers) * len(CONDITIONS)
+        summary.append([label, n_cells, f"{inside}/{n_cells}", f"{excl}/{n_cells}", worst,
+                        max(disc), mde])
+    scols = ["recall table", "cells", f"{a} estimate inside the {b} 95% interval",
+             "paired 95% interval of the difference excludes 0", "max |difference|",
+             "max share of queries whose hit differs", "MDE"]
+    tables.append(R.make_table(f"Agreement of {a} with {b} (every layer x condition of the "
+                               "real-model recall tables)", scols, summary,
+                               name="dtype-agreement",
+                               formats={"max |difference|": ".3f",
+                                        "max share of queries whose hit differs": ".3f",
+                                        "MDE": ".2f"}))
+    cos = [torch.nn.functional.cosine_similarity(x.double(), y.double(), dim=-1)
+           for x, y in [(reps.originals, reps_cmp.originals), (reps.twins, reps_cmp.twins),
+                        (reps.paraphrases, reps_cmp.paraphrases)]
+           + [(reps.translations[k], reps_cmp.translations[k]) for k in reps.translations]]
+    cos = torch.cat(cos, dim=1)  # [layers, sentences]
+    tables.append(R.make_table(
+        f"Representations: cosine of {a} to {b}, every sentence and layer", [
+            "sentences x layers", "min cosine", "median cosine", "layer of the min"],
+        [[f"{cos.shape[1]} x {cos.shape[0]}", float(cos.min()), float(cos.median()),
+          reps.layers[int(cos.min(1).values.argmin())]]], name="dtype-cosine",
+        formats={"min cosine": ".5f", "median cosine": ".5f"}))
+    tcols = ["dtype", f"extraction of {n_sent} sentences, s wall / CPU", "sentences/s wall / CPU",
+             f"speed vs {b}, wall / CPU", "CPU flags"]
+    flags = cpu_flags()
+    trow = [[b, f"{t_cmp[0]:.1f} / {t_cmp[1]:.1f}",
+             f"{n_sent / t_cmp[0]:.3g} / {n_sent / t_cmp[1]:.3g}", "1.0x / 1.0x", flags],
+            [a, f"{t_main[0]:.1f} / {t_main[1]:.1f}",
+             f"{n_sent / t_main[0]:.3g} / {n_sent / t_main[1]:.3g}",
+             f"{t_cmp[0] / t_main[0]:.2f}x / {t_cmp[1] / t_main[1]:.2f}x", flags]]
+    tables.append(R.make_table(f"Batched extraction time, {a} vs {b} (same run, same process)",
+                               tcols, trow, name="dtype-time"))
+    parts += [f"## Agreement of {a} with {b}\n", md_table(scols, summary), "",
+              md_table(tcols, trow), ""]
+    return {c: {"timing": True, "why": TIMING_WHY} for c in tcols[1:]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -77,6 +193,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (ICML_THREADS wins)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                    help="dtype of the forward pass (extraction.dtype; the model loads in float32)")
+    ap.add_argument("--compare-dtype", default="", choices=("", "float32", "bfloat16", "float16"),
+                    help="also extract in this dtype and tabulate the agreement")
     ap.add_argument("--out", default="results/real")
     ap.add_argument("--out-results", default="", help="write the tables as a results file")
     args = ap.parse_args()
@@ -101,15 +221,22 @@ def main() -> None:
     n_sent = len(data) * (3 + len(data.translations))
     en = [x for x in data.translations if x not in langs]
     layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+    reps_cmp, t_cmp = None, (0.0, 0.0)
+    if args.compare_dtype:  # first, so that the main dtype's extraction is not the first one
+        t0, c0 = time.perf_counter(), time.process_time()
+        reps_cmp = sentence_reps(model, tok, data, ExtractionOptions(
+            layers=layers, dtype=args.compare_dtype), device=args.device)
+        t_cmp = (time.perf_counter() - t0, time.process_time() - c0)
     t0 = time.perf_counter()
     c0 = time.process_time()
-    reps = sentence_reps(model, tok, data, ExtractionOptions(layers=layers), device=args.device)
+    reps = sentence_reps(model, tok, data, ExtractionOptions(layers=layers, dtype=args.dtype),
+                         device=args.device)
     t_extract, cpu_extract = time.perf_counter() - t0, time.process_time() - c0
     n_tokens = sum(len(tok(s, add_special_tokens=False)["input_ids"])
                    for part in (data.originals, data.twins, data.paraphrases,
                                 *data.translations.values()) for s in part)
 
-    def only(keys):  # noqa: ANN001, ANN202
+    def only(keys, reps=reps):  # noqa: ANN001, ANN202
         """The representations and data with the given translation sets as the only ones."""
         from icml_synsem import SynSemData
 
@@ -127,7 +254,16 @@ def main() -> None:
     if en:
         reps_e, data_e = only(en)
         en_res = analyse_reps(reps_e, data_e, main_opts, seed=args.seed)
+    cmp_res = {}
+    if reps_cmp is not None:  # the same analyses (same seeds) of the other dtype's reps
+        cmp_res["main"] = analyse_reps(only(langs, reps_cmp)[0], data_l, main_opts,
+                                       seed=args.seed)
+        if en:
+            cmp_res["en"] = analyse_reps(only(en, reps_cmp)[0], only(en)[1], main_opts,
+                                         seed=args.seed)
+    reps_all = reps
     reps, data = reps_l, data_l
+
     def variant(**change):  # noqa: ANN003, ANN202
         """The main analysis with some settings changed (no II resamples unless asked)."""
         opts = AnalysisOptions(k=args.k, **{"imbalance_resamples": 0, **change})
@@ -233,6 +369,10 @@ def main() -> None:
                                "representations)", vcols + ["MDE"],
                                [r + [mde] for r in vrows], name="settings",
                                formats={c: ".2f" for c in vcols[1:] + ["MDE"]}))
+    tolerance = None
+    if reps_cmp is not None:
+        tolerance = agreement_tables(args, tables, parts, reps_all, reps_cmp, main_res, en_res,
+                                     cmp_res, (t_extract, cpu_extract), t_cmp, n_sent, mde)
     (out / "report.md").write_text("\n".join(parts) + "\n")
 
     # ---- plots
@@ -282,7 +422,8 @@ def main() -> None:
     print(f"total {time.perf_counter() - t0 + t_extract + t_load:.1f} s; wrote {out}")
     if args.out_results:
         R.write(args.out_results, tables, plugin="synsem", seeds=[args.seed], clock=clock,
-                threads=threads, quick=False,
+                threads=threads, quick=False, tolerance=tolerance,
+                notes=machine_note() if reps_cmp is not None else "",
                 command=" ".join(["python", "plugins/synsem/benchmarks/real_model.py"]
                                  + [shlex.quote(x) for x in sys.argv[1:]]))
 

@@ -18,6 +18,7 @@ _EXPORTS = {
     "extract_sentence_reps": "representations", "default_layers": "representations",
     "resolve_layers": "representations", "clip_quantiles": "representations",
     "load_model": "representations", "num_layers": "representations",
+    "cast_parameters": "representations",
     "remove_projection": "centroids", "subtract": "centroids", "orthogonalize": "centroids",
     "ablate": "centroids", "explained_sq_norm": "centroids", "group_centroids": "centroids",
     "syntactic_centroids": "centroids", "semantic_centroids": "centroids",

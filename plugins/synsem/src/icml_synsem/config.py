@@ -67,6 +67,11 @@ class ExtractionOptions:
                                       "does not)")
     stop_early: bool = option(True, help="stop the forward after the deepest requested block "
                               "(checked once against the model's own hidden states)")
+    dtype: str = option("model", help="dtype of the forward pass: model (the model's own; in "
+                        "the job the run's --dtype), float32, bfloat16 or float16 (the model's "
+                        "floating parameters are cast for the extraction and restored after; "
+                        "clipping and pooling stay float32)",
+                        choices=("model", "float32", "bfloat16", "float16"))
 
     def __post_init__(self) -> None:
         check_bounds(self, "extraction.")  # Python construction checks what the CLI checks

@@ -51,7 +51,9 @@ class ProfileResult:
     condition ``cond`` (one of :data:`CONDITIONS`); ``syntactic`` likewise for syntax twins;
     ``explained[name][l]`` the mean explained squared norm of the queries along ``c_sem``,
     ``c_syn`` and their permuted controls; ``imbalance[name][l]`` the Information Imbalance
-    between centroid spaces (``syn_to_sem``, ``sem_to_syn`` and their ``_std``)."""
+    between centroid spaces (``syn_to_sem``, ``sem_to_syn`` and their ``_std``).
+    ``semantic_hits[cond][l]`` / ``syntactic_hits[cond][l]`` hold the per-query hits behind
+    each recall (for paired comparisons, e.g. of two dtypes: ``icml.stats.paired_diff_ci``)."""
 
     layers: list[int]
     k: int
@@ -65,6 +67,8 @@ class ProfileResult:
     n_queries: int = 0
     n_dropped: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
+    semantic_hits: dict[str, list[list[float]]] = field(default_factory=dict)
+    syntactic_hits: dict[str, list[list[float]]] = field(default_factory=dict)
 
     def mean(self, task: str, cond: str) -> float:
         vals = (self.semantic if task == "semantic" else self.syntactic)[cond]
@@ -230,6 +234,8 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, options: AnalysisOptions 
     syn: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     explained: dict[str, list[float]] = {f"explained_{c}": [] for c in CONDITIONS[1:]}
     imb: dict[str, list[float]] = {}
+    sem_h: dict[str, list[list[float]]] = {c: [] for c in CONDITIONS}
+    syn_h: dict[str, list[list[float]]] = {c: [] for c in CONDITIONS}
     sem_ci: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS} if n_boot else {}
     syn_ci: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS} if n_boot else {}
     trans_rec: dict[str, list[float]] = {lang: [] for lang in reps.translations} \
@@ -259,6 +265,8 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, options: AnalysisOptions 
                             if syntax_match == "template" else recall_hits(q, twins, k))
             sem[cond].append(float(sum(sem_hits[-1]) / len(data)))
             syn[cond].append(float(sum(syn_hits[-1]) / len(data)))
+            sem_h[cond].append(list(sem_hits[-1]))
+            syn_h[cond].append(list(syn_hits[-1]))
         if n_boot:
             # icml.stats' percentile bootstrap over the queries; one seed, so every condition
             # and layer is resampled with the same draws
@@ -281,6 +289,7 @@ def analyse_reps(reps: SentenceReps, data: SynSemData, options: AnalysisOptions 
                          explained=explained, imbalance=imb, semantic_ci=sem_ci,
                          syntactic_ci=syn_ci, translation_recall=trans_rec,
                          n_queries=len(data), n_dropped=n_dropped,
+                         semantic_hits=sem_h, syntactic_hits=syn_h,
                          settings={"global_center": o.global_center, "centering": centering,
                                    "perm_control": perm_control,
                                    "imbalance_estimator": imbalance_estimator,

@@ -206,6 +206,42 @@ class _TruncatedForward:
 READER = "synsem: representation extraction"
 
 
+def forward_dtype(model: Any, dtype: str) -> Any:
+    """The ``torch.dtype`` an extraction with ``ExtractionOptions.dtype == dtype`` runs
+    ``model`` in: the dtype of its floating parameters for ``"model"``, else the named one."""
+    import torch
+
+    if dtype == "model":
+        return next((p.dtype for p in model.parameters() if p.is_floating_point()),
+                    torch.float32)
+    return getattr(torch, dtype)
+
+
+class cast_parameters:  # noqa: N801 (a context manager used like a function)
+    """Run ``model`` with its floating-point parameters in ``dtype`` inside the ``with`` block
+    and restore the original tensors (bit for bit) on exit; ``dtype=None`` or the parameters'
+    own dtype changes nothing. Buffers (e.g. the rotary ``inv_freq``) keep their dtype, so
+    positions are computed as in the original model. Peak memory: the model in both dtypes;
+    load the model in ``dtype`` to avoid the copy."""
+
+    def __init__(self, model: Any, dtype: Any) -> None:
+        self.model, self.dtype = model, dtype
+        self.saved: list[tuple[Any, Any]] = []
+
+    def __enter__(self) -> Any:
+        if self.dtype is not None:
+            for p in self.model.parameters():
+                if p.is_floating_point() and p.dtype != self.dtype:
+                    self.saved.append((p, p.data))
+                    p.data = p.data.to(self.dtype)
+        return self.model
+
+    def __exit__(self, *exc: Any) -> None:
+        for p, data in self.saved:
+            p.data = data
+        self.saved = []
+
+
 def check_basis(model: Any, layer_ids: Sequence[int], n_layers: int) -> bool:
     """Whether ``model``'s residual stream is in another basis (``icml.compose``: a producer's
     rotation or scaling), so that the states must be mapped with ``to_original``. Refuses, with
@@ -237,7 +273,9 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str],
     section; default ``ExtractionOptions()``) holds every setting: layers, last_n, pooling,
     clipping, batching. Sentences are sorted by token length and cut into batches of at most
     ``batch_size`` sentences and ``batch_tokens`` padded tokens (see :func:`length_batches`);
-    the base model runs without its LM head and KV cache, in inference mode. With
+    the base model runs without its LM head and KV cache, in inference mode, in ``dtype``
+    (``"bfloat16"`` casts the floating parameters for the call, see :class:`cast_parameters`;
+    quantile bounds, clipping and pooling are computed in float32 from the hidden states). With
     ``stop_early`` and a layer
     subset that does not need the last layer, the forward stops before the first block no
     requested layer needs (checked once per call against a full forward of the shortest
@@ -284,8 +322,10 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str],
                     attention_mask=mask if padded and not causal else None,
                     output_hidden_states=True, **extra)
 
+    target = forward_dtype(model, opts.dtype)
     out = None
-    with torch.inference_mode(), (truncated or contextlib.nullcontext()):
+    with torch.inference_mode(), cast_parameters(model, target), \
+            (truncated or contextlib.nullcontext()):
         if truncated is not None:
             # check the truncated forward against the model's own hidden states once, on one
             # sentence (the shortest), so that the check costs about one sentence's forward
@@ -316,7 +356,7 @@ def extract_sentence_reps(model: Any, tokenizer: Any, sentences: Sequence[str],
             if rebased:  # a producer's re-based residual stream, mapped to the original basis
                 from icml.compose import to_original
 
-                h = torch.stack([to_original(model, hs[layer], layer, reader=READER)
+                h = torch.stack([to_original(model, hs[layer].float(), layer, reader=READER)
                                  for layer in layer_ids])
             else:
                 h = torch.stack([hs[layer] for layer in layer_ids])  # [nL, B, T, D]
