@@ -176,10 +176,57 @@ def _prefix_cache(model: Any, ids: Any, att: Any, repeats: int) -> Any:
     return cache
 
 
+def generate_compacting(model: Any, ids: Any, att: Any, method: Method, gens: list[Any], *,
+                        max_new_tokens: int, segment: int, pad: int, eos: int,
+                        cache: Any = None) -> tuple[Any, dict[str, int]]:
+    """``model.generate`` in segments of ``segment`` new tokens; after each segment the rows
+    that emitted ``eos`` leave the batch (their KV cache rows too, ``batch_select_indices``),
+    so a batch costs the tokens its rows write, not its longest row times its size.
+
+    Each row keeps its own generator (``gens[j]``, one per row, carried across segments), so
+    its draws are those of one uninterrupted call; what can differ is only the floating point
+    of a matmul over fewer rows. Returns ``(new_tokens (B, max_new_tokens), stats)``: finished
+    rows are padded with ``pad``, stats are the decoders' counters summed over segments."""
+    import torch
+
+    if segment < 1:
+        raise ValueError(f"segment must be >= 1, got {segment}")
+    B = ids.shape[0]
+    out = torch.full((B, max_new_tokens), pad, dtype=ids.dtype, device=ids.device)
+    alive = torch.arange(B, device=ids.device)
+    stats: dict[str, int] = {}
+    done = 0
+    cur, cur_att = ids, att
+    while done < max_new_tokens and alive.numel():
+        n = min(segment, max_new_tokens - done)
+        dec = method.make([gens[j] for j in alive.tolist()])
+        extra = {} if cache is None else {"cache": cache}
+        res = model.generate(cur, attention_mask=cur_att, max_new_tokens=n, pad_token_id=pad,
+                             eos_token_id=eos, custom_generate=dec, **extra,
+                             **method.generate_kwargs)
+        new = res[:, cur.shape[1]:]
+        out[alive, done:done + new.shape[1]] = new
+        for k, v in getattr(dec, "stats", {}).items():
+            stats[k] = stats.get(k, 0) + int(v)
+        if "tokens" not in getattr(dec, "stats", {}):
+            stats["tokens"] = stats.get("tokens", 0) + int(new.numel())
+        done += new.shape[1]
+        keep = (~(new == eos).any(1)).nonzero().squeeze(1)
+        if done >= max_new_tokens or keep.numel() == 0:
+            break
+        cur_att = torch.cat([cur_att, cur_att.new_ones(new.shape)], dim=1)[keep]
+        cur = res[keep]
+        alive = alive[keep]
+        if cache is not None and keep.numel() < res.shape[0]:
+            cache.batch_select_indices(keep)
+    return out, stats
+
+
 def run_chat_method(model: Any, tokenizer: Any, problems: list[Any], method: Method, *,
                     num_samples: int, seed: int, max_new_tokens: int,
                     problems_per_batch: int = 4, share_prefix: bool = True,
-                    progress: Any = None, prefill_memo: dict | None = None) -> ChatResult:
+                    progress: Any = None, prefill_memo: dict | None = None,
+                    compact_every: int = 0) -> ChatResult:
     """Draw ``num_samples`` replies per problem of a chat suite (:mod:`icml_led.suite`) with
     ``method``: each batch holds all samples of ``problems_per_batch`` problems (left-padded),
     sampled with one generator per row seeded from ``(seed, problem index, sample index)``, so
@@ -187,7 +234,10 @@ def run_chat_method(model: Any, tokenizer: Any, problems: list[Any], method: Met
     ``share_prefix``: prefill each prompt once and repeat its KV cache over its samples (the
     decoders see the same inputs; only the prompt's forward pass is shared). ``prefill_memo``:
     a dict shared by several calls (decoders, temperatures) on the same model and suite, so each
-    prompt batch is prefilled once in all (see :func:`shared_prefix_cache`)."""
+    prompt batch is prefilled once in all (see :func:`shared_prefix_cache`). ``compact_every``:
+    when > 0, decode in segments of that many tokens and drop finished rows between them
+    (:func:`generate_compacting`): the same per-row draws, at the cost of the tokens written;
+    ``steps`` then counts the steps of all segments."""
     import torch
 
     device = next(model.parameters()).device
@@ -210,19 +260,25 @@ def run_chat_method(model: Any, tokenizer: Any, problems: list[Any], method: Met
         gens = [torch.Generator(device=device).manual_seed(
             (seed * 1_000_003 + (i + j // num_samples) * 1009 + j % num_samples) % (2 ** 63))
             for j in range(ids.shape[0])]
-        dec = method.make(gens)
         start = time.perf_counter()
         extra = {}
         if share_prefix:
             extra["cache"] = shared_prefix_cache(model, ids_u, att_u, num_samples,
                                                  prefill_memo)
-        out = model.generate(ids, attention_mask=att, max_new_tokens=max_new_tokens,
-                             pad_token_id=pad, eos_token_id=eos, custom_generate=dec,
-                             **extra, **method.generate_kwargs)
+        if compact_every:
+            new, stats = generate_compacting(model, ids, att, method, gens,
+                                             max_new_tokens=max_new_tokens,
+                                             segment=compact_every, pad=pad, eos=eos,
+                                             cache=extra.get("cache"))
+        else:
+            dec = method.make(gens)
+            out = model.generate(ids, attention_mask=att, max_new_tokens=max_new_tokens,
+                                 pad_token_id=pad, eos_token_id=eos, custom_generate=dec,
+                                 **extra, **method.generate_kwargs)
+            new = out[:, ids.shape[1]:]
+            stats = getattr(dec, "stats", {})
         seconds += time.perf_counter() - start
-        new = out[:, ids.shape[1]:]
         dec_texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-        stats = getattr(dec, "stats", {})
         tokens += int(stats.get("tokens", new.numel()))
         steps += int(stats.get("steps", new.shape[1]))
         explored += int(stats.get("explored", 0))

@@ -1,0 +1,417 @@
+"""Powered pass@k of LED on SmolLM2-135M-Instruct (issue 63): >= 100 prompts, 64 new tokens,
+three temperatures, LED vs temperature sampling vs LED's own base path vs DoLa.
+
+Two commands, run in this order (the second's settings are fixed by the first's rule, written
+here before the pilot ran):
+
+    python plugins/led/benchmarks/powered.py pilot \
+        --out-results plugins/led/results/powered_pilot.json
+    python plugins/led/benchmarks/powered.py final --families <kept> \
+        --out-results plugins/led/results/powered.json
+
+**Selection rule (the pilot; committed before it ran, never looks at LED).** The pilot suite is
+``make_suite(PILOT_PROMPTS, seed=PILOT_SEED)``: every family of :mod:`icml_led.suite` in every
+answer format, disjoint in seed from the final suite (seed ``FINAL_SEED``). Only temperature
+sampling (top-k 20, top-p 0.95) is scored for selection, at the middle temperature
+``SELECT_T``, with the final run's samples, token cap and dtype. Per family, pass@1 is the mean
+over its prompts. (1) Families with pass@1 below ``FLOOR`` or above ``CEILING`` are dropped (no
+room to move). (2) While the pooled pass@1 of the kept families (over their prompts) is above
+``BAND[1]`` the easiest kept family is dropped, while below ``BAND[0]`` the hardest. The kept
+families, in ``FAMILIES`` order, are what ``final --families`` takes; the pilot prints the
+command. The pilot also times every arm on a few prompts (bfloat16 and float32) to size the
+final run; those arms' accuracies are not computed.
+
+**The final run.** ``make_suite(prompts, seed=FINAL_SEED, families=kept)`` (all three answer
+formats), 16 samples per prompt, at most 64 new tokens, temperatures ``TEMPERATURES``, arms:
+``sampling`` (top-k 20, top-p 0.95), ``dola`` (transformers' algorithm, high layers, same
+sampler), ``top8`` (LED's base path: LED with d = 1) and ``led`` (``LEDConfig()``: the official
+d = 8, k = 8, no final norm, confidence gate). One generator per sample seeded from (seed,
+prompt, sample), the same for every arm: the arms are paired by prompt and share their random
+numbers. The 16 samples of 8 prompts are one batch (128 rows); each prompt is prefilled once
+for all arms and temperatures; finished rows leave the batch every 8 tokens
+(``generate_compacting``: the same per-row draws). The model runs in bfloat16; a float32 rerun
+of sampling and LED at ``SELECT_T`` on the first ``DTYPE_PROMPTS`` prompts is the subset check
+(bfloat16 minus float32 pass@1, paired by prompt, in the results file).
+
+Statistics (:mod:`icml.stats`): per prompt, pass@k is the unbiased estimator from the 16
+samples; CIs are percentile bootstraps over prompts; LED-minus-baseline differences are paired
+by prompt, with their MDE at alpha 0.05 and power 0.8 from the bootstrap SE of the per-prompt
+differences (``mde_from_samples``); pass@16 (solved at least once, 0/1) also gets McNemar's
+exact test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from icml_led.config import LEDConfig
+from icml_led.evaluation import Method, run_chat_method
+from icml_led.generate import DoLaDecoding, LEDDecoding, SamplingDecoding
+from icml_led.metrics import pass_at_k
+from icml_led.suite import FAMILIES, make_suite
+
+HERE = Path(__file__).resolve().parent
+
+# -- settings fixed before the pilot ran ---------------------------------------------------------
+PILOT_SEED, FINAL_SEED = 101, 0
+PILOT_PROMPTS = 36                  # 2 per (family, format) pair
+SELECT_T = 0.8                      # the middle temperature
+TEMPERATURES = (0.6, 0.8, 1.0)
+FLOOR, CEILING = 0.05, 0.95         # a family outside is dropped
+BAND = (0.2, 0.6)                   # pooled pass@1 of the kept families
+SAMPLES = 16
+MAX_NEW_TOKENS = 64
+PER_BATCH = 8                       # prompts per batch (x 16 samples = 128 rows)
+SEGMENT = 8                         # finished rows leave the batch every 8 tokens
+DTYPE_PROMPTS = 16
+ARMS = ("sampling", "dola", "top8", "led")
+KS = (1, 4, 16)
+TIMING = {"timing": True, "why": "clock reading on a shared 2-core CPU (load in the file)"}
+
+
+def arms(temperature: float) -> dict[str, Method]:
+    samp = {"do_sample": True, "temperature": temperature, "top_k": 20, "top_p": 0.95}
+    led_kw = {"do_sample": True, "temperature": temperature}
+    base = LEDConfig(depth=1)
+    return {
+        "sampling": Method("sampling (top-k 20, top-p 0.95)", lambda g: SamplingDecoding(g),
+                           samp),
+        "dola": Method("dola (high)", lambda g: DoLaDecoding("high", 0.1, g), samp),
+        "top8": Method("top-8 (LED d=1)", lambda g: LEDDecoding(base, g), led_kw),
+        "led": Method("led (d=8, k=8)", lambda g: LEDDecoding(LEDConfig(), g), led_kw),
+    }
+
+
+def select_families(per_family: dict[str, list[int]], samples: int) -> tuple[list[str], list]:
+    """The selection rule on the pilot's per-family correct counts (sampling only). Returns the
+    kept families (in ``FAMILIES`` order) and the log of the decisions."""
+    p1 = {f: statistics.mean(c / samples for c in cs) for f, cs in per_family.items()}
+    log = []
+    kept = []
+    for f in FAMILIES:
+        if f not in p1:
+            continue
+        if p1[f] < FLOOR:
+            log.append((f, p1[f], "dropped: floor"))
+        elif p1[f] > CEILING:
+            log.append((f, p1[f], "dropped: ceiling"))
+        else:
+            kept.append(f)
+
+    def pooled(fs: list[str]) -> float:
+        vals = [c / samples for f in fs for c in per_family[f]]
+        return statistics.mean(vals) if vals else float("nan")
+
+    while len(kept) > 1 and not BAND[0] <= pooled(kept) <= BAND[1]:
+        drop = (max if pooled(kept) > BAND[1] else min)(kept, key=lambda f: p1[f])
+        kept.remove(drop)
+        log.append((drop, p1[drop], "dropped: band"))
+    for f in kept:
+        log.append((f, p1[f], "kept"))
+    return kept, log
+
+
+def load_model(dtype: str):
+    from icml.models import load_pretrained
+
+    model, tok = load_pretrained("smollm2-135m-instruct",
+                                 dtype=getattr(torch, dtype))
+    model.eval()
+    tok.padding_side = "left"
+    return model, tok
+
+
+def run_arm(model, tok, problems, method, *, seed, memo, args) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = run_chat_method(model, tok, problems, method, num_samples=args.samples, seed=seed,
+                        max_new_tokens=args.max_new_tokens, problems_per_batch=args.per_batch,
+                        prefill_memo=memo, compact_every=args.segment)
+    lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for x in r.texts for t in x]
+    return {"name": method.name, "correct": r.correct, "seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - c0, "tokens": r.tokens, "steps": r.steps,
+            "explored": r.explored_fraction,
+            "mean_reply_tokens": statistics.mean(lengths),
+            "capped": sum(n >= args.max_new_tokens for n in lengths) / len(lengths),
+            "texts_sha256": hashlib.sha256(json.dumps(r.texts).encode()).hexdigest(),
+            "first_texts": [x[0] for x in r.texts]}
+
+
+def mid_t(args) -> float:
+    """The middle temperature of the run (``SELECT_T`` by default): the float32 check's."""
+    return args.temperatures[len(args.temperatures) // 2]
+
+
+def prefill(model, tok, problems, args, memo: dict) -> None:
+    """Fill ``memo`` with every prompt batch's KV cache (as ``run_chat_method`` batches them),
+    so no arm's clock includes the prefill the arms share."""
+    from icml_led.evaluation import shared_prefix_cache
+
+    for i in range(0, len(problems), args.per_batch):
+        enc = tok([p.prompt(tok) for p in problems[i:i + args.per_batch]], return_tensors="pt",
+                  padding=True, add_special_tokens=False)
+        shared_prefix_cache(model, enc["input_ids"], enc["attention_mask"], 1, memo)
+
+
+def per_prompt(correct: list[int], n: int, k: int) -> list[float]:
+    return [pass_at_k(n, c, k) for c in correct]
+
+
+# -- pilot -----------------------------------------------------------------------------------------
+def pilot(args, log) -> list[dict]:
+    from icml.results import make_table
+
+    model, tok = load_model(args.dtype)
+    problems = make_suite(PILOT_PROMPTS, seed=PILOT_SEED)
+    memo: dict = {}
+    run = run_arm(model, tok, problems, arms(SELECT_T)["sampling"], seed=PILOT_SEED + 1,
+                  memo=memo, args=args)
+    log(f"pilot sampling T={SELECT_T}: {run['seconds']:.0f} s, {run['tokens']} tokens")
+    per_family: dict[str, list[int]] = {}
+    for p, c in zip(problems, run["correct"]):
+        per_family.setdefault(p.family, []).append(c)
+    kept, decisions = select_families(per_family, args.samples)
+    rows = [[f, len(per_family[f]), p, why] for f, p, why in decisions]
+    pooled = statistics.mean(c / args.samples for f in kept for c in per_family[f])
+    rows.append(["kept, pooled", sum(len(per_family[f]) for f in kept), pooled,
+                 ",".join(kept)])
+    tables = [make_table(f"selection: sampling pass@1 at T={SELECT_T} on the pilot suite "
+                         f"(seed {PILOT_SEED}, {PILOT_PROMPTS} prompts x {args.samples} "
+                         f"samples, {args.max_new_tokens} new tokens, {args.dtype})",
+                         ["family", "prompts", "pass@1", "decision"], rows, name="selection",
+                         formats={"pass@1": ".3f"})]
+    # cost probe: every arm on a few kept-family prompts (accuracies not computed)
+    probe = make_suite(args.per_batch, seed=PILOT_SEED + 2, families=tuple(kept or FAMILIES))
+    cost_rows = []
+    ref = None
+    for dtype in (args.dtype, "float32"):
+        m, t = (model, tok) if dtype == args.dtype else load_model(dtype)
+        memo = {}
+        prefill(m, t, probe, args, memo)
+        for key in (ARMS if dtype == args.dtype else ("sampling", "led")):
+            r = run_arm(m, t, probe, arms(SELECT_T)[key], seed=PILOT_SEED + 3, memo=memo,
+                        args=args)
+            per_prompt_s = r["seconds"] / len(probe)
+            ref = per_prompt_s if (dtype, key) == (args.dtype, "sampling") else ref
+            cost_rows.append([dtype, r["name"], r["tokens"], r["mean_reply_tokens"],
+                              r["capped"], 1000 * r["seconds"] / r["tokens"], per_prompt_s,
+                              per_prompt_s / ref])
+            log(f"cost {dtype} {key}: {r['seconds']:.0f} s, {r['tokens']} tokens")
+    bf = {r[1]: r[6] for r in cost_rows if r[0] == args.dtype}
+    per_temp = sum(bf.values())
+    n_final = final_count(len(kept) or len(FAMILIES))
+    est = per_temp * n_final * len(TEMPERATURES) + DTYPE_PROMPTS * sum(
+        r[6] for r in cost_rows if r[0] == "float32")
+    tables.append(make_table(
+        f"cost probe at T={SELECT_T} ({len(probe)} prompts x {args.samples} samples, one "
+        "batch, finished rows leave every 8 tokens); estimate of the final run: "
+        f"{n_final} prompts x {len(TEMPERATURES)} temperatures x 4 arms + the float32 check",
+        ["dtype", "arm", "tokens", "mean reply tokens", "capped at 64", "ms/token",
+         "s/prompt", "vs sampling"], cost_rows, name="cost-probe",
+        formats={"mean reply tokens": ".1f", "capped at 64": ".3f", "ms/token": ".1f",
+                 "s/prompt": ".2f", "vs sampling": ".2f"}))
+    tables.append(make_table("final run, estimated from the probe", ["prompts", "estimated s"],
+                             [[n_final, est]], name="estimate", formats={"estimated s": ".0f"}))
+    print(f"kept families: {','.join(kept)}; pooled pass@1 {pooled:.3f}; estimated final "
+          f"run {est:.0f} s at one thread")
+    print("final command: python plugins/led/benchmarks/powered.py final --families "
+          f"{','.join(kept)} --out-results plugins/led/results/powered.json")
+    return tables
+
+
+def final_count(n_families: int) -> int:
+    """The smallest multiple of (families x 3 formats) that is >= 100 prompts."""
+    unit = n_families * 3
+    return -(-100 // unit) * unit
+
+
+# -- final -----------------------------------------------------------------------------------------
+def final(args, log) -> tuple[list[dict], dict]:
+
+    fams = tuple(args.families)
+    n = args.prompts or final_count(len(fams))
+    problems = make_suite(n, seed=FINAL_SEED, families=fams)
+    model, tok = load_model(args.dtype)
+    memo: dict = {}
+    prefill(model, tok, problems, args, memo)
+    runs: dict[str, dict] = {}
+    for t in args.temperatures:
+        for key in args.arms:
+            r = run_arm(model, tok, problems, arms(t)[key], seed=FINAL_SEED + 1, memo=memo,
+                        args=args)
+            r["T"] = t
+            runs[f"{t:g}/{key}"] = r
+            log(f"T={t:g} {key}: pass@1 "
+                f"{statistics.mean(per_prompt(r['correct'], args.samples, 1)):.3f} "
+                f"({r['seconds']:.0f} s, {r['tokens']} tokens)")
+    check: dict[str, dict] = {}
+    if args.dtype_prompts:
+        m32, t32 = load_model("float32")
+        memo32: dict = {}
+        sub = problems[:args.dtype_prompts]
+        prefill(m32, t32, sub, args, memo32)
+        for key in ("sampling", "led"):
+            if key not in args.arms:
+                continue
+            check[key] = run_arm(m32, t32, sub, arms(mid_t(args))[key], seed=FINAL_SEED + 1,
+                                 memo=memo32, args=args)
+            log(f"float32 check {key}: {check[key]['seconds']:.0f} s")
+    tables = tables_from(runs, check, args, n)
+    raw = {"problems": [p.__dict__ for p in problems], "runs": runs, "float32": check}
+    return tables, raw
+
+
+def tables_from(runs: dict, check: dict, args, n_prompts: int) -> list[dict]:
+    from icml import stats
+    from icml.results import make_table
+
+    ns = args.samples
+    three = ".3f"
+    rows = []
+    for r in runs.values():
+        ests = [stats.mean_ci(per_prompt(r["correct"], ns, k), seed=0) for k in KS]
+        ex = r["explored"]
+        rows.append([f"{r['T']:g}", r["name"], *ests, "-" if ex != ex else ex,
+                     r["mean_reply_tokens"], r["capped"]])
+    passk = make_table(
+        f"pass@k ({n_prompts} prompts x {ns} samples, at most {args.max_new_tokens} new tokens, "
+        f"{args.dtype}; 95% bootstrap CI over prompts)",
+        ["T", "method"] + [f"pass@{k} [95% CI]" for k in KS] +
+        ["explored", "reply tokens", "capped"], rows, name="passk",
+        formats={**{f"pass@{k} [95% CI]": three for k in KS}, "explored": three,
+                 "reply tokens": ".1f", "capped": three})
+    paired = []
+    for t in args.temperatures:
+        led = runs.get(f"{t:g}/led")
+        for key in ("sampling", "top8", "dola"):
+            base = runs.get(f"{t:g}/{key}")
+            if led is None or base is None:
+                continue
+            cells = []
+            for k in KS:
+                a, b = per_prompt(led["correct"], ns, k), per_prompt(base["correct"], ns, k)
+                d = [x - y for x, y in zip(a, b)]
+                cells += [stats.paired_diff_ci(a, b, seed=0), stats.mde_from_samples(d, seed=0)]
+            sa = [int(c > 0) for c in led["correct"]]
+            sb = [int(c > 0) for c in base["correct"]]
+            cells.append(stats.mcnemar(sa, sb).p_value)
+            paired.append([f"{t:g}", base["name"], *cells])
+    cols = ["T", "LED minus"]
+    for k in KS:
+        cols += [f"Δ pass@{k} [95% CI]", f"MDE Δ pass@{k}"]
+    cols.append(f"McNemar p (pass@{ns})")
+    paired_t = make_table(
+        "LED minus each baseline, paired by prompt (95% bootstrap CI over prompts; MDE at "
+        "alpha 0.05, power 0.8)", cols, paired, name="paired",
+        formats={c: three for c in cols[2:]})
+    tables = [passk, paired_t]
+    if check:
+        drows = []
+        for key, r32 in check.items():
+            r16 = runs[f"{mid_t(args):g}/{key}"]
+            m = len(r32["correct"])
+            a = per_prompt(r16["correct"][:m], ns, 1)
+            b = per_prompt(r32["correct"], ns, 1)
+            drows.append([r32["name"], stats.mean_ci(a, seed=0), stats.mean_ci(b, seed=0),
+                          stats.paired_diff_ci(a, b, seed=0),
+                          stats.mde_from_samples([x - y for x, y in zip(a, b)], seed=0)])
+        tables.append(make_table(
+            f"bfloat16 vs float32 on the first {len(next(iter(check.values()))['correct'])} "
+            f"prompts at T={mid_t(args):g} (same generators; pass@1)",
+            ["method", "bfloat16", "float32", "bf16 - fp32 [95% CI]", "MDE"], drows,
+            name="dtype", formats={c: three for c in
+                                   ("bfloat16", "float32", "bf16 - fp32 [95% CI]", "MDE")}))
+    ref = {t: runs[f"{t:g}/sampling"]["seconds"] for t in args.temperatures
+           if f"{t:g}/sampling" in runs}
+    crows = []
+    for r in runs.values():
+        crows.append([f"{r['T']:g}", r["name"], r["tokens"], r["seconds"],
+                      1000 * r["seconds"] / max(r["tokens"], 1),
+                      r["seconds"] / ref[r["T"]] if r["T"] in ref else "-"])
+    for r in check.values():
+        crows.append([f"{mid_t(args):g}", r["name"] + ", float32 check", r["tokens"],
+                      r["seconds"], 1000 * r["seconds"] / max(r["tokens"], 1), "-"])
+    tables.append(make_table(
+        "cost (one thread; every arm timed the same way in this run)",
+        ["T", "method", "tokens", "seconds", "ms/token", "time vs sampling"], crows,
+        name="cost", formats={"seconds": ".0f", "ms/token": ".1f", "time vs sampling": ".2f"}))
+    return tables
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("phase", choices=("pilot", "final"))
+    ap.add_argument("--families", type=lambda s: s.split(","), default=list(FAMILIES))
+    ap.add_argument("--prompts", type=int, default=0,
+                    help="final prompts; 0 = the smallest multiple of families x 3 >= 100")
+    ap.add_argument("--samples", type=int, default=SAMPLES)
+    ap.add_argument("--temperatures", type=lambda s: [float(x) for x in s.split(",")],
+                    default=list(TEMPERATURES))
+    ap.add_argument("--arms", type=lambda s: s.split(","), default=list(ARMS))
+    ap.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
+    ap.add_argument("--per-batch", type=int, default=PER_BATCH)
+    ap.add_argument("--segment", type=int, default=SEGMENT)
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--dtype-prompts", type=int, default=DTYPE_PROMPTS)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads ($ICML_THREADS overrides, as for icml reproduce)")
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out-results", default=None)
+    args = ap.parse_args(argv)
+    bad = [f for f in args.families if f not in FAMILIES]
+    if bad:
+        ap.error(f"--families: unknown {bad}; choose from {','.join(FAMILIES)}")
+    bad = [a for a in args.arms if a not in ARMS]
+    if bad:
+        ap.error(f"--arms: unknown {bad}; choose from {','.join(ARMS)}")
+    if args.samples < max(KS):
+        ap.error(f"--samples must be >= {max(KS)} (pass@{max(KS)})")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    from icml import results as icml_results
+
+    args = parse_args(argv)
+    clock = icml_results.Clock()
+    args.threads = icml_results.apply_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - start:6.0f} s wall, {time.process_time():6.0f} s CPU] "
+              f"{msg}", file=sys.stderr, flush=True)
+
+    log(f"torch {torch.__version__}, {args.threads} thread(s), {args.dtype}")
+    if args.phase == "pilot":
+        tables = pilot(args, log)
+        raw = None
+        tolerance = {c: TIMING for c in ("ms/token", "s/prompt", "vs sampling", "estimated s")}
+    else:
+        tables, raw = final(args, log)
+        tolerance = {c: TIMING for c in ("seconds", "ms/token", "time vs sampling")}
+    if raw is not None:
+        (args.out / "powered.json").write_text(json.dumps(raw, indent=1))
+    for t in tables:
+        print(icml_results.render_table(t) + "\n")
+    if args.out_results:
+        argv_used = sys.argv[1:] if argv is None else argv
+        command = "python plugins/led/benchmarks/powered.py " + shlex.join(argv_used)
+        path = icml_results.write(
+            args.out_results, tables, command=command.strip(), plugin="led",
+            seeds=[PILOT_SEED if args.phase == "pilot" else FINAL_SEED], quick=False,
+            clock=clock, threads=args.threads, tolerance=tolerance,
+            notes="icml.stats: percentile bootstrap CIs over prompts, paired by prompt; MDE "
+                  "at alpha 0.05 and power 0.8; McNemar's exact test on pass@16.")
+        log(f"results file: {path}")
+
+
+if __name__ == "__main__":
+    main()
