@@ -3,7 +3,9 @@
 Runs where kvpress and the transformers it pins are installed (``nox -s bench_capkv_kvpress``),
 never next to icml-capkv: it imports only torch, transformers and kvpress (plus icml-core to find
 the pretrained model). Writes a JSON with, per press and model, the kept positions per layer and KV
-head (sorted) and the layer-0 scores, and kvpress's prefill+compression time per press.
+head (sorted) and the layer-0 scores, and kvpress's prefill+compression time per press; with
+``--items`` also kvpress's text-generation pipeline (no press and ``CapPress``) on those items,
+its answers and wall time.
 ``kvpress_compare.py`` (our environment) reads it and runs ours on the same inputs.
 
 Fixed tensors: a tiny Llama (hidden 64, 2 layers, 4/2 heads, vocab 64) whose parameters are set
@@ -91,12 +93,40 @@ def record(model, ids: torch.Tensor, ratios: list[float]) -> dict:
     return out
 
 
+@torch.no_grad()
+def pipeline_run(model, tokenizer, items: list[dict], ratio: float, max_new_tokens: int) -> dict:
+    """kvpress's own text-generation pipeline (``kv-press-text-generation``) on ``items``'s
+    token ids: its ``_forward`` (prefill of the context through ``model.model`` under the press,
+    then its greedy ``generate_answer`` for the question), with no press and with ``CapPress``;
+    the answers and the wall time of each call (the tokenisation step is skipped: both sides
+    get the same ids)."""
+    from kvpress import CapPress
+    from transformers import pipeline
+
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
+    out: dict = {"ratio": ratio, "max_new_tokens": max_new_tokens, "items": []}
+    for it in items:
+        rec = {}
+        for arm, press in (("none", None), ("capkv", CapPress(compression_ratio=ratio))):
+            inputs = {"context_ids": torch.tensor([it["context_ids"]]),
+                      "questions_ids": [torch.tensor([it["question_ids"]])]}
+            t0 = time.perf_counter()
+            answer = pipe._forward(inputs, max_new_tokens=max_new_tokens, press=press)[0]
+            rec[arm] = {"answer": answer, "seconds": time.perf_counter() - t0}
+        out["items"].append(rec)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="kvpress_parity.json")
     ap.add_argument("--pretrained-dir", default="")
     ap.add_argument("--pretrained-T", type=int, default=512)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--items", default="", help="JSON of long-context items (token ids, from "
+                    "kvpress_compare.py --write-items): times kvpress's pipeline on them")
+    ap.add_argument("--pipeline-ratio", type=float, default=0.5)
+    ap.add_argument("--max-new-tokens", type=int, default=8)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from importlib.metadata import version
@@ -126,6 +156,9 @@ def main() -> None:
     ids = tok(eval_text()[:20000], add_special_tokens=False, return_tensors="pt")["input_ids"]
     ids = ids[:, : args.pretrained_T]
     res["pretrained"] = {"ids": ids.tolist(), **record(pm, ids, [0.5])}
+    if args.items:
+        items = json.loads(Path(args.items).read_text())
+        res["pipeline"] = pipeline_run(pm, tok, items, args.pipeline_ratio, args.max_new_tokens)
     Path(args.out).write_text(json.dumps(res))
     print("wrote", args.out, res["versions"])
 

@@ -61,14 +61,26 @@ def test_longctx_table_writes_a_results_file(tmp_path: Path) -> None:
     _run(str(BENCH / "longctx_bench.py"), "table", "--inp", str(inp), "--out-results", str(out))
     data = results.load(out)
     names = [t["name"] for t in data["tables"]]
-    assert names == ["niah_single-1024-agnostic", "niah_single-1024-aware", "verdicts", "cost"]
+    assert names == ["full-cache", "niah_single-1024-agnostic", "niah_single-1024-aware",
+                     "verdicts", "cost"]
     assert data["command"].startswith(run_cmd + " && python plugins/capkv/benchmarks/"
                                       "longctx_bench.py table --inp ")
     assert data["tolerance"]["CapKV scoring / full prefill"]["timing"] is True
-    t = data["tables"][0]
+    assert data["tables"][0]["rows"][0][:4] == ["niah_single", 1024, "agnostic", 3]
+    t = data["tables"][1]
     assert [r[0] for r in t["rows"]] == pols
     assert set(t["rows"][0][1]) >= {"value", "lo", "hi"}
-    assert data["tables"][3]["rows"] == [[1024, pytest.approx(0.6 / 12.0)]]
+    # one row per mode and ratio; each verdict carries its paired difference and MDE
+    v = data["tables"][3]
+    assert len(v["rows"]) == 2 * len(lc.RATIOS)
+    row = dict(zip(v["columns"], v["rows"][0]))
+    assert row["items"] == 3 and set(row["acc. diff [95% CI]"]) >= {"value", "lo", "hi"}
+    assert row["acc. verdict"] in ("ahead", "tied", "behind", "no signal")
+    assert row["KL MDE"] > 0
+    # cost: 3 policies x 2 modes scored at 0.1 s each, prefill 2 s
+    cost = dict(zip(data["tables"][4]["columns"], data["tables"][4]["rows"][0]))
+    assert cost["scoring s (all arms)"] == pytest.approx(0.6)
+    assert cost["CapKV scoring / full prefill"] == pytest.approx(0.1 / 2.0)
 
 
 def test_longctx_fidelity_table_writes_a_results_file(tmp_path: Path) -> None:
@@ -84,8 +96,12 @@ def test_longctx_fidelity_table_writes_a_results_file(tmp_path: Path) -> None:
     data = results.load(out)
     assert [t["name"] for t in data["tables"]] == ["fidelity", "fidelity-verdict"]
     assert data["command"].startswith("python fid run && python plugins/capkv/")
-    # capkv has the lowest KL of all policies: best at every ratio
-    assert [r[1] for r in data["tables"][1]["rows"]] == ["best"] * len(lc.RATIOS)
+    # capkv has the lowest KL of all policies: ahead at every ratio, paired over documents
+    v = data["tables"][1]
+    rows = [dict(zip(v["columns"], r)) for r in v["rows"]]
+    assert [r["tau"] for r in rows] == [0.0] * len(lc.RATIOS) + [5.0] * len(lc.RATIOS)
+    assert [r["KL verdict"] for r in rows if r["tau"] == 5.0] == ["ahead"] * len(lc.RATIOS)
+    assert all(r["best other (KL)"].startswith("leverage") for r in rows if r["tau"] == 5.0)
 
 
 def test_relevance_diagnostic_writes_a_results_file(tmp_path: Path) -> None:
@@ -143,7 +159,7 @@ def test_longctx_run_then_table_on_a_tiny_setting(tmp_path: Path) -> None:
     _run(str(BENCH / "longctx_bench.py"), "table", "--inp", str(jl), "--out-results", str(out))
     data = results.load(out)
     assert data["command"].count(" && ") == 1 and " run --lengths 256 " in data["command"]
-    assert [t["name"] for t in data["tables"]][:2] == ["niah_single-256-agnostic",
+    assert [t["name"] for t in data["tables"]][:3] == ["full-cache", "niah_single-256-agnostic",
                                                        "niah_single-256-aware"]
 
 

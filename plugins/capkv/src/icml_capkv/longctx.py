@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +46,8 @@ from icml_capkv.config import PressConfig
 from icml_capkv.presses import KVPress, make_press, post_rope_queries, query_anchor
 from icml_capkv.scorers import ScoreInputs
 
-__all__ = ["KVPRESS_ARMS", "TASKS", "LongItem", "capture_prefill", "continuation_fidelity_text",
-           "evaluate_item", "make_items"]
+__all__ = ["KVPRESS_ARMS", "TASKS", "LongItem", "capture_prefill", "check_policies",
+           "continuation_fidelity_text", "evaluate_item", "make_items", "tau_of"]
 
 # kvpress's own settings for the presses where ours differ on purpose (same kept positions as
 # kvpress 0.5.5, see tests/test_kvpress_parity.py): usable as policy names here.
@@ -54,12 +55,41 @@ KVPRESS_ARMS = {"snapkv_kvpress": ("snapkv", {"n_sink": 0, "window": 64, "poolin
                 "knorm_kvpress": ("knorm", {"n_sink": 0})}
 
 
+# CapKV at another relevance temperature, as an arm of one table: ``capkv_tau2`` is CapKV with
+# ``tau = 2`` (the tau sweep; ``leverage`` is ``tau = 0``, ``capkv`` the configured tau).
+_TAU_ARM = re.compile(r"capkv_tau(\d+(?:\.\d+)?)")
+
+
+def tau_of(policy: str) -> float | None:
+    """The tau of a CapKV tau-sweep arm (``capkv_tau10`` -> 10.0; ``leverage`` -> 0.0), else
+    None."""
+    if policy == "leverage":
+        return 0.0
+    m = _TAU_ARM.fullmatch(policy)
+    return float(m.group(1)) if m else None
+
+
+def check_policies(policies: list[str]) -> None:
+    """Raise ``ValueError`` naming the first policy that is neither a press (``POLICIES``), a
+    kvpress arm (``KVPRESS_ARMS``) nor a tau arm (``capkv_tau<t>``): before any model work."""
+    from icml_capkv.presses import POLICIES
+
+    for p in policies:
+        if p not in POLICIES and p not in KVPRESS_ARMS and not _TAU_ARM.fullmatch(p):
+            raise ValueError(f"unknown policy {p!r}: use one of {', '.join(POLICIES)}, "
+                             f"{', '.join(KVPRESS_ARMS)} or capkv_tau<t> (e.g. capkv_tau2)")
+
+
 def _press(policy: str, press: PressConfig | None) -> KVPress:
     """The policy's press from the table's settings ``press``; a kvpress arm keeps kvpress's
-    own settings (the default ones with ``KVPRESS_ARMS``'s options)."""
+    own settings (the default ones with ``KVPRESS_ARMS``'s options); ``capkv_tau<t>`` is CapKV
+    with the table's settings but ``tau = t``."""
     if policy in KVPRESS_ARMS:
         name, opts = KVPRESS_ARMS[policy]
         return make_press(name, 0.5, **opts)
+    m = _TAU_ARM.fullmatch(policy)
+    if m:
+        return make_press("capkv", 0.5, press, tau=float(m.group(1)))
     return make_press(policy, 0.5, press)
 
 
@@ -311,8 +341,11 @@ def evaluate_item(model: Any, item: LongItem, policies: list[str], ratios: list[
     kl, top1, scoring_s}`` plus a ``full`` row per mode; ``kl``/``top1`` compare the
     next-token distributions at the answer positions (teacher-forced, mean over the answer's
     tokens) with the full cache's; ``correct`` is exact greedy
-    match of the whole answer. ``scoring_s`` is the policy's scoring time (all layers) and the
-    full row's ``prefill_s`` the full prefill's."""
+    match of the whole answer. ``scoring_s`` is the policy's scoring time (all layers), the
+    full row's ``prefill_s`` the full prefill's and its ``decode_s`` the time of all policies'
+    decodes in that mode. ``policies`` may be empty (the full cache's grade only).
+    ``policies`` may hold tau arms (``capkv_tau2``, see :func:`check_policies`)."""
+    check_policies(policies)
     dev = next(model.parameters()).device
     ctx = torch.tensor([item.context_ids], device=dev)
     q = torch.tensor([item.question_ids], device=dev)
@@ -328,9 +361,10 @@ def evaluate_item(model: Any, item: LongItem, policies: list[str], ratios: list[
         # logits predicting the answer tokens: the last na+1 positions but the final one
         full = _decode_batch(model, pre, T, [None], tail)[:, -na - 1:-1]
         full_ok = bool((full.argmax(-1) == a).all())
-        rows.append({"policy": "full", "ratio": 0.0, "question_aware": aware,
-                     "correct": float(full_ok), "kl": 0.0, "top1": 1.0,
-                     "scoring_s": 0.0, "prefill_s": pre.seconds, "T": T})
+        full_row = {"policy": "full", "ratio": 0.0, "question_aware": aware,
+                    "correct": float(full_ok), "kl": 0.0, "top1": 1.0,
+                    "scoring_s": 0.0, "prefill_s": pre.seconds, "T": T}
+        rows.append(full_row)
         scores: dict[str, list[torch.Tensor]] = {}
         secs: dict[str, float] = {}
         presses = {p: _press(p, press) for p in policies}
@@ -339,7 +373,8 @@ def evaluate_item(model: Any, item: LongItem, policies: list[str], ratios: list[
             scores[p] = [press.score(_layer_inputs(press, model, pre, li, T))
                          for li in range(n_layers)]
             secs[p] = time.perf_counter() - t0
-        for r in ratios:
+        t_dec = time.perf_counter()
+        for r in ratios if policies else []:
             idx = [[keep_indices(presses[p], s, r) for s in scores[p]] for p in policies]
             if idx[0][0] is None:
                 logits = full.expand(len(policies), -1, -1)
@@ -352,6 +387,7 @@ def evaluate_item(model: Any, item: LongItem, policies: list[str], ratios: list[
                 rows.append({"policy": p, "ratio": float(r), "question_aware": aware,
                              "correct": float(ok[b]), "kl": float(kl[b]),
                              "top1": float(top1[b]), "scoring_s": secs[p], "T": T})
+        full_row["decode_s"] = time.perf_counter() - t_dec  # every policy x ratio, batched
     return rows
 
 
@@ -366,6 +402,7 @@ def continuation_fidelity_text(model: Any, tokenizer: Any, context_len: int, n_d
     top1, doc}``."""
     from icml.data import eval_token_ids
 
+    check_policies(policies)
     L = context_len + cont_len
     ids = torch.tensor(eval_token_ids(tokenizer, n_docs * L, offset=offset)).view(n_docs, L)
     dev = next(model.parameters()).device
@@ -429,3 +466,69 @@ def capkv_verdicts(summary: dict, ratios: list[float]) -> list[tuple[float, str,
                 v = "no signal"
             out.append((float(r), "accuracy" if metric == "correct" else "KL", v, best))
     return out
+
+
+# -- paired comparisons (the powered tables) -------------------------------------------------
+#: The baselines every CapKV arm is compared with (pure leverage too, for the arms with tau > 0).
+BASELINES = ("snapkv", "streaming", "h2o", "knorm", "random", "snapkv_kvpress", "knorm_kvpress")
+
+
+def cell_values(records: list[dict]) -> dict:
+    """Per-item values of :func:`evaluate_item` records, paired across policies:
+    ``{(task, length, question_aware): {(policy, ratio): {"correct": [...], "kl": [...],
+    "top1": [...]}}}``, one entry per item in record order (every record holds every policy,
+    so position ``i`` is the same item for all policies of a cell); the full cache's grades
+    under ``("full", 0.0)``."""
+    out: dict = {}
+    for rec in records:
+        for r in rec["rows"]:
+            cell = out.setdefault((rec["task"], rec["length"], r["question_aware"]), {})
+            v = cell.setdefault((r["policy"], r["ratio"]), {"correct": [], "kl": [], "top1": []})
+            for m in v:
+                v[m].append(float(r[m]))
+    return out
+
+
+def competitors(arm: str, present: set[str]) -> list[str]:
+    """Whom ``arm`` is compared with: the baselines present, plus pure leverage unless ``arm``
+    is leverage itself (tau arms never compete with each other)."""
+    return [p for p in (*BASELINES, "leverage") if p in present and p != arm]
+
+
+def compare_arm(values: dict, arm: str, ratio: float, metric: str, lower: bool,
+                seed: int = 0) -> dict:
+    """``arm`` against the competitor with the best mean at ``ratio`` on ``metric``
+    (``values``: one cell of :func:`cell_values`), paired over items: the difference
+    ``arm - best`` with its 95% bootstrap interval (``icml.stats.paired_diff_ci``) and its
+    minimum detectable effect (``icml.stats.mde_from_samples`` of the per-item differences,
+    80% power at the 5% level; a difference without spread, e.g. both arms always right, gets
+    the MDE of one discordant item, ``mde_proportion(n, paired=True, discordant=1/n)``).
+    ``verdict``: ``"ahead"`` / ``"behind"`` when the interval excludes 0 (on the better /
+    worse side), else ``"tied"``; ``"no signal"`` for accuracy when every policy of the cell
+    has the same per-item grades (e.g. all fail)."""
+    from icml import stats
+
+    r = float(ratio)
+    present = {p for p, rr in values if rr == r}
+    others = competitors(arm, present)
+    if (arm, r) not in values or not others:
+        raise ValueError(f"no {arm!r} row or no competitor at ratio {r}")
+    mean = {p: sum(values[p, r][metric]) / len(values[p, r][metric]) for p in [arm, *others]}
+    sign = 1.0 if lower else -1.0
+    best = min(others, key=lambda p: sign * mean[p])
+    a, b = values[arm, r][metric], values[best, r][metric]
+    diff = stats.paired_diff_ci(a, b, seed=seed)
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    if max(d) - min(d) > 0:
+        mde = stats.mde_from_samples(d, seed=seed)
+    else:
+        mde = stats.mde_proportion(n, paired=True, discordant=1 / n) if n > 1 else math.inf
+    if metric == "correct" and len({tuple(values[p, r][metric]) for p in [arm, *others]}) == 1:
+        verdict = "no signal"
+    elif diff.contains(0.0):
+        verdict = "tied"
+    else:
+        verdict = "ahead" if sign * diff.value < 0 else "behind"
+    return {"arm": arm, "best": best, "mean": mean[arm], "best_mean": mean[best],
+            "diff": diff.to_dict(), "mde": float(mde), "verdict": verdict, "n": n}
