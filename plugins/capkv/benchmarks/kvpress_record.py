@@ -105,6 +105,9 @@ def pipeline_run(model, tokenizer, items: list[dict], ratio: float, max_new_toke
 
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
     out: dict = {"ratio": ratio, "max_new_tokens": max_new_tokens, "items": []}
+    warm = {"context_ids": torch.tensor([items[0]["context_ids"]]),
+            "questions_ids": [torch.tensor([items[0]["question_ids"]])]}
+    pipe._forward(warm, max_new_tokens=max_new_tokens, press=None)  # warm-up, not timed
     for it in items:
         rec = {}
         for arm, press in (("none", None), ("capkv", CapPress(compression_ratio=ratio))):
