@@ -505,7 +505,7 @@ def compare_arm(values: dict, arm: str, ratio: float, metric: str, lower: bool,
     the MDE of one discordant item, ``mde_proportion(n, paired=True, discordant=1/n)``).
     ``verdict``: ``"ahead"`` / ``"behind"`` when the interval excludes 0 (on the better /
     worse side), else ``"tied"``; ``"no signal"`` for accuracy when every policy of the cell
-    has the same per-item grades (e.g. all fail)."""
+    has the same per-item grades (e.g. all fail); ``"one item"`` when there is only one."""
     from icml import stats
 
     r = float(ratio)
@@ -524,7 +524,9 @@ def compare_arm(values: dict, arm: str, ratio: float, metric: str, lower: bool,
         mde = stats.mde_from_samples(d, seed=seed)
     else:
         mde = stats.mde_proportion(n, paired=True, discordant=1 / n) if n > 1 else math.inf
-    if metric == "correct" and len({tuple(values[p, r][metric]) for p in [arm, *others]}) == 1:
+    if n < 2:
+        verdict = "one item"
+    elif metric == "correct" and len({tuple(values[p, r][metric]) for p in [arm, *others]}) == 1:
         verdict = "no signal"
     elif diff.contains(0.0):
         verdict = "tied"
