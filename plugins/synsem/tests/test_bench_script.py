@@ -31,3 +31,26 @@ def test_bench_writes_its_results_file(tmp_path):
     assert "full pipeline sent/s wall / CPU" in data["tolerance"]
     assert "method" not in data["tolerance"] and "model" not in data["tolerance"]
     assert data["command"].startswith("python plugins/synsem/benchmarks/bench.py --n 16")
+
+
+def test_precision_rows_pair_the_right_arms():
+    """The precision table's ratios (issue 70): the goal's cross-precision ratio is the float32
+    naive loop's time over the batched bfloat16 path's, and each same-precision ratio pairs arms
+    of one dtype."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("synsem_bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    secs = {"naive": 8.0, "batched": 4.0, "naive:bfloat16": 6.0, "batched:bfloat16": 1.0,
+            "batched-nobucket": 5.0, "batched-nobucket:bfloat16": 1.5}
+    res = {v: {"full": s, "full_cpu": s, "extract": s / 2, "extract_cpu": s / 2}
+           for v, s in secs.items()}
+    rows = {r[0].strip("*").split(":")[0]: r[1:] for r in bench.precision_rows(
+        res, {"bucketed": 1.02, "input order": 1.3})}
+    assert rows["cross-precision (the goal, >= 5x)"][0] == "**8.0x / 8.0x**"
+    assert rows["same precision, float32"][:2] == ["2.0x / 2.0x", "2.0x / 2.0x"]
+    assert rows["same precision, bfloat16"][0] == "6.0x / 6.0x"
+    assert rows["bucketing, float32"] == ["1.2x / 1.2x", "1.2x / 1.2x", "1.02 / 1.30"]
+    assert rows["bucketing, bfloat16"][0] == "1.5x / 1.5x"
+    assert rows["precision alone, batched"][0] == "4.0x / 4.0x"
