@@ -6,6 +6,7 @@ timeouts, all traced."""
 from __future__ import annotations
 
 import asyncio
+from asyncio.futures import _set_result_unless_cancelled
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -25,12 +26,28 @@ from icml_tipex.chat import AsyncChatModel, Completion, Message, ModelCallError,
 from icml_tipex.clock import CLOCKS, ENGINES, ClockName, EngineName, is_virtual
 from icml_tipex.clock import run as run_on_clock
 from icml_tipex.config import ExecutionSettings
+from icml_tipex.fast import ANSWER, InjectedFault
 from icml_tipex.plan import Plan, Subtask
 from icml_tipex.scheduler import run_dag
 from icml_tipex.trace import Trace
 
 Tool = Callable[..., Awaitable[str]]
 PLANNERS = ("dag", "chain")
+
+
+def _drop_ct(r: tuple[int, Any, str, int, float]) -> tuple[tuple[int, Any, str], int, float]:
+    return (r[0], r[1], r[2]), r[3], r[4]
+
+
+def _respond(model: Any, role: str, seed: int, respond: Callable[[], tuple[Any, int, float]]
+             ) -> tuple[Any, int, float | None]:
+    """The structured reply, or the fault injected on this call (latency None: it hangs)."""
+    f = model.fault(role, seed) if model.faults else None
+    if f == "raise":
+        raise InjectedFault(f"injected failure ({role})")
+    if f == "hang":
+        return None, 0, None
+    return respond()
 
 
 @dataclass
@@ -245,6 +262,90 @@ class TipexRunner:
                           completion_tokens=comp.completion_tokens if comp else 0,
                           status=status, detail=detail)
 
+    async def _scall(self, st: _State, replica: int, seed: int, role: str, sub: str, est: int,
+                     respond: Callable[[], tuple[Any, int, float]]) -> Any:
+        """``_call`` on the structured fast path: the same limits, budget, timeout and trace,
+        in the same order; ``respond()`` is the model's reply (value, completion tokens,
+        latency), slept on the loop clock as ``ScriptedModel.generate`` does."""
+        cfg, loop, trace = st.cfg, st.loop, st.trace
+        t_q = loop.time()
+        try:
+            res = st.budget.reserve(est + cfg.max_tokens)
+        except BudgetExhausted as e:
+            trace.add("model", replica=replica, subtask=sub, role=role, queued=t_q, start=None,
+                      end=None, prompt_tokens=0, completion_tokens=0, status="budget",
+                      detail=str(e))
+            raise
+        ct: int | None = None
+        status, detail, t_s = "ok", None, None
+        sem, shared = st.sem, st.shared
+        try:
+            if sem is not None:
+                await sem.acquire()
+            if shared is not None:
+                try:
+                    await shared.acquire()
+                except BaseException:
+                    if sem is not None:
+                        sem.release()
+                    raise
+            try:
+                t_s = loop.time()
+                st.inflight += 1
+                if st.inflight > st.max_inflight_seen:
+                    st.max_inflight_seen = st.inflight
+                cto = cfg.call_timeout_s
+                guard = _CallTimeout(loop, cto) if cto is not None else None
+                try:
+                    value, n_out, dt = _respond(self.model, role, seed, respond)
+                    fut = loop.create_future()
+                    h = (loop.call_later(dt, _set_result_unless_cancelled, fut, None)
+                         if dt is not None else None)
+                    try:
+                        if dt is None or dt > 0:
+                            await fut
+                    finally:
+                        if h is not None:
+                            h.cancel()
+                    ct = n_out
+                except asyncio.CancelledError as e:
+                    if guard is not None and guard.exit():
+                        raise TimeoutError from e
+                    raise
+                except BaseException:
+                    if guard is not None:
+                        guard.exit()
+                    raise
+                if guard is not None:
+                    guard.exit()
+            finally:
+                st.inflight -= 1
+                if shared is not None:
+                    shared.release()
+                if sem is not None:
+                    sem.release()
+            return value
+        except asyncio.CancelledError:
+            status = "cancelled"
+            raise
+        except TimeoutError:
+            status = detail = "timeout"
+            raise ModelCallError(f"{role} call on {sub!r} timed out after "
+                                 f"{cfg.call_timeout_s} s (call_timeout_s)") from None
+        except Exception as e:
+            status, detail = "error", f"{type(e).__name__}: {e}"
+            raise ModelCallError(f"{role} call on {sub!r} raised {detail}") from e
+        finally:
+            used = est + ct if ct is not None else 0
+            st.budget.settle(res, used)
+            st.tokens[replica] = st.tokens.get(replica, 0) + used
+            st.calls[replica] = st.calls.get(replica, 0) + 1
+            if trace.enabled:
+                trace.add("model", replica=replica, subtask=sub, role=role, queued=t_q,
+                          start=t_s, end=loop.time(), prompt_tokens=est,
+                          completion_tokens=ct if ct is not None else 0,
+                          status=status, detail=detail)
+
     async def _tool(self, st: _State, replica: int, sub: str, name: str, text: str,
                     args: list[str]) -> str:
         loop = st.loop
@@ -269,6 +370,8 @@ class TipexRunner:
 
     # -- one solution path (tier 2) -----------------------------------------------------------
     async def _run_path(self, st: _State, replica: int) -> PathResult:
+        if getattr(self.model, "structured", False):
+            return await self._run_path_structured(st, replica)
         cfg, task, loop = st.cfg, st.task, asyncio.get_running_loop()
         seed = cfg.replica_seed(replica)
 
@@ -303,6 +406,62 @@ class TipexRunner:
                               subtasks=[s.to_dict() for s in plan.subtasks])
                 results = await run_dag(plan, run_subtask, cfg.width)
                 answer = await roles.synthesize(call, task.task_id, task.question, plan, results)
+        except asyncio.CancelledError:
+            st.trace.add("path", replica=replica, t=loop.time(), status="cancelled")
+            raise
+        except Exception as e:  # noqa: BLE001 - one failing replica never takes down the others
+            status, error = "error", f"{type(e).__name__}: {e}"
+        st.trace.add("path", replica=replica, t=loop.time(), status=status, answer=answer,
+                     error=error)
+        return PathResult(replica, answer, loop.time() - st.trace.t0, st.tokens.get(replica, 0),
+                          st.calls.get(replica, 0), status, error)
+
+    async def _run_path_structured(self, st: _State, replica: int) -> PathResult:
+        """``_run_path`` on the structured fast path: the model gets (task, role, subtask,
+        step, replica seed) and no prompt is rendered; the same events in the same order."""
+        cfg, task, loop, trace = st.cfg, st.task, st.loop, st.trace
+        model: Any = self.model
+        seed, temp, mt = cfg.replica_seed(replica), cfg.temperature, cfg.max_tokens
+
+        async def run_subtask(sub: Subtask, parents: Mapping[str, str]) -> str:
+            t = loop.time()
+            w = model.worker_state(task, sub, parents, seed, temp)
+            for _ in range(cfg.max_worker_steps):
+                kind, value, text = await self._scall(
+                    st, replica, seed, "worker", sub.id, w.ctx,
+                    lambda: _drop_ct(model.work(w, mt)))
+                if kind == ANSWER:
+                    break
+                result = await self._tool(st, replica, sub.id, value[0], text, value[1])
+                w.observe(text, result)
+            else:
+                raise RuntimeError(f"worker on subtask {sub.id!r} made {cfg.max_worker_steps} "
+                                   "model calls without an ANSWER (raise max_worker_steps)")
+            if trace.enabled:
+                trace.add("subtask", replica=replica, subtask=sub.id, start=t,
+                          end=loop.time(), deps=list(sub.deps), result=value)
+            return value
+
+        trace.add("path_start", replica=replica, t=loop.time(), seed=seed)
+        answer, status, error = None, "ok", None
+        try:
+            if cfg.planner == "chain":
+                answer = await run_subtask(model.agent_subtask(task), {})
+            else:
+                g, tools = cfg.granularity, tuple(self.tools)
+                pt = model.plan_tokens(task, g)
+                plan = await self._scall(st, replica, seed, "planner", "plan", pt,
+                                         lambda: model.plan(task, g, tools, seed, temp, mt, pt))
+                if isinstance(plan, Exception):
+                    raise plan
+                if trace.enabled:
+                    trace.add("plan", replica=replica, t=loop.time(), width=plan.width(),
+                              subtasks=[s.to_dict() for s in plan.subtasks])
+                results = await run_dag(plan, run_subtask, cfg.width)
+                ordered, final, pt = model.synth_inputs(task, plan, results)
+                answer = await self._scall(
+                    st, replica, seed, "synthesizer", "synth", pt,
+                    lambda: model.synth(task, ordered, final, seed, temp, mt, pt))
         except asyncio.CancelledError:
             st.trace.add("path", replica=replica, t=loop.time(), status="cancelled")
             raise
@@ -379,10 +538,18 @@ class TipexRunner:
         if len(r) <= 1:  # nothing to choose between
             return r[0][2].answer if r else None
         answers, votes = [x[2].answer or "" for x in r], [x[1] for x in r]
-        msgs = roles.judge_messages(st.task.task_id, st.task.question, answers, votes)
+        jm: Any = self.judge_model
         try:
-            c = await self._call(st, -1, st.cfg.seed, "judge", "judge", msgs, self.judge_model)
-            k = roles.parse_choice(c.text, len(answers))
+            if getattr(jm, "structured", False):
+                cfg = st.cfg
+                pt = jm.judge_tokens(st.task, answers, votes)
+                k = await self._scall(st, -1, cfg.seed, "judge", "judge", pt, lambda: jm.judge(
+                    st.task, answers, votes, cfg.seed, cfg.temperature, cfg.max_tokens, pt))
+            else:
+                msgs = roles.judge_messages(st.task.task_id, st.task.question, answers, votes)
+                c = await self._call(st, -1, st.cfg.seed, "judge", "judge", msgs,
+                                     self.judge_model)
+                k = roles.parse_choice(c.text, len(answers))
         except (ModelCallError, BudgetExhausted) as e:
             st.trace.add("judge_fallback", t=asyncio.get_running_loop().time(), detail=str(e))
             k = None
