@@ -28,7 +28,10 @@ def test_bench_writes_results_file(tmp_path):
     assert data["command"] == ("python plugins/cal-grpo/benchmarks/bench.py --parts tabular "
                                f"--tabular-seeds 2 --tabular-steps 2 --out-results {out}")
     names = [t["name"] for t in data["tables"]]
-    assert names == ["tabular-training", "uniform", "random", "variance-ratio"]
+    assert names == ["tabular-training", "uniform", "random", "variance-ratio", "variance-split"]
+    split = results.find_table(data, "variance-split")
+    g3 = next(r for r in split["rows"] if r[0] == "uniform" and r[1] == 3)
+    assert g3[2] == "1.0218" and float(g3[-1]) > 1       # at G=3 the extra noise > the gain
     train = results.find_table(data, "tabular-training")
     assert len(train["rows"]) == 6 and train["columns"][-1] == "MDE"
     # trajectory is the reference arm: no difference, no MDE

@@ -302,6 +302,54 @@ def exact_estimator_moments(logits: Any, tr: Trajectories, group_size: int,
     return mean.reshape(logits.shape), second - (mean * mean).sum()
 
 
+def expected_baselines(logits: Any, tr: Trajectories, group_size: int,
+                       mode: str = "cal") -> Any:
+    """``E[b_k]``, the expectation of the leave-one-out baseline at each attempt ``k`` over the
+    other ``G - 1`` rollouts (``[K]``; without scaling). Trajectory GRPO: ``E[R]`` everywhere.
+    CAL: its baseline averages the ``m ~ Binomial(G-1, q_k)`` others that reached ``k``
+    (``q_k = P(reach k)``), whose mean is ``E[R | reach k]``, and falls back to the mean of all
+    others when ``m = 0``, whose ``R`` then has mean ``E[R | not reach k]``, so
+    ``E[b_k] = (1 - (1-q_k)^(G-1)) E[R | reach k] + (1-q_k)^(G-1) E[R | not reach k]``."""
+    import torch
+
+    if mode not in ("cal", "trajectory"):
+        raise ValueError(f"mode {mode!r}: expected_baselines knows 'cal' and 'trajectory'")
+    p = torch.exp(trajectory_logprob(logits.detach(), tr)) * tr.env_prob
+    reach = tr.reached.to(p.dtype)
+    big_r = (tr.rewards.to(p.dtype) * reach).amax(dim=1)
+    mean_r = (p * big_r).sum()
+    if mode == "trajectory":
+        return mean_r.expand(reach.shape[1]).clone()
+    q = (p[:, None] * reach).sum(dim=0)
+    r_reach = (p[:, None] * reach * big_r[:, None]).sum(dim=0) / q.clamp(min=1e-300)
+    r_not = (p[:, None] * (1 - reach) * big_r[:, None]).sum(dim=0) / (1 - q).clamp(min=1e-300)
+    none = (1 - q).clamp(min=0) ** (group_size - 1)
+    return (1 - none) * r_reach + torch.where(none > 0, none * r_not, torch.zeros_like(none))
+
+
+def variance_split(logits: Any, tr: Trajectories, group_size: int,
+                   mode: str = "cal") -> dict[str, float]:
+    """The exact total variance of the group estimate (no scaling, leave-one-out baseline)
+    split into ``centred`` -- the variance with every baseline ``b_k`` replaced by its
+    expectation ``E[b_k]`` (:func:`expected_baselines`) -- and ``noise = total - centred``,
+    the cost of estimating the baseline from the other rollouts.
+
+    The split is exact: ``b_k - E[b_k]`` is built from rollouts other than the one it
+    baselines, and a score ``grad log pi(a_k | h_k)`` has mean zero given everything but that
+    rollout's own action, so every cross term vanishes and ``noise`` is the variance of
+    ``(1/G) sum_i sum_k (b_ik - E[b_k]) grad log pi(a_ik | h_ik)`` (>= 0). ``centred`` falls as
+    ``1/G``; ``noise`` roughly as ``1/G^2``."""
+    beta = expected_baselines(logits, tr, group_size, mode)
+
+    def fixed(r: Any, reached: Any, g: int) -> Any:
+        re = reached.to(r.dtype)
+        return ((r * re).amax(dim=1)[:, None] - beta[None, :].to(r.dtype)) * re
+
+    total = float(exact_estimator_moments(logits, tr, group_size, mode=mode)[1])
+    centred = float(exact_estimator_moments(logits, tr, group_size, weights=fixed)[1])
+    return {"total": total, "centred": centred, "noise": total - centred}
+
+
 def sample_trajectories(logits: Any, env: TabularEnv, tr: Trajectories, n: int,
                         generator: Any = None) -> Any:
     """Indices of ``n`` trajectories sampled from the policy (by exact trajectory probability)."""
