@@ -102,3 +102,29 @@ def test_user_model_path_loads(tmp_path, tok):
     assert res.status == "ok", res.error
     assert 0.0 <= res.metrics["led_pass@2"] <= 1.0
     assert "led_cost_ratio" in res.metrics
+
+
+def test_default_job_is_bit_equal_at_one_and_two_threads(tmp_path, monkeypatch):
+    """Issue 63: the default job's numbers do not depend on the torch thread count (a small
+    model, short training, 4 x 16 decoded rows; ``icml reproduce led default --raw --threads 1``
+    and ``--threads 2`` check the full job). What does move them is the CPU's vector
+    instruction set (see the README's default-job section)."""
+    import json
+
+    from icml.testing import icml_cli
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")     # no spinning on a loaded machine
+    over = _small(sft_steps="3", post_steps="1", num_problems="4", num_samples="16",
+                  ks="[1, 16]")
+    got = {}
+    for n in (1, 2):
+        proc = icml_cli("run", "led", "--threads", str(n), *(f"--set={s}" for s in over),
+                        "--out", str(tmp_path / str(n)))
+        assert proc.returncode == 0, proc.stderr
+        (run_dir,) = (tmp_path / str(n)).iterdir()
+        raw = json.loads((run_dir / "result.json").read_text())
+        assert raw["threads"] == n
+        got[n] = {k: v for k, v in raw["metrics"].items() if "ms_per_token" not in k
+                  and "cost_ratio" not in k}
+    assert got[1] == got[2]
+    assert 0 < got[1]["led_explored_fraction"]          # LED read the intermediate layers
