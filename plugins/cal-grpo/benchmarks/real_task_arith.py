@@ -35,13 +35,38 @@ import shlex
 import sys
 import time
 
+DTYPES = ("float32", "bfloat16")
+
+
+def _load(a):
+    """SmolLM2-135M-Instruct in ``--dtype`` on ``--device``. LoRA adapters added to a bf16
+    model stay float32 (peft's ``autocast_adapter_dtype``), so AdamW updates fp32 weights;
+    log-probs and sampling use float32 logits (``.float()`` in the library)."""
+    import torch
+
+    from icml.models import load_pretrained
+
+    return load_pretrained("smollm2-135m-instruct", dtype=getattr(torch, a.dtype),
+                           device=a.device)
+
+
+def _load_avg() -> list[float] | None:
+    import os
+
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
 
 def evaluate(model, tok, task, prompts):
     import torch
     from icml_cal_grpo.rollout import multi_attempt_rollout
 
+    dev = next(model.parameters()).device
     b = multi_attempt_rollout(model, tok, prompts, task, task.rollout_config(greedy=True),
-                              num_generations=1, generator=torch.Generator().manual_seed(0))
+                              num_generations=1,
+                              generator=torch.Generator(device=dev).manual_seed(0))
     first = []
     for i in range(len(prompts)):
         hit = (b.rewards[i] > 0).nonzero().flatten().tolist()
@@ -65,10 +90,8 @@ def run(a) -> None:
     from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
     from peft import LoraConfig, get_peft_model
 
-    from icml.models import load_pretrained
-
-    torch.set_num_threads(1)
-    base, tok = load_pretrained("smollm2-135m-instruct")
+    torch.set_num_threads(a.threads)
+    base, tok = _load(a)
     task = ArithmeticChoiceTask(tok, n_train=a.n_train, n_test=a.n_test)
     train, test = task.prompts("train"), task.prompts("test")
     n_layers = base.config.num_hidden_layers
@@ -102,7 +125,7 @@ def run(a) -> None:
                                      prompts_per_step=a.prompts_per_step,
                                      learning_rate=a.lr, logprob_chunk_size=64)
             tr = AttemptGRPOTrainer(model, tok, task, order, args, task.rollout_config(),
-                                    seed=seed, cpu=True)
+                                    seed=seed)          # device: the model's (--device)
             hist, c_eval, w_eval = [], 0.0, 0.0
             for step in range(1, a.steps + 1):
                 m = tr.step()
@@ -119,7 +142,8 @@ def run(a) -> None:
                            "train_wall_s": time.perf_counter() - w0 - w_eval,
                            "eval_cpu_s": c_eval, "history": hist, "lr": a.lr,
                            "num_generations": a.num_generations,
-                           "prompts_per_step": a.prompts_per_step,
+                           "prompts_per_step": a.prompts_per_step, "dtype": a.dtype,
+                           "device": a.device, "load": _load_avg(),
                            "lora": f"r={a.lora_r} q/k/v/o, last {a.lora_layers} layers"})
 
 
@@ -188,6 +212,161 @@ def profile(a) -> None:
               f"{med['up_all']:.1f} |", flush=True)
 
 
+DTYPE_TOLERANCE = {
+    "rollout CPU s": {"timing": True, "why": "CPU seconds on a shared machine"},
+    "update CPU s": {"timing": True, "why": "CPU seconds on a shared machine"},
+    "held-out evaluation CPU s": {"timing": True, "why": "CPU seconds on a shared machine"},
+    "rollout + update, / float32": {"timing": True, "why": "ratio of CPU seconds, one run"},
+    "bfloat16": {"abs": 0.002, "rel": 0.01,
+                 "why": "bf16 reductions may round differently with the thread count"},
+}
+
+
+def dtype_check(a) -> None:
+    """bfloat16 against float32 on the same inputs -- the subset check behind running the
+    comparison in bf16 -- and the CPU seconds of each (the pilot that sized the comparison).
+
+    Same LoRA (r=16 q/k/v/o, last 8 layers; ``lora_B`` set to the same small random values in
+    both, since at its zero initialisation ``lora_A`` gets no gradient), same rollouts:
+    (1) per-update CPU seconds of a rollout of G x questions and of the update, median of
+    ``--reps`` after a warm-up, per dtype, alternating; (2) on the float32 model's rollouts,
+    the bf16 LoRA gradient against the fp32 one (cosine, relative error) and the attempt-token
+    log-probs; (3) the base model's greedy held-out evaluation in both dtypes (Ver@k, the
+    paired Ver@3 difference over questions, questions whose first success is the same)."""
+    import copy
+    import statistics as st
+
+    import torch
+    from icml_cal_grpo.config import AdvantageConfig
+    from icml_cal_grpo.rollout import multi_attempt_rollout
+    from icml_cal_grpo.tasks import ArithmeticChoiceTask
+    from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
+    from peft import LoraConfig, get_peft_model
+
+    from icml import results, stats
+    from icml.models import load_pretrained
+
+    clock = results.Clock()
+    torch.set_num_threads(a.threads)
+    base, tok = load_pretrained("smollm2-135m-instruct", dtype=torch.float32, device=a.device)
+    task = ArithmeticChoiceTask(tok, n_train=a.n_train, n_test=a.n_test)
+    train, test = task.prompts("train")[:a.prompts_per_step], task.prompts("test")
+    n = base.config.num_hidden_layers
+    models, trainers = {}, {}
+    for name in DTYPES:
+        torch.manual_seed(0)
+        m = get_peft_model(copy.deepcopy(base).to(getattr(torch, name)), LoraConfig(
+            r=16, lora_alpha=32, layers_to_transform=list(range(n - 8, n)),
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+        g = torch.Generator().manual_seed(1)
+        for pn, p in m.named_parameters():
+            if p.requires_grad and p.dtype != torch.float32:
+                raise AssertionError(f"{pn} is {p.dtype}: LoRA weights must stay float32")
+            if "lora_B" in pn:
+                with torch.no_grad():
+                    p.copy_(0.01 * torch.randn(p.shape, generator=g))
+        models[name] = m
+        trainers[name] = AttemptGRPOTrainer(
+            m, tok, task, train, AttemptGRPOConfig(
+                mode="cal", advantage=AdvantageConfig(scale="none", baseline="loo"),
+                num_generations=a.num_generations, prompts_per_step=a.prompts_per_step,
+                learning_rate=0.0, max_grad_norm=0.0, logprob_chunk_size=64),
+            task.rollout_config(), seed=0)
+    times = {(d, k): [] for d in DTYPES for k in ("ro", "up")}
+    batches = {}
+
+    def roll(name, seed):
+        gen = torch.Generator(device=next(models[name].parameters()).device).manual_seed(seed)
+        return multi_attempt_rollout(models[name], tok, train, task, task.rollout_config(),
+                                     num_generations=a.num_generations, generator=gen)
+
+    def update(name, b):
+        from icml_cal_grpo.advantages import attempt_advantages, token_advantages
+
+        adv = attempt_advantages(b.rewards, b.reached, group_size=a.num_generations,
+                                 mode="cal", config=AdvantageConfig(scale="none"))
+        trainers[name].update(b.input_ids, b.attention_mask, b.attempt_index,
+                              token_advantages(adv, b.attempt_index))
+        return torch.cat([p.grad.flatten().double() for p in models[name].parameters()
+                          if p.requires_grad])
+
+    for rep in range(a.reps + 1):
+        for name in DTYPES:
+            c0 = time.process_time()
+            batches[name] = roll(name, rep)
+            c1 = time.process_time()
+            update(name, batches[name])
+            c2 = time.process_time()
+            if rep:
+                times[(name, "ro")].append(c1 - c0)
+                times[(name, "up")].append(c2 - c1)
+    b32, b16 = batches["float32"], batches["bfloat16"]
+    same_rollouts = sum(x == y for x, y in zip(b32.attempts, b16.attempts, strict=True))
+    g = {name: update(name, b32) for name in DTYPES}
+    cos = float(torch.nn.functional.cosine_similarity(g["float32"], g["bfloat16"], dim=0))
+    rel = float((g["bfloat16"] - g["float32"]).norm() / g["float32"].norm())
+    from icml_cal_grpo.loss import sequence_logprobs
+
+    mask = b32.attempt_index[:, 1:] >= 0
+    with torch.no_grad():
+        lp = {name: sequence_logprobs(models[name], b32.input_ids, b32.attention_mask,
+                                      positions=mask)[mask].double() for name in DTYPES}
+    dlp = (lp["bfloat16"] - lp["float32"]).abs()
+    ev, ev_cpu = {}, {}
+    for name in DTYPES:
+        c0 = time.process_time()
+        with models[name].disable_adapter():
+            ev[name] = evaluate(models[name], tok, task, test)
+        ev_cpu[name] = time.process_time() - c0
+    solved = {name: [float(0 < f <= 3) for f in ev[name]["first"]] for name in DTYPES}
+    diff3 = stats.paired_diff_ci(solved["bfloat16"], solved["float32"], seed=0)
+    mc = stats.mcnemar(solved["bfloat16"], solved["float32"])
+    same_first = sum(x == y for x, y in zip(ev["float32"]["first"], ev["bfloat16"]["first"],
+                                            strict=True)) / len(test)
+    per_update = {d: st.median(times[(d, "ro")]) + st.median(times[(d, "up")]) for d in DTYPES}
+    load = _load_avg()
+    speed = results.make_table(
+        f"CPU seconds per update ({a.num_generations} x {a.prompts_per_step} rollouts; median "
+        f"of {a.reps} after a warm-up, dtypes alternating) and of the held-out evaluation "
+        f"({len(test)} greedy rollouts); {a.threads} thread(s), load average "
+        f"{clock.load0} at the start, {load[0] if load else None} at the end",
+        ["dtype", "rollout CPU s", "update CPU s", "held-out evaluation CPU s",
+         "rollout + update, / float32"],
+        [[d, st.median(times[(d, "ro")]), st.median(times[(d, "up")]), ev_cpu[d],
+          per_update[d] / per_update["float32"]] for d in DTYPES],
+        name="speed", formats={"rollout CPU s": ".2f", "update CPU s": ".2f",
+                               "held-out evaluation CPU s": ".1f",
+                               "rollout + update, / float32": ".2f"})
+    agree = results.make_table(
+        "bfloat16 against float32 on the same inputs (LoRA weights float32 in both)",
+        ["quantity", "float32", "bfloat16"],
+        [[f"LoRA gradient on the same {len(b32.attempts)} rollouts: cosine to float32's", 1.0,
+          cos],
+         ["LoRA gradient: |g_bf16 - g_fp32| / |g_fp32|", 0.0, rel],
+         ["attempt-token log-prob: mean |bf16 - fp32| (nats)", 0.0, float(dlp.mean())],
+         ["attempt-token log-prob: max |bf16 - fp32| (nats)", 0.0, float(dlp.max())],
+         ["sampled rollouts identical to float32's (same RNG seed)", 1.0,
+          same_rollouts / len(b32.attempts)],
+         ["base model, held-out Ver@1 (greedy)", ev["float32"]["ver@1"],
+          ev["bfloat16"]["ver@1"]],
+         ["base model, held-out Ver@3 (greedy)", ev["float32"]["ver@3"],
+          ev["bfloat16"]["ver@3"]],
+         ["base model, Ver@3 bf16 - fp32, paired over questions [95% CI]", None,
+          diff3.to_dict()],
+         ["base model, McNemar p (Ver@3 solved, bf16 vs fp32)", None, mc.p_value],
+         ["base model, questions with the same attempt of first success", 1.0, same_first]],
+        name="agreement", formats={"float32": ".4f", "bfloat16": ".4f"})
+    for t in (speed, agree):
+        print(results.render_table(t), "\n", flush=True)
+    if a.out_results:
+        command = ("python plugins/cal-grpo/benchmarks/real_task_arith.py "
+                   + shlex.join(sys.argv[1:]))
+        print("results file:", results.write(a.out_results, [speed, agree], command=command,
+                                              plugin="cal-grpo", seeds=[0], quick=False,
+                                              tolerance=DTYPE_TOLERANCE, clock=clock,
+                                              threads=a.threads), file=sys.stderr)
+
+
 # "train CPU s" is copied from the runs' records: a clock reading of the original runs.
 TOLERANCE = {"train CPU s": {"timing": True, "why": "CPU seconds measured by the original runs"}}
 
@@ -216,7 +395,11 @@ def report(a) -> None:
     modes = [m for m in ("naive", "trajectory", "cal") if any(k[0] == m for k in runs)]
     seeds = sorted({k[1] for k in runs})
     full = [s for s in seeds if all((m, s) in runs for m in modes)]
-    print(f"### after {step} updates; seeds with every arm: {full}\n")
+    r0 = next(iter(runs.values()))
+    setup = (f"SmolLM2-135M-Instruct + LoRA, {r0.get('dtype', 'float32')}, "
+             f"G={r0['num_generations']} x {r0['prompts_per_step']} questions per update, "
+             f"lr {r0['lr']}, {len(r0['first'])} held-out questions (greedy)")
+    print(f"### after {step} updates; seeds with every arm: {full}; {setup}\n")
     print("| arm | seed | Ver@1 | Ver@2 | Ver@3 | Ver@3 - Ver@1 | repeats an answer | "
           "train CPU s |")
     print("|---|---|---|---|---|---|---|---|")
@@ -263,9 +446,12 @@ def report(a) -> None:
             print(f"| {x} - {y} | Ver@{k} | {', '.join(f'{d:+.3f}' for d in per_seed)} | "
                   f"{est.value:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}] | {mde:.3f} | "
                   f"{ahead}/{len(full)} |")
+            verdict = ("no difference (CI includes 0)" if est.lo <= 0 <= est.hi else
+                       "no difference (below the MDE)" if abs(est.value) < mde else
+                       f"{x} {'ahead' if est.value > 0 else 'behind'} (CI excludes 0)")
             comp_rows.append([f"{x} - {y}", f"Ver@{k}",
                               ", ".join(f"{d:+.3f}" for d in per_seed), est.to_dict(), mde,
-                              f"{ahead}/{len(full)}"])
+                              f"{ahead}/{len(full)}", verdict])
     if a.out_results:
         from icml import results
 
@@ -287,29 +473,51 @@ def report(a) -> None:
         f3 = ".3f"
         tables = [
             results.make_table(
-                f"Held-out, greedy, after {step} updates, per seed",
+                f"Held-out, greedy, after {step} updates, per seed ({setup})",
                 ["arm", "seed", "Ver@1", "Ver@2", "Ver@3", "Ver@3 - Ver@1",
                  "repeats an answer", "train CPU s"], per_rows, name="per_seed",
                 formats={"Ver@1": f3, "Ver@2": f3, "Ver@3": f3, "Ver@3 - Ver@1": f3,
                          "repeats an answer": ".2f", "train CPU s": ".0f"}),
             results.make_table(
-                f"Held-out Ver@3 after {step} updates (mean [95% CI, seeds x questions])",
+                f"Held-out Ver@3 after {step} updates (mean [95% CI, seeds x questions]; "
+                f"{setup})",
                 ["arm", "seeds", "Ver@3", "Ver@3 per seed"], seed_rows, name="arms",
                 formats={"Ver@3": ".3f"}),
             results.make_table(
-                f"Paired differences after {step} updates (seeds x questions)",
+                f"Paired differences after {step} updates (same seeds and held-out questions; "
+                f"{setup}): mean with a 95% bootstrap CI over seeds x questions "
+                "(icml.stats.hierarchical_diff_ci, crossed, 10,000 resamples) and the minimum "
+                "detectable effect (alpha 0.05, power 0.8, icml.stats.mde_from_samples)",
                 ["comparison", "metric", "per-seed differences",
-                 "mean [95% CI, seeds x questions]", "MDE", "seeds ahead"], comp_rows,
+                 "mean [95% CI, seeds x questions]", "MDE", "seeds ahead", "verdict"],
+                comp_rows,
                 name="paired", formats={"mean [95% CI, seeds x questions]": "+.3f",
                                         "MDE": ".3f"})]
         width = max(len(r["train_ver@3"]) for r in runs.values())
         blocks = [(lo, min(lo + 5, width)) for lo in range(0, width, 5)]
+        train_rows, late_col = [], None
+        for m in modes:
+            row = [m] + [st.mean([x for s in full for x in runs[(m, s)]["train_ver@3"][lo:hi]])
+                         for lo, hi in blocks]
+            if len(blocks) >= 4:
+                # flattening: per seed, the last block's mean minus the mean of the block
+                # two before it; mean over seeds with a bootstrap CI over seeds
+                (a0, a1), (b0, b1) = blocks[-3], blocks[-1]
+                late_col = f"updates {b0 + 1}-{b1} minus {a0 + 1}-{a1} [95% CI, seeds]"
+                d = [st.mean(runs[(m, s)]["train_ver@3"][b0:b1])
+                     - st.mean(runs[(m, s)]["train_ver@3"][a0:a1]) for s in full]
+                row.append(stats.mean_ci(d, n_boot=10_000, seed=0).to_dict()
+                           if len(full) > 1 else None)
+            train_rows.append(row)
+        cols = ["arm"] + [f"updates {lo + 1}-{hi}" for lo, hi in blocks]
+        fmts = {f"updates {lo + 1}-{hi}": ".3f" for lo, hi in blocks}
+        if late_col:
+            cols.append(late_col)
+            fmts[late_col] = "+.3f"
         tables.append(results.make_table(
-            "Training batches: Ver@3 averaged over seeds and blocks of 5 updates",
-            ["arm"] + [f"updates {lo + 1}-{hi}" for lo, hi in blocks],
-            [[m] + [st.mean([x for s in full for x in runs[(m, s)]["train_ver@3"][lo:hi]])
-                    for lo, hi in blocks] for m in modes], name="training",
-            formats={f"updates {lo + 1}-{hi}": ".3f" for lo, hi in blocks}))
+            f"Training batches ({r0['num_generations'] * r0['prompts_per_step']} sampled "
+            "rollouts per update, T=1): Ver@3 averaged over seeds and blocks of 5 updates",
+            cols, train_rows, name="training", formats=fmts))
         command = ("python plugins/cal-grpo/benchmarks/real_task_arith.py "
                    + shlex.join(sys.argv[1:]))
         print("results file:", results.write(a.out_results, tables, command=command,
@@ -371,8 +579,22 @@ def main() -> None:
                    "as an icml.results file (the README renders it)")
     f = sub.add_parser("profile")
     f.add_argument("--reps", type=int, default=2)
+    d = sub.add_parser("dtype-check", help="bf16 vs fp32 on the same inputs, and their cost")
+    d.add_argument("--reps", type=int, default=2)
+    d.add_argument("--num-generations", type=int, default=4)
+    d.add_argument("--prompts-per-step", type=int, default=4)
+    d.add_argument("--n-train", type=int, default=400)
+    d.add_argument("--n-test", type=int, default=240)
+    d.add_argument("--out-results", default="")
+    for q in (r, d):
+        q.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
+        q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    r.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="model weights (LoRA weights stay float32)")
     a = ap.parse_args()
-    {"run": run, "report": report, "profile": profile}[a.cmd](a)
+    if getattr(a, "threads", 1) < 1:
+        ap.error(f"--threads must be >= 1, got {a.threads}")
+    {"run": run, "report": report, "profile": profile, "dtype-check": dtype_check}[a.cmd](a)
 
 
 if __name__ == "__main__":

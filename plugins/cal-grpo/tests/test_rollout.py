@@ -345,3 +345,43 @@ def test_arithmetic_choice_task_on_the_pretrained_tokenizer():
     assert sum(any(o >= 100 for o in opts) for _, _, opts in task.items["test"]) == 7
     p = task.prompts("test")[0]
     assert p.endswith("<|im_start|>assistant\nThe answer is") and len(tok(p)["input_ids"]) < 60
+
+
+def test_reduced_precision_keeps_last_logits_by_index(monkeypatch):
+    """A bf16 model's cached rollout asks for the last position by an index tensor (a
+    contiguous block for the output layer; the strided slice made bf16 ``F.linear`` copy the
+    weight per row, 130x slower on SmolLM2) and samples exactly what the slice gives; float32
+    keeps ``logits_to_keep=1``."""
+    import torch
+    from icml_cal_grpo import rollout as ro
+
+    from icml.models import byte_tokenizer, tiny_causal_lm
+
+    tok = byte_tokenizer()
+    seen = []
+
+    def run(model, force_slice=False):
+        orig = ro._CachedContexts._keep_last
+
+        def spy(self, m):
+            k = 1 if force_slice else orig(self, m)
+            seen.append((self.dtype, k))
+            return k
+
+        monkeypatch.setattr(ro._CachedContexts, "_keep_last", spy)
+        b = ro.multi_attempt_rollout(model, tok, ["ab", "cde"], lambda p, a, e: False,
+                                     ro.MultiAttemptConfig(max_attempts=2, max_attempt_tokens=3,
+                                                           feedback="no"),
+                                     num_generations=2,
+                                     generator=torch.Generator().manual_seed(0))
+        return b.attempts, b.attempt_logprobs
+
+    torch.manual_seed(0)
+    model = tiny_causal_lm("llama", hidden_size=32)
+    run(model)
+    assert all(k == 1 for _, k in seen)                        # float32: unchanged
+    seen.clear()
+    bf16 = model.to(torch.bfloat16)
+    by_index = run(bf16)
+    assert any(torch.is_tensor(k) for _, k in seen)
+    assert run(bf16, force_slice=True) == by_index             # same tokens and log-probs
