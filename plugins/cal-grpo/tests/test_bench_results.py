@@ -77,3 +77,28 @@ def test_real_task_writes_results_file(tmp_path):
     assert all(0 <= r[2] <= r[3] <= 1 for r in rows)  # Ver@1 <= Ver@3
     assert [r[0] for r in results.find_table(data, "arms")["rows"]] == ["base", "cal"]
     assert data["tolerance"]["train wall s"]["timing"]
+
+
+def test_real_task_arith_rejects_bad_settings():
+    """Bad settings are one-line errors before the model loads."""
+    for args, what in ((["--dtype", "float16"], "--dtype"), (["--threads", "0"], "--threads")):
+        with pytest.raises(subprocess.CalledProcessError) as e:
+            _run("real_task_arith.py", "run", *args, "--out", "/dev/null")
+        assert what in e.value.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.pretrained
+def test_real_task_arith_bf16_run_and_report(tmp_path):
+    """The powered comparison's path on a tiny slice: a bf16 run (one update, two arms, four
+    held-out questions) and its report's results file with the setting in the titles."""
+    pytest.importorskip("peft")
+    runs, out = tmp_path / "runs.jsonl", tmp_path / "r.json"
+    _run("real_task_arith.py", "run", "--modes", "trajectory,cal", "--seeds", "0", "--steps",
+         "1", "--num-generations", "2", "--prompts-per-step", "1", "--n-test", "4",
+         "--dtype", "bfloat16", "--out", str(runs))
+    _run("real_task_arith.py", "report", str(runs), "--out-results", str(out))
+    data = results.load(out)
+    assert "bfloat16, G=2 x 1 questions" in results.find_table(data, "arms")["title"]
+    paired = results.find_table(data, "paired")
+    assert [r[0] for r in paired["rows"]] == ["cal - trajectory"] * 2
+    assert paired["columns"][-1] == "verdict"
