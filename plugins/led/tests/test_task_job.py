@@ -104,6 +104,7 @@ def test_user_model_path_loads(tmp_path, tok):
     assert "led_cost_ratio" in res.metrics
 
 
+@pytest.mark.slow
 def test_default_job_is_bit_equal_at_one_and_two_threads(tmp_path, monkeypatch):
     """Issue 63: the default job's numbers do not depend on the torch thread count (a small
     model, short training, 4 x 16 decoded rows; ``icml reproduce led default --raw --threads 1``

@@ -1,0 +1,64 @@
+"""The powered benchmark's selection rule and tables (no pretrained weights)."""
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "powered.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("led_powered_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_selection_drops_floor_and_ceiling_then_fits_the_band():
+    b = _bench()
+    counts = {"add2": [4, 6], "addsub3": [0, 0], "word_add": [16, 16], "word_sub": [8, 8],
+              "word_mul": [12, 14], "mul": [15, 16]}
+    kept, log = b.select_families(counts, 16)
+    decided = {f: why for f, _, why in log}
+    assert decided["addsub3"] == "dropped: floor" and decided["word_add"] == "dropped: ceiling"
+    # add2 0.31, word_sub 0.5, word_mul 0.81, mul 0.97 -> mul is above the ceiling too;
+    # pooled of the rest 0.54 lies in the band
+    assert decided["mul"] == "dropped: ceiling"
+    assert kept == ["add2", "word_sub", "word_mul"]
+    # too easy a pool: the easiest kept family goes until the pooled pass@1 is <= 0.6
+    kept, log = b.select_families({"add2": [15, 15], "mul": [10, 10], "word_mul": [8, 8]}, 16)
+    assert kept == ["word_mul", "mul"] and ("add2", 15 / 16, "dropped: band") in log
+
+
+def test_selection_never_reads_other_arms_and_final_size():
+    b = _bench()
+    assert b.final_count(5) == 105 and b.final_count(6) == 108 and b.final_count(1) == 102
+    assert b.SELECT_T in b.TEMPERATURES and b.MAX_NEW_TOKENS >= 64 and b.SAMPLES >= 16
+    args = b.parse_args(["final", "--families", "add2,mul", "--arms", "sampling,led"])
+    assert args.families == ["add2", "mul"] and args.arms == ["sampling", "led"]
+    for bad in (["final", "--families", "add9"], ["final", "--arms", "beam"],
+                ["final", "--samples", "8"]):
+        with pytest.raises(SystemExit):
+            b.parse_args(bad)
+
+
+def test_tables_pair_led_with_each_baseline_at_pass_1_4_16():
+    b = _bench()
+    args = SimpleNamespace(samples=16, temperatures=[0.6], max_new_tokens=64, dtype="bfloat16")
+    mk = lambda name, c, ex: {"name": name, "T": 0.6, "correct": c, "explored": ex,  # noqa: E731
+                              "mean_reply_tokens": 20.0, "capped": 0.0, "seconds": 2.0,
+                              "tokens": 100}
+    runs = {"0.6/sampling": mk("sampling", [4, 0, 16], float("nan")),
+            "0.6/top8": mk("top8", [4, 1, 16], 0.0),
+            "0.6/led": mk("led", [8, 1, 16], 0.1)}
+    check = {"led": mk("led", [6, 1], 0.1)}
+    passk, paired, dtype, cost = b.tables_from(runs, check, args, 3)
+    assert [r[1] for r in paired["rows"]] == ["sampling", "top8"]
+    row = paired["rows"][0]
+    assert row[2]["value"] == pytest.approx((4 / 16 + 1 / 16) / 3)      # pass@1 difference
+    assert row[6]["value"] == pytest.approx(1 / 3)                     # pass@16: prompt 2
+    assert row[8] == 1.0                                               # McNemar, 1 discordant
+    assert dtype["rows"][0][3]["value"] == pytest.approx((8 - 6) / 16 / 2)
+    assert cost["rows"][0][5] == 1.0
