@@ -78,6 +78,9 @@ class Execution:
                         "OpenAI-compatible endpoint at base_url", choices=MODELS)
     batch_size: int = option(1, help="transformers models: concurrent greedy (temperature "
                              "0) calls batched into one generate call (1: one at a time)", ge=1)
+    constrained: bool = option(False, help="transformers models: hold each role's reply to the "
+                               "protocol's grammar (planner JSON, CALL/ANSWER, FINAL ANSWER, "
+                               "CHOICE) by a logits processor, so replies always parse")
     base_url: str = option("", help="endpoint for model=http, e.g. http://127.0.0.1:8000/v1")
     http_model: str = option("default", help="model name sent to the endpoint")
     clock: str = option("virtual", help="virtual (deterministic latency; scripted model only) "
@@ -108,6 +111,9 @@ class Execution:
                              "time: set clock=wall")
         if not self.levels:
             raise ValueError("levels must list at least one of 1, 2, 3")
+        if self.constrained and self.model not in ("transformers", "tiny", "pretrained"):
+            raise ValueError(f"constrained=True: model={self.model!r} is not a transformers "
+                             "model (allowed: transformers, tiny, pretrained)")
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,18 +35,30 @@ class TransformersChatModel:
     ``ignore_eos`` always generates ``max_tokens`` tokens (as vLLM's option of that name).
     ``batch_size``: how many concurrent greedy requests one ``model.generate`` call may serve
     (1: one at a time); ``batch_wait_s``: how long the first request of a batch waits for
-    others to join (0: only those already waiting, or arriving while a batch runs)."""
+    others to join (0: only those already waiting, or arriving while a batch runs).
+    ``constrained``: hold each role's reply to the protocol's grammar (``constrain.py``: the
+    planner's JSON plan, the worker's CALL/ANSWER line, FINAL ANSWER, CHOICE) by a logits
+    processor, so replies always parse; ``tools`` (name -> arity) are the tools the grammar
+    allows (SynthGAIA's by default). Constrained calls run one at a time (no batching)."""
 
     virtual_time = False
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "transformers",
                  ignore_eos: bool = False, batch_size: int = 1,
-                 batch_wait_s: float = 0.0) -> None:
+                 batch_wait_s: float = 0.0, constrained: bool = False,
+                 tools: Mapping[str, int] | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1 (1: no batching)")
         if batch_wait_s < 0:
             raise ValueError(f"batch_wait_s={batch_wait_s} must be >= 0")
+        if constrained and ignore_eos:
+            raise ValueError("constrained=True needs EOS (ignore_eos=False): a reply ends "
+                             "where its grammar does")
         self.model, self.tok, self.name, self.ignore_eos = model, tokenizer, name, ignore_eos
+        # constrained decoding (constrain.py): each role's reply held to its grammar
+        self.constrained = constrained
+        self.tools = dict(tools) if tools is not None else None
+        self.constraint_stats = {"replies": 0, "checks": 0, "fallbacks": 0}
         self.batch_size, self.batch_wait_s = batch_size, batch_wait_s
         self._lock = threading.Lock()
         self.tokens_generated = 0  # over finished generate calls
@@ -72,9 +85,9 @@ class TransformersChatModel:
         return len(self._ids(messages))
 
     def _generate_sync(self, ids: list[int], temperature: float, seed: int, max_tokens: int,
-                       stop: threading.Event) -> Completion:
+                       stop: threading.Event, grammar: str | None = None) -> Completion:
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
         owner = self
 
@@ -100,8 +113,23 @@ class TransformersChatModel:
             kw["pad_token_id"] = pad
             if self.ignore_eos:
                 kw["min_new_tokens"] = max_tokens
+            proc = None
+            if grammar is not None:
+                from icml_tipex.constrain import GrammarProcessor, vocab_of
+
+                gen = torch.Generator(device="cpu").manual_seed(seed)
+                proc = GrammarProcessor(grammar, vocab_of(self.tok), len(ids),
+                                        temperature=temperature, generator=gen)
+                kw["logits_processor"] = LogitsProcessorList([proc])
+                kw["do_sample"] = False  # the processor samples (its one kept token)
+                kw.pop("temperature", None)
             with torch.no_grad():
                 out = self.model.generate(x, **kw)
+            if proc is not None:
+                st = self.constraint_stats
+                st["replies"] += 1
+                st["checks"] += proc.checks
+                st["fallbacks"] += proc.fallbacks
             new = out[0, len(ids):].tolist()
             eos = self.tok.eos_token_id
             n = len(new)
@@ -207,11 +235,16 @@ class TransformersChatModel:
     async def generate(self, messages: list[Message], *, temperature: float = 0.0,
                        seed: int = 0, max_tokens: int = 256) -> Completion:
         ids = self._ids(messages)
-        if self.batch_size > 1 and temperature == 0:
+        grammar = None
+        if self.constrained:
+            from icml_tipex.constrain import SYNTHGAIA_TOOLS, grammar_for
+
+            grammar = grammar_for(messages, self.tools or SYNTHGAIA_TOOLS, max_tokens)
+        if self.batch_size > 1 and temperature == 0 and grammar is None:
             return await self._batched(ids, max_tokens)
         stop = threading.Event()
         fut = asyncio.get_running_loop().run_in_executor(
-            None, self._generate_sync, ids, temperature, seed, max_tokens, stop)
+            None, self._generate_sync, ids, temperature, seed, max_tokens, stop, grammar)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -221,18 +254,19 @@ class TransformersChatModel:
 
 
 def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = None,
-                    seed: int = 0, ignore_eos: bool = False,
-                    batch_size: int = 1) -> TransformersChatModel:
+                    seed: int = 0, ignore_eos: bool = False, batch_size: int = 1,
+                    constrained: bool = False) -> TransformersChatModel:
     """``"tiny"``: a random 2-layer Llama (hidden 64) with the byte tokenizer (plumbing only);
     ``"pretrained"``: SmolLM2-135M-Instruct from ``icml.models.load_pretrained``;
     ``"transformers"``: the pretrained model when it is installed, else the tiny one.
-    ``batch_size``: see :class:`TransformersChatModel`."""
+    ``batch_size``, ``constrained``: see :class:`TransformersChatModel`."""
     if kind == "transformers":
         from icml.pretrained import PretrainedModelError
 
         try:
             return load_chat_model("pretrained", device=device, dtype=dtype, seed=seed,
-                                   ignore_eos=ignore_eos, batch_size=batch_size)
+                                   ignore_eos=ignore_eos, batch_size=batch_size,
+                                   constrained=constrained)
         except PretrainedModelError:
             kind = "tiny"
     if kind == "tiny":
@@ -241,11 +275,13 @@ def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = Non
         model = tiny_causal_lm("llama", seed=seed, device=device, dtype=dtype, hidden_size=64,
                                max_positions=4096)
         return TransformersChatModel(model.eval(), byte_tokenizer(), name="tiny-llama",
-                                     ignore_eos=ignore_eos, batch_size=batch_size)
+                                     ignore_eos=ignore_eos, batch_size=batch_size,
+                                     constrained=constrained)
     if kind == "pretrained":
         from icml.models import load_pretrained
 
         model, tok = load_pretrained("smollm2-135m-instruct", device=device, dtype=dtype)
         return TransformersChatModel(model.eval(), tok, name="smollm2-135m-instruct",
-                                     ignore_eos=ignore_eos, batch_size=batch_size)
+                                     ignore_eos=ignore_eos, batch_size=batch_size,
+                                     constrained=constrained)
     raise ValueError(f"model kind {kind!r} is not 'tiny', 'pretrained' or 'transformers'")

@@ -1,0 +1,134 @@
+"""Constrained decoding (``constrain.py``): every reply of every role parses, even from a random
+model (the tiny Llama, the hardest case: it never follows the protocol on its own), plans are
+valid DAGs within the granularity cap, no reply is cut off, and SmolLM2's plans parse
+(pretrained)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import regex
+from icml_tipex import roles
+from icml_tipex.clock import run
+from icml_tipex.constrain import (
+    SYNTHGAIA_TOOLS,
+    GrammarTooLong,
+    grammar_for,
+    judge_grammar,
+    planner_grammar,
+    worker_grammar,
+)
+from icml_tipex.plan import Subtask, parse_plan
+from icml_tipex.runner import ExecutionConfig, TipexRunner
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from icml_tipex.hf import load_chat_model
+
+    return load_chat_model("tiny", constrained=True)
+
+
+def _gen(m, messages, **kw):
+    return asyncio.run(m.generate(messages, **kw))
+
+
+def test_the_plan_grammar_admits_valid_plans_only() -> None:
+    tools = list(SYNTHGAIA_TOOLS)
+    rx = regex.compile(planner_grammar(3, tools, 2000))
+    ok = ('{"subtasks": [{"id": "s1", "goal": "find x", "tool": "lookup", "deps": []}, '
+          '{"id": "s2", "goal": "add", "tool": "calc", "deps": ["s1"]}]}')
+    assert rx.fullmatch(ok)
+    parse_plan(ok, tools=tools, max_subtasks=4)
+    for bad in (ok.replace('["s1"]', '["s2"]'),  # a cycle / a later subtask
+                ok.replace('["s1"]', '["s3"]'),  # unknown
+                ok.replace('"calc"', '"shell"'),  # unknown tool
+                ok.replace('"s2"', '"s7"', 1),  # ids in order
+                '{"subtasks": []}',  # empty
+                ok[:-2] + ", " + ", ".join(  # more than g + 1 subtasks
+                    f'{{"id": "s{k}", "goal": "g", "tool": "calc", "deps": []}}'
+                    for k in range(3, 6)) + "]}"):
+        assert rx.fullmatch(bad) is None, bad
+        assert rx.fullmatch(bad[:40], partial=True) is not None or bad.startswith('{"subtasks": []')
+
+
+def test_grammars_fit_max_tokens_or_say_so() -> None:
+    tools = list(SYNTHGAIA_TOOLS)
+    for g in (1, 4, 8):
+        for budget in (120, 255, 511, 2000):
+            pat = planner_grammar(g, tools, budget)
+            assert "s1" in pat
+    with pytest.raises(GrammarTooLong, match="execution.max_tokens"):
+        planner_grammar(4, tools, 30)
+    with pytest.raises(GrammarTooLong, match="max_tokens"):
+        worker_grammar(SYNTHGAIA_TOOLS, 8)
+    with pytest.raises(GrammarTooLong):
+        judge_grammar(3, 5)
+    msgs = [{"role": "system", "content": "ROLE: someone\n"}, {"role": "user", "content": "x"}]
+    assert grammar_for(msgs, SYNTHGAIA_TOOLS, 64) is None  # no grammar for unknown roles
+
+
+@pytest.mark.parametrize("temperature, seed", [(0.0, 0), (1.0, 5)])
+def test_a_random_model_constrained_always_parses(tiny, suite, temperature, seed) -> None:
+    tools = suite.tools()
+    for lvl in (1, 2, 3):
+        task = suite.tasks(lvl, 1)[0]
+        for g in (1, 2, 4, 8):
+            for mt in (96, 256):
+                c = _gen(tiny, roles.planner_messages(task.task_id, task.question, g),
+                         temperature=temperature, seed=seed, max_tokens=mt)
+                plan = parse_plan(c.text, tools=tools, max_subtasks=g + 1)  # never raises
+                assert plan.subtasks and c.finish_reason == "stop"
+                assert c.completion_tokens < mt
+        c = _gen(tiny, roles.worker_messages(task.task_id, task.question,
+                                             Subtask("s1", "look it up"), {}),
+                 temperature=temperature, seed=seed, max_tokens=48)
+        text = c.text.strip()
+        call = roles.parse_call(text, tools)
+        assert (call is not None and call[0] in tools and len(call[1]) == SYNTHGAIA_TOOLS[
+            call[0]]) or text.startswith("ANSWER: ")
+        c = _gen(tiny, roles.synth_messages(task.task_id, task.question, {"s1": "3"}, "s1"),
+                 temperature=temperature, seed=seed, max_tokens=32)
+        assert roles._FINAL.search(c.text)
+        c = _gen(tiny, roles.judge_messages(task.task_id, task.question, ["1", "2", "3"],
+                                            [2, 1, 1]),
+                 temperature=temperature, seed=seed, max_tokens=16)
+        assert roles.parse_choice(c.text, 3) is not None
+    assert tiny.constraint_stats["replies"] > 0
+
+
+def test_constrained_runs_end_to_end_without_plan_errors(tiny, suite) -> None:
+    r = TipexRunner(tiny, suite.tools(), clock="wall")
+    cfg = ExecutionConfig(max_inflight=None, n_replicas=2, width=2, granularity=2,
+                          max_tokens=160, max_worker_steps=2, temperature=0.8)
+    res = r.run(suite.tasks(2, 2), cfg, trace=True)
+    for x in res:
+        assert all(e["status"] == "ok" for e in x.trace.calls())
+        assert not any("PlanError" in (p.error or "") for p in x.replicas)
+        assert any(e["kind"] == "plan" for e in x.trace.events)
+
+
+def test_constrained_needs_eos() -> None:
+    from icml_tipex.hf import TransformersChatModel
+
+    with pytest.raises(ValueError, match="ignore_eos"):
+        TransformersChatModel(None, None, constrained=True, ignore_eos=True)
+
+
+@pytest.mark.pretrained
+def test_smollm2_constrained_plans_parse(suite) -> None:
+    """SmolLM2-135M-Instruct follows the planner's JSON only under the constraint (its free
+    replies did not parse in the issue's check); every constrained plan parses."""
+    from icml_tipex.hf import load_chat_model
+
+    from icml.testing import pretrained_or_skip
+
+    m = pretrained_or_skip(load=lambda: load_chat_model("pretrained", constrained=True))
+    tools = suite.tools()
+    for lvl, g, t, seed in ((1, 2, 0.0, 0), (2, 2, 0.7, 1), (3, 4, 0.7, 2)):
+        task = suite.tasks(lvl, 1)[0]
+        c = run(m.generate(roles.planner_messages(task.task_id, task.question, g),
+                           temperature=t, seed=seed, max_tokens=160), "wall")
+        plan = parse_plan(c.text, tools=tools, max_subtasks=g + 1)
+        assert plan.subtasks and c.finish_reason == "stop"
