@@ -541,8 +541,10 @@ def _write(args: argparse.Namespace, clock: object) -> None:
     why = ("read off this machine's clock, memory or float32 kernels under its load (a speed, "
            "a ratio of speeds, RSS, or a last-bits difference of batched vs per-sentence "
            "matmuls that depends on the BLAS kernels and threads): shown, not compared")
+    from real_model import machine_note  # this folder is sys.path[0] when run as a script
+
     R.write(args.out_results, TABLES, plugin="synsem", seeds=[0], clock=clock,
-            threads=args.threads or None, quick=False,
+            threads=args.threads or None, quick=False, notes=machine_note(),
             tolerance={c: {"timing": True, "why": why} for c in sorted(cols)
                        if any(m in c for m in MEASURED)},
             command=" ".join(["python", "plugins/synsem/benchmarks/bench.py"]

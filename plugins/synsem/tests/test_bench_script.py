@@ -31,6 +31,7 @@ def test_bench_writes_its_results_file(tmp_path):
     assert "full pipeline sent/s wall / CPU" in data["tolerance"]
     assert "method" not in data["tolerance"] and "model" not in data["tolerance"]
     assert data["command"].startswith("python plugins/synsem/benchmarks/bench.py --n 16")
+    assert "flags:" in data["notes"]  # the CPU flags (avx512_bf16, amx_bf16, ...) are recorded
 
 
 def test_precision_rows_pair_the_right_arms():
