@@ -212,3 +212,27 @@ def test_pretrained_judge_and_caption_responder() -> None:
     lm = CaptionLMResponder(model, tok, max_new_tokens=6, batch_size=2)
     report = evaluate(lm, bench.subset(limit=2), judge=RuleJudge())
     assert not report.failures and all(isinstance(s.text_response, str) for s in report.scores)
+
+
+def test_agreement_intervals_and_caption_table() -> None:
+    """The agreement table's cells carry bootstrap intervals (none where a judge is constant);
+    the caption table pairs two responders item by item."""
+    from icml_cage.config import GapConfig
+    from icml_cage.job import _agreement_row, _caption_table
+
+    bench = BENCH.subset(limit=60)
+    a = evaluate(GradedResponder(bench, corrupt=0.5, answer_accuracy=0.7), bench)
+    b = evaluate(GradedResponder(bench, corrupt=0.5, answer_accuracy=0.7), bench,
+                 RuleJudge(chain_metric="edit"))
+    row = _agreement_row("g", [(a, b)], GapConfig(n_bootstrap=200), 0, (0.1, float("nan")))
+    assert row[1] == 60 and row[-1] == "undefined"
+    chain = row[3]
+    assert chain["lo"] <= chain["value"] <= chain["hi"] and chain["value"] > 0.5
+    oracle = evaluate(OracleResponder(bench), bench)
+    assert _agreement_row("o", [(oracle, oracle)], GapConfig(n_bootstrap=200), 0,
+                          (0.0, 0.0))[3] is None  # every chain scores 10: no correlation
+    worse = evaluate(GradedResponder(bench, corrupt=1.0, answer_accuracy=0.7), bench)
+    table = _caption_table(a, worse, 0)
+    s_chain = table.rows[1]
+    assert s_chain[0] == "S_chain" and s_chain[1] == 60 and s_chain[4]["lo"] > 0
+    assert table.rows[2][4]["value"] == 0.0  # same answers: no accuracy difference

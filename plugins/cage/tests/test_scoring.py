@@ -72,7 +72,8 @@ def test_llm_judge_adapter_and_failures() -> None:
 def test_ag_limits_and_norms() -> None:
     for norm in ("relative", "max", "range"):
         assert abstraction_gap(6.0, 6.0, norm) == 0.0
-        assert abstraction_gap(0.0, 0.0, norm) == 0.0
+        assert math.isnan(abstraction_gap(0.0, 0.0, norm))  # at the floor: undefined
+        assert abstraction_gap(0.0, 0.0, norm, floor=0.0) == 0.0  # floor off: equal gives 0
     assert abstraction_gap(7.0, 0.0) == 1.0
     assert abstraction_gap(6.0, 2.5) == pytest.approx(3.5 / 6)
     assert abstraction_gap(6.0, 2.5, "range") == pytest.approx(0.35)
@@ -84,6 +85,35 @@ def test_ag_limits_and_norms() -> None:
     # a text score of 0 under a chain score > 0 is undefined, not a -5e6 outlier
     assert per_item_gap([10, 0, 5], [0, 5, 5]) == pytest.approx(1 / 2)
     assert math.isnan(per_item_gap([0.0], [3.0]))
+
+
+def test_ag_is_flagged_undefined_at_the_floor_not_zero() -> None:
+    """A blank responder (both scores ~0) and the oracle (both 10) never share a number: the
+    blank one's AG is NaN with a reason, its interval NaN, its items undefined too."""
+    from icml_cage.config import GapConfig
+    from icml_cage.evaluate import evaluate
+    from icml_cage.job import _row
+    from icml_cage.metrics import gap_flag, item_gap
+    from icml_cage.responders import CallableResponder, OracleResponder
+
+    bench = generate_benchmark(2, seed=0)
+    blank = evaluate(CallableResponder(lambda img, prompt: "", name="blank"), bench)
+    oracle = evaluate(OracleResponder(bench), bench)
+    b = blank.summary(n_boot=200)[-1]
+    o = oracle.summary(n_boot=200)[-1]
+    assert b["S_text"] == b["S_chain"] == 0.0
+    assert math.isnan(b["AG"]) and math.isnan(b["AG_lo"]) and math.isnan(b["AG_hi"])
+    assert "below the floor" in b["AG_flag"] and b["n_item_AG"] == 0
+    assert o["AG"] == 0.0 and o["AG_flag"] == "" and o["AG_lo"] == o["AG_hi"] == 0.0
+    cells = _row("blank", "rule", b, GapConfig().floor)
+    assert cells[6].startswith("undefined") and cells[7] == "-" and cells[9] is None
+    assert _row("oracle", "rule", o, GapConfig().floor)[6] == 0.0
+    # just above the floor it is a number again; 0 turns the flag off
+    assert gap_flag(1.2, 0.0) == "" and abstraction_gap(1.2, 0.0) == 1.0
+    assert gap_flag(0.5, 0.2) and gap_flag(0.5, 0.2, floor=0.0) == ""
+    assert math.isnan(item_gap(0.0, 0.0)) and item_gap(10.0, 10.0) == 0.0
+    with pytest.raises(ValueError, match="gap.floor"):
+        GapConfig(floor=11.0)
 
 
 def test_bootstrap_interval_brackets_the_point_estimate() -> None:

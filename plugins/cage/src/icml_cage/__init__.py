@@ -18,7 +18,7 @@ from icml.lazy import lazy_exports
 from icml_cage.evaluate import CageReport as CageReport
 from icml_cage.evaluate import evaluate as evaluate
 
-__version__ = "0.2.4"
+__version__ = "0.3.0"
 
 _EXPORTS = {
     "ChainSCM": "scm", "Node": "scm",

@@ -26,8 +26,10 @@ from icml import option
 from icml_cage.probes import CHAIN_PROMPT, TEXT_PROMPT
 
 RESPONDERS = ("oracle", "graded", "unfaithful", "tiny-llava", "tiny-qwen2vl", "tiny-llava-sft",
-              "caption-lm", "model")
+              "caption-lm", "question-lm", "model")
 JUDGES = ("rule", "llm", "both")
+LLM_JUDGES = ("checks", "digit")
+DTYPES = ("float32", "bfloat16")
 NORMS = ("relative", "max", "range")
 CHAIN_METRICS = ("edge_f1", "edit")
 MIN_SIDE = 32  # pixels: the smallest scene the families draw legibly
@@ -60,7 +62,8 @@ class ResponderConfig:
                                               "(drawn independently of the chain)", ge=0, le=1)
     model: str = option("", help="a transformers VLM folder or hub name (responder 'model')")
     vlm_items: int = option(36, help="items the VLM responders answer (0 = all)", ge=0)
-    lm_items: int = option(36, help="items the caption-lm responder answers (0 = all)", ge=0)
+    lm_items: int = option(36, help="items the caption-lm and question-lm responders answer "
+                                    "(0 = all)", ge=0)
     sft_steps: int = option(150, help="chain-SFT steps of the tiny-llava-sft responder", ge=1)
     sft_images: int = option(60, help="scenes in its training split (other seed)", ge=1)
     max_new_tokens: int = option(0, help="tokens a model may generate per answer; 0 = the "
@@ -122,11 +125,17 @@ class JudgeConfig:
                                     "(agreement reported)", choices=JUDGES)
     items: int = option(36, help="items per responder the llm judge scores (0 = all; with "
                                  "kind=llm, the items answered)", ge=0)
+    llm: str = option("checks", help="how the llm judge grades: checks (the rubric as yes/no "
+                                     "checks, P(' yes') vs P(' no'); CheckJudge) or digit (one "
+                                     "0-9 score digit; PretrainedJudge)", choices=LLM_JUDGES)
     rule: RuleConfig = option(default_factory=RuleConfig, help="the rule judge's rubric")
 
     def __post_init__(self) -> None:
         if self.kind not in JUDGES:
             raise ValueError(f"kind {self.kind!r}: use {', '.join(JUDGES)}")
+        if self.llm not in LLM_JUDGES:
+            raise ValueError(f"config key 'judge.llm' is {self.llm!r}: use "
+                             f"{', '.join(LLM_JUDGES)}")
 
 
 @dataclass
@@ -136,10 +145,15 @@ class GapConfig:
     norm: str = option("relative", help="AG normaliser", choices=NORMS)
     n_bootstrap: int = option(1000, help="bootstrap resamples for AG intervals (0 = none, else "
                                          ">= 100)", ge=0)
+    floor: float = option(1.0, help="AG is undefined (flagged, not 0) when S_text and S_chain "
+                                    "are both below this score (0-10); 0 turns the flag off",
+                          ge=0, le=10)
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
             raise ValueError(f"norm {self.norm!r}: use {', '.join(NORMS)}")
+        if not 0.0 <= self.floor <= 10.0:
+            raise ValueError(f"config key 'gap.floor' is {self.floor}: use a score in [0, 10]")
         if 0 < self.n_bootstrap < 100:
             raise ValueError(f"config key 'gap.n_bootstrap' is {self.n_bootstrap}: use 0 "
                              "(no interval) or at least 100 resamples")
@@ -153,7 +167,10 @@ class EvaluateConfig:
                                         "responder.graded_levels), unfaithful, tiny-llava, "
                                         "tiny-qwen2vl, tiny-llava-sft (chain-SFT first), "
                                         "caption-lm (the packaged SmolLM2-135M-Instruct from a "
-                                        "caption), model (the --set responder.model=... VLM)")
+                                        "caption), question-lm (the same model, no caption), "
+                                        "model (the --set responder.model=... VLM)")
+    dtype: str = option("float32", help="dtype of the packaged SmolLM2 (caption-lm, "
+                                        "question-lm, the llm judge)", choices=DTYPES)
     scenes: SceneConfig = option(default_factory=SceneConfig, help="the scene generator")
     responder: ResponderConfig = option(default_factory=ResponderConfig,
                                         help="how the responders are built and generate")
@@ -163,6 +180,8 @@ class EvaluateConfig:
     save_benchmark: bool = option(False, help="also write the benchmark as JSONL + PNG")
 
     def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"config key 'dtype' is {self.dtype!r}: use {', '.join(DTYPES)}")
         unknown = [r for r in self.responders if r not in RESPONDERS]
         if unknown or not self.responders:
             raise ValueError(f"config key 'responders': unknown responder(s) "

@@ -19,7 +19,7 @@ from typing import Any
 from icml_cage.config import GapConfig
 from icml_cage.dataset import CageBenchmark, CageItem, check_image
 from icml_cage.judges import JudgeError, RuleJudge, answer_chain_consistency
-from icml_cage.metrics import abstraction_gap, bootstrap_ci, item_gap
+from icml_cage.metrics import abstraction_gap, bootstrap_ci, gap_flag, item_gap
 from icml_cage.probes import (
     Probe,
     Query,
@@ -54,10 +54,13 @@ class CageReport:
     norm: str
     scores: list[ItemScore]
     failures: list[dict[str, str]] = field(default_factory=list)
+    floor: float | None = None  # AG undefined below it (default GapConfig().floor)
 
     def summary(self, n_boot: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
         """Per rung and overall: S_T, S_C, AG with a bootstrap interval of ``n_boot``
-        resamples (default ``GapConfig().n_bootstrap``; 0 = none), the per-item AG."""
+        resamples (default ``GapConfig().n_bootstrap``; 0 = none), the per-item AG. ``AG`` is
+        NaN and ``AG_flag`` says why when it is undefined (both scores below ``floor``, or a
+        zero normaliser); ``AG_flag`` is ``""`` otherwise."""
         n_boot = GapConfig().n_bootstrap if n_boot is None else n_boot
         rows = []
         for rung in (*RUNGS, "overall"):
@@ -68,10 +71,13 @@ class CageReport:
                 continue
             t, c = [p[0] for p in pairs], [p[1] for p in pairs]
             s_t, s_c = sum(t) / len(t), sum(c) / len(c)
-            gaps = sorted(g for g in (item_gap(a, b) for a, b in pairs) if g == g)
-            lo, hi = bootstrap_ci(t, c, self.norm, n_boot=n_boot, seed=seed)
+            gaps = sorted(g for g in (item_gap(a, b, floor=self.floor) for a, b in pairs)
+                          if g == g)
+            lo, hi = bootstrap_ci(t, c, self.norm, n_boot=n_boot, seed=seed, floor=self.floor)
             rows.append({"responder": self.responder, "rung": rung, "n": len(pairs),
-                         "S_text": s_t, "S_chain": s_c, "AG": abstraction_gap(s_t, s_c, self.norm),
+                         "S_text": s_t, "S_chain": s_c,
+                         "AG": abstraction_gap(s_t, s_c, self.norm, floor=self.floor),
+                         "AG_flag": gap_flag(s_t, s_c, self.norm, self.floor),
                          "AG_lo": lo, "AG_hi": hi,
                          "text_acc": sum(s.text_correct for s in group) / len(group),
                          "chain_acc": sum(s.chain_correct for s in group) / len(group),
@@ -86,7 +92,7 @@ class CageReport:
 
     def item_gaps(self) -> list[float]:
         """Per-item AG, ``(t - c) / t`` (NaN when undefined), in item order."""
-        return [item_gap(s.text_score, s.chain_score)
+        return [item_gap(s.text_score, s.chain_score, floor=self.floor)
                 if s.text_score is not None and s.chain_score is not None else float("nan")
                 for s in self.scores]
 
@@ -187,7 +193,8 @@ def score_responses(name: str, bench: CageBenchmark, text: dict[str, str], chain
                                 parse_answer(c_resp) == it.answer, not parse_chain(c_resp),
                                 answer_chain_consistency(c_resp, it),
                                 t_resp, c_resp))
-    return CageReport(name, (gap or GapConfig()).norm, scores, failures)
+    gap = gap or GapConfig()
+    return CageReport(name, gap.norm, scores, failures, floor=gap.floor)
 
 
 def _judge(fn: Callable[[str, CageItem], float], response: str, item: CageItem,
@@ -212,24 +219,71 @@ def _ranks(v: Any) -> Any:
     return ranks
 
 
+def _pairs(a: CageReport, b: CageReport, probe: str) -> tuple[Any, Any]:
+    """Both judges' scores of the items both scored, under ``probe``."""
+    import numpy as np
+
+    sb = {s.id: s for s in b.scores}
+    pairs = [(getattr(s, f"{probe}_score"), getattr(sb[s.id], f"{probe}_score"))
+             for s in a.scores if s.id in sb]
+    pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+    return (np.asarray([p[0] for p in pairs], dtype=float),
+            np.asarray([p[1] for p in pairs], dtype=float))
+
+
+def _corr(x: Any, y: Any) -> float:
+    import numpy as np
+
+    if len(x) < 3 or x.std() == 0 or y.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def _spearman(x: Any, y: Any) -> float:
+    return _corr(_ranks(x), _ranks(y)) if len(x) else float("nan")
+
+
+def agreement_pairs(reports: Sequence[tuple[CageReport, CageReport]], probe: str
+                    ) -> tuple[Any, Any]:
+    """The two judges' item scores under ``probe``, pooled over several responders' report
+    pairs ``(judge a, judge b)``."""
+    import numpy as np
+
+    xs, ys = zip(*(_pairs(a, b, probe) for a, b in reports)) if reports else ((), ())
+    return (np.concatenate(xs) if xs else np.zeros(0), np.concatenate(ys) if ys else np.zeros(0))
+
+
+def agreement_ci(x: Any, y: Any, n_boot: int = 1000, seed: int = 0
+                 ) -> dict[str, Any]:
+    """Pearson, Spearman and the mean absolute difference of two judges' item scores, each an
+    ``icml.stats.Estimate`` (percentile bootstrap over items; ``None`` where a judge gives
+    every item the same score, so no correlation exists)."""
+    from icml import stats
+
+    out: dict[str, Any] = {"n": len(x)}
+    for key, fn in (("pearson", _corr), ("spearman", _spearman)):
+        try:
+            out[key] = stats.bootstrap(fn, x, y, n_boot=n_boot, seed=seed) \
+                if len(x) > 2 and fn(x, y) == fn(x, y) else None
+        except ValueError:  # (almost) every resample constant
+            out[key] = None
+    out["mad"] = stats.mean_ci(abs(x - y), n_boot=n_boot, seed=seed) if len(x) else None
+    return out
+
+
 def judge_agreement(a: CageReport, b: CageReport) -> dict[str, float]:
     """How two judges of the same responses agree: Pearson and Spearman correlation of the
-    item scores per probe, the mean absolute difference, and both judges' AG."""
+    item scores per probe, the mean absolute difference, and both judges' AG (NaN where
+    undefined). :func:`agreement_ci` gives the intervals."""
     import numpy as np
 
     out: dict[str, float] = {}
-    sb = {s.id: s for s in b.scores}
     for probe in ("text", "chain"):
-        pairs = [(getattr(s, f"{probe}_score"), getattr(sb[s.id], f"{probe}_score"))
-                 for s in a.scores if s.id in sb]
-        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
-        x, y = np.asarray([p[0] for p in pairs]), np.asarray([p[1] for p in pairs])
-        out[f"{probe}_n"] = float(len(pairs))
-        out[f"{probe}_mad"] = float(np.mean(np.abs(x - y))) if pairs else float("nan")
-        ok = len(pairs) > 2 and x.std() > 0 and y.std() > 0
-        out[f"{probe}_pearson"] = float(np.corrcoef(x, y)[0, 1]) if ok else float("nan")
-        rx, ry = _ranks(x), _ranks(y)
-        out[f"{probe}_spearman"] = float(np.corrcoef(rx, ry)[0, 1]) if ok else float("nan")
+        x, y = _pairs(a, b, probe)
+        out[f"{probe}_n"] = float(len(x))
+        out[f"{probe}_mad"] = float(np.mean(np.abs(x - y))) if len(x) else float("nan")
+        out[f"{probe}_pearson"] = _corr(x, y)
+        out[f"{probe}_spearman"] = _spearman(x, y)
     for tag, rep in (("a", a), ("b", b)):
         row = next((r for r in rep.summary(n_boot=0) if r["rung"] == "overall"), None)
         out[f"AG_{tag}"] = row["AG"] if row else float("nan")

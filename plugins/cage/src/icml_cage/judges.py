@@ -298,3 +298,218 @@ class PretrainedJudge:
 
     def score_chain(self, response: str, item: CageItem) -> float:
         return self.score_many([response], [item], "chain")[0]
+
+
+CHECK_INTRO = "Answer each check with yes or no.\n"
+#: Worked examples per kind of check (the judge model reads them before every check of that kind).
+CHECK_SHOTS: dict[str, tuple[str, ...]] = {
+    "answer": (
+        'Text: "No. The switch is off, so the lamp stays dark." Does the text answer yes? '
+        'Answer: no',
+        'Text: "CHAIN: ball -> ramp -> bell ANSWER: yes" Does the text answer yes? Answer: yes',
+        'Text: "Yes. Domino 1 pushes domino 2." Does the text answer yes? Answer: yes',
+        'Text: "CHAIN: fuse -> wire -> lamp ANSWER: no" Does the text answer yes? Answer: no',
+        'Text: "No, the bell stays silent." Does the text answer yes? Answer: no',
+        'Text: "Yes, the bell rings." Does the text answer yes? Answer: yes',
+    ),
+    "part": (
+        "Parts: switch, fuse, wire, lamp. Is the table one of the parts? Answer: no",
+        "Parts: ball, ramp, gate, bell. Is the gate one of the parts? Answer: yes",
+        "Parts: domino 1, domino 2, domino 3. Is the cloud one of the parts? Answer: no",
+        "Parts: domino 1, domino 2, domino 3. Is domino 2 one of the parts? Answer: yes",
+        "Parts: ball, ramp, gate, bell. Is the window one of the parts? Answer: no",
+        "Parts: switch, fuse, wire, lamp. Is the switch one of the parts? Answer: yes",
+        "Parts: domino 2, domino 3, domino 4. Is the carpet one of the parts? Answer: no",
+        "Parts: fuse, wire, lamp. Is the lamp one of the parts? Answer: yes",
+    ),
+    "mention": (
+        'Text: "No. The switch is off, so the lamp stays dark." Does the text mention the '
+        'fuse? Answer: no',
+        'Text: "Yes. The ball rolls down the ramp and rings the bell." Does the text mention '
+        'the ramp? Answer: yes',
+        'Text: "Yes. Domino 1 pushes domino 2." Does the text mention domino 2? Answer: yes',
+        'Text: "Yes, the bell rings." Does the text mention the gate? Answer: no',
+        'Text: "No. The fuse is blown, so no current reaches the wire." Does the text mention '
+        'the wire? Answer: yes',
+        'Text: "Yes. Domino 1 falls onto domino 2." Does the text mention domino 4? Answer: no',
+    ),
+}
+
+
+def _the(node: str) -> str:
+    """``"fuse"`` -> ``"the fuse"``; numbered parts keep their name (``"domino 3"``)."""
+    return node if re.search(r"\d", node) else f"the {node}"
+
+
+@dataclass
+class CheckJudge:
+    """A causal LM as judge, the rubric decomposed into yes/no checks with constrained output.
+
+    Every check is one line after a fixed instruction with worked examples of its kind
+    (``CHECK_SHOTS``, encoded once and cached): a context (``Parts: <the gold chain's nodes>.`` or
+    ``Text: "<the response>"``, encoded once per response and cached) and a short question
+    ending in ``Answer:``. A check's verdict is ``P(yes) = softmax(logit(' yes'),
+    logit(' no'))[0]`` at the next token: no generation, never unparseable, deterministic.
+    The checks and how they make the 0-10 score mirror the rule rubric (``RuleConfig``):
+
+    * answer: "Does the text answer yes?" on the response; ``P(right)`` is that P(yes) when the
+      gold answer is yes, else ``1 - P(yes)`` (the judge reads the response's answer, the gold
+      decides which way is right).
+    * Chain-Text Probe: for each node the response's chain writes (``probes.parse_chain``),
+      "Is <node> one of the parts?" after the gold chain's parts; ``structure`` is the sum of
+      these P(yes) over ``max(written nodes, gold nodes)``, so a chain too short or with wrong
+      parts loses credit. ``score = 10 * (w * structure + (1 - w) * P(right))``,
+      ``w = chain_weight``; a blank chain scores 0 without a call.
+    * Text-Only Probe: ``4 * P(right)`` plus ``6 *`` the mean over the gold chain's nodes of
+      "Does the text mention <node>?".
+
+    Splitting a chain into nodes is parsing; every verdict is the model's. :meth:`yes_probs` is
+    the one place the model is called (override it to test the decomposition)."""
+
+    model: Any
+    tokenizer: Any
+    batch_size: int = 16
+    chain_weight: float = 0.8
+    intro: str = CHECK_INTRO
+    shots: dict = field(default_factory=lambda: dict(CHECK_SHOTS))
+    max_response_chars: int = 300
+    _static: dict = field(default_factory=dict, init=False, repr=False)
+
+    # -- the checks -------------------------------------------------------------------------
+    def _text(self, response: str) -> str:
+        body = " ".join((response or "").split())[:self.max_response_chars] or "(empty)"
+        return f'Text: "{body}"'
+
+    def groups(self, response: str, item: CageItem, probe: str
+               ) -> list[tuple[str, str, list[str]]]:
+        """The checks of one response: ``[(kind, context, [question, ...]), ...]``; none for a
+        blank chain. The first group is the answer check."""
+        text = self._text(response)
+        answer = ("answer", text, [" Does the text answer yes? Answer:"])
+        if probe == "text":
+            return [answer, ("mention", text, [f" Does the text mention {_the(n)}? Answer:"
+                                               for n in item.gold_chain])]
+        chain = parse_chain(response)
+        if not chain:
+            return []
+        parts = f"Parts: {', '.join(item.gold_chain)}."
+        return [answer,
+                ("part", parts, [f" Is {_the(n)} one of the parts? Answer:" for n in chain])]
+
+    def combine(self, p: Sequence[float], item: CageItem, probe: str) -> float:
+        """The 0-10 score from the checks' P(yes), in :meth:`groups` order."""
+        if not p:
+            return 0.0
+        right = p[0] if item.answer == "yes" else 1.0 - p[0]
+        if probe == "text":
+            return 4.0 * right + 6.0 * sum(p[1:]) / max(len(p) - 1, 1)
+        structure = sum(p[1:]) / max(len(p) - 1, len(item.gold_chain))
+        w = self.chain_weight
+        return MAX_SCORE * (w * structure + (1 - w) * right)
+
+    def score_many(self, responses: Sequence[str], items: Sequence[CageItem],
+                   probe: str) -> list[float]:
+        """Scores of ``responses`` under ``probe`` ("text" or "chain"), in order."""
+        groups = [self.groups(r, it, probe) for r, it in zip(responses, items)]
+        flat = [(i, g, kind, ctx, qs) for i, gs in enumerate(groups)
+                for g, (kind, ctx, qs) in enumerate(gs)]
+        found: dict[tuple[int, int], list[float]] = {}
+        for kind in dict.fromkeys(k for _, _, k, _, _ in flat):
+            mine = [f for f in flat if f[2] == kind]
+            probs = self.yes_probs([f[3] for f in mine], [f[4] for f in mine], kind)
+            found.update({(f[0], f[1]): p for f, p in zip(mine, probs)})
+        per: list[list[float]] = [[] for _ in responses]
+        for i, g, _, _, _ in flat:
+            per[i] += found[(i, g)]
+        return [self.combine(p, it, probe) for p, it in zip(per, items)]
+
+    def score_text(self, response: str, item: CageItem) -> float:
+        return self.score_many([response], [item], "text")[0]
+
+    def score_chain(self, response: str, item: CageItem) -> float:
+        return self.score_many([response], [item], "chain")[0]
+
+    # -- the model --------------------------------------------------------------------------
+    def prefix(self, kind: str) -> str:
+        """The fixed instruction and worked examples every check of ``kind`` is read after."""
+        return self.intro + "".join(f"{line}\n" for line in self.shots[kind])
+
+    def _answer_ids(self) -> tuple[list[int], int, int]:
+        """Tokens every answer starts with (none for a word-level tokenizer, ``' '`` for a
+        byte-level one) and the first tokens that tell ' yes' from ' no'."""
+        tok = self.tokenizer
+        yes = tok(" yes", add_special_tokens=False)["input_ids"]
+        no = tok(" no", add_special_tokens=False)["input_ids"]
+        k = 0
+        while k < min(len(yes), len(no)) and yes[k] == no[k]:
+            k += 1
+        if k >= min(len(yes), len(no)):
+            raise ValueError("CheckJudge: the tokenizer does not tell ' yes' from ' no'")
+        return list(yes[:k]), yes[k], no[k]
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def yes_probs(self, contexts: Sequence[str], checks: Sequence[Sequence[str]],
+                  kind: str) -> list[list[float]]:
+        """P(yes) of each check after ``prefix(kind)`` and its context."""
+        import copy
+        import inspect
+
+        import torch
+
+        model = self.model
+        device = next(model.parameters()).device
+        lead, yes_id, no_id = self._answer_ids()
+        # transformers >= 5.25 names the argument `cache`, earlier ones `past_key_values`
+        kw = "cache" if "cache" in inspect.signature(model.forward).parameters else \
+            "past_key_values"
+        if kind not in self._static:  # the instruction and the examples: one pass, kept
+            ids = torch.tensor([self._ids(self.prefix(kind))], device=device)
+            with torch.no_grad():
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            self._static[kind] = (getattr(out, "cache", None) or out.past_key_values,
+                                  ids.shape[1])
+        static, n_static = self._static[kind]
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        result: list[list[float]] = []
+        for start in range(0, len(contexts), self.batch_size):
+            ctx = [self._ids(c) for c in contexts[start:start + self.batch_size]]
+            chk = [[self._ids(q) + lead for q in qs]
+                   for qs in checks[start:start + self.batch_size]]
+            b, n_ctx = len(ctx), max(len(c) for c in ctx)
+            cache = copy.deepcopy(static)
+            cache.batch_repeat_interleave(b)
+            ids = torch.full((b, n_ctx), pad, dtype=torch.long, device=device)
+            mask = torch.zeros((b, n_static + n_ctx), dtype=torch.long, device=device)
+            mask[:, :n_static] = 1
+            for r, c in enumerate(ctx):
+                ids[r, :len(c)] = torch.tensor(c, device=device)
+                mask[r, n_static:n_static + len(c)] = 1
+            pos = (n_static + torch.arange(n_ctx, device=device)).expand(b, -1)
+            with torch.no_grad():
+                model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                      use_cache=True, logits_to_keep=1, **{kw: cache})
+            rows: list[list[float]] = [[] for _ in range(b)]
+            for j in range(max(len(c) for c in chk)):
+                suffix = [c[j] if j < len(c) else c[0] for c in chk]
+                n_suf = max(len(s) for s in suffix)
+                sids = torch.full((b, n_suf), pad, dtype=torch.long, device=device)
+                smask = torch.zeros((b, n_suf), dtype=torch.long, device=device)
+                spos = torch.zeros((b, n_suf), dtype=torch.long, device=device)
+                for r, s in enumerate(suffix):
+                    sids[r, :len(s)] = torch.tensor(s, device=device)
+                    smask[r, :len(s)] = 1
+                    spos[r] = n_static + len(ctx[r]) + torch.arange(n_suf, device=device)
+                with torch.no_grad():
+                    logits = model(input_ids=sids, attention_mask=torch.cat([mask, smask], 1),
+                                   position_ids=spos, use_cache=True, **{kw: cache}).logits
+                last = smask.sum(1) - 1
+                pair = logits[torch.arange(b, device=device), last][:, [yes_id, no_id]]
+                p = torch.softmax(pair.float(), dim=-1)[:, 0].tolist()
+                for r in range(b):
+                    if j < len(chk[r]):
+                        rows[r].append(float(p[r]))
+                cache.crop(-n_suf)  # back to the context, for the next check
+            result += rows
+        return result

@@ -210,7 +210,9 @@ class CaptionLMResponder:
     """A text-only causal LM (e.g. the packaged SmolLM2-135M-Instruct) that answers from the
     picture's caption instead of its pixels: ``CAPTION_PROMPT`` in the tokenizer's chat template,
     greedy decoding, the probe's budget. A perfect captioner stands in for vision, so this row
-    measures the language model's causal reasoning, not perception."""
+    measures the language model's causal reasoning, not perception. ``use_caption=False`` gives
+    the same model the probe's prompt alone (no picture, no caption): the difference between
+    the two rows is what the caption contributes."""
 
     model: Any
     tokenizer: Any
@@ -218,9 +220,11 @@ class CaptionLMResponder:
     batch_size: int = 8
     name: str = "caption-lm"
     template: str = CAPTION_PROMPT
+    use_caption: bool = True  # False: the question and probe only (the caption's help)
 
     def _format(self, q: Query) -> str:
-        text = self.template.format(caption=q.caption or "(no caption)", prompt=q.prompt)
+        text = (self.template.format(caption=q.caption or "(no caption)", prompt=q.prompt)
+                if self.use_caption else q.prompt)
         if getattr(self.tokenizer, "chat_template", None):
             return self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                       tokenize=False, add_generation_prompt=True)
