@@ -169,6 +169,23 @@ def test_des_equals_asyncio_with_ties_when_nothing_is_shared(suite1) -> None:
                 assert _canon(x.trace.events) == _canon(y.trace.events), (name, lvl)
 
 
+def test_des_without_trace_gives_the_traced_results(suite1) -> None:
+    """Untraced, unshared runs take the lean worker loop (no trace, K or budget bookkeeping):
+    the same results as the traced loop and as the asyncio runner."""
+    for name, (cfg, fault) in golden.configs().items():
+        kw = _faults(cfg, fault)
+        for lvl in (1, 3):
+            tasks = suite1.tasks(lvl, 2)
+            d = DesRunner(StructuredModel(suite1, seed=2, tie_jitter=1e-3, **kw),
+                          sync_tools(suite1))
+            lean, full = d.run(tasks, cfg, trace=False), d.run(tasks, cfg, trace=True)
+            a = TipexRunner(StructuredModel(suite1, seed=2, tie_jitter=1e-3, **kw),
+                            suite1.tools()).run(tasks, cfg, trace=False, concurrency=len(tasks))
+            for x, y, z in zip(lean, full, a):
+                assert _key(x) == _key(y) == _key(z), (name, lvl)
+                assert not x.trace.events
+
+
 # -- the scheduling invariants, on the discrete-event engine ------------------------------------
 @pytest.fixture(scope="module", params=[0.0, 1e-3], ids=["ties", "jitter"])
 def des(request: pytest.FixtureRequest, suite) -> DesRunner:

@@ -48,6 +48,7 @@ from icml_tipex.plan import Plan, Subtask
 from icml_tipex.runner import ExecutionConfig, PathResult, SolveResult, _respond
 from icml_tipex.trace import Trace
 
+assert ANSWER == 1  # subtask() tests `if kind:`
 _ACQ, _WAIT, _HANG = object(), object(), object()  # what a process may yield (else a delay)
 _NO_PARENTS: Mapping[str, str] = {}  # (never written to)
 
@@ -126,6 +127,10 @@ class _Sim:
                     cfg.temperature)
         self.general = self.budget.limit is not None  # a worker step takes call()
         self.worker_fault = bool(model.faults) and "worker" in model.faults
+        # the worker loop: the lean one where nothing is traced or shared
+        self.worker = (self.subtask_lean if not (trace or self.general or self.worker_fault
+                                                 or self.k_free is not None)
+                       else self.subtask)
         # per replica, the judge (replica -1) last
         self.tokens = [0] * (cfg.n_replicas + 1)
         self.calls = [0] * (cfg.n_replicas + 1)
@@ -169,9 +174,9 @@ class _Sim:
 
     def _finish(self, p: _Proc, value: Any, exc: BaseException | None) -> None:
         p.done = True
-        par = p.parent
         if p.cancelled:
             return
+        par = p.parent
         if par is None:
             if exc is not None:
                 raise exc
@@ -181,12 +186,20 @@ class _Sim:
             return
         if par.done:
             return
-        if par.inbox is None:
-            par.inbox = deque()
-        par.inbox.append((p.tag, value, exc))
+        par.inbox.append((p.tag, value, exc))  # type: ignore[union-attr]  # (dag() made it)
         if par.waiting:  # the parent resumes now (it waits for exactly this)
             par.waiting = False
-            self._step(par, None, None)
+            try:
+                r = par.gen.send(None)  # type: ignore[union-attr]
+            except StopIteration as e:
+                self._finish(par, e.value, None)
+            except BaseException as e:  # noqa: BLE001 - delivered to its parent
+                self._finish(par, None, e)
+            else:
+                if r.__class__ is float:
+                    heappush(self.heap, (self.now + r, next(self.seq), par, par.token))
+                else:
+                    self._yielded(par, r)
 
     def cancel(self, p: _Proc) -> None:
         """Cancel ``p`` now: ``_Cancelled`` is thrown into it (its handlers run at once)."""
@@ -216,7 +229,7 @@ class _Sim:
     def loop(self) -> None:
         """Run until ``self.stop`` is set or nothing is left to run."""
         heap, ready, step, finish, seq = self.heap, self.ready, self._step, self._finish, self.seq
-        popleft = ready.popleft
+        popleft, pop, push = ready.popleft, heappop, heappush
         res = _RESOLUTION
         while True:
             while ready:
@@ -225,15 +238,16 @@ class _Sim:
                     step(p, v, e)
             if self.stop or not heap:
                 return
-            when, _, p, tok = heappop(heap)
+            when, _, p, tok = pop(heap)
             if p.token != tok:  # a cancelled timer: dropped without advancing the clock
                 continue
             now = self.now
             if when > now:  # asyncio's advance, float for float
                 self.now = now = now + (when - now)
-            end, last = now + res, next(seq)
-            # every timer due before ``end`` (and pushed before this batch) fires now, in
-            # order; the processes it resumes run before the ready FIFO (_step inlined)
+            end = now + res
+            # every timer due before ``end`` fires now, in order (a delay under the clock
+            # resolution joins this batch); the processes it resumes run before the ready
+            # FIFO (_step inlined: the hot path)
             while True:
                 try:
                     r = p.gen.send(None)  # type: ignore[union-attr]
@@ -243,13 +257,16 @@ class _Sim:
                     finish(p, None, e)
                 else:
                     if r.__class__ is float:
-                        heappush(heap, (now + r, next(seq), p, tok))
+                        push(heap, (now + r, next(seq), p, tok))
                     else:
                         self._yielded(p, r)
-                if not heap or heap[0][0] >= end:
+                try:
+                    if heap[0][0] >= end:
+                        break
+                except IndexError:  # (nothing left)
                     break
-                while heap and heap[0][0] < end and heap[0][1] < last:
-                    _, _, p, tok = heappop(heap)
+                while heap and heap[0][0] < end:
+                    _, _, p, tok = pop(heap)
                     if p.token == tok:
                         break
                 else:
@@ -403,11 +420,12 @@ class _Sim:
                                       queued=t_q, start=t_s, end=self.now, prompt_tokens=est,
                                       completion_tokens=ct if ct >= 0 else 0, status=status,
                                       detail="timeout" if status == "timeout" else None)
-                if kind == ANSWER:
+                if kind:  # ANSWER
                     break
                 # = tool(...), inlined
                 name, args = value
-                t_s = self.now
+                if tracing:
+                    t_s = self.now
                 spec = tools.get(name)
                 if spec is None:
                     status, result = "error", f"error: unknown tool {name!r}"
@@ -423,9 +441,10 @@ class _Sim:
                             try:
                                 yield lat
                             except _Cancelled:
-                                trace.add("tool", replica=replica, subtask=sid, tool=name,
-                                          start=t_s, end=self.now, status="cancelled",
-                                          args=args)
+                                if tracing:
+                                    trace.add("tool", replica=replica, subtask=sid,
+                                              tool=name, start=t_s, end=self.now,
+                                              status="cancelled", args=args)
                                 raise
                 if tracing:
                     trace.add("tool", replica=replica, subtask=sid, tool=name, start=t_s,
@@ -434,8 +453,8 @@ class _Sim:
                 r = result.strip()
                 results.append(r)
                 nr = len(results)
-                if nr <= n_actions and lookups[nr - 1]:
-                    w.values[actions[nr - 1][1]] = r
+                if nr <= n_actions and lookups[nr - 1] >= 0:  # a lookup: its fact's value
+                    w.values[lookups[nr - 1]] = r
                 w.ctx += ((len(text) + 3) >> 2 or 1) + ((len(result) + 11) >> 2) + 6
             else:
                 raise RuntimeError(f"worker on subtask {sid!r} made {len(steps)} model calls "
@@ -446,6 +465,61 @@ class _Sim:
         if tracing:
             trace.add("subtask", replica=replica, subtask=sid, start=t, end=self.now,
                       deps=list(sub.deps), result=value)
+        return value
+
+    def subtask_lean(self, proc: _Proc, replica: int, seed: int, sub: Subtask,
+                     parents: Mapping[str, str]) -> Gen:
+        """``subtask`` where nothing is traced or shared (no trace, K = none, no budget, no
+        fault): the same calls, tools, times, tokens and errors, with the bookkeeping that only
+        the trace, K or the budget read left out."""
+        model, _, _, mt, cto, near_cto, _, tools, steps, temp = self.hot
+        w = model.worker_state(self.task, sub, parents, seed, temp)
+        work, results, lookups = model.work, w.results, w.lookups
+        n_actions = len(lookups)
+        used = 0  # this subtask's tokens, added to its replica's at the end (and its calls:
+        spent = True  # one per tool result, plus the call that answered or was cut)
+        try:
+            for _ in steps:
+                est = w.ctx
+                kind, value, text, n_out, dt = work(w, mt)
+                if dt >= near_cto and self.now + cto <= self.now + dt:
+                    yield float(cto)
+                    raise ModelCallError(f"worker call on {sub.id!r} timed out after "
+                                         f"{cto} s (call_timeout_s)")
+                if dt > 0:
+                    yield dt
+                used += est + n_out
+                if kind:  # ANSWER
+                    break
+                name, args = value
+                spec = tools.get(name)
+                if spec is None:
+                    result = f"error: unknown tool {name!r}"
+                else:
+                    fn, lat = spec
+                    try:
+                        result = fn(*args)
+                    except Exception as e:  # noqa: BLE001 - the worker sees the error
+                        result = f"error: {type(e).__name__}: {e}"
+                    else:
+                        if lat > 0:
+                            yield lat
+                r = result.strip()
+                results.append(r)
+                nr = len(results)
+                if nr <= n_actions:
+                    li = lookups[nr - 1]
+                    if li >= 0:  # a lookup: its fact's value
+                        w.values[li] = r
+                # (a CALL reply is never empty: no "or 1" for its tokens)
+                w.ctx += ((len(text) + 3) >> 2) + ((len(result) + 11) >> 2) + 6
+            else:
+                spent = False
+                raise RuntimeError(f"worker on subtask {sub.id!r} made {len(steps)} model "
+                                   "calls without an ANSWER (raise max_worker_steps)")
+        finally:
+            self.tokens[replica] += used
+            self.calls[replica] += len(results) + spent
         return value
 
     def _subtask_proc(self, replica: int, seed: int, sub: Subtask,
@@ -473,16 +547,28 @@ class _Sim:
         if proc.inbox is None:
             proc.inbox = deque()
         inbox = proc.inbox
+        new, subtask, heap, seq = object.__new__, self.worker, self.heap, self.seq
         try:
             while ready or running:
                 while ready and len(running) < width:
                     v = ready.popleft()
                     sub = by_id[v]
-                    c = self._subtask_proc(replica, seed, sub, {u: results[u] for u in sub.deps}
-                                           if sub.deps else _NO_PARENTS)
+                    c = new(_Proc)
                     c.parent, c.tag = proc, v
+                    c.gen = subtask(c, replica, seed, sub, {u: results[u] for u in sub.deps}
+                                    if sub.deps else _NO_PARENTS)
                     running[v] = c
-                    self._step(c, None, None)  # it starts now, up to its first wait
+                    try:  # it starts now, up to its first wait (= self._step(c, ...))
+                        r = c.gen.send(None)
+                    except StopIteration as e:
+                        self._finish(c, e.value, None)
+                    except BaseException as e:  # noqa: BLE001 - delivered to this loop
+                        self._finish(c, None, e)
+                    else:
+                        if r.__class__ is float:
+                            heappush(heap, (self.now + r, next(seq), c, 0))
+                        else:
+                            self._yielded(c, r)
                 if not inbox:
                     yield _WAIT
                 v, value, exc = inbox.popleft()
@@ -503,12 +589,14 @@ class _Sim:
         """``TipexRunner._run_path_structured``."""
         cfg, task, model, trace = self.cfg, self.task, self.model, self.trace
         seed, temp, mt = cfg.replica_seed(replica), cfg.temperature, cfg.max_tokens
-        trace.add("path_start", replica=replica, t=self.now, seed=seed)
+        tracing = trace.enabled
+        if tracing:
+            trace.add("path_start", replica=replica, t=self.now, seed=seed)
         answer, status, error = None, "ok", None
         try:
             if cfg.planner == "chain":
-                answer = yield from self.subtask(proc, replica, seed, model.agent_subtask(task),
-                                                 {})
+                answer = yield from self.worker(proc, replica, seed, model.agent_subtask(task),
+                                                {})
             else:
                 g, tools = cfg.granularity, self.r.tool_names
                 pt = model.plan_tokens(task, g)
@@ -530,8 +618,9 @@ class _Sim:
             raise
         except Exception as e:  # noqa: BLE001 - one failing replica never takes down the others
             status, error = "error", f"{type(e).__name__}: {e}"
-        trace.add("path", replica=replica, t=self.now, status=status, answer=answer,
-                  error=error)
+        if tracing:
+            trace.add("path", replica=replica, t=self.now, status=status, answer=answer,
+                      error=error)
         return PathResult(replica, answer, self.now - 0.0, self.tokens[replica],
                           self.calls[replica], status, error)
 

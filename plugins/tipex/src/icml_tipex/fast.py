@@ -50,6 +50,7 @@ def _h64(text: str) -> int:
 
 
 _SC = [_h64(f"step {i}") & ((1 << 61) - 1) for i in range(_NSC + 1)]  # per-step constants
+_SCP = [(_SC[i], _SC[i + 1]) for i in range(_NSC)]
 
 
 def _step_key(kb: int, step: int) -> int:
@@ -102,8 +103,8 @@ class WorkerState:
     """One worker's ReAct loop on one subtask: its script (what the subtask asks for), the
     values found so far, the tool results, and the prompt's token count so far."""
 
-    __slots__ = ("task", "sub", "step", "actions", "values", "parent", "results", "ctx",
-                 "parents", "seed", "kbase", "fixed", "lookups")
+    __slots__ = ("task", "step", "actions", "values", "parent", "results", "ctx", "seed",
+                 "kbase", "fixed", "lookups")
 
     def observe(self, text: str, result: str) -> None:
         """The worker's reply ``text`` and the tool's ``result`` join its context (the model
@@ -177,6 +178,7 @@ class StructuredModel(ScriptedModel):
         self._whead: dict[int, tuple[Subtask, int, str, tuple[Any, ...]]] = {}
         self._wpar: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._kb: dict[tuple[Any, ...], int] = {}
+        self._exprs: dict[tuple[Any, ...], str] = {}
         self._shead: dict[str, int] = {}
         self._psinks: dict[int, tuple[Plan, list[str], str]] = {}
         self._ssys = _tok(len(roles.SYNTH_SYSTEM))
@@ -286,12 +288,12 @@ class StructuredModel(ScriptedModel):
             base = len(user) - 4 - 2  # without "none" and "{}"
             hit = self._whead[id(sub)] = (sub, base, step, tuple(actions),
                                           tuple(_fixed(task, a) for a in actions),
-                                          tuple(k.startswith("lookup") for k, _ in actions))
+                                          tuple(i if k.startswith("lookup") else -1
+                                                for k, i in actions))
         _, base, step, actions, fixed, lookups = hit
         w = WorkerState()
-        w.task, w.sub, w.step, w.actions, w.results = task, sub, step, actions, []
-        w.fixed, w.lookups = fixed, lookups
-        w.parents, w.seed = parents, seed
+        w.task, w.step, w.actions, w.results = task, step, actions, []
+        w.fixed, w.lookups, w.seed = fixed, lookups, seed
         kk = (task.task_id, sub.id, seed, temperature)
         kb = self._kb.get(kk)
         if kb is None:
@@ -337,31 +339,42 @@ class StructuredModel(ScriptedModel):
         completion tokens and latency. The prompt's tokens are ``w.ctx``."""
         results = w.results
         done = len(results)
-        kb = w.kbase
-        key = (hash((kb ^ _SC[done], _SC[done + 1])) if done < _NSC else _step_key(kb, done)) \
-            & _M64
+        try:  # = _step_key(w.kbase, done), inlined (the low 53 bits are the first draw)
+            a, b = _SCP[done]
+            key = hash((w.kbase ^ a, b))  # (& _M64 below, where the whole key is used)
+        except IndexError:
+            key = _step_key(w.kbase, done)
         self.calls += 1
         actions = w.actions
         text = None
         ls, lb, lp, ld, eps0, beta = self._latc
         if done < len(actions):
-            if (key & _M53) * _U53 < eps0 + beta * w.ctx / 1000:  # this step goes wrong
+            ctx = w.ctx
+            if (key & _M53) * _U53 < eps0 + beta * ctx / 1000:  # this step goes wrong
+                key &= _M64
                 rng = _SplitMix(key)
                 rng.random()  # (the draw just made)
                 text = self._action(w.task, actions[done], results, w.values, rng, True,
                                     w.parent)
-            elif w.fixed[done] is not None:  # the right action, known in advance
-                text, name, args, ct = w.fixed[done]
-                if ct <= max_tokens:
-                    return CALL, (name, args), text, ct, (
-                        ls * (lb + lp * w.ctx + ld * ct) if not self.tie_jitter
-                        else self._lat(w.ctx, ct, key, w.seed))
-            else:  # the right action (ScriptedModel._action with err False), args direct
+            else:
+                fx = w.fixed[done]
+                if fx is not None:  # the right action, known in advance
+                    text, name, args, ct = fx
+                    if ct <= max_tokens:
+                        return CALL, (name, args), text, ct, (
+                            ls * (lb + lp * ctx + ld * ct) if not self.tie_jitter
+                            else self._lat(ctx, ct, key, w.seed))
+            if text is None:  # the right action (ScriptedModel._action, err False), args direct
                 kind, i = actions[done]
                 task = w.task
                 if kind == "calc":
-                    vals = {k: v for k, v in w.values.items() if _INT.fullmatch(v)}
-                    expr = task.expression(vals)
+                    ek = (task.task_id, *w.values.items())
+                    expr = self._exprs.get(ek)
+                    if expr is None:
+                        if len(self._exprs) >= _CACHE:
+                            self._exprs.clear()
+                        vals = {k: v for k, v in w.values.items() if _INT.fullmatch(v)}
+                        expr = self._exprs[ek] = task.expression(vals)
                     text, args = f"CALL calc({expr})", (expr,)
                     name = "calc"
                 else:
@@ -375,8 +388,7 @@ class StructuredModel(ScriptedModel):
                         text, args, name = f"CALL lookup({ent}, {f.attr})", (ent, f.attr), \
                             "lookup"
                         if "," in ent or "\n" in ent or ent.strip().strip("'\"") != ent:
-                            text = text  # an unusual entity: the text parser below decides
-                            args = None  # type: ignore[assignment]
+                            args = None  # type: ignore[assignment]  # (the text parser decides)
                 ct = (len(text) + 3) >> 2
                 if args is not None and ct <= max_tokens:
                     return CALL, (name, list(args)), text, ct, (
