@@ -131,6 +131,12 @@ def test_plugin_config_rejects_inconsistent_settings() -> None:
         InferConfig(model="tiny")
     with pytest.raises(ValueError, match="quorum=5 exceeds"):
         EvaluateConfig(execution=ExecutionSettings(quorum=5), replicas=[1, 9])
+    with pytest.raises(ValueError, match="engine='des' runs the scripted model"):
+        InferConfig(engine="des", model="tiny", clock="wall")
+    with pytest.raises(ValueError, match="shared_inflight: engine='des'"):
+        InferConfig(engine="des", shared_inflight=2)
+    with pytest.raises(ValueError, match="constrained=True: model='scripted'"):
+        InferConfig(constrained=True)
 
 
 def test_a_judge_without_a_valid_choice_falls_back_to_plurality(runner, suite) -> None:

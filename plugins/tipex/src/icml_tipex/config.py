@@ -87,7 +87,9 @@ class Execution:
                         "or wall", choices=("virtual", "wall"))
     engine: str = option("sim", help="virtual clock's event loop: sim (lean, the default) or "
                          "asyncio (asyncio's own loop; also runs real I/O); same schedule, same "
-                         "results", choices=("sim", "asyncio"))
+                         "results; or des: the discrete-event engine with the structured "
+                         "scripted model (its own draws; see the README)",
+                         choices=("sim", "asyncio", "des"))
     latency_scale: float = option(1.0, help="scripted model latency multiplier (use e.g. 0.01 "
                                   "on the wall clock)", ge=0)
     # the task suite and the scripted model's error model
@@ -111,6 +113,10 @@ class Execution:
                              "time: set clock=wall")
         if not self.levels:
             raise ValueError("levels must list at least one of 1, 2, 3")
+        if self.engine == "des" and (self.model != "scripted" or self.clock != "virtual"):
+            raise ValueError(f"engine='des' runs the scripted model on the virtual clock "
+                             f"(model={self.model!r}, clock={self.clock!r}); use engine=sim "
+                             "or asyncio otherwise")
         if self.constrained and self.model not in ("transformers", "tiny", "pretrained"):
             raise ValueError(f"constrained=True: model={self.model!r} is not a transformers "
                              "model (allowed: transformers, tiny, pretrained)")
@@ -135,6 +141,9 @@ class InferConfig(Execution):
         q = self.execution.quorum
         if q is not None and q > self.n_replicas:
             raise ValueError(f"execution.quorum={q} exceeds n_replicas={self.n_replicas}")
+        if self.engine == "des" and self.shared_inflight is not None:
+            raise ValueError("shared_inflight: engine='des' solves tasks one at a time; a K "
+                             "shared across tasks needs engine=sim or asyncio")
 
 
 @dataclass

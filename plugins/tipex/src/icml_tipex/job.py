@@ -50,12 +50,16 @@ def build(ctx: icml.RunContext, cfg: Execution) -> tuple[Any, Any, Any]:
     suite = SynthGAIA(cfg.kb_entities, seed=ctx.seed,
                       tool_latency={"lookup": 0.5 * scale, "search": 0.3 * scale,
                                     "calc": 0.1 * scale})
+    params = SimParams(eps0=cfg.eps0, beta=cfg.beta, plan_err=cfg.plan_err,
+                       synth_err=cfg.synth_err, judge_skill=cfg.judge_skill)
+    if cfg.engine == "des":  # the discrete-event engine: the structured scripted model
+        from icml_tipex.des import DesRunner
+        from icml_tipex.fast import StructuredModel, sync_tools
+
+        smodel = StructuredModel(suite, params, seed=ctx.seed, latency_scale=scale)
+        return suite, smodel, DesRunner(smodel, sync_tools(suite))
     if cfg.model == "scripted":
-        model: Any = ScriptedModel(suite, SimParams(eps0=cfg.eps0, beta=cfg.beta,
-                                                    plan_err=cfg.plan_err,
-                                                    synth_err=cfg.synth_err,
-                                                    judge_skill=cfg.judge_skill),
-                                   seed=ctx.seed, latency_scale=scale)
+        model: Any = ScriptedModel(suite, params, seed=ctx.seed, latency_scale=scale)
     elif cfg.model == "http":
         from icml_tipex.openai_http import OpenAIChatModel
 
