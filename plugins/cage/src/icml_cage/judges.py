@@ -471,6 +471,8 @@ class CheckJudge:
             self._static[kind] = (getattr(out, "cache", None) or out.past_key_values,
                                   ids.shape[1])
         static, n_static = self._static[kind]
+        base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        head = model.get_output_embeddings().weight[[yes_id, no_id]]
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         result: list[list[float]] = []
         for start in range(0, len(contexts), self.batch_size):
@@ -501,11 +503,12 @@ class CheckJudge:
                     sids[r, :len(s)] = torch.tensor(s, device=device)
                     smask[r, :len(s)] = 1
                     spos[r] = n_static + len(ctx[r]) + torch.arange(n_suf, device=device)
-                with torch.no_grad():
-                    logits = model(input_ids=sids, attention_mask=torch.cat([mask, smask], 1),
-                                   position_ids=spos, use_cache=True, **{kw: cache}).logits
                 last = smask.sum(1) - 1
-                pair = logits[torch.arange(b, device=device), last][:, [yes_id, no_id]]
+                with torch.no_grad():  # the LM head on the two answer tokens only
+                    hidden = base(input_ids=sids, attention_mask=torch.cat([mask, smask], 1),
+                                  position_ids=spos, use_cache=True,
+                                  **{kw: cache}).last_hidden_state
+                    pair = hidden[torch.arange(b, device=device), last] @ head.T
                 p = torch.softmax(pair.float(), dim=-1)[:, 0].tolist()
                 for r in range(b):
                     if j < len(chk[r]):
