@@ -39,7 +39,9 @@ def test_bad_section_values_are_config_errors() -> None:
     for sets, key in ((["scenes.families=[]"], "scenes.families"),
                       (["gap.n_bootstrap=50"], "gap.n_bootstrap"),
                       (["responder.graded_levels=[0.5,1.5]"], "responder.graded_levels"),
-                      (["responders=oracle,nobody"], "responders")):
+                      (["responders=oracle,nobody"], "responders"),
+                      (["gap.floor=11"], "gap.floor"), (["judge.llm=vibes"], "judge.llm"),
+                      (["dtype=float16"], "dtype")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             build_config(EvaluateConfig, {}, sets)
     assert GapConfig(n_bootstrap=0).n_bootstrap == 0 and SceneConfig().size == 128
