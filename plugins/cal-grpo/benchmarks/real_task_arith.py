@@ -518,13 +518,26 @@ def report(a) -> None:
             f"Training batches ({r0['num_generations'] * r0['prompts_per_step']} sampled "
             "rollouts per update, T=1): Ver@3 averaged over seeds and blocks of 5 updates",
             cols, train_rows, name="training", formats=fmts))
+        crv = sorted((r for r in curve_recs if r["mode"] != "base"), key=lambda r: r["step"])
+        if crv:
+            rows = ([["0 (base)", base["ver@1"], base["ver@3"], base["repeat_rate"]]]
+                    if base else [])
+            for r in crv:
+                if str(r["step"]) not in [str(x[0]) for x in rows]:
+                    rows.append([r["step"], r["ver@1"], r["ver@3"], r["repeat_rate"]])
+            tables.append(results.make_table(
+                f"Learning curve ({crv[0]['mode']}, seed {crv[0]['seed']}, lr {crv[0]['lr']}; "
+                "held-out, greedy)", ["updates", "Ver@1", "Ver@3", "repeats an answer"], rows,
+                name="curve", formats={"Ver@1": ".3f", "Ver@3": ".3f",
+                                       "repeats an answer": ".2f"}))
         command = ("python plugins/cal-grpo/benchmarks/real_task_arith.py "
                    + shlex.join(sys.argv[1:]))
         print("results file:", results.write(a.out_results, tables, command=command,
                                               plugin="cal-grpo", seeds=full, quick=True,
                                               tolerance=TOLERANCE),
               file=sys.stderr)
-    print("\nTraining batches (16 sampled rollouts per update, T=1), Ver@3 averaged over "
+    print(f"\nTraining batches ({r0['num_generations'] * r0['prompts_per_step']} sampled "
+          "rollouts per update, T=1), Ver@3 averaged over "
           "seeds and blocks of 5 updates:\n")
     width = max(len(r["train_ver@3"]) for r in runs.values())
     blocks = [(lo, min(lo + 5, width)) for lo in range(0, width, 5)]
