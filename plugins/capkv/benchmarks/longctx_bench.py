@@ -268,7 +268,7 @@ def long_context_tables(recs: list[dict], fp32: list[dict] | None = None,
             _verdict_rows(cells, TAU_ARMS, tau, True), name="tau-sweep", formats=VERDICT_FMT))
     if fp32:
         tables.append(dtype_table(recs, fp32, summ))
-    tables.append(cost_table(recs))
+    tables.append(cost_table(recs + list(fp32 or [])))
     return tables
 
 
@@ -346,8 +346,10 @@ def cost_table(recs: list[dict]) -> dict:
     from icml.results import make_table
 
     rows = []
-    for task, L in sorted({(r["task"], r["length"]) for r in recs}):
-        rs = [r for r in recs if (r["task"], r["length"]) == (task, L)]
+    for task, L, dt in sorted({(r["task"], r["length"], r.get("dtype", "float32"))
+                               for r in recs}):
+        rs = [r for r in recs if (r["task"], r["length"], r.get("dtype", "float32")) ==
+              (task, L, dt)]
         full = [x for r in rs for x in r["rows"] if x["policy"] == "full"]
         n = len(rs)
         pre = sum(r["rows"][0]["prefill_s"] for r in rs) / n
@@ -358,11 +360,11 @@ def cost_table(recs: list[dict]) -> dict:
         dec = sum(x.get("decode_s", 0.0) for x in full) / n
         cap = [x["scoring_s"] for x in first if x["policy"] == "capkv"]
         arms = len({x["policy"] for x in rs[0]["rows"]}) - 1
-        rows.append([task, L, n, arms, sum(r["seconds"] for r in rs) / n, pre, score, dec,
+        rows.append([task, L, dt, n, arms, sum(r["seconds"] for r in rs) / n, pre, score, dec,
                      sum(cap) / len(cap) / pre if cap else None, sum(r["seconds"] for r in rs)])
     return make_table("Cost per item (one shared prefill for all policies of an item; seconds "
                       "on one thread of the shared 2-core machine)",
-                      ["task", "length", "items", "arms", "s / item", "prefill s",
+                      ["task", "length", "dtype", "items", "arms", "s / item", "prefill s",
                        "scoring s (all arms)", "decode s (all arms x ratios)",
                        "CapKV scoring / full prefill", "total s"], rows, name="cost",
                       formats={c: ".3g" for c in COST_COLS})
@@ -425,8 +427,8 @@ def fidelity_tables(d: dict, tau: float = 5.0) -> list[dict]:
                           t1["mde"], t1["verdict"]])
     if vrows:
         tables.append(make_table(
-            f"Continuation: CapKV at each tau against the best other policy ({RULE}; tau 0 "
-            "is pure leverage)",
+            "Continuation: CapKV at each tau against the best other policy "
+            f"({RULE.replace('over items', 'over documents')}; tau 0 is pure leverage)",
             ["tau", "ratio", "documents", "KL", "best other (KL)", "KL diff [95% CI]",
              "KL MDE", "KL verdict", "top-1", "best other (top-1)", "top-1 diff [95% CI]",
              "top-1 MDE", "top-1 verdict"], vrows, name="fidelity-verdict",
