@@ -235,3 +235,28 @@ def test_files_record_the_load_and_captions_show_it(tmp_path) -> None:
     assert " · load " in results.caption(data, "x.json")
     data.pop("load")  # files written before the field render as before
     assert "load" not in results.caption(data, "x.json")
+
+
+def test_files_record_the_cpus_kernel_flags_and_reruns_name_a_changed_machine(
+        tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv(R.RESULTS_DIR_ENV, raising=False)
+    flags = R.cpu_flags()
+    assert flags == sorted(flags) and set(flags) <= R.KERNEL_FLAGS
+    path = _demo_repo(tmp_path, "0.5")
+    assert R.load(path)["cpu_flags"] == flags
+    same = {"cpu": "X", "cpu_flags": ["avx2"]}
+    assert R.machine_note(same, dict(same)) == ""
+    note = R.machine_note({"cpu": "X", "cpu_flags": ["avx2", "avx512_bf16"]},
+                          {"cpu": "Y", "cpu_flags": ["avx2", "amx_bf16"]})
+    assert "'X' then, 'Y' now" in note and "+amx_bf16 -avx512_bf16" in note
+    assert R.machine_note({"cpu": "X"}, {"cpu": "X", "cpu_flags": []}) == ""  # older files
+    # a rerun that differs on another machine says so beside the cells
+    data = json.loads(path.read_text())
+    data["command"] = data["command"].replace("make.py 0.5", "make.py 0.75")
+    data["cpu"], data["cpu_flags"] = "Some Other CPU", ["sse4_2"]
+    path.write_text(json.dumps(data))
+    out = rerun_file("demo", path)
+    assert out.status == "differs" and "Some Other CPU" in out.message
+    data["command"] = data["command"].replace("make.py 0.75", "make.py 0.5")
+    path.write_text(json.dumps(data))
+    assert rerun_file("demo", path).message == ""  # equal cells: no note

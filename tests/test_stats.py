@@ -363,3 +363,15 @@ def test_bootstrap_of_any_statistic() -> None:
         stats.bootstrap(slope, x, y[:5])
     with pytest.raises(ValueError, match="groups has"):
         stats.bootstrap(slope, x, y, groups=[0, 1])
+
+
+def test_proportion_ci_is_wilsons_and_stays_open_at_the_floor_and_ceiling() -> None:
+    est = stats.proportion_ci([1, 0, 1, 1] * 25)
+    assert est.value == 0.75 and est.n == 100 and est.method == "Wilson score interval"
+    assert abs(est.lo - 0.65696) < 1e-4 and abs(est.hi - 0.82455) < 1e-4  # textbook values
+    floor, ceiling = stats.proportion_ci([0] * 6), stats.proportion_ci([True] * 6)
+    assert floor.lo == 0 and 0.38 < floor.hi < 0.40 and ceiling.hi == 1 and ceiling.lo > 0.6
+    assert stats.proportion_ci([0] * 6, level=0.5).hi < floor.hi
+    for bad in ([], [0.5, 1]):
+        with pytest.raises(ValueError, match="correct"):
+            stats.proportion_ci(bad)

@@ -326,6 +326,8 @@ def reproduce(
             for d in o.diffs:
                 table.add_row(*map(escape, d.as_row()))
             con.print(table)
+            if o.message:
+                con.print(f"{o.slug} {o.file}: {o.message}", markup=False)
         elif o.message:
             con.print(f"{o.slug} {o.file}: {o.message}", markup=False)
     for o in outcomes:

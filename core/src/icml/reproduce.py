@@ -64,12 +64,13 @@ def rerun_file(slug: str, path: Path, *, threads: int | None = None, raw: bool =
                            message=f"the command failed ({why}):\n{tail}")
         fresh = R.load(out)
         diffs = R.compare(committed, fresh, raw=raw)
+        note = R.machine_note(committed, fresh) if diffs else ""
         if write:
             shutil.copyfile(out, path)
             readme = R.readme_of(path.parent)
             if readme.is_file():
                 R.render_readme(readme, path.parent)
-    return Outcome(slug, path.name, "differs" if diffs else "ok", wall, diffs)
+    return Outcome(slug, path.name, "differs" if diffs else "ok", wall, diffs, message=note)
 
 
 def reproduce(slug: str, names: Sequence[str] = (), *, quick: bool = False,

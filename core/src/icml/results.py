@@ -10,9 +10,14 @@ reruns that command and compares. The file records what a reader needs to judge 
      "tolerance": {"*": {"abs": 0.0}},     # declared before the rerun; see below
      "tables": [{"name": ..., "title": ..., "columns": [...], "rows": [[...]],
                  "formats": {"column": ".3f"}}],
-     "seeds": [0], "threads": 1, "cpu": "AMD EPYC", "versions": {...},
+     "seeds": [0], "threads": 1, "cpu": "AMD EPYC", "cpu_flags": ["avx2", "avx512_bf16", ...],
+     "versions": {...},
      "wall_s": 38.2, "cpu_s": 37.9, "load": {"start": 1.2, "end": 2.4},
      "created": "2026-12-05T01:02:03+00:00"}
+
+``cpu_flags`` lists the instruction-set extensions that decide which BLAS/oneDNN kernels run
+(:data:`KERNEL_FLAGS`): machines with one CPU model name can differ there, and float results
+with them (bfloat16 is fast only with ``avx512_bf16``/``amx_bf16``, emulated and slow without).
 
 ``load`` is the machine's 1-minute load average when the work started (the :class:`Clock`) and
 when the file was written: clock readings and CPU-time budgets depend on it on a shared machine.
@@ -220,6 +225,43 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: Instruction-set extensions that change which matmul kernels run (x86 and Arm names).
+KERNEL_FLAGS = frozenset({
+    "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+    "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
+    "asimd", "asimdhp", "asimddp", "bf16", "i8mm", "sve", "sve2", "sme",
+})
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's kernel-relevant instruction-set extensions (:data:`KERNEL_FLAGS`, sorted), from
+    ``/proc/cpuinfo``'s ``flags`` (x86) or ``Features`` (Arm) line; empty where it is absent."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            return sorted(set(value.split()) & KERNEL_FLAGS)
+    return []
+
+
+def machine_note(committed: Mapping[str, Any], fresh: Mapping[str, Any]) -> str:
+    """One line saying how the rerun's machine differs from the committed file's (CPU model,
+    kernel flags), or ``""``: a differing cell may then come from other kernels, not the code."""
+    bits = []
+    if committed.get("cpu") and fresh.get("cpu") and committed["cpu"] != fresh["cpu"]:
+        bits.append(f"CPU {committed['cpu']!r} then, {fresh['cpu']!r} now")
+    if "cpu_flags" in committed and "cpu_flags" in fresh:
+        old, new = set(committed["cpu_flags"]), set(fresh["cpu_flags"])
+        if old != new:
+            diff = [f"+{f}" for f in sorted(new - old)] + [f"-{f}" for f in sorted(old - new)]
+            bits.append("kernel flags " + " ".join(diff))
+    return ("the rerun's machine differs from the committed file's: " + "; ".join(bits)
+            + " (float kernels differ with them)") if bits else ""
+
+
 def _versions(plugin: str | None) -> dict[str, str]:
     out = {"python": platform.python_version()}
     names = ["icml-core"] + ([f"icml-{plugin}"] if plugin else []) + \
@@ -353,7 +395,7 @@ def write(path: str | Path, tables: Sequence[Mapping[str, Any]], *, command: str
         "schema": SCHEMA, "plugin": plugin, "name": Path(path).stem, "command": command,
         "quick": bool(quick), "tolerance": dict(tolerance or {}), "tables": list(tables),
         "seeds": list(seeds), "threads": threads if threads is not None else _torch_threads(),
-        "cpu": cpu_model(), "versions": _versions(plugin),
+        "cpu": cpu_model(), "cpu_flags": cpu_flags(), "versions": _versions(plugin),
         "wall_s": round(clock.wall(), 2) if clock else None,
         "cpu_s": round(clock.cpu(), 2) if clock else None,
         "load": {"start": clock.load0 if clock else None, "end": load_average()},
@@ -643,7 +685,8 @@ def files(rdir: Path, names: Sequence[str] = (), *, quick: bool = False) -> list
 
 __all__ = [
     "Clock", "Diff", "ResultsError", "SCHEMA", "apply_threads", "caption", "compare",
-    "cpu_model", "env_threads", "files", "find_table", "load", "make_table", "readme_problems",
+    "KERNEL_FLAGS", "cpu_flags", "cpu_model", "env_threads", "files", "find_table", "load",
+    "make_table", "machine_note", "readme_problems",
     "render_block", "render_cell", "render_readme", "render_table", "repo_root", "results_dir",
     "readme_of", "CORE_SLUG",
     "target_path", "unrendered_tables", "write",

@@ -48,8 +48,8 @@ from numpy.typing import ArrayLike
 __all__ = [
     "bootstrap",
     "Estimate", "McNemar", "hierarchical_ci", "hierarchical_diff_ci", "mcnemar", "mde",
-    "mde_from_samples", "mde_mean", "mde_proportion", "mean_ci", "paired_diff_ci", "ratio_ci",
-    "summarize", "unpaired_diff_ci",
+    "mde_from_samples", "mde_mean", "mde_proportion", "mean_ci", "paired_diff_ci",
+    "proportion_ci", "ratio_ci", "summarize", "unpaired_diff_ci",
 ]
 
 #: Seeds x items: a 2-D array (crossed design) or a list of per-seed 1-D sequences (nested
@@ -581,6 +581,30 @@ def _binom_two_sided_p(k: int, n: int) -> float:
     top = logs.max()
     log_tail = top + math.log(np.exp(logs - top).sum()) - n * math.log(2)
     return min(1.0, math.exp(math.log(2) + log_tail))
+
+
+def proportion_ci(correct: ArrayLike, *, level: float = 0.95) -> Estimate:
+    """The share of 0/1 outcomes that are 1, with Wilson's score interval.
+
+    For a single run's accuracy on independent items. Unlike the percentile bootstrap (which
+    collapses to ``[0, 0]`` at 0/n and ``[1, 1]`` at n/n, claiming certainty from a few items),
+    Wilson's interval stays open at the floor and the ceiling: 0 of 6 gives ``[0, 0.39]``. Use
+    :func:`hierarchical_ci` when several seeds add their own variance.
+
+    >>> proportion_ci([0] * 6).fmt(".2f")
+    '0.00 [0.00, 0.39]'
+    """
+    level = _check_level(level)
+    if np.asarray(correct).size == 0:
+        raise ValueError("correct is empty: a proportion needs at least one outcome")
+    x = _binary(correct, "correct")
+    n, p = int(x.size), float(x.mean())
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n, level,
+                    "Wilson score interval")
 
 
 def mcnemar(a_correct: ArrayLike, b_correct: ArrayLike) -> McNemar:
