@@ -250,6 +250,10 @@ def test_files_record_the_cpus_kernel_flags_and_reruns_name_a_changed_machine(
                           {"cpu": "Y", "cpu_flags": ["avx2", "amx_bf16"]})
     assert "'X' then, 'Y' now" in note and "+amx_bf16 -avx512_bf16" in note
     assert R.machine_note({"cpu": "X"}, {"cpu": "X", "cpu_flags": []}) == ""  # older files
+    assert "torch kernels AVX512 then, AVX2 now" in R.machine_note(
+        {"cpu_capability": "AVX512"}, {"cpu_capability": "AVX2"})
+    import torch  # the capability is recorded once the writing process has torch
+    assert R.cpu_capability() == torch.backends.cpu.get_cpu_capability()
     # a rerun that differs on another machine says so beside the cells
     data = json.loads(path.read_text())
     data["command"] = data["command"].replace("make.py 0.5", "make.py 0.75")

@@ -11,13 +11,16 @@ reruns that command and compares. The file records what a reader needs to judge 
      "tables": [{"name": ..., "title": ..., "columns": [...], "rows": [[...]],
                  "formats": {"column": ".3f"}}],
      "seeds": [0], "threads": 1, "cpu": "AMD EPYC", "cpu_flags": ["avx2", "avx512_bf16", ...],
-     "versions": {...},
+     "cpu_capability": "AVX512", "versions": {...},
      "wall_s": 38.2, "cpu_s": 37.9, "load": {"start": 1.2, "end": 2.4},
      "created": "2026-12-05T01:02:03+00:00"}
 
 ``cpu_flags`` lists the instruction-set extensions that decide which BLAS/oneDNN kernels run
 (:data:`KERNEL_FLAGS`): machines with one CPU model name can differ there, and float results
 with them (bfloat16 is fast only with ``avx512_bf16``/``amx_bf16``, emulated and slow without).
+``cpu_capability`` is the kernel set torch actually dispatched to (``AVX512``, ``AVX2``,
+``DEFAULT``; ``ATEN_CPU_CAPABILITY`` can force a lower one), recorded when the writing process had
+imported torch, else ``None``.
 
 ``load`` is the machine's 1-minute load average when the work started (the :class:`Clock`) and
 when the file was written: clock readings and CPU-time budgets depend on it on a shared machine.
@@ -69,6 +72,7 @@ import os
 import platform
 import re
 import resource
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -247,12 +251,25 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def cpu_capability() -> str | None:
+    """torch's CPU kernel set (``torch.backends.cpu.get_cpu_capability()``) if this process has
+    imported torch (never imported here: results files stay light to write), else ``None``."""
+    torch = sys.modules.get("torch")
+    try:
+        return str(torch.backends.cpu.get_cpu_capability()) if torch is not None else None
+    except AttributeError:  # torch < 2.1
+        return None
+
+
 def machine_note(committed: Mapping[str, Any], fresh: Mapping[str, Any]) -> str:
     """One line saying how the rerun's machine differs from the committed file's (CPU model,
     kernel flags), or ``""``: a differing cell may then come from other kernels, not the code."""
     bits = []
     if committed.get("cpu") and fresh.get("cpu") and committed["cpu"] != fresh["cpu"]:
         bits.append(f"CPU {committed['cpu']!r} then, {fresh['cpu']!r} now")
+    old_cap, new_cap = committed.get("cpu_capability"), fresh.get("cpu_capability")
+    if old_cap and new_cap and old_cap != new_cap:
+        bits.append(f"torch kernels {old_cap} then, {new_cap} now")
     if "cpu_flags" in committed and "cpu_flags" in fresh:
         old, new = set(committed["cpu_flags"]), set(fresh["cpu_flags"])
         if old != new:
@@ -395,7 +412,8 @@ def write(path: str | Path, tables: Sequence[Mapping[str, Any]], *, command: str
         "schema": SCHEMA, "plugin": plugin, "name": Path(path).stem, "command": command,
         "quick": bool(quick), "tolerance": dict(tolerance or {}), "tables": list(tables),
         "seeds": list(seeds), "threads": threads if threads is not None else _torch_threads(),
-        "cpu": cpu_model(), "cpu_flags": cpu_flags(), "versions": _versions(plugin),
+        "cpu": cpu_model(), "cpu_flags": cpu_flags(),
+        "cpu_capability": cpu_capability(), "versions": _versions(plugin),
         "wall_s": round(clock.wall(), 2) if clock else None,
         "cpu_s": round(clock.cpu(), 2) if clock else None,
         "load": {"start": clock.load0 if clock else None, "end": load_average()},
@@ -685,8 +703,8 @@ def files(rdir: Path, names: Sequence[str] = (), *, quick: bool = False) -> list
 
 __all__ = [
     "Clock", "Diff", "ResultsError", "SCHEMA", "apply_threads", "caption", "compare",
-    "KERNEL_FLAGS", "cpu_flags", "cpu_model", "env_threads", "files", "find_table", "load",
-    "make_table", "machine_note", "readme_problems",
+    "KERNEL_FLAGS", "cpu_capability", "cpu_flags", "cpu_model", "env_threads", "files",
+    "find_table", "load", "make_table", "machine_note", "readme_problems",
     "render_block", "render_cell", "render_readme", "render_table", "repo_root", "results_dir",
     "readme_of", "CORE_SLUG",
     "target_path", "unrendered_tables", "write",
