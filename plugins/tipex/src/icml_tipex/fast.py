@@ -39,6 +39,7 @@ FAULTS = ("raise", "hang")
 _CACHE = 1 << 16  # entries per cache before it is cleared (bounded memory)
 _M61, _M53, _U53 = (1 << 61) - 1, (1 << 53) - 1, 2.0 ** -53
 _NSC = 1024
+_new = object.__new__
 
 
 class InjectedFault(RuntimeError):
@@ -61,6 +62,14 @@ def _step_key(kb: int, step: int) -> int:
     return hash((kb ^ _h64(f"step {step}"), step)) & _M64
 
 
+def _wkey(w: WorkerState, step: int) -> int:
+    """The draws' key of a worker's step ``step``, unmasked as the hot path computes it."""
+    if step < _NSC:
+        a, b = _SCP[step]
+        return hash((w.kbase ^ a, b))
+    return _step_key(w.kbase, step)
+
+
 def _tok(n_chars: int) -> int:  # approx_tokens by length
     return (n_chars + 3) // 4 or 1
 
@@ -81,21 +90,22 @@ def _plain(s: str) -> bool:
     return s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
 
 
-def _fixed(task: Task, action: tuple[str, int]) -> tuple[str, str, list[str], int] | None:
+def _fixed(task: Task, action: tuple[str, int]
+           ) -> tuple[str, tuple[str, list[str]], int] | None:
     """The right reply to a tool step that does not depend on earlier results (search, or
-    lookup of a named entity): (text, tool, args, completion tokens); None otherwise."""
+    lookup of a named entity): (text, (tool, args), completion tokens); None otherwise."""
     kind, i = action
     if kind == "search":
         q = f"sister city of {task.facts[i].anchor}"
         text = f"CALL search({q})"
-        return text, "search", [q], (len(text) + 3) >> 2
+        return text, ("search", [q]), (len(text) + 3) >> 2
     if kind == "lookup":
         f = task.facts[i]
         ent = f.entity
         if "," in ent or "\n" in ent or ent.strip().strip("'\"") != ent:
             return None
         text = f"CALL lookup({ent}, {f.attr})"
-        return text, "lookup", [ent, f.attr], (len(text) + 3) >> 2
+        return text, ("lookup", [ent, f.attr]), (len(text) + 3) >> 2
     return None
 
 
@@ -104,7 +114,7 @@ class WorkerState:
     values found so far, the tool results, and the prompt's token count so far."""
 
     __slots__ = ("task", "step", "actions", "values", "parent", "results", "ctx", "seed",
-                 "kbase", "fixed", "lookups")
+                 "kbase", "fixed", "lookups", "akind")
 
     def observe(self, text: str, result: str) -> None:
         """The worker's reply ``text`` and the tool's ``result`` join its context (the model
@@ -177,7 +187,6 @@ class StructuredModel(ScriptedModel):
         self._wsys = _tok(len(roles.WORKER_SYSTEM))
         self._whead: dict[int, tuple[Subtask, int, str, tuple[Any, ...]]] = {}
         self._wpar: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        self._kb: dict[tuple[Any, ...], int] = {}
         self._exprs: dict[tuple[Any, ...], str] = {}
         self._shead: dict[str, int] = {}
         self._psinks: dict[int, tuple[Plan, list[str], str]] = {}
@@ -286,24 +295,37 @@ class StructuredModel(ScriptedModel):
             _, actions, _, _ = self._script(task, data)
             user = roles.worker_messages(task.task_id, task.question, sub, {})[1]["content"]
             base = len(user) - 4 - 2  # without "none" and "{}"
+            # (sub, base, step, actions, fixed replies, lookups, base keys by (replica seed,
+            # T), the first prompt's tokens without parents (the text has "none" and "{}"),
+            # the answer's kind)
             hit = self._whead[id(sub)] = (sub, base, step, tuple(actions),
                                           tuple(_fixed(task, a) for a in actions),
                                           tuple(i if k.startswith("lookup") else -1
-                                                for k, i in actions))
-        _, base, step, actions, fixed, lookups = hit
-        w = WorkerState()
-        w.task, w.step, w.actions, w.results = task, step, actions, []
-        w.fixed, w.lookups, w.seed = fixed, lookups, seed
-        kk = (task.task_id, sub.id, seed, temperature)
-        kb = self._kb.get(kk)
+                                                for k, i in actions), {},
+                                          self._wsys + ((base + 9) >> 2) + 6,
+                                          0 if step == "search" else 1 if step in (
+                                              "combine", "all") else 2)
+        _, base, step, actions, fixed, lookups, kbs, ctx0, w_akind = hit
+        w = _new(WorkerState)
+        w.task = task
+        w.step = step
+        w.akind = w_akind  # the answer: 0 the first result, 1 the last, 2 the values found
+        w.actions = actions
+        w.results = []
+        w.fixed = fixed
+        w.lookups = lookups
+        w.seed = seed
+        kb = kbs.get((seed, temperature))
         if kb is None:
-            if len(self._kb) >= _CACHE:
-                self._kb.clear()
-            kb = self._kb[kk] = self.base_key(task.task_id, sub.id, seed, temperature)
+            if len(kbs) >= 256:
+                kbs.clear()
+            kb = kbs[(seed, temperature)] = self.base_key(task.task_id, sub.id, seed,
+                                                          temperature)
         w.kbase = kb
         if not parents:
-            w.values, w.parent = {}, ""
-            w.ctx = self._wsys + ((base + 9) >> 2) + 6  # the text: "none" and "{}"
+            w.values = {}
+            w.parent = ""
+            w.ctx = ctx0
             return w
         pk = (id(sub), *parents.values())
         hit2 = self._wpar.get(pk)
@@ -336,83 +358,98 @@ class StructuredModel(ScriptedModel):
 
     def work(self, w: WorkerState, max_tokens: int) -> tuple[int, Any, str, int, float]:
         """One worker step: (CALL, (tool, args)) or (ANSWER, answer), the reply text,
-        completion tokens and latency. The prompt's tokens are ``w.ctx``."""
+        completion tokens and latency. The prompt's tokens are ``w.ctx``.
+
+        The hot path: the step's draw only where it is used (a tool step's error draw; an
+        answer step draws nothing unless ``tie_jitter`` or the general path needs its key),
+        the right reply of a fixed tool step prebuilt per subtask, the answer's kind per
+        state; anything unusual (an error, a cut-off reply) takes the general path below,
+        which is the text path's parser."""
         results = w.results
         done = len(results)
+        self.calls += 1
+        ls, lb, lp, ld, eps0, beta = self._latc
+        actions = w.actions
+        if done >= len(actions):  # the answer step
+            ak = w.akind
+            if ak == 2:
+                v = w.values
+                if len(v) == 1:  # (the usual case: one fact per subtask; the same string)
+                    for i, x in v.items():
+                        x = f"f{i}={x}"
+                else:
+                    x = "; ".join([f"f{i}={v[i]}" for i in sorted(v)])
+            elif ak:
+                x = results[-1]
+            else:
+                x = results[0]
+            text = f"ANSWER: {x}"
+            ct = (len(text) + 3) >> 2
+            if ct <= max_tokens and "CALL" not in x:
+                if not self.tie_jitter:
+                    return ANSWER, x.strip(), text, ct, ls * (lb + lp * w.ctx + ld * ct)
+                return ANSWER, x.strip(), text, ct, self._lat(w.ctx, ct, _wkey(w, done),
+                                                              w.seed)
+            return self._general(w, text, _wkey(w, done), max_tokens)
         try:  # = _step_key(w.kbase, done), inlined (the low 53 bits are the first draw)
             a, b = _SCP[done]
             key = hash((w.kbase ^ a, b))  # (& _M64 below, where the whole key is used)
         except IndexError:
             key = _step_key(w.kbase, done)
-        self.calls += 1
-        actions = w.actions
-        text = None
-        ls, lb, lp, ld, eps0, beta = self._latc
-        if done < len(actions):
-            ctx = w.ctx
-            if (key & _M53) * _U53 < eps0 + beta * ctx / 1000:  # this step goes wrong
-                key &= _M64
-                rng = _SplitMix(key)
-                rng.random()  # (the draw just made)
-                text = self._action(w.task, actions[done], results, w.values, rng, True,
-                                    w.parent)
-            else:
-                fx = w.fixed[done]
-                if fx is not None:  # the right action, known in advance
-                    text, name, args, ct = fx
-                    if ct <= max_tokens:
-                        return CALL, (name, args), text, ct, (
-                            ls * (lb + lp * ctx + ld * ct) if not self.tie_jitter
-                            else self._lat(ctx, ct, key, w.seed))
-            if text is None:  # the right action (ScriptedModel._action, err False), args direct
-                kind, i = actions[done]
-                task = w.task
-                if kind == "calc":
-                    ek = (task.task_id, *w.values.items())
-                    expr = self._exprs.get(ek)
-                    if expr is None:
-                        if len(self._exprs) >= _CACHE:
-                            self._exprs.clear()
-                        vals = {k: v for k, v in w.values.items() if _INT.fullmatch(v)}
-                        expr = self._exprs[ek] = task.expression(vals)
-                    text, args = f"CALL calc({expr})", (expr,)
-                    name = "calc"
-                else:
-                    f = task.facts[i]
-                    if kind == "search":
-                        q = f"sister city of {f.anchor}"
-                        text, args, name = f"CALL search({q})", (q,), "search"
-                    else:
-                        ent = (f.entity if kind == "lookup" else results[-1]
-                               if kind == "lookup_from_prev" else w.parent)
-                        text, args, name = f"CALL lookup({ent}, {f.attr})", (ent, f.attr), \
-                            "lookup"
-                        if "," in ent or "\n" in ent or ent.strip().strip("'\"") != ent:
-                            args = None  # type: ignore[assignment]  # (the text parser decides)
-                ct = (len(text) + 3) >> 2
-                if args is not None and ct <= max_tokens:
-                    return CALL, (name, list(args)), text, ct, (
-                        ls * (lb + lp * w.ctx + ld * ct) if not self.tie_jitter
-                        else self._lat(w.ctx, ct, key, w.seed))
-        elif w.step == "search":
-            x = results[0]
-        elif w.step in ("combine", "all"):
-            x = results[-1]
+        ctx = w.ctx
+        if (key & _M53) * _U53 < eps0 + beta * ctx / 1000:  # this step goes wrong
+            key &= _M64
+            rng = _SplitMix(key)
+            rng.random()  # (the draw just made)
+            return self._general(w, self._action(w.task, actions[done], results, w.values,
+                                                 rng, True, w.parent), key, max_tokens)
+        fx = w.fixed[done]
+        if fx is not None:  # the right action, known in advance
+            text, call, ct = fx
+            if ct <= max_tokens:
+                if not self.tie_jitter:
+                    return CALL, call, text, ct, ls * (lb + lp * ctx + ld * ct)
+                return CALL, call, text, ct, self._lat(ctx, ct, key, w.seed)
+            return self._general(w, text, key, max_tokens)
+        # the right action (ScriptedModel._action, err False), args direct
+        kind, i = actions[done]
+        task = w.task
+        if kind == "calc":
+            ek = (task.task_id, *w.values.items())
+            expr = self._exprs.get(ek)
+            if expr is None:
+                if len(self._exprs) >= _CACHE:
+                    self._exprs.clear()
+                vals = {k: v for k, v in w.values.items() if _INT.fullmatch(v)}
+                expr = self._exprs[ek] = task.expression(vals)
+            text, args = f"CALL calc({expr})", (expr,)
+            name = "calc"
         else:
-            v = w.values
-            x = "; ".join([f"f{i}={v[i]}" for i in sorted(v)])
-        if text is None:
-            text = f"ANSWER: {x}"
-            ct = (len(text) + 3) >> 2
-            if ct <= max_tokens and "CALL" not in x:
-                return ANSWER, x.strip(), text, ct, (
-                    ls * (lb + lp * w.ctx + ld * ct) if not self.tie_jitter
-                    else self._lat(w.ctx, ct, key, w.seed))
+            f = task.facts[i]
+            if kind == "search":
+                q = f"sister city of {f.anchor}"
+                text, args, name = f"CALL search({q})", (q,), "search"
+            else:
+                ent = (f.entity if kind == "lookup" else results[-1]
+                       if kind == "lookup_from_prev" else w.parent)
+                text, args, name = f"CALL lookup({ent}, {f.attr})", (ent, f.attr), "lookup"
+                if "," in ent or "\n" in ent or ent.strip().strip("'\"") != ent:
+                    args = None  # type: ignore[assignment]  # (the text parser decides)
+        ct = (len(text) + 3) >> 2
+        if args is not None and ct <= max_tokens:
+            return CALL, (name, list(args)), text, ct, (
+                ls * (lb + lp * ctx + ld * ct) if not self.tie_jitter
+                else self._lat(ctx, ct, key, w.seed))
+        return self._general(w, text, key, max_tokens)
+
+    def _general(self, w: WorkerState, text: str, key: int, max_tokens: int
+                 ) -> tuple[int, Any, str, int, float]:
+        """A reply the hot path does not shortcut: cut to ``max_tokens``, then what
+        ``roles.work`` parses from it (a CALL split to the tool's arity, or the answer)."""
         ct = _tok(len(text))
         if ct > max_tokens:
             text, ct = text[:4 * max_tokens], max_tokens
         text = text.strip()
-        # what roles.work parses: a CALL (split to the tool's arity) or the answer
         tc = roles.parse_call(text, _ARITY)
         if tc is not None:
             return CALL, tc, text, ct, self._lat(w.ctx, ct, key, w.seed)
@@ -513,12 +550,25 @@ def sync_tools(suite: SynthGAIA) -> dict[str, SyncTool]:
     results as :meth:`SynthGAIA.tools` after the same latency."""
     kb, lat = suite.kb, suite.tool_latency
 
+    values, index = kb.values, kb.index
+    # the answers to exact keys, as strings (the knowledge base is fixed once made): a hit
+    # returns what the slow path returns for that key, anything else takes the slow path
+    exact = {(e, a): str(v) for (e, a), v in values.items()
+             if e.strip() == e and a.strip().lower() == a}
+    plain = {q: v for q, v in index.items() if q.strip() == q and isinstance(v, str)}
+
     def lookup(entity: str = "", attr: str = "") -> str:
-        v = kb.values.get((entity.strip(), attr.strip().lower()))
+        v = exact.get((entity, attr))
+        if v is not None:
+            return v
+        v = values.get((entity.strip(), attr.strip().lower()))
         return "not found" if v is None else str(v)
 
     def search(query: str = "") -> str:
-        return kb.index.get(query.strip(), "no result")
+        v = plain.get(query)
+        if v is not None:
+            return v
+        return index.get(query.strip(), "no result")
 
     def calc(expr: str = "") -> str:
         return _calc_cached(expr)
