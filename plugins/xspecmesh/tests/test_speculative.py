@@ -115,6 +115,98 @@ def test_exact_mode_preserves_the_distribution(toy, random_heads):
     assert _chi2_pvalue(_sample_counts(lm, None, "exact", n, seed=1), probs, n) > 1e-3
 
 
+@pytest.fixture(scope="module")
+def peaked_toy():
+    """A 5-token toy sharp enough that a 5-token joint (3125 sequences) keeps about 60 % of its
+    mass in cells with >= 5 expected counts out of 1000 samples: the chi-square test below then
+    sees the tokens emitted by the 2nd and 3rd draft of a verification call."""
+    from icml.models import tiny_causal_lm
+
+    lm = tiny_causal_lm("llama", seed=3, num_layers=1, hidden_size=16, num_heads=2,
+                        num_kv_heads=1, vocab_size=5, max_positions=16)
+    with torch.no_grad():
+        lm.lm_head.weight.mul_(16.0)
+    lm.requires_grad_(False)
+    return lm, _batched_joint(lm, [1], 5)
+
+
+def _batched_joint(lm, prompt, n):
+    """Exact probability of every n-token continuation (temperature 1, no filter), from one
+    batched forward over all (n-1)-token prefixes."""
+    V = lm.config.vocab_size
+    prefixes = torch.tensor(list(itertools.product(range(V), repeat=n - 1)), dtype=torch.long)
+    ids = torch.cat([torch.tensor(prompt).expand(len(prefixes), -1), prefixes], dim=1)
+    with torch.no_grad():
+        logp = torch.log_softmax(lm(ids).logits.double(), dim=-1)[:, len(prompt) - 1:]
+    rows = torch.arange(len(prefixes))[:, None]
+    base = logp[rows, torch.arange(n - 1)[None], prefixes].sum(dim=1)  # log P(prefix)
+    full = (base[:, None] + logp[:, n - 1]).exp()  # (V**(n-1), V)
+    return {tuple(pre) + (t,): float(full[i, t]) for i, pre in enumerate(prefixes.tolist())
+            for t in range(V)}
+
+
+def _exact_samples(lm, heads, n, max_new_tokens, seed):
+    """``n`` seeded exact-mode sequences; also the number of drafts each verification call
+    checked (rebuilt from ``accepted_lengths``: drafts are clipped to the token budget)."""
+    g = torch.Generator().manual_seed(seed)
+    counts: dict[tuple[int, ...], int] = {}
+    drafts_per_step: list[int] = []
+    for _ in range(n):
+        out = speculative_generate(lm, heads, torch.tensor([[1]]), max_new_tokens=max_new_tokens,
+                                   acceptance="exact", top_k=0, top_p=1.0, eos_token_id=[],
+                                   generator=g, accept_top_k=None)
+        seq = tuple(out.sequences[0, 1:].tolist())
+        counts[seq] = counts.get(seq, 0) + 1
+        new = 1
+        for emitted in out.accepted_lengths[0]:
+            drafts_per_step.append(min(heads.num_heads, max_new_tokens - new - 1))
+            new += emitted
+        assert sum(drafts_per_step[-len(out.accepted_lengths[0]):]) == out.n_drafted[0]
+    return counts, drafts_per_step
+
+
+def _wrong_verify_head0_proposal(monkeypatch):
+    """Inject a known-wrong exact rule: every draft is verified against head 0's proposal
+    q_0 (acceptance min(1, p/q_0) and residual max(p - q_0, 0)) instead of its own head's q_j.
+    It is right for the first draft only, so a test that verifies one draft cannot see it."""
+    from icml_xspecmesh.speculative import Sampler
+
+    right = Sampler.verify
+
+    def wrong(self, drafts, q, logits):
+        return right(self, drafts, None if q is None else q[:1].expand_as(q), logits)
+
+    monkeypatch.setattr(Sampler, "verify", wrong)
+
+
+EXACT_K, EXACT_TOKENS, EXACT_N = 3, 5, 1000
+
+
+def test_exact_mode_preserves_the_distribution_with_several_drafts(peaked_toy, random_heads):
+    """K = 3 heads, 5 new tokens: the first verification call checks 3 drafts and most calls
+    check >= 2, so tokens accepted or resampled at the 2nd and 3rd draft are in the joint the
+    chi-square compares (1000 seeded samples, the exact 5-token joint)."""
+    lm, probs = peaked_toy
+    heads = random_heads(lm, num_heads=EXACT_K, seed=4, scale=1.0)
+    counts, steps = _exact_samples(lm, heads, EXACT_N, EXACT_TOKENS, seed=0)
+    assert sum(s >= 2 for s in steps) > 0.5 * len(steps)
+    assert sum(s == 3 for s in steps) == EXACT_N  # every sample's first call verifies 3 drafts
+    assert _chi2_pvalue(counts, probs, EXACT_N) > 1e-3
+
+
+def test_exact_mode_test_rejects_head0_proposal_for_every_draft(peaked_toy, random_heads,
+                                                                  monkeypatch):
+    """The test above can fail: the same samples' chi-square rejects the wrong rule that
+    verifies every draft against head 0's proposal (review measured p = 0.87 for it on the
+    3-token test above, which verifies at most one draft)."""
+    lm, probs = peaked_toy
+    heads = random_heads(lm, num_heads=EXACT_K, seed=4, scale=1.0)
+    _wrong_verify_head0_proposal(monkeypatch)
+    counts, steps = _exact_samples(lm, heads, EXACT_N, EXACT_TOKENS, seed=0)
+    assert sum(s >= 2 for s in steps) > 0.5 * len(steps)
+    assert _chi2_pvalue(counts, probs, EXACT_N) < 1e-6
+
+
 def test_quality_criterion_is_not_exact(toy, random_heads):
     """The top-k rule keeps the heads' argmax when it is plausible, which biases the
     distribution: the same chi-square test rejects it (the test above can fail)."""
