@@ -8,7 +8,9 @@ greedy), free (``max_tokens`` 160, room for a 3-subtask plan) and constrained; h
 ``parse_plan`` accepts. Part 2, end to end (constrained, greedy, wall clock): the bare agent
 (N = 1) and one DAG path (N = 1, w = 2, g = 2) on the same tasks: accuracy, model calls and tool
 calls per task, and the share of worker steps that call a tool (the calibration of the scripted
-model's per-step error against context length needs tool-call steps). Cost: seconds per
+model's per-step error against context length needs tool-call steps). ``--tool-first``: the
+constrained worker's first reply on a subtask must call a tool (``named``, the default: when
+the plan's subtask names its tool; ``any``; ``off``, 0.3.0's grammar). Cost: seconds per
 generated token. One thread.
 """
 
@@ -35,6 +37,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tool-first", default="named", choices=("named", "any", "off"))
     ap.add_argument("--out-results", default="")
     a = ap.parse_args()
     if a.tasks < 1:
@@ -46,7 +49,7 @@ def main() -> None:
     threads = R.apply_threads(1)
     dtype = getattr(torch, a.dtype)
     models = {c: load_chat_model("pretrained", device=a.device, dtype=dtype,
-                                 constrained=c == "constrained")
+                                 constrained=c == "constrained", tool_first=a.tool_first)
               for c in ("free", "constrained")}
     suite = SynthGAIA(seed=a.seed)
     tools = suite.tools()
@@ -96,10 +99,10 @@ def main() -> None:
                           round(secs / len(res), 1)])
             print(erows[-1], flush=True)
     t2 = R.make_table("End to end, constrained SmolLM2 (greedy, max_tokens 96, at most 4 "
-                      "worker steps)", ["config", "level", "tasks", "accuracy",
-                                        "model calls per task", "tool calls per task",
-                                        "tool calls per worker step", "plan errors",
-                                        "wall s per task"], erows, name="end-to-end")
+                      f"worker steps, tool_first={a.tool_first})",
+                      ["config", "level", "tasks", "accuracy", "model calls per task",
+                       "tool calls per task", "tool calls per worker step", "plan errors",
+                       "wall s per task"], erows, name="end-to-end")
     timing = {"timing": True, "why": "time on a shared machine: shown, not compared"}
     if a.out_results:
         R.write(a.out_results, [t1, t2], plugin="tipex", seeds=[a.seed], clock=clock,
@@ -107,7 +110,7 @@ def main() -> None:
                 tolerance={"s per generated token": timing, "wall s per task": timing},
                 command=" ".join(["python", "plugins/tipex/benchmarks/real_pilot.py"]
                                  + [shlex.quote(x) for x in sys.argv[1:]]),
-                metrics={"parsed": parsed, "dtype": a.dtype})
+                metrics={"parsed": parsed, "dtype": a.dtype, "tool_first": a.tool_first})
 
 
 if __name__ == "__main__":

@@ -109,6 +109,61 @@ def test_constrained_runs_end_to_end_without_plan_errors(tiny, suite) -> None:
         assert any(e["kind"] == "plan" for e in x.trace.events)
 
 
+def _worker_msgs(suite, tool, steps=()):
+    task = suite.tasks(1, 1)[0]
+    msgs = roles.worker_messages(task.task_id, task.question, Subtask("s1", "look it up",
+                                                                      tool=tool), {})
+    for text, result in steps:
+        msgs = msgs + [{"role": "assistant", "content": text},
+                       {"role": "user", "content": f"RESULT: {result}"}]
+    return msgs
+
+
+def test_a_subtask_that_names_its_tool_calls_it_before_answering(suite) -> None:
+    """tool_first: the first reply on a subtask whose plan names a tool is that tool's call
+    (named, the default); after a step the worker may answer; any: every subtask calls a tool
+    first; off: CALL or ANSWER from the start."""
+    first = _worker_msgs(suite, "lookup")
+    rx = regex.compile(grammar_for(first, SYNTHGAIA_TOOLS, 48))
+    assert rx.fullmatch("CALL lookup(Paris, population)")
+    for bad in ("ANSWER: 3", "CALL calc(1 + 2)", "CALL search(x)"):
+        assert rx.fullmatch(bad) is None, bad
+    later = _worker_msgs(suite, "lookup", [("CALL lookup(Paris, population)", "3")])
+    assert regex.compile(grammar_for(later, SYNTHGAIA_TOOLS, 48)).fullmatch("ANSWER: 3")
+    off = regex.compile(grammar_for(first, SYNTHGAIA_TOOLS, 48, "off"))
+    assert off.fullmatch("ANSWER: 3") and off.fullmatch("CALL calc(1 + 2)")
+    untooled = _worker_msgs(suite, None)  # (the bare agent's subtask names no tool)
+    assert regex.compile(grammar_for(untooled, SYNTHGAIA_TOOLS, 48)).fullmatch("ANSWER: 3")
+    anyt = regex.compile(grammar_for(untooled, SYNTHGAIA_TOOLS, 48, "any"))
+    assert anyt.fullmatch("CALL calc(1 + 2)") and anyt.fullmatch("ANSWER: 3") is None
+    unknown = _worker_msgs(suite, "shell")  # a tool the model does not have: not held
+    assert regex.compile(grammar_for(unknown, SYNTHGAIA_TOOLS, 48)).fullmatch("ANSWER: 3")
+    with pytest.raises(ValueError, match="tool_first='always'"):
+        grammar_for(first, SYNTHGAIA_TOOLS, 48, "always")
+    with pytest.raises(ValueError, match="call_only"):
+        worker_grammar(SYNTHGAIA_TOOLS, 48, call_only=["shell"])
+
+
+@pytest.mark.parametrize("temperature, seed", [(0.0, 0), (1.0, 3)])
+def test_a_random_model_calls_the_named_tool_first(tiny, suite, temperature, seed) -> None:
+    tools = suite.tools()
+    for tool in ("lookup", "search", "calc"):
+        c = _gen(tiny, _worker_msgs(suite, tool), temperature=temperature, seed=seed,
+                 max_tokens=48)
+        call = roles.parse_call(c.text.strip(), tools)
+        assert call is not None and call[0] == tool, c.text
+        assert len(call[1]) == SYNTHGAIA_TOOLS[tool] and c.finish_reason == "stop"
+
+
+def test_tool_first_is_a_checked_setting() -> None:
+    from icml_tipex.config import InferConfig
+    from icml_tipex.hf import TransformersChatModel
+
+    with pytest.raises(ValueError, match="tool_first='always'"):
+        TransformersChatModel(None, None, constrained=True, tool_first="always")
+    assert InferConfig().tool_first == "named"
+
+
 def test_constrained_needs_eos() -> None:
     from icml_tipex.hf import TransformersChatModel
 
@@ -132,3 +187,8 @@ def test_smollm2_constrained_plans_parse(suite) -> None:
                            temperature=t, seed=seed, max_tokens=160), "wall")
         plan = parse_plan(c.text, tools=tools, max_subtasks=g + 1)
         assert plan.subtasks and c.finish_reason == "stop"
+        # its first worker reply on a subtask that names a tool is that tool's call
+        c = run(m.generate(_worker_msgs(suite, plan.subtasks[0].tool), temperature=t,
+                           seed=seed, max_tokens=48), "wall")
+        call = roles.parse_call(c.text.strip(), tools)
+        assert call is not None and call[0] == plan.subtasks[0].tool, c.text

@@ -81,6 +81,11 @@ class Execution:
     constrained: bool = option(False, help="transformers models: hold each role's reply to the "
                                "protocol's grammar (planner JSON, CALL/ANSWER, FINAL ANSWER, "
                                "CHOICE) by a logits processor, so replies always parse")
+    tool_first: str = option("named", help="constrained: a worker's first reply on a subtask "
+                             "must be a tool call: named (when the plan's subtask names its "
+                             "tool, that tool; the default), any (every subtask, the bare "
+                             "agent's too, calls some tool first) or off",
+                             choices=("named", "any", "off"))
     base_url: str = option("", help="endpoint for model=http, e.g. http://127.0.0.1:8000/v1")
     http_model: str = option("default", help="model name sent to the endpoint")
     clock: str = option("virtual", help="virtual (deterministic latency; scripted model only) "

@@ -1,7 +1,8 @@
 """Constrained decoding for real models: each role's reply is held to the protocol's grammar
 (the planner's JSON plan, the worker's ``CALL tool(args)`` / ``ANSWER:`` line, the
 synthesizer's ``FINAL ANSWER:`` and the judge's ``CHOICE: k``) by a logits processor over the
-tokenizer, so a reply always parses.
+tokenizer, so a reply always parses. A worker's first reply on a subtask that names a tool is
+that tool's call (``tool_first``, default ``named``): it must look before it answers.
 
 The grammar of a role is a regular expression (the ``regex`` package's partial matching says
 whether a text can still be completed). At each step the processor keeps exactly one token:
@@ -90,16 +91,45 @@ def _fit(make: Any, max_chars: int, what: str) -> str:
                          "execution.max_tokens")
 
 
-def worker_grammar(tools: Mapping[str, int], max_chars: int) -> str:
+TOOL_FIRST = ("named", "any", "off")  # the worker's first reply: see grammar_for
+
+
+def worker_grammar(tools: Mapping[str, int], max_chars: int, *,
+                   call_only: Sequence[str] | None = None) -> str:
     """``CALL tool(a)`` / ``CALL tool(a, b)`` (the tool's arity; no parentheses or newlines in
-    arguments, no comma inside one) or ``ANSWER: text``."""
+    arguments, no comma inside one) or ``ANSWER: text``. ``call_only``: the reply must call one
+    of these tools (no ANSWER), e.g. a subtask's first step that names its tool."""
+    allowed = dict(tools) if call_only is None else {t: tools[t] for t in call_only if t in tools}
+    if not allowed:
+        raise ValueError(f"call_only={list(call_only or ())}: none of them is a tool "
+                         f"({sorted(tools)})")
+
     def make(n: int) -> tuple[str, int]:
         arg = f"[^(),\\n]{{1,{n}}}"
-        calls = [re.escape(t) + "\\(" + ", ".join([arg] * a) + "\\)" for t, a in tools.items()]
-        longest_call = max(len(f"CALL {t}()") + a * n + 2 * (a - 1) for t, a in tools.items())
+        calls = [re.escape(t) + "\\(" + ", ".join([arg] * a) + "\\)"
+                 for t, a in allowed.items()]
+        longest_call = max(len(f"CALL {t}()") + a * n + 2 * (a - 1) for t, a in allowed.items())
+        if call_only is not None:
+            return f"CALL (?:{'|'.join(calls)})", longest_call
         pat = f"CALL (?:{'|'.join(calls)})|ANSWER: [^\\n]{{1,{n}}}"
         return pat, max(longest_call, len("ANSWER: ") + n)
     return _fit(make, max_chars, "worker")
+
+
+def _first_call(messages: list[dict[str, str]], tools: Mapping[str, int],
+                tool_first: str) -> list[str] | None:
+    """The tools a worker's reply must call (None: CALL or ANSWER). Only the first reply on a
+    subtask is held (no assistant turn yet): ``named``, a subtask that names one of the tools
+    (the plan's ``tool``) calls it before it may answer; ``any``, every subtask (the bare
+    agent's too) calls some tool first; ``off``, never."""
+    if tool_first == "off" or any(m["role"] == "assistant" for m in messages):
+        return None
+    if tool_first == "any":
+        return list(tools)
+    from icml_tipex.roles import payload_of
+
+    named = (payload_of(messages).get("subtask") or {}).get("tool")
+    return [named] if named in tools else None
 
 
 def synth_grammar(max_chars: int) -> str:
@@ -115,17 +145,23 @@ def judge_grammar(n: int, max_chars: int) -> str:
 
 
 def grammar_for(messages: list[dict[str, str]], tools: Mapping[str, int],
-                max_tokens: int) -> str | None:
+                max_tokens: int, tool_first: str = "named") -> str | None:
     """The reply grammar of this chat's role (None for a role without one). One token is
-    kept for EOS; every other token is at least one character."""
+    kept for EOS; every other token is at least one character. ``tool_first`` (``named``, the
+    default: the protocol's plan names each subtask's tool, and the paper's worker is the
+    LLM that calls tools; ``any``; ``off``): whether a worker's first reply on a subtask must
+    be a tool call (see :func:`_first_call`)."""
     from icml_tipex.roles import payload_of
+
+    if tool_first not in TOOL_FIRST:
+        raise ValueError(f"tool_first={tool_first!r}: choose one of {TOOL_FIRST}")
 
     role, chars = role_of(messages), max_tokens - 1
     if role == "planner":
         g = int(payload_of(messages)["max_subtasks"])
         return planner_grammar(g, list(tools), chars)
     if role == "worker":
-        return worker_grammar(tools, chars)
+        return worker_grammar(tools, chars, call_only=_first_call(messages, tools, tool_first))
     if role == "synthesizer":
         return synth_grammar(chars)
     if role == "judge":

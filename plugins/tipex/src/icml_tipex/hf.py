@@ -39,14 +39,21 @@ class TransformersChatModel:
     ``constrained``: hold each role's reply to the protocol's grammar (``constrain.py``: the
     planner's JSON plan, the worker's CALL/ANSWER line, FINAL ANSWER, CHOICE) by a logits
     processor, so replies always parse; ``tools`` (name -> arity) are the tools the grammar
-    allows (SynthGAIA's by default). Constrained calls run one at a time (no batching)."""
+    allows (SynthGAIA's by default); ``tool_first`` (``named``, ``any``, ``off``): whether a
+    worker's first reply on a subtask must be a tool call (``constrain.grammar_for``: by
+    default when the subtask names its tool). Constrained calls run one at a time (no
+    batching)."""
 
     virtual_time = False
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "transformers",
                  ignore_eos: bool = False, batch_size: int = 1,
                  batch_wait_s: float = 0.0, constrained: bool = False,
-                 tools: Mapping[str, int] | None = None) -> None:
+                 tools: Mapping[str, int] | None = None, tool_first: str = "named") -> None:
+        from icml_tipex.constrain import TOOL_FIRST
+
+        if tool_first not in TOOL_FIRST:
+            raise ValueError(f"tool_first={tool_first!r}: choose one of {TOOL_FIRST}")
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1 (1: no batching)")
         if batch_wait_s < 0:
@@ -58,6 +65,7 @@ class TransformersChatModel:
         # constrained decoding (constrain.py): each role's reply held to its grammar
         self.constrained = constrained
         self.tools = dict(tools) if tools is not None else None
+        self.tool_first = tool_first
         self.constraint_stats = {"replies": 0, "checks": 0, "fallbacks": 0}
         self.batch_size, self.batch_wait_s = batch_size, batch_wait_s
         self._lock = threading.Lock()
@@ -239,7 +247,8 @@ class TransformersChatModel:
         if self.constrained:
             from icml_tipex.constrain import SYNTHGAIA_TOOLS, grammar_for
 
-            grammar = grammar_for(messages, self.tools or SYNTHGAIA_TOOLS, max_tokens)
+            grammar = grammar_for(messages, self.tools or SYNTHGAIA_TOOLS, max_tokens,
+                                  self.tool_first)
         if self.batch_size > 1 and temperature == 0 and grammar is None:
             return await self._batched(ids, max_tokens)
         stop = threading.Event()
@@ -255,18 +264,19 @@ class TransformersChatModel:
 
 def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = None,
                     seed: int = 0, ignore_eos: bool = False, batch_size: int = 1,
-                    constrained: bool = False) -> TransformersChatModel:
+                    constrained: bool = False, tool_first: str = "named"
+                    ) -> TransformersChatModel:
     """``"tiny"``: a random 2-layer Llama (hidden 64) with the byte tokenizer (plumbing only);
     ``"pretrained"``: SmolLM2-135M-Instruct from ``icml.models.load_pretrained``;
     ``"transformers"``: the pretrained model when it is installed, else the tiny one.
-    ``batch_size``, ``constrained``: see :class:`TransformersChatModel`."""
+    ``batch_size``, ``constrained``, ``tool_first``: see :class:`TransformersChatModel`."""
     if kind == "transformers":
         from icml.pretrained import PretrainedModelError
 
         try:
             return load_chat_model("pretrained", device=device, dtype=dtype, seed=seed,
                                    ignore_eos=ignore_eos, batch_size=batch_size,
-                                   constrained=constrained)
+                                   constrained=constrained, tool_first=tool_first)
         except PretrainedModelError:
             kind = "tiny"
     if kind == "tiny":
@@ -276,12 +286,12 @@ def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = Non
                                max_positions=4096)
         return TransformersChatModel(model.eval(), byte_tokenizer(), name="tiny-llama",
                                      ignore_eos=ignore_eos, batch_size=batch_size,
-                                     constrained=constrained)
+                                     constrained=constrained, tool_first=tool_first)
     if kind == "pretrained":
         from icml.models import load_pretrained
 
         model, tok = load_pretrained("smollm2-135m-instruct", device=device, dtype=dtype)
         return TransformersChatModel(model.eval(), tok, name="smollm2-135m-instruct",
                                      ignore_eos=ignore_eos, batch_size=batch_size,
-                                     constrained=constrained)
+                                     constrained=constrained, tool_first=tool_first)
     raise ValueError(f"model kind {kind!r} is not 'tiny', 'pretrained' or 'transformers'")
