@@ -434,7 +434,17 @@ def fidelity_tables(d: dict, tau: float = 5.0) -> list[dict]:
              "top-1 MDE", "top-1 verdict"], vrows, name="fidelity-verdict",
             formats={"KL": ".3g", "KL diff [95% CI]": ".3g", "KL MDE": ".3g", "top-1": ".3f",
                      "top-1 diff [95% CI]": ".3f", "top-1 MDE": ".3f"}))
+    if "seconds" in d:
+        tables.append(make_table(
+            "Cost of the continuation run (all documents, every arm x ratio; one thread of the "
+            "shared 2-core machine)", ["documents", "arms", "total s", "s / document"],
+            [[n, len(present), d["seconds"], d["seconds"] / n]], name="fidelity-cost",
+            formats={"total s": ".3g", "s / document": ".3g"}))
     return tables
+
+
+FID_TIMING = {c: {"timing": True, "why": "clock readings of one process on a shared machine"}
+              for c in ("total s", "s / document")}
 
 
 def fidelity_table(args) -> None:
@@ -444,7 +454,7 @@ def fidelity_table(args) -> None:
     tables = fidelity_tables(d)
     print("\n\n".join(f"**{t['title']}**\n\n{render_table(t)}" for t in tables))
     if args.out_results:
-        path = _write(args, tables, [d.get("command", "")])
+        path = _write(args, tables, [d.get("command", "")], tolerance=FID_TIMING)
         print(f"results file: {path}")
 
 
