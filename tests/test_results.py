@@ -264,3 +264,14 @@ def test_files_record_the_cpus_kernel_flags_and_reruns_name_a_changed_machine(
     data["command"] = data["command"].replace("make.py 0.75", "make.py 0.5")
     path.write_text(json.dumps(data))
     assert rerun_file("demo", path).message == ""  # equal cells: no note
+
+
+@pytest.mark.parametrize(("heading", "exempt"), [
+    ("Configuration", True), ("Options", True), ("Using the CLI", True),
+    ("Exit statuses of the CLI", True), ("The hostile trial's cases (tests)", True),
+    ("Real language task: SmolLM2 + LoRA, additions with 4 options", False),
+    ("Information Imbalance vs dadapy (k=1, Euclidean)", False),
+    ("continuation; 1k niah_multikey", False), ("Tensor level (unchanged method)", False)])
+def test_only_a_heading_that_names_a_settings_section_exempts_its_tables(heading, exempt) -> None:
+    text = f"## {heading}\n\n| arm | acc |\n|---|---|\n| a | 0.5 |\n"
+    assert (R.unrendered_tables(text) == []) is exempt

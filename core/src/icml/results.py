@@ -86,8 +86,12 @@ THREADS_ENV = "ICML_THREADS"
 DEFAULT_FORMAT = ".4g"
 _BLOCK = re.compile(r"<!-- results: (?P<file>[\w.\-/]+)(?: table=(?P<table>[\w.\-]+))? -->\n"
                     r"(?P<body>.*?)<!-- /results -->", re.S)
-_EXEMPT_SECTION = re.compile(r"component|config|install|example|cli|choice|deviation|usage|"
-                             r"key|option|test|citation|change", re.I)
+# A section is exempt when one of these words opens its heading (after at most four words:
+# "Using the CLI", "Exit statuses of the CLI"); a word deep inside a results heading ("additions
+# with 4 options") or a substring ("Euclidean", "multikey", "unchanged") does not exempt it.
+_EXEMPT_WORDS = (r"(?:components?|config\w*|install\w*|examples?|cli|choices?|deviations?|"
+                 r"usage|keys?|options?|tests?|testing|citation|changes|changelog)")
+_EXEMPT_SECTION = re.compile(rf"^(?:\S+\s+){{0,4}}?\(?{_EXEMPT_WORDS}\b", re.I)
 _NUMERIC = re.compile(r"^[~<>≈±+\-−]?\s*\d[\d,]*(\.\d+)?(e[-+]?\d+)?\s*(%|x|×|s|ms)?"
                       r"(\s*\[.*\])?(\s*±.*)?$", re.I)
 
