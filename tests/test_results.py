@@ -275,3 +275,16 @@ def test_files_record_the_cpus_kernel_flags_and_reruns_name_a_changed_machine(
 def test_only_a_heading_that_names_a_settings_section_exempts_its_tables(heading, exempt) -> None:
     text = f"## {heading}\n\n| arm | acc |\n|---|---|\n| a | 0.5 |\n"
     assert (R.unrendered_tables(text) == []) is exempt
+
+
+def test_quick_none_keeps_the_files_flag_else_follows_the_wall_time(tmp_path, monkeypatch) -> None:
+    """`icml run --save-results` passes quick=None: a long job's file is not quick."""
+    monkeypatch.delenv(R.RESULTS_DIR_ENV, raising=False)
+    clock = R.Clock()
+    path = R.write(tmp_path / "a.json", [TABLE], command="x", quick=None, clock=clock)
+    assert R.load(path)["quick"] is True  # took well under QUICK_WALL_S
+    monkeypatch.setattr(R, "QUICK_WALL_S", -1.0)
+    assert R.load(R.write(tmp_path / "b.json", [TABLE], command="x", quick=None,
+                          clock=clock))["quick"] is False
+    assert R.load(R.write(path, [TABLE], command="x", quick=None, clock=clock))["quick"] is True
+    assert R.load(R.write(tmp_path / "c.json", [TABLE], command="x", quick=None))["quick"] is False

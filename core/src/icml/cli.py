@@ -178,7 +178,9 @@ def run(
              "default_threads, else torch's own choice).")] = None,
     save_results: Annotated[Optional[Path], typer.Option(
         "--save-results", help="Also write the run's tables as a results file (the evidence "
-        "behind a README table; see `icml reproduce`).")] = None,
+        "behind a README table; see `icml reproduce`). A new file is marked quick (part of "
+        "`icml reproduce --quick`) when the run took at most 120 s; a rewritten one keeps its "
+        "flag.")] = None,
 ) -> None:
     """Run a plugin's job; writes result.json and report.md into a fresh run folder."""
     import logging
@@ -232,7 +234,7 @@ def run(
             path = write(save_results, [make_table(t.title, t.columns, t.rows)
                                         for t in result.tables],
                          command="icml " + shlex.join(sys.argv[1:]), plugin=slug, seeds=[seed],
-                         quick=True, threads=result.threads, clock=clock,
+                         quick=None, threads=result.threads, clock=clock,
                          metrics=result.metrics)
         except (ResultsError, OSError) as exc:
             raise _fail(f"--save-results {save_results}: {exc}", 1) from None

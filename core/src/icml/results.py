@@ -89,6 +89,8 @@ _BLOCK = re.compile(r"<!-- results: (?P<file>[\w.\-/]+)(?: table=(?P<table>[\w.\
 # A section is exempt when one of these words opens its heading (after at most four words:
 # "Using the CLI", "Exit statuses of the CLI"); a word deep inside a results heading ("additions
 # with 4 options") or a substring ("Euclidean", "multikey", "unchanged") does not exempt it.
+#: The longest wall time (s) of a job whose file `icml run --save-results` marks quick.
+QUICK_WALL_S = 120.0
 _EXEMPT_WORDS = (r"(?:components?|config\w*|install\w*|examples?|cli|choices?|deviations?|"
                  r"usage|keys?|options?|tests?|testing|citation|changes|changelog)")
 _EXEMPT_SECTION = re.compile(rf"^(?:\S+\s+){{0,4}}?\(?{_EXEMPT_WORDS}\b", re.I)
@@ -389,7 +391,7 @@ def target_path(path: str | Path) -> Path:
 
 
 def write(path: str | Path, tables: Sequence[Mapping[str, Any]], *, command: str,
-          plugin: str | None = None, seeds: Sequence[int] = (), quick: bool = False,
+          plugin: str | None = None, seeds: Sequence[int] = (), quick: bool | None = False,
           tolerance: Mapping[str, Any] | None = None, clock: Clock | None = None,
           threads: int | None = None, metrics: Mapping[str, Any] | None = None,
           notes: str = "") -> Path:
@@ -398,7 +400,9 @@ def write(path: str | Path, tables: Sequence[Mapping[str, Any]], *, command: str
     ``command`` is the shell command, run from the repository root, that writes this file: what
     the README prints and ``icml reproduce`` reruns. ``tolerance`` is kept from the existing file
     when not given (it is declared before a rerun, not fitted after). ``clock`` (a :class:`Clock`
-    started with the work) gives wall and CPU time.
+    started with the work) gives wall and CPU time. ``quick=None`` keeps the existing file's
+    flag, else marks the file quick when ``clock`` measured at most :data:`QUICK_WALL_S`
+    (``icml run --save-results`` does this: a 17-minute job is not part of ``--quick``).
     """
     if not tables:
         raise ResultsError("a results file needs at least one table")
@@ -406,6 +410,13 @@ def write(path: str | Path, tables: Sequence[Mapping[str, Any]], *, command: str
     if len(set(names)) != len(names):
         raise ResultsError(f"table names repeat: {names}")
     out = target_path(path)
+    if quick is None:
+        quick = clock is not None and clock.wall() <= QUICK_WALL_S
+        if Path(path).is_file():
+            try:
+                quick = bool(load(path).get("quick"))
+            except ResultsError:
+                pass
     if tolerance is None and Path(path).is_file():
         try:
             tolerance = load(path).get("tolerance")
@@ -706,7 +717,8 @@ def files(rdir: Path, names: Sequence[str] = (), *, quick: bool = False) -> list
 
 
 __all__ = [
-    "Clock", "Diff", "ResultsError", "SCHEMA", "apply_threads", "caption", "compare",
+    "Clock", "Diff", "QUICK_WALL_S", "ResultsError", "SCHEMA", "apply_threads", "caption",
+    "compare",
     "KERNEL_FLAGS", "cpu_capability", "cpu_flags", "cpu_model", "env_threads", "files",
     "find_table", "load", "make_table", "machine_note", "readme_problems",
     "render_block", "render_cell", "render_readme", "render_table", "repo_root", "results_dir",
