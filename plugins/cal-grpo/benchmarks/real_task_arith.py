@@ -20,7 +20,8 @@ seed-independent (greedy) and runs once.
     python plugins/cal-grpo/benchmarks/real_task_arith.py report $R/runs.jsonl \\
         --curve $R/curve.jsonl
     # CPU seconds of one rollout and one update, with and without the savings
-    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task_arith.py profile
+    OMP_NUM_THREADS=1 python plugins/cal-grpo/benchmarks/real_task_arith.py profile \\
+        --out-results plugins/cal-grpo/results/profile.json
 
 Records (one JSON line per evaluation): mode, seed, step, ver@1..3, the per-question attempt of
 first success (0 = none), the training metrics per update, CPU and wall seconds.
@@ -162,9 +163,12 @@ def profile(a) -> None:
     from icml_cal_grpo.trainer import AttemptGRPOConfig, AttemptGRPOTrainer
     from peft import LoraConfig, get_peft_model
 
+    from icml import results
     from icml.models import load_pretrained
 
     torch.set_num_threads(1)
+    clock = results.Clock()
+    rows = []
     base, tok = load_pretrained("smollm2-135m-instruct")
     task = ArithmeticChoiceTask(tok)
     train = task.prompts("train")[:4]
@@ -210,6 +214,25 @@ def profile(a) -> None:
         med = {k: st.median(v) for k, v in times.items()}
         print(f"| {name} | {med['ro']:.1f} | {med['ro_all']:.1f} | {med['up']:.1f} | "
               f"{med['up_all']:.1f} |", flush=True)
+        rows.append([name, med["ro"], med["ro_all"], med["up"], med["up_all"],
+                     (med["ro_all"] + med["up_all"]) / (med["ro"] + med["up"])])
+    if a.out_results:
+        cols = ["LoRA", "rollout CPU s (one prefill per prompt)",
+                "rollout CPU s (every row prefilled)",
+                "update CPU s (output layer at attempt positions)",
+                "update CPU s (output layer everywhere)", "saving, without / with both"]
+        tol = {c: {"timing": True, "why": "CPU seconds (and their ratio) on a shared machine"}
+               for c in cols[1:]}
+        table = results.make_table(
+            "CPU seconds of one update (16 rollouts: G=4 x 4 questions), median of --reps "
+            "after a warm-up", cols, rows, name="profile",
+            formats={c: ".1f" for c in cols[1:]})
+        command = ("python plugins/cal-grpo/benchmarks/real_task_arith.py "
+                   + shlex.join(sys.argv[1:]))
+        print("results file:", results.write(a.out_results, [table], command=command,
+                                              plugin="cal-grpo", seeds=[0], quick=False,
+                                              tolerance=tol, clock=clock, threads=1),
+              file=sys.stderr)
 
 
 DTYPE_TOLERANCE = {
@@ -592,6 +615,8 @@ def main() -> None:
                    "as an icml.results file (the README renders it)")
     f = sub.add_parser("profile")
     f.add_argument("--reps", type=int, default=2)
+    f.add_argument("--out-results", default="", help="also write the table as an icml.results "
+                   "file (the README renders it)")
     d = sub.add_parser("dtype-check", help="bf16 vs fp32 on the same inputs, and their cost")
     d.add_argument("--reps", type=int, default=2)
     d.add_argument("--num-generations", type=int, default=4)
