@@ -67,18 +67,34 @@ class StepProfiler:
         self.t = defaultdict(float)
 
 
-def install(prof: StepProfiler, model: Any, heads: Any) -> None:
+def install(prof: StepProfiler, model: Any, heads: Any) -> Any:
+    """Wrap the loop's functions; returns a function that undoes every wrap."""
     from icml_xspecmesh import speculative as S
 
-    S._forward = prof.wrap(S._forward, COMPONENTS[0])
-    model.lm_head.register_forward_pre_hook(lambda *_: prof.enter())
-    model.lm_head.register_forward_hook(lambda *_: prof.leave(COMPONENTS[1]))
-    heads.forward = prof.wrap(heads.forward, COMPONENTS[2])
-    heads.project = prof.wrap(heads.project, COMPONENTS[3])
-    S._draft_chains = prof.wrap(S._draft_chains, COMPONENTS[4])
-    S.Sampler.verify = prof.wrap(S.Sampler.verify, COMPONENTS[5])
-    S.Sampler.n_matching = prof.wrap(S.Sampler.n_matching, COMPONENTS[5])
-    S.crop_cache = prof.wrap(S.crop_cache, COMPONENTS[6])
+    undo: list[Any] = []
+
+    def patch(obj: Any, name: str, component: str) -> None:
+        old = getattr(obj, name)
+        in_dict = name in vars(obj)
+        setattr(obj, name, prof.wrap(old, component))
+        undo.append(lambda: setattr(obj, name, old) if in_dict else delattr(obj, name))
+
+    patch(S, "_forward", COMPONENTS[0])
+    patch(heads, "forward", COMPONENTS[2])
+    patch(heads, "project", COMPONENTS[3])
+    patch(S, "_draft_chains", COMPONENTS[4])
+    patch(S.Sampler, "verify", COMPONENTS[5])
+    patch(S.Sampler, "n_matching", COMPONENTS[5])
+    patch(S, "crop_cache", COMPONENTS[6])
+    hooks = [model.lm_head.register_forward_pre_hook(lambda *_: prof.enter()),
+             model.lm_head.register_forward_hook(lambda *_: prof.leave(COMPONENTS[1]))]
+
+    def restore() -> None:
+        for h in hooks:
+            h.remove()
+        for u in reversed(undo):
+            u()
+    return restore
 
 
 def main() -> None:
@@ -86,6 +102,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--meshes", type=int, default=18, help="prompts (class tokens, cycled)")
     ap.add_argument("--max-new-tokens", type=int, default=200)
+    ap.add_argument("--n-train", type=int, default=2000)
     ap.add_argument("--backbone-steps", type=int, default=300)
     ap.add_argument("--distill-steps", type=int, default=200)
     ap.add_argument("--heads", type=int, default=3)
@@ -100,11 +117,10 @@ def main() -> None:
     from icml_xspecmesh.dataset import CLASSES, make_primitive_dataset
     from icml_xspecmesh.distill import distill_heads
     from icml_xspecmesh.heads import SpeculativeHeads
-    from icml_xspecmesh.speculative import speculative_generate
     from icml_xspecmesh.tokenizer import MeshTokenizer
 
     tok = MeshTokenizer(n_bins=32, n_classes=len(CLASSES), axis_tokens=True)
-    data = make_primitive_dataset(2000, seed=0, tokenizer=tok)
+    data = make_primitive_dataset(args.n_train, seed=0, tokenizer=tok)
     model = build_backbone(tok, hidden_size=64, num_layers=3, seed=0, device=args.device,
                            max_positions=512)
     train_backbone(model, data, steps=args.backbone_steps, batch_size=16, lr=5e-3, seed=0)
@@ -112,7 +128,18 @@ def main() -> None:
     distill_heads(model, heads, data, loss="kl", steps=args.distill_steps, batch_size=16,
                   lr=1e-2, seed=0)
     prof = StepProfiler()
-    install(prof, model, heads)
+    restore = install(prof, model, heads)
+    try:
+        acc = _decode(args, tok, model, heads, prof)
+    finally:
+        restore()
+    _report(args, acc, clock)
+
+
+def _decode(args: argparse.Namespace, tok: Any, model: Any, heads: Any,
+            prof: StepProfiler) -> dict:
+    from icml_xspecmesh.dataset import CLASSES
+    from icml_xspecmesh.speculative import speculative_generate
 
     arms = {("spec", "grad"): heads, ("ar", "grad"): None, ("spec", "nograd"): heads,
             ("ar", "nograd"): None}
@@ -133,7 +160,10 @@ def main() -> None:
             a["sec"] += out.seconds
             a["steps"] += len(out.accepted_lengths[0])  # calls after the prefill
             a["tokens"] += out.n_new_tokens[0]
+    return acc
 
+
+def _report(args: argparse.Namespace, acc: dict, clock: Any) -> None:
     def per_step(key: tuple[str, str], name: str | None) -> float:
         a = acc[key]
         v = a["sec"] - sum(a["t"].values()) if name is None else a["t"].get(name, 0.0)
@@ -146,7 +176,8 @@ def main() -> None:
         g, n = per_step(("spec", "grad"), name), per_step(("spec", "nograd"), name)
         rows.append([name or "other (Python loop, tensors, cache bookkeeping)", g,
                      g / per_step_total(acc, ("spec", "grad")), n,
-                     n / per_step_total(acc, ("spec", "nograd")), per_step(("ar", "nograd"), name)])
+                     n / per_step_total(acc, ("spec", "nograd")),
+                     per_step(("ar", "nograd"), name)])
     rows.append(["total per step", per_step_total(acc, ("spec", "grad")), 1.0,
                  per_step_total(acc, ("spec", "nograd")), 1.0,
                  per_step_total(acc, ("ar", "nograd"))])
@@ -154,6 +185,7 @@ def main() -> None:
     ms_tok = {k: 1e3 * acc[k]["sec"] / max(acc[k]["tokens"], 1) for k in acc}
     rows.append(["ms per generated token", ms_tok[("spec", "grad")], "-",
                  ms_tok[("spec", "nograd")], "-", ms_tok[("ar", "nograd")]])
+
     def fwd(key: tuple[str, str]) -> float:  # backbone forward incl. its lm_head, per step
         return per_step(key, COMPONENTS[0]) + per_step(key, COMPONENTS[1])
 
