@@ -277,6 +277,7 @@ def _checked_ids(model: Any, input_ids: Any) -> torch.Tensor:
     return input_ids.long()
 
 
+@torch.no_grad()
 def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor,
                          config: DecodeConfig | None = None, *,
                          attention_mask: torch.Tensor | None = None, max_new_tokens: int = 128,
@@ -349,6 +350,7 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor,
                              kv_lengths=[r["kv"] for r in rows], seconds=seconds)
 
 
+@torch.no_grad()
 def autoregressive_generate(model: Any, input_ids: torch.Tensor,
                             **kwargs: Any) -> SpeculativeOutput:
     """The baseline: one backbone call per token, same sampler and accounting."""
