@@ -356,6 +356,31 @@ def test_api_ctrl_c_raises_sweep_interrupted(gate, tmp_path: Path, monkeypatch) 
     assert not info.value.result.complete
 
 
+def test_ctrl_c_between_submit_and_bookkeeping_does_not_hang(gate, tmp_path: Path,
+                                                            monkeypatch) -> None:  # noqa: ANN001
+    """Ctrl-C can land after a cell was submitted but before the sweep recorded its handle; the
+    sweep must still interrupt that cell, not wait for it for ever in the pool's shutdown."""
+    import icml.sweep as sw
+
+    out, gate_dir = tmp_path / "sw", tmp_path / "gate"
+    gate_dir.mkdir()
+    monkeypatch.setenv("SWEEP_GATE", str(gate_dir))
+    submit = sw._Local.submit
+
+    def submit_then_ctrl_c(self, task):  # noqa: ANN001, ANN202
+        handle = submit(self, task)
+        if task["seed"] == 1:
+            _wait_for(lambda: (gate_dir / "started-1").exists(), what="the second cell")
+            raise KeyboardInterrupt  # before `in_flight[handle] = cell`
+        return handle
+
+    monkeypatch.setattr(sw._Local, "submit", submit_then_ctrl_c)
+    with pytest.raises(SweepInterrupted) as info:
+        sweep("gate", seeds=[0, 1], out=out, workers=1, overrides=["gate_from=1"])
+    assert info.value.result.cell("seed=0").status == "ok"
+    assert not info.value.result.complete
+
+
 def test_two_sweeps_into_one_folder_do_not_collide(gate, tmp_path: Path) -> None:  # noqa: ANN001
     out, gate_dir = tmp_path / "sw", tmp_path / "gate"
     gate_dir.mkdir()

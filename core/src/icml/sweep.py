@@ -826,11 +826,15 @@ class _Local:
 
         procs = list((getattr(self.pool, "_processes", None) or {}).values())
         _, running = wait(handles, timeout=2)  # a terminal's Ctrl-C reached them already
-        if running:
+        # No handles: Ctrl-C landed between a submit and its bookkeeping, so a cell may run
+        # untracked; interrupt every worker (idle ones ignore SIGINT), then terminate them, or
+        # the pool's shutdown would wait for that cell for ever.
+        if running or not handles:
             for p in procs:
                 with contextlib.suppress(OSError):
                     os.kill(p.pid, signal.SIGINT)
-            wait(running, timeout=30)
+            if running:
+                wait(running, timeout=30)
         for p in procs:
             with contextlib.suppress(Exception):
                 if p.is_alive():
@@ -1105,7 +1109,7 @@ def sweep(slug: str, capability: str | None = None, *,
                         time.sleep(0.25)
     except KeyboardInterrupt:
         handles = list(in_flight)
-        if runner is not None and handles:
+        if runner is not None:  # even without handles: see _Local.interrupt
             with contextlib.suppress(BaseException):
                 runner.interrupt(handles)
         for c in in_flight.values():
