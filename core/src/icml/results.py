@@ -86,11 +86,11 @@ THREADS_ENV = "ICML_THREADS"
 DEFAULT_FORMAT = ".4g"
 _BLOCK = re.compile(r"<!-- results: (?P<file>[\w.\-/]+)(?: table=(?P<table>[\w.\-]+))? -->\n"
                     r"(?P<body>.*?)<!-- /results -->", re.S)
+#: The longest wall time (s) of a job whose file `icml run --save-results` marks quick.
+QUICK_WALL_S = 120.0
 # A section is exempt when one of these words opens its heading (after at most four words:
 # "Using the CLI", "Exit statuses of the CLI"); a word deep inside a results heading ("additions
 # with 4 options") or a substring ("Euclidean", "multikey", "unchanged") does not exempt it.
-#: The longest wall time (s) of a job whose file `icml run --save-results` marks quick.
-QUICK_WALL_S = 120.0
 _EXEMPT_WORDS = (r"(?:components?|config\w*|install\w*|examples?|cli|choices?|deviations?|"
                  r"usage|keys?|options?|tests?|testing|citation|changes|changelog)")
 _EXEMPT_SECTION = re.compile(rf"^(?:\S+\s+){{0,4}}?\(?{_EXEMPT_WORDS}\b", re.I)
@@ -717,9 +717,8 @@ def files(rdir: Path, names: Sequence[str] = (), *, quick: bool = False) -> list
 
 
 __all__ = [
-    "Clock", "Diff", "QUICK_WALL_S", "ResultsError", "SCHEMA", "apply_threads", "caption",
-    "compare",
-    "KERNEL_FLAGS", "cpu_capability", "cpu_flags", "cpu_model", "env_threads", "files",
+    "Clock", "Diff", "KERNEL_FLAGS", "QUICK_WALL_S", "ResultsError", "SCHEMA", "apply_threads",
+    "caption", "compare", "cpu_capability", "cpu_flags", "cpu_model", "env_threads", "files",
     "find_table", "load", "make_table", "machine_note", "readme_problems",
     "render_block", "render_cell", "render_readme", "render_table", "repo_root", "results_dir",
     "readme_of", "CORE_SLUG",
