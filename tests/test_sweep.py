@@ -342,6 +342,10 @@ def test_api_ctrl_c_raises_sweep_interrupted(gate, tmp_path: Path, monkeypatch) 
     out, gate_dir = tmp_path / "sw", tmp_path / "gate"
     gate_dir.mkdir()
     monkeypatch.setenv("SWEEP_GATE", str(gate_dir))
+    # A process started in the background by a non-interactive shell (`cmd &`, nohup) inherits
+    # SIGINT ignored, and Python then leaves it ignored: the raise below would do nothing and
+    # the gated cell would wait for ever. Ctrl-C's own handler, as in a terminal:
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def interrupt() -> None:
         _wait_for(lambda: (gate_dir / "started-1").exists(), what="the second cell")
@@ -349,9 +353,12 @@ def test_api_ctrl_c_raises_sweep_interrupted(gate, tmp_path: Path, monkeypatch) 
 
     t = threading.Thread(target=interrupt, daemon=True)
     t.start()
-    with pytest.raises(SweepInterrupted) as info:
-        sweep("gate", seeds=[0, 1], out=out, workers=1, overrides=["gate_from=1"])
-    t.join()
+    try:
+        with pytest.raises(SweepInterrupted) as info:
+            sweep("gate", seeds=[0, 1], out=out, workers=1, overrides=["gate_from=1"])
+        t.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert info.value.result.cell("seed=0").status == "ok"
     assert not info.value.result.complete
 
