@@ -88,7 +88,7 @@ def main() -> None:
                 rule_c.append(rec.completion_rate)
                 llm_c.append(completion_rate(a))
         t_j = time.perf_counter() - t0
-        from icml_bioagent_bench.stability import pearson
+        from icml_bioagent_bench.robustness import pearson
 
         print(f"\nLLM judge on {n} scripted runs (correct, naive) in {t_j:.0f} s: {valid}/{n} "
               f"answers fit the schema. On those: final_result_reached agrees with the rule "

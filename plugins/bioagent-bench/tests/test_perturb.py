@@ -64,9 +64,58 @@ def test_bloated_prompt_contains_the_original(suite):
 
 def test_perturb_rejects_unknown_kind_and_double_perturbation(suite, tmp_path):
     import pytest
-    from icml_bioagent_bench.perturb import perturb
+    from icml_bioagent_bench.perturbations import perturb
 
     with pytest.raises(ValueError, match="unknown perturbation"):
         perturb(suite[("deseq", "clean")], "shuffle", tmp_path)
     with pytest.raises(ValueError, match="already perturbed"):
         perturb(suite[("deseq", "decoy")], "bloat", tmp_path)
+
+
+def test_corruption_keeps_header_and_plus_lines(tmp_path):
+    """The official corruption writes the header and the plus line back as read: a plus line
+    that repeats the read name stays ``+SRR001``."""
+    import gzip
+    import random
+
+    from icml_bioagent_bench.perturbations import corrupt_fastq
+
+    src, dst = tmp_path / "in.fq.gz", tmp_path / "out.fq.gz"
+    with gzip.open(src, "wt") as fh:
+        fh.write("@SRR001 len=10\nACGTACGTAC\n+SRR001 len=10\nIIIIIIIIII\n"
+                 "@SRR002\nACGTACGTAC\n+\nIIIIIIIIII\n")
+    assert corrupt_fastq(src, dst, random.Random(0)) == 2
+    lines = gzip.open(dst, "rt").read().splitlines()
+    assert lines[0] == "@SRR001 len=10" and lines[2] == "+SRR001 len=10"
+    assert lines[4] == "@SRR002" and lines[6] == "+"
+    assert lines[3] == lines[7] == "!" * 10 and lines[1].count("N") == 9
+
+
+DOCUMENTED = ("perturb", "stability", "jaccard", "pearson", "make_task", "run_agent")
+
+
+def test_documented_imports_give_the_functions_in_any_import_order():
+    """``from icml_bioagent_bench import perturb`` is the function the README documents, even
+    after the modules that use it were imported (no submodule shares an exported name)."""
+    import subprocess
+    import sys
+
+    code = ("import icml_bioagent_bench.suite, icml_bioagent_bench.job\n"
+            "from icml_bioagent_bench import perturb, stability\n"
+            "import inspect; assert inspect.isfunction(perturb), perturb\n"
+            "assert inspect.isfunction(stability), stability\n"
+            "from icml_bioagent_bench import perturbations, robustness\n"
+            "assert perturb is perturbations.perturb and stability is robustness.stability\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_no_exported_name_is_also_a_submodule():
+    import pkgutil
+
+    import icml_bioagent_bench as pkg
+
+    subs = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+    assert not subs & set(pkg.__all__), subs & set(pkg.__all__)
+    for name in DOCUMENTED:
+        assert callable(getattr(pkg, name)), name

@@ -85,7 +85,21 @@ def test_metagenomics_rule(suite, tmp_path):
                              task.truth_dir).results_match
     bad = truth.replace(truth.splitlines()[1].split(",")[3], "lots", 1)
     s = score_results(task.task_id, _ws(tmp_path / "d", {"r.csv": bad}), task.truth_dir)
-    assert not s.results_match and s.problems
+    assert not s.results_match and any("official rule raises" in p for p in s.problems)
+
+
+def test_metagenomics_rule_raises_on_non_numeric_as_the_official_scorer():
+    """The rule function itself raises, as the official ``_metagenomics_match``; only
+    ``score_results`` turns that into a graded failure with a problem line."""
+    from icml_bioagent_bench.scoring import metagenomics_match
+
+    truth = [{"OTU": "1", "Phylum": "Pseudomonadota", "JP4D": "5", "JC1A": "5"}]
+    with pytest.raises(ValueError):
+        metagenomics_match([{"OTU": "1", "Phylum": "Pseudomonadota", "JP4D": "lots",
+                             "JC1A": "1"}], truth)
+    # empty cells count as 0, as there
+    assert not metagenomics_match([{"OTU": "1", "Phylum": "Pseudomonadota", "JP4D": "",
+                                    "JC1A": ""}], truth)
 
 
 def test_unknown_task_is_a_clear_error(tmp_path):

@@ -1,7 +1,7 @@
 import math
 
 import numpy as np
-from icml_bioagent_bench.stability import jaccard, pearson, stability
+from icml_bioagent_bench.robustness import jaccard, pearson, stability
 
 
 def test_jaccard_symmetric_and_bounded():

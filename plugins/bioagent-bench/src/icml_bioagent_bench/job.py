@@ -71,7 +71,7 @@ def _task_kwargs(cfg: EvaluateConfig | InferConfig) -> dict[str, dict[str, Any]]
 
 
 def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
-    from icml_bioagent_bench.stability import stability
+    from icml_bioagent_bench.robustness import stability
     from icml_bioagent_bench.suite import (
         bloat_delta,
         completion_table,

@@ -37,6 +37,7 @@ class FastqRecord:
     name: str
     seq: str
     qual: str
+    plus: str = ""  # what follows '+' on the third line (kept as read, e.g. a repeated name)
 
 
 def revcomp(seq: str) -> str:
@@ -167,7 +168,7 @@ def simulate_pairs(rng: np.random.Generator, seq: str, n_pairs: int, *, read_len
 def write_fastq(path: str | Path, records: Iterable[FastqRecord]) -> Path:
     """Write FASTQ (gzip when the name ends in .gz, with mtime 0 for reproducible bytes)."""
     path = Path(path)
-    text = "".join(f"@{r.name}\n{r.seq}\n+\n{r.qual}\n" for r in records)
+    text = "".join(f"@{r.name}\n{r.seq}\n+{r.plus}\n{r.qual}\n" for r in records)
     _write_text(path, text)
     return path
 
@@ -192,7 +193,7 @@ def read_fastq(path: str | Path) -> Iterator[FastqRecord]:
             if len(s) != len(q):
                 raise ValueError(f"{path.name}: record {rec} has {len(s)} bases but {len(q)} "
                                  "quality values")
-            yield FastqRecord(h[1:].rstrip("\n"), s, q)
+            yield FastqRecord(h[1:].rstrip("\n"), s, q, p[1:].rstrip("\n"))
 
 
 def write_fasta(path: str | Path, seqs: dict[str, str], width: int = 60) -> Path:

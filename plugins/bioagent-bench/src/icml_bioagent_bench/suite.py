@@ -12,7 +12,7 @@ import numpy as np
 
 from icml_bioagent_bench.agents import AgentHarness
 from icml_bioagent_bench.harness import RunRecord, run_agent
-from icml_bioagent_bench.perturb import perturb
+from icml_bioagent_bench.perturbations import perturb
 from icml_bioagent_bench.task import BioTask
 from icml_bioagent_bench.tasks import TASK_IDS, make_task
 from icml_bioagent_bench.workspace import Limits

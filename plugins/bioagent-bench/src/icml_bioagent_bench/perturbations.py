@@ -43,8 +43,10 @@ def corrupt_seq(seq: str, rng: random.Random, frac_n: float = 0.9) -> str:
 
 
 def corrupt_fastq(src: Path, dst: Path, rng: random.Random, frac_n: float = 0.9) -> int:
-    """Write the corrupted copy of a FASTQ; returns the record count."""
-    recs = [FastqRecord(r.name, corrupt_seq(r.seq, rng, frac_n), "!" * len(r.qual))
+    """Write the corrupted copy of a FASTQ; returns the record count. The header and plus lines
+    are kept as they are (as the official ``generate_corrupt_data.py``), only the bases and the
+    qualities change."""
+    recs = [FastqRecord(r.name, corrupt_seq(r.seq, rng, frac_n), "!" * len(r.qual), r.plus)
             for r in read_fastq(src)]
     write_fastq(dst, recs)
     return len(recs)
