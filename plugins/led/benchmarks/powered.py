@@ -242,15 +242,14 @@ def final(args, log) -> tuple[list[dict], dict]:
     memo: dict = {}
     prefill(model, tok, problems, args, memo)
     runs: dict[str, dict] = {}
-    for t in args.temperatures:
-        for key in args.arms:
-            r = run_arm(model, tok, problems, arms(t)[key], seed=FINAL_SEED + 1, memo=memo,
-                        args=args)
-            r["T"] = t
-            runs[f"{t:g}/{key}"] = r
-            log(f"T={t:g} {key}: pass@1 "
-                f"{statistics.mean(per_prompt(r['correct'], args.samples, 1)):.3f} "
-                f"({r['seconds']:.0f} s, {r['tokens']} tokens)")
+    for t, key in cells_of(args):
+        r = run_arm(model, tok, problems, arms(t)[key], seed=FINAL_SEED + 1, memo=memo,
+                    args=args)
+        r["T"] = t
+        runs[f"{t:g}/{key}"] = r
+        log(f"T={t:g} {key}: pass@1 "
+            f"{statistics.mean(per_prompt(r['correct'], args.samples, 1)):.3f} "
+            f"({r['seconds']:.0f} s, {r['tokens']} tokens)")
     check: dict[str, dict] = {}
     if args.dtype_prompts:
         m32, t32 = load_model("float32")
@@ -264,11 +263,63 @@ def final(args, log) -> tuple[list[dict], dict]:
                                  memo=memo32, args=args)
             log(f"float32 check {key}: {check[key]['seconds']:.0f} s")
     tables = tables_from(runs, check, args, n)
-    raw = {"problems": [p.__dict__ for p in problems], "runs": runs, "float32": check}
+    raw = {"problems": [p.__dict__ for p in problems], "runs": runs, "float32": check,
+           "float32_T": mid_t(args) if check else None, "settings": settings_of(args)}
     return tables, raw
 
 
-def tables_from(runs: dict, check: dict, args, n_prompts: int) -> list[dict]:
+def cells_of(args) -> list[tuple[float, str]]:
+    """The (temperature, arm) cells a final run decodes: ``--cells`` or temperatures x arms."""
+    if args.cells:
+        return args.cells
+    return [(t, key) for t in args.temperatures for key in args.arms]
+
+
+def settings_of(args) -> dict:
+    return {"families": list(args.families), "samples": args.samples,
+            "max_new_tokens": args.max_new_tokens, "per_batch": args.per_batch,
+            "segment": args.segment, "dtype": args.dtype}
+
+
+# -- merge -----------------------------------------------------------------------------------------
+def merge(args, log) -> tuple[list[dict], dict]:
+    """One table from the raw files of several final runs (parts of the grid run as separate
+    processes): the same problems, settings and generators are required, each (T, arm) cell
+    must come from exactly one part; the float32 check is taken from the part that has one."""
+    parts = [json.loads(Path(f).read_text()) for f in args.parts]
+    problems = parts[0]["problems"]
+    runs: dict[str, dict] = {}
+    check: dict = {}
+    check_t = None
+    for f, raw in zip(args.parts, parts):
+        if raw["problems"] != problems:
+            raise SystemExit(f"merge: {f} has other problems than {args.parts[0]}")
+        st = raw.get("settings")
+        if st is not None and st != settings_of(args):
+            raise SystemExit(f"merge: {f} was run with {st}, this merge has "
+                             f"{settings_of(args)}")
+        for cell, r in raw["runs"].items():
+            if cell in runs:
+                raise SystemExit(f"merge: cell {cell} is in two parts")
+            runs[cell] = dict(r, part=Path(f).stem)
+        if raw.get("float32"):
+            if check:
+                raise SystemExit("merge: two parts have a float32 check")
+            check = raw["float32"]
+            ts = {r["T"] for r in raw["runs"].values()}
+            check_t = raw.get("float32_T") or (ts.pop() if len(ts) == 1 else None)
+            if check_t is None:
+                raise SystemExit(f"merge: {f}: the float32 check's temperature is unknown")
+    order = {a: i for i, a in enumerate(ARMS)}
+    runs = dict(sorted(runs.items(), key=lambda kv: (kv[1]["T"], order[kv[0].split("/")[1]])))
+    args.temperatures = sorted({r["T"] for r in runs.values()})
+    log(f"merged {len(runs)} cells from {len(parts)} parts")
+    tables = tables_from(runs, check, args, len(problems), check_t=check_t)
+    return tables, None
+
+
+def tables_from(runs: dict, check: dict, args, n_prompts: int,
+                check_t: float | None = None) -> list[dict]:
     from icml import stats
     from icml.results import make_table
 
@@ -312,10 +363,11 @@ def tables_from(runs: dict, check: dict, args, n_prompts: int) -> list[dict]:
         "alpha 0.05, power 0.8)", cols, paired, name="paired",
         formats={c: three for c in cols[2:]})
     tables = [passk, paired_t]
+    check_t = mid_t(args) if check_t is None else check_t
     if check:
         drows = []
         for key, r32 in check.items():
-            r16 = runs[f"{mid_t(args):g}/{key}"]
+            r16 = runs[f"{check_t:g}/{key}"]
             m = len(r32["correct"])
             a = per_prompt(r16["correct"][:m], ns, 1)
             b = per_prompt(r32["correct"], ns, 1)
@@ -324,7 +376,7 @@ def tables_from(runs: dict, check: dict, args, n_prompts: int) -> list[dict]:
                           stats.mde_from_samples([x - y for x, y in zip(a, b)], seed=0)])
         tables.append(make_table(
             f"bfloat16 vs float32 on the first {len(next(iter(check.values()))['correct'])} "
-            f"prompts at T={mid_t(args):g} (same generators; pass@1)",
+            f"prompts at T={check_t:g} (same generators; pass@1)",
             ["method", "bfloat16", "float32", "bf16 - fp32 [95% CI]", "MDE"], drows,
             name="dtype", formats={c: three for c in
                                    ("bfloat16", "float32", "bf16 - fp32 [95% CI]", "MDE")}))
@@ -332,22 +384,35 @@ def tables_from(runs: dict, check: dict, args, n_prompts: int) -> list[dict]:
            if f"{t:g}/sampling" in runs}
     crows = []
     for r in runs.values():
-        crows.append([f"{r['T']:g}", r["name"], r["tokens"], r["seconds"],
+        crows.append([f"{r['T']:g}", r["name"], r.get("part", "-"), r["tokens"], r["seconds"],
                       1000 * r["seconds"] / max(r["tokens"], 1),
                       r["seconds"] / ref[r["T"]] if r["T"] in ref else "-"])
     for r in check.values():
-        crows.append([f"{mid_t(args):g}", r["name"] + ", float32 check", r["tokens"],
+        crows.append([f"{check_t:g}", r["name"] + ", float32 check", "-", r["tokens"],
                       r["seconds"], 1000 * r["seconds"] / max(r["tokens"], 1), "-"])
     tables.append(make_table(
         "cost (one thread; every arm timed the same way in this run)",
-        ["T", "method", "tokens", "seconds", "ms/token", "time vs sampling"], crows,
+        ["T", "method", "process", "tokens", "seconds", "ms/token", "time vs sampling"], crows,
         name="cost", formats={"seconds": ".0f", "ms/token": ".1f", "time vs sampling": ".2f"}))
     return tables
 
 
+def parse_cells(s: str) -> list[tuple[float, str]]:
+    cells = []
+    for c in s.split(","):
+        t, _, arm = c.partition("/")
+        cells.append((float(t), arm))
+    return cells
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("phase", choices=("pilot", "final"))
+    ap.add_argument("phase", choices=("pilot", "final", "merge"))
+    ap.add_argument("--cells", type=parse_cells, default=None,
+                    help="final: T/arm cells to decode (e.g. 0.6/dola,0.8/led); default: "
+                         "every temperature x arm")
+    ap.add_argument("--parts", type=lambda s: s.split(","), default=None,
+                    help="merge: raw files of final runs (benchmarks/results/<name>.json)")
     ap.add_argument("--families", type=lambda s: s.split(","), default=list(FAMILIES))
     ap.add_argument("--prompts", type=int, default=0,
                     help="final prompts; 0 = the smallest multiple of families x 3 >= 100")
@@ -365,6 +430,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=HERE / "results")
     ap.add_argument("--out-results", default=None)
     args = ap.parse_args(argv)
+    if args.phase == "merge" and not args.parts:
+        ap.error("merge needs --parts")
+    if args.cells:
+        bad = [a for _, a in args.cells if a not in ARMS]
+        if bad:
+            ap.error(f"--cells: unknown arms {bad}; choose from {','.join(ARMS)}")
+        args.temperatures = sorted({t for t, _ in args.cells})
     bad = [f for f in args.families if f not in FAMILIES]
     if bad:
         ap.error(f"--families: unknown {bad}; choose from {','.join(FAMILIES)}")
@@ -395,10 +467,11 @@ def main(argv: list[str] | None = None) -> None:
         raw = None
         tolerance = {c: TIMING for c in ("ms/token", "s/prompt", "vs sampling", "estimated s")}
     else:
-        tables, raw = final(args, log)
+        tables, raw = (final if args.phase == "final" else merge)(args, log)
         tolerance = {c: TIMING for c in ("seconds", "ms/token", "time vs sampling")}
-    if raw is not None:
-        (args.out / "powered.json").write_text(json.dumps(raw, indent=1))
+    if raw is not None:   # raw per-prompt counts, named after the results file
+        stem = Path(args.out_results).stem if args.out_results else "powered"
+        (args.out / f"{stem}.json").write_text(json.dumps(raw, indent=1))
     for t in tables:
         print(icml_results.render_table(t) + "\n")
     if args.out_results:
