@@ -61,4 +61,39 @@ def test_tables_pair_led_with_each_baseline_at_pass_1_4_16():
     assert row[6]["value"] == pytest.approx(1 / 3)                     # pass@16: prompt 2
     assert row[8] == 1.0                                               # McNemar, 1 discordant
     assert dtype["rows"][0][3]["value"] == pytest.approx((8 - 6) / 16 / 2)
-    assert cost["rows"][0][5] == 1.0
+    assert cost["rows"][0][6] == 1.0
+
+
+def test_merge_takes_each_cell_from_one_part_and_the_check_at_its_temperature(tmp_path):
+    import json
+
+    b = _bench()
+    mk = lambda name, t, c: {"name": name, "T": t, "correct": c, "explored": 0.1,  # noqa: E731
+                             "mean_reply_tokens": 20.0, "capped": 0.0, "seconds": 2.0,
+                             "tokens": 100}
+    probs = [{"question": "q", "answer": 1, "family": "add2", "fmt": "answer"}] * 3
+    old = {"problems": probs, "runs": {"0.6/sampling": mk("sampling", 0.6, [4, 0, 16]),
+                                       "0.6/led": mk("led", 0.6, [8, 1, 16])},
+           "float32": {"led": mk("led", 0.6, [6, 1])}}          # 0.2.7's raw file: no settings
+    args = b.parse_args(["final", "--cells", "0.6/dola,0.8/sampling,0.8/led"])
+    assert b.cells_of(args) == [(0.6, "dola"), (0.8, "sampling"), (0.8, "led")]
+    assert args.temperatures == [0.6, 0.8]
+    new = {"problems": probs, "runs": {"0.8/led": mk("led", 0.8, [1, 1, 1]),
+                                       "0.6/dola": mk("dola", 0.6, [0, 0, 16]),
+                                       "0.8/sampling": mk("sampling", 0.8, [2, 2, 2])},
+           "float32": {}, "float32_T": None, "settings": b.settings_of(args)}
+    (tmp_path / "a.json").write_text(json.dumps(old))
+    (tmp_path / "b.json").write_text(json.dumps(new))
+    margs = b.parse_args(["merge", "--parts", f"{tmp_path / 'a.json'},{tmp_path / 'b.json'}"])
+    tables, raw = b.merge(margs, lambda m: None)
+    passk, paired, dtype, cost = tables
+    assert [(r[0], r[1]) for r in passk["rows"]] == [("0.6", "sampling"), ("0.6", "dola"),
+                                                      ("0.6", "led"), ("0.8", "sampling"),
+                                                      ("0.8", "led")]
+    assert [(r[0], r[1]) for r in paired["rows"]] == [("0.6", "sampling"), ("0.6", "dola"),
+                                                       ("0.8", "sampling")]
+    assert "T=0.6" in dtype["title"] and [r[2] for r in cost["rows"][:3]] == ["a", "b", "a"]
+    (tmp_path / "c.json").write_text(json.dumps(old))
+    margs = b.parse_args(["merge", "--parts", f"{tmp_path / 'a.json'},{tmp_path / 'c.json'}"])
+    with pytest.raises(SystemExit, match="two parts"):
+        b.merge(margs, lambda m: None)
