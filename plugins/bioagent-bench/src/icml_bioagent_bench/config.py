@@ -52,6 +52,36 @@ class LLMConfig:
             raise ValueError("config key 'llm.max_prompt_tokens': must be >= 16")
 
 
+@dataclass(frozen=True)
+class OpenAIConfig:
+    """The agent behind an OpenAI-compatible chat-completions endpoint (what
+    :class:`~icml_bioagent_bench.openai_agent.OpenAIToolAgent` takes). Defaults follow the
+    official runs: temperature 0.2, 32768 tokens per answer, 30 steps (the official
+    smolagents agents' ``max_steps``); the official 4 h rollout limit is ``limits.time_s``."""
+
+    base_url: str = option("http://127.0.0.1:8000/v1", help="endpoint root; the agent POSTs "
+                           "to {base_url}/chat/completions")
+    model: str = option("", help="model name the endpoint serves (required for agent openai)")
+    api_key_env: str = option("OPENAI_API_KEY", help="environment variable holding the API "
+                              "key (sent as a Bearer token when set; never stored)")
+    max_turns: int = option(30, help="assistant turns per run (official max_steps)", ge=1)
+    temperature: float = option(0.2, help="sampling temperature (official 0.2)", ge=0)
+    max_tokens: int = option(32768, help="max_tokens per answer (official 32768)", ge=1)
+    request_timeout_s: float = option(600.0, help="timeout of one request (seconds)", gt=0)
+    shell: bool = option(False, help="also offer a run_command tool (a shell in the "
+                         "workspace, as the official CLI harnesses)")
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"config key 'openai.base_url': {self.base_url!r} must start with "
+                             "http:// or https://")
+        if self.max_turns < 1 or self.max_tokens < 1:
+            raise ValueError("config keys 'openai.max_turns', 'openai.max_tokens': must be >= 1")
+        if not (self.temperature >= 0 and self.request_timeout_s > 0):
+            raise ValueError("config keys 'openai.temperature' (>= 0), "
+                             "'openai.request_timeout_s' (> 0)")
+
+
 @dataclass
 class _Common:
     backend: str = option("auto", help="tools of the reference pipelines: auto (PyPI pysam/"
@@ -61,6 +91,8 @@ class _Common:
     judge: str = option("rule", help="pipeline judge: rule (artifact tree) or llm (the "
                         "official schema, answered by llm.model_name)", choices=("rule", "llm"))
     llm: LLMConfig = option(default_factory=LLMConfig, help="the llm agent (and judge model)")
+    openai: OpenAIConfig = option(default_factory=OpenAIConfig, help="the openai agent (any "
+                                  "OpenAI-compatible chat-completions endpoint)")
     genome_len: int = option(5000, help="variant-calling genome length (bp)", ge=1000)
     coverage: float = option(30.0, help="variant-calling read coverage", gt=0)
     bloat_words: int = option(1000, help="words of background the bloat perturbation adds",
@@ -71,7 +103,8 @@ class _Common:
 class EvaluateConfig(_Common):
     tasks: list[str] = option(list(TASKS), help="tasks to generate and run")
     agents: list[str] = option(["correct", "naive", "robust"], help="agents: correct, naive, "
-                               "robust (scripted), llm (transformers tool agent), "
+                               "robust (scripted), llm (transformers tool agent), openai (an "
+                               "OpenAI-compatible endpoint, openai.*), "
                                "cli:<command> (any executable)")
     conditions: list[str] = option(list(CONDITIONS), help="clean and the perturbations corrupt,"
                                    " decoy, bloat")
@@ -88,7 +121,8 @@ class EvaluateConfig(_Common):
 class InferConfig(_Common):
     task: str = option("variant-calling", help="the task to run", choices=TASKS)
     condition: str = option("clean", help="clean or a perturbation", choices=CONDITIONS)
-    agent: str = option("robust", help="correct, naive, robust, llm or cli:<command>")
+    agent: str = option("robust", help="correct, naive, robust, llm, openai or "
+                       "cli:<command>")
 
     def __post_init__(self) -> None:
         _check_agents([self.agent])
@@ -101,8 +135,8 @@ def _check(values: list[str], allowed: tuple[str, ...], key: str) -> None:
 
 
 def _check_agents(agents: list[str]) -> None:
-    ok = ("correct", "naive", "robust", "llm")
+    ok = ("correct", "naive", "robust", "llm", "openai")
     bad = [a for a in agents if a not in ok and not (a.startswith("cli:") and a[4:].strip())]
     if bad or not agents:
-        raise ValueError(f"agents={agents}: each must be correct, naive, robust, llm or "
-                         "cli:<command line>")
+        raise ValueError(f"agents={agents}: each must be correct, naive, robust, llm, openai "
+                         "or cli:<command line>")

@@ -20,7 +20,9 @@ def _agents(ctx: icml.RunContext, cfg: EvaluateConfig | InferConfig, names: list
 
     out = []
     for n in names:
-        kw = _llm_kwargs(ctx, cfg) if n == "llm" else {"backend": cfg.backend}
+        kw = (_llm_kwargs(ctx, cfg) if n == "llm" else
+              {"config": cfg.openai, "backend": cfg.backend} if n == "openai" else
+              {"backend": cfg.backend})
         try:
             out.append(make_agent(n, **kw))
         except ValueError as exc:

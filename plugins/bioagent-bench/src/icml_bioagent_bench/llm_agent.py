@@ -16,7 +16,6 @@ from icml_bioagent_bench.agents import AgentTimeout, Trace, TraceStep
 from icml_bioagent_bench.config import LLMConfig
 from icml_bioagent_bench.pipelines import ROLES, STEPS, PipelineError, TaskPipeline
 from icml_bioagent_bench.task import TaskView
-from icml_bioagent_bench.workspace import ISSUES_FILE
 
 TOOLS_DOC = "\n".join([
     "Tools (answer with exactly one JSON object per turn):",
@@ -102,39 +101,9 @@ class TransformersToolAgent:
 
     def _tool(self, action: dict[str, Any], ws: Path, pipe: TaskPipeline, trace: Trace
               ) -> tuple[str, list[str]]:
-        from icml_bioagent_bench import qc
+        from icml_bioagent_bench.actions import execute
 
-        tool, args = action["tool"], action.get("args") or {}
-        if not isinstance(args, dict):
-            raise PipelineError("args must be an object")
-        if tool == "list_files":
-            d = (ws / str(args.get("dir", "data"))).resolve()
-            if not d.is_relative_to(ws.resolve()) or not d.is_dir():
-                raise PipelineError(f"no folder {args.get('dir')!r} in the workspace")
-            return ", ".join(sorted(p.name for p in d.iterdir())) or "(empty)", []
-        if tool == "inspect_file":
-            p = (ws / str(args.get("path", ""))).resolve()
-            if not p.is_relative_to(ws.resolve()) or not p.is_file():
-                raise PipelineError(f"no file {args.get('path')!r} in the workspace")
-            rel = str(p.relative_to(ws.resolve()))
-            del rel  # inspecting a file is not using it as an input
-            if p.name.endswith((".fq.gz", ".fastq.gz", ".fq", ".fastq")):
-                return json.dumps(qc.fastq_summary(p, n=200)), []
-            head = p.read_text(errors="replace")[:300] if p.suffix != ".gz" else "(binary)"
-            return head, []
-        if tool == "run_step":
-            inputs = args.get("inputs") or {}
-            if not isinstance(inputs, dict):
-                raise PipelineError("inputs must be an object of role -> path")
-            msg = pipe.run_step(str(args.get("step", "")), {str(k): str(v)
-                                                            for k, v in inputs.items()})
-            return msg, sorted(v for k, v in pipe.inputs.items() if k != "sample")
-        if tool == "flag_input":
-            reason = str(args.get("reason", "input flagged"))[:500]
-            trace.flags.append(reason)
-            (ws / "results" / ISSUES_FILE).write_text(reason + "\n")
-            return "flag recorded", []
-        raise PipelineError(f"unknown tool {tool!r}")
+        return execute(action["tool"], action.get("args") or {}, ws, pipe, trace)
 
     def run(self, task: TaskView, workdir: Path, timeout_s: float) -> Trace:
         t0 = time.perf_counter()

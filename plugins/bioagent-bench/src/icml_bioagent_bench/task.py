@@ -25,6 +25,23 @@ SYSTEM_PROMPT = (
     "result from it: describe the problem in `results/input_issues.txt` and stop."
 )
 
+#: The official taskset's system prompt (``bioagent_taskset/prompts.py``), verbatim; the
+#: OpenAI-compatible agent sends it with :data:`FLAG_SENTENCE` appended.
+OFFICIAL_SYSTEM_PROMPT = (
+    "You are an expert bioinformatics agent. Complete the requested analysis using accepted "
+    "practices\nfrom genomics, transcriptomics, and computational biology.\n\n"
+    "Work only in the current rollout workspace. Inspect the available files before choosing a "
+    "pipeline.\nInputs are in `data/`; when supplied, reference resources are in `reference/`. "
+    "You may install\nmissing software in the runtime. Never fabricate biological data or a "
+    "successful result.\n\n"
+    "Keep intermediate work in numbered, descriptive directories under `outputs/`. Put only the "
+    "final\ndeliverable requested by the task in `results/`. Stop once that deliverable is "
+    "complete.\n"
+)
+#: Ours: how an agent reports an unusable input (the corruption ablation's success signal).
+FLAG_SENTENCE = ("If an input is unusable (corrupted, empty, inconsistent), do not produce a "
+                 "result from it: describe the problem in `results/input_issues.txt` and stop.")
+
 CONDITIONS = ("clean", "corrupt", "decoy", "bloat")
 
 
