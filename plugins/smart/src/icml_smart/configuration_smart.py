@@ -33,6 +33,9 @@ class SMARTConfig(PretrainedConfig, SMARTSettings):
             style ablation) or ``"concat"`` (every layer reads all encoder layers).
         param_conditioning: ``"token"`` (one extra encoder token from the parameters),
             ``"adaln"`` (scale/shift modulation in every block) or ``"both"``.
+        query_params: also add the parameter embedding to every query's embedding at the
+            decoder's input (off: the queries see the parameters only through the latents and
+            the AdaLN modulation).
         target_mean, target_std: per-channel normalisation of the targets (set by the trainer);
             ``predict`` returns physical units.
     """

@@ -183,7 +183,7 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
         for blk in self.encoder:
             x = blk(x, adaln_cond)
             latents.append(x)
-        return {"latents": latents, "cond": adaln_cond}
+        return {"latents": latents, "cond": adaln_cond, "xi": cond}
 
     # decoder -----------------------------------------------------------------------------
     def decode(self, encoded: dict[str, object], queries: torch.Tensor) -> torch.Tensor:
@@ -196,6 +196,8 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
             raise ValueError(f"queries must have {c.space_dim} coordinates, got "
                              f"{queries.shape[-1]}")
         h = self.query_embed(self.fourier(queries))
+        if c.query_params:  # the parameter embedding also enters every query directly
+            h = h + encoded["xi"][:, None]  # type: ignore[index]
         if c.decoder == "concat":
             allz = torch.cat(latents, 1)
         for i, blk in enumerate(self.decoder):
