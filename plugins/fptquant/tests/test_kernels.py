@@ -76,3 +76,44 @@ def test_kernels_refuse_the_wrong_quantization(tiny_model):
         to_kernels(copy.deepcopy(model), "w4a16")
     with pytest.raises(ValueError, match="unknown"):
         to_kernels(model, "w2")
+
+
+@pytest.mark.parametrize("transforms", [False, True])
+def test_w8a8_int_mm_equals_the_int_exact_simulation_bit_for_bit(tiny_model, ids, transforms):
+    """The simulated path with ``int_exact`` computes every quantized linear as the int8 kernel
+    does (exact integer sums, one rounding, one scaling), so the logits are the same floats.
+    The dequantize-then-float-matmul path (the old simulated path) is not: it differs by the
+    rounding of its float sums, which this test would catch."""
+    from icml_fptquant.qlinear import set_int_exact
+
+    model = _model(tiny_model)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=8, a_bits=8, kv_bits=16, int_exact=True),
+                         training=TrainingOptions(local_steps=0))
+    if transforms:
+        apply_fpt_transforms(model, cfg)
+    merge_and_quantize(model, _calib(), cfg)
+    assert model.model.layers[0].mlp.down_proj.fpt_int_exact
+    exact = _logits(model, ids)
+    fast = _logits(to_kernels(copy.deepcopy(model), "w8a8"), ids)
+    assert torch.equal(fast, exact)
+    old = _logits(set_int_exact(model, False), ids)  # float matmul: same grid, other rounding
+    assert not torch.equal(old, exact)
+    assert (old - exact).abs().max() < 1e-4 * exact.abs().max()
+    assert torch.equal(_logits(set_int_exact(model, True), ids), exact)
+
+
+def test_int_exact_holds_at_w4a4_and_refuses_off_grid_weights(tiny_model, ids):
+    from icml_fptquant.qlinear import int_exact_linear
+
+    model = _model(tiny_model)
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=16, int_exact=True),
+                         training=TrainingOptions(local_steps=0))
+    merge_and_quantize(model, _calib(), cfg)
+    lin = model.model.layers[0].self_attn.q_proj
+    x = torch.randn(3, 5, lin.in_features, generator=torch.Generator().manual_seed(0))
+    ref = torch.nn.functional.linear(lin.act_quant(x), lin.fpt_qweight)
+    y = int_exact_linear(lin, x)
+    assert (y - ref).abs().max() < 1e-5 * ref.abs().max()
+    lin.fpt_qweight = lin.fpt_qweight + 1e-3  # no longer on the 4-bit grid
+    with pytest.raises(ValueError, match="per-channel grid"):
+        _logits(model, ids)

@@ -46,6 +46,12 @@ class QuantOptions:
     kv_clip: float = option(0.95, help="clip ratio of the dynamic per-token KV cache", gt=0,
                             le=1)
     quantize_lm_head: bool = option(False, help="also quantize lm_head weights and inputs")
+    int_exact: bool = option(False, help="evaluate quantized linears (static per-tensor "
+                             "activations, RTN/GPTQ weights) as an integer kernel does: "
+                             "integer codes summed exactly, then scaled; equal to "
+                             "to_kernels('w8a8') bit for bit (false: dequantize, then a float "
+                             "matmul, whose rounding differs by ulps). Training keeps the "
+                             "float path")
 
     def __post_init__(self) -> None:
         check_bounds(self, "quant.")  # Python construction checks what build_config checks

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from icml_fptquant.qlinear import decoder_linears
+from icml_fptquant.qlinear import decoder_linears, int_weight_codes
 
 
 def _online(mod: Any, x: torch.Tensor) -> torch.Tensor:
@@ -32,19 +32,7 @@ def _online(mod: Any, x: torch.Tensor) -> torch.Tensor:
 
 def _int_weights(lin: Any, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Integer codes and per-row scales of ``lin.fpt_qweight`` (RTN or GPTQ grid)."""
-    qw = getattr(lin, "fpt_qweight", None)
-    if qw is None:
-        raise ValueError("this linear has no rounded weight: run merge_and_quantize with "
-                         f"w_bits={bits} first")
-    qmax = 2 ** (bits - 1) - 1
-    w = lin.weight.detach().double()
-    scale = (w.abs().amax(1) / qmax).clamp_min(1e-12)
-    q = torch.round(qw.double() / scale[:, None])
-    if q.min() < -qmax - 1 or q.max() > qmax or not torch.allclose(
-            q * scale[:, None], qw.double(), rtol=1e-5, atol=1e-7 * float(scale.max())):
-        raise ValueError(f"the rounded weights are not on a {bits}-bit per-channel grid: "
-                         f"quantize with w_bits={bits}")
-    return q, scale
+    return int_weight_codes(lin, bits)
 
 
 class Int8Linear(nn.Module):

@@ -33,6 +33,7 @@ class FPTLinear(nn.Linear):
     act_quant: ActQuantizer | None
     w_bits: int
     fpt_qweight: torch.Tensor | None
+    fpt_int_exact: bool
 
     def online_input(self, x: torch.Tensor) -> torch.Tensor:
         """The online (not mergeable) ops on the input, before quantization."""
@@ -46,6 +47,8 @@ class FPTLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.online_input(x)
+        if getattr(self, "fpt_int_exact", False) and _int_exact_applies(self, x):
+            return int_exact_linear(self, x)
         if self.act_quant is not None:
             x = self.act_quant(x)
         if self.fpt_qweight is not None:
@@ -55,6 +58,79 @@ class FPTLinear(nn.Linear):
         else:
             w = self.weight
         return F.linear(x, w.to(x.dtype), self.bias)
+
+
+def int_weight_codes(lin: Any, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Integer codes (float64) and per-row scales (float64) of ``lin.fpt_qweight`` on the
+    symmetric per-output-channel ``bits`` grid (RTN or GPTQ), the scale recomputed from
+    ``lin.weight`` as the rounding computed it; raises if the rounded weights are not on it."""
+    qw = getattr(lin, "fpt_qweight", None)
+    if qw is None:
+        raise ValueError("this linear has no rounded weight: run merge_and_quantize with "
+                         f"w_bits={bits} first")
+    qmax = 2 ** (bits - 1) - 1
+    w = lin.weight.detach().double()
+    scale = (w.abs().amax(1) / qmax).clamp_min(1e-12)
+    q = torch.round(qw.double() / scale[:, None])
+    if q.min() < -qmax - 1 or q.max() > qmax or not torch.allclose(
+            q * scale[:, None], qw.double(), rtol=1e-5, atol=1e-7 * float(scale.max())):
+        raise ValueError(f"the rounded weights are not on a {bits}-bit per-channel grid: "
+                         f"quantize with w_bits={bits} and weight_quantizer rtn or gptq")
+    return q, scale
+
+
+def _int_exact_applies(lin: Any, x: torch.Tensor) -> bool:
+    aq = lin.act_quant
+    return (aq is not None and not aq.dynamic and aq.group_dim is None and aq.state == "quant"
+            and aq.bits < 16 and lin.fpt_qweight is not None
+            and not (torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad
+                                                  and lin.fpt_qweight.requires_grad)))
+
+
+def _cached_codes(lin: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+    qw = lin.fpt_qweight
+    key = (id(qw), qw._version, qw.data_ptr())
+    hit = getattr(lin, "_fpt_codes", None)
+    if hit is None or hit[0] != key:
+        q, scale = int_weight_codes(lin, lin.w_bits)
+        hit = (key, q, scale.float(), float(q.abs().sum(1).max()))
+        lin._fpt_codes = hit
+    return hit[1], hit[2], hit[3]
+
+
+def int_exact_linear(lin: Any, x: torch.Tensor) -> torch.Tensor:
+    """The linear as an integer kernel computes it (:class:`~icml_fptquant.kernels.Int8Linear`
+    bit for bit): the activation codes ``clamp(round(x / s + z), 0, 2^b - 1) - z`` of the static
+    per-tensor quantizer (the same float ops as :func:`fake_quant_asym`) times the weight's
+    integer codes, summed exactly (float32 when every partial sum stays below 2^24, else
+    float64; int32 in the kernel), then one rounding to ``x.dtype`` and one multiplication by
+    ``s * s_w`` (the kernel's float32 per-row weight scale). The dequantize-then-float-matmul
+    path rounds every product and partial sum instead, in the BLAS's order."""
+    aq = lin.act_quant
+    dt = x.dtype
+    levels = 2 ** aq.bits - 1
+    lo, hi = aq.lo.reshape(()).to(dt), aq.hi.reshape(()).to(dt)
+    s = ((hi - lo) / levels).clamp_min(1e-12)
+    z = torch.round(-lo / s)
+    q = torch.clamp(torch.round(x / s + z), 0, levels) - z  # exact integers
+    codes, w_scale, row_abs = _cached_codes(lin)
+    exact32 = float(q.abs().max()) * row_abs < 2 ** 24 if q.numel() else True
+    acc_dt = torch.float32 if exact32 else torch.float64
+    acc = F.linear(q.to(acc_dt), codes.to(device=x.device, dtype=acc_dt))
+    y = acc.to(dt) * (s * w_scale.to(device=x.device, dtype=dt))
+    if lin.bias is not None:
+        y = y + lin.bias
+    return y
+
+
+def set_int_exact(model: nn.Module, on: bool = True) -> nn.Module:
+    """Switch every quantized :class:`FPTLinear` of ``model`` to (or off) the integer-exact
+    evaluation of :func:`int_exact_linear` (``QuantOptions.int_exact``); in place."""
+    for m in model.modules():
+        if isinstance(m, FPTLinear):
+            m.fpt_int_exact = bool(on)
+            m._fpt_codes = None
+    return model
 
 
 def apply_head_mix(x: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
@@ -91,6 +167,7 @@ def as_fpt_linear(parent: nn.Module, name: str) -> FPTLinear:
     new.act_quant = None
     new.w_bits = 16
     new.fpt_qweight = None
+    new.fpt_int_exact = False
     setattr(parent, name, new)
     return new
 

@@ -56,6 +56,7 @@ def attach_quantizers(model: Any, config: FPTQuantConfig, seed: int = 0) -> Any:
         lin = linear_at(model, qualified)
         lin.w_bits = opts.w_bits
         lin.fpt_qweight = None
+        lin.fpt_int_exact = opts.int_exact
         lin.act_quant = (ActQuantizer(opts.a_bits, method=opts.act_range, seed=seed + i,
                                       dynamic=opts.act_dynamic, symmetric=True,
                                       clip=opts.act_clip)
