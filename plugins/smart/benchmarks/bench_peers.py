@@ -14,7 +14,10 @@ Protocol (one process, one thread, every arm through the same loop and timed the
   ``--arms`` trains ``--steps`` steps (equal steps); then every arm of ``--time-arms`` trains
   again for ``round(steps * t_SMART / t_arm)`` steps, with ``t`` the wall time of that seed's
   equal-step runs (equal time: SMART's budget; SMART's equal-time row is its equal-step run);
+- ``smart+qp`` (SMART with ``model.query_params``: the parameter embedding also added to every
+  query) is a candidate fix of SMART's force error, trained at equal steps beside the others;
 - per ablation seed (``--ablation-seeds``): SMART and the last-layer decoder only, equal steps;
+- diagnostic: ``--alt-arms`` retrained at ``--alt-surface-weight`` on ``--alt-seeds``;
 - forces against the exact coefficients (``evaluate_forces``): the same trapezoid quadrature
   for every arm and for the exact ``C_p`` at the cloud's 64 random points and at 512 dense
   surface points.
@@ -94,8 +97,14 @@ def main() -> None:
     ap.add_argument("--n-test", type=int, default=128)
     ap.add_argument("--surface-weight", type=float, default=0.1)
     ap.add_argument("--dense", type=int, default=512, help="dense surface points for forces")
-    ap.add_argument("--arms", nargs="+", default=["smart", "last_layer", "pointnet", "gino"])
+    ap.add_argument("--arms", nargs="+",
+                    default=["smart", "last_layer", "pointnet", "gino", "smart+qp"])
     ap.add_argument("--time-arms", nargs="*", default=["pointnet", "gino"])
+    ap.add_argument("--alt-surface-weight", type=float, default=1.0,
+                    help="the surface-loss weight of the diagnostic runs")
+    ap.add_argument("--alt-seeds", type=int, nargs="*", default=[0],
+                    help="seeds (of --seeds) that also train --alt-arms at --alt-surface-weight")
+    ap.add_argument("--alt-arms", nargs="*", default=["smart", "pointnet"])
     ap.add_argument("--gino-path", default="", help="folder neuraloperator was installed into")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="", help="raw per-seed rows (JSON), written as they come")
@@ -106,10 +115,12 @@ def main() -> None:
 
     if a.steps < 1 or a.n_train < 1 or a.n_test < 2 or a.dense < 8:
         raise ConfigError("--steps, --n-train >= 1, --n-test >= 2 and --dense >= 8 required")
-    unknown = set(a.arms) - {"smart", "last_layer", "pointnet", "gino"}
-    if unknown or "smart" not in a.arms or not set(a.time_arms) <= set(a.arms):
-        raise ConfigError(f"--arms must include smart, from smart/last_layer/pointnet/gino "
-                          f"(got {a.arms}); --time-arms a subset of --arms (got {a.time_arms})")
+    unknown = set(a.arms) - {"smart", "last_layer", "pointnet", "gino", "smart+qp"}
+    if unknown or "smart" not in a.arms or not set(a.time_arms) <= set(a.arms) \
+            or not set(a.alt_arms) <= set(a.arms) or not set(a.alt_seeds) <= set(a.seeds):
+        raise ConfigError(f"--arms must include smart, from smart/last_layer/pointnet/gino/"
+                          f"smart+qp (got {a.arms}); --time-arms and --alt-arms subsets of "
+                          f"--arms, --alt-seeds of --seeds")
     if a.gino_path:
         sys.path.insert(0, str(Path(a.gino_path).resolve()))
     if "gino" in a.arms and not a.from_raw:
@@ -157,6 +168,11 @@ def main() -> None:
             for name in a.time_arms:
                 steps = max(1, round(a.steps * t["smart"] / t[name]))
                 keep(run_arm(name, "equal_time", steps, cfg, train, test, seed, a))
+    for seed in a.alt_seeds:  # diagnostic: the surface-loss weight
+        train, test = make_data(cfg, seed)
+        for name in a.alt_arms:
+            keep(run_arm(name, "alt_surface_weight", a.steps, cfg, train, test, seed, a,
+                         surface_weight=a.alt_surface_weight))
     load.append(_load())
     tabulate(rows, a, a, clock, threads, load)
 
@@ -178,8 +194,10 @@ def tabulate(rows: list[dict], run: argparse.Namespace, a: argparse.Namespace, c
              threads: int, load: list | None) -> None:
     from icml import results, stats
 
-    seeds = list(run.seeds)
     by = {(r["model"], r["regime"], r["seed"]): r for r in rows}
+    need = ([(m, "equal_steps") for m in run.arms] + [(m, "equal_time") for m in run.time_arms]
+            + [("exact", "reference"), ("free_stream", "reference")])
+    seeds = [s for s in run.seeds if all((m, g, s) in by for m, g in need)]  # complete seeds
 
     def nested(model: str, regime: str, key: str, fn=lambda v: v) -> list[list[float]]:
         return [[fn(v) for v in by[(model, regime, s)][key]] for s in seeds]
@@ -241,6 +259,18 @@ def tabulate(rows: list[dict], run: argparse.Namespace, a: argparse.Namespace, c
     xs = [by[("last_layer", "equal_steps", s)]["rel_l2_cases"] for s in ab_seeds]
     ys = [by[("smart", "equal_steps", s)]["rel_l2_cases"] for s in ab_seeds]
     hier = stats.hierarchical_diff_ci(xs, ys, design="nested")
+    alt_rows = []
+    for model in getattr(run, "alt_arms", []):
+        al = [s for s in seeds if (model, "alt_surface_weight", s) in by]
+        for sw, reg in ((run.surface_weight, "equal_steps"),
+                        (getattr(run, "alt_surface_weight", None), "alt_surface_weight")):
+            if not al:
+                continue
+            rs = [by[(model, reg, s)] for s in al]
+            alt_rows.append([LABELS[model], sw, len(al)] + [
+                statistics.mean(r[k] for r in rs) for k in
+                ("rel_l2", "surface_cp_rel_l2", "cloud_lift_mae", "dense_lift_mae",
+                 "dense_lift_slope", "dense_drag_mae")])
     ab_rows = [[len(ab_seeds), statistics.mean(sm), statistics.mean(ll), per_seed.value,
                 f"[{per_seed.lo:.4f}, {per_seed.hi:.4f}]", mde_seed,
                 f"[{hier.lo:.4f}, {hier.hi:.4f}]", sum(x > 0 for x in d),
@@ -265,13 +295,21 @@ def tabulate(rows: list[dict], run: argparse.Namespace, a: argparse.Namespace, c
          "seeds SMART better", "gain real?"], ab_rows, name="ablation",
         formats={"SMART rel-L2": f4, "last-layer rel-L2": f4, "last-layer minus SMART": f4,
                  "MDE (by seed)": f4})
+    alt_cols = ["model", "surface weight", "seeds", "rel-L2 mean", "surface C_p rel-L2",
+                "C_L MAE cloud", "C_L MAE dense", "lift slope dense", "C_D MAE dense"]
+    alt = results.make_table(
+        f"surface-loss weight (diagnostic), {run.steps} steps, same seeds and data",
+        alt_cols, alt_rows, name="surface-weight",
+        formats={**{c: f4 for c in alt_cols[3:]}, "lift slope dense": ".3f",
+                 "surface weight": "g"})
     loads = [x for x in (load or []) if x == x]
     notes = (f"machine shared with other sessions: 1-min load average {min(loads):.1f} to "
              f"{max(loads):.1f} during the run" if loads else "")
     if a.from_raw:
         notes += f"; tabulated from the raw rows in {a.from_raw}"
     results.write(
-        a.out_results, [tab, ab], plugin="smart", seeds=sorted({*seeds, *ab_seeds}),
+        a.out_results, [tab, ab] + ([alt] if alt_rows else []), plugin="smart",
+        seeds=sorted({*seeds, *ab_seeds}),
         clock=clock, threads=threads, quick=bool(a.from_raw),
         command="python " + shlex.join(["plugins/smart/benchmarks/bench_peers.py",
                                         *sys.argv[1:]]),
