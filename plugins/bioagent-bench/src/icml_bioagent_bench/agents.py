@@ -87,6 +87,39 @@ class AgentHarness(Protocol):
 
 POLICIES = ("correct", "naive", "robust")
 
+#: The six further tasks: role -> (folder, file-name pattern, index among the matches). The
+#: correct and robust policies choose among the files the prompt names (when any match), the
+#: naive one among all matches in sorted order -- so a decoy named to sort first catches it.
+INPUT_PATTERNS: dict[str, dict[str, tuple[str, str, int]]] = {
+    "alzheimer-mouse": {
+        "counts_5xFAD": ("data", r"^5xFAD.*counts.*\.tsv$", 0),
+        "counts_3xTG_AD": ("data", r"^3xTG.*counts.*\.tsv$", 0),
+        "counts_PS3O1S": ("data", r"^PS3O1S.*counts.*\.tsv$", 0),
+        "samples": ("data", r"samples.*\.tsv$", 0),
+        "pathways": ("reference", r"pathways.*\.tsv$", 0)},
+    "comparative-genomics": {
+        **{f"genome_{i + 1}": ("data", r"\.fna$", i) for i in range(4)},
+        **{f"annotation_{i + 1}": ("data", r"\.gff$", i) for i in range(4)},
+        "ko_reference": ("reference", r"\.fa$", 0)},
+    "cystic-fibrosis": {
+        "variants": ("data", r"\.vcf(\.gz)?$", 0), "pedigree": ("data", r"\.ped$", 0),
+        "clinvar": ("reference", r"^clinvar.*\.vcf(\.gz)?$", 0),
+        "transcripts": ("reference", r"transcripts.*\.tsv$", 0),
+        "cds": ("reference", r"cds.*\.fa$", 0)},
+    "evolution": {
+        "anc_1": ("data", r"^anc_R1\.", 0), "anc_2": ("data", r"^anc_R2\.", 0),
+        "evol1_1": ("data", r"^evol\d_R1\.", 0), "evol1_2": ("data", r"^evol\d_R2\.", 0),
+        "evol2_1": ("data", r"^evol\d_R1\.", 1), "evol2_2": ("data", r"^evol\d_R2\.", 1),
+        "assembly": ("data", r"\.fa$", 0), "annotation": ("data", r"\.gff$", 0)},
+    "single-cell": {
+        **{f"{s}_{k}": ("data", rf"^{s}.*{k}\.(mtx|tsv)$", 0) for s in ("pre", "post")
+           for k in ("matrix", "genes", "barcodes")},
+        "markers": ("reference", r"markers.*\.tsv$", 0)},
+    "viral-metagenomics": {
+        "reads_1": ("data", r"_R1\.f", 0), "reads_2": ("data", r"_R2\.f", 0),
+        "viral_db": ("reference", r"\.fa$", 0), "taxonomy": ("reference", r"taxonomy.*\.tsv$", 0)},
+}
+
 
 def _mentioned(prompt: str, names: list[str]) -> list[str]:
     return [n for n in names if re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", prompt)]
@@ -115,6 +148,9 @@ class ScriptedAgent:
                                                                       ".fasta")
         tsv = self._files(ws, "data", ".tsv") + self._files(ws, "reference", ".tsv")
         named = set(_mentioned(task.prompt, [Path(p).name for p in fq + fa + tsv]))
+        named_all = set(_mentioned(task.prompt, [Path(p).name for p in
+                                                 self._files(ws, "data", "")
+                                                 + self._files(ws, "reference", "")]))
         pick_named = self.policy != "naive"
 
         def first(cands: list[str], pattern: str) -> str:
@@ -151,6 +187,16 @@ class ScriptedAgent:
             out["genomes"] = first(fa, r".")
             out["taxonomy"] = first([x for x in tsv if x.startswith("reference/")], r".")
             return out
+        if tid in INPUT_PATTERNS:
+            out = {}
+            for role, (sub, pattern, k) in INPUT_PATTERNS[tid].items():
+                cands = [x for x in self._files(ws, sub, "") if re.search(pattern, Path(x).name)]
+                if pick_named:
+                    cands = [x for x in cands if Path(x).name in named_all] or cands
+                if len(cands) <= k:
+                    raise PipelineError(f"no input matches {pattern!r} for {role}")
+                out[role] = cands[k]
+            return out
         raise PipelineError(f"no scripted policy for task {tid!r}")
 
     def check_inputs(self, task: TaskView, ws: Path, inputs: dict[str, str]
@@ -166,8 +212,10 @@ class ScriptedAgent:
                 continue
             if p.name.endswith((".fq.gz", ".fastq.gz", ".fq", ".fastq")):
                 msg = qc.fastq_problem(p)
-            elif role == "counts":
+            elif role.startswith("counts"):
                 msg = qc.counts_problem(p)
+            elif p.name.endswith(".mtx"):
+                msg = qc.mtx_problem(p)
             else:
                 msg = ""
             if msg:

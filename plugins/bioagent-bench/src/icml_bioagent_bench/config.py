@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 from icml import option
 
-TASKS = ("variant-calling", "transcript-quant", "deseq", "metagenomics")
+TASKS = ("variant-calling", "transcript-quant", "deseq", "metagenomics")  # the default suite
+#: every task a run may name: the four above plus the six further official tasks
+ALL_TASKS = TASKS + ("alzheimer-mouse", "comparative-genomics", "cystic-fibrosis", "evolution",
+                     "single-cell", "viral-metagenomics")
 CONDITIONS = ("clean", "corrupt", "decoy", "bloat")
 BACKENDS = ("auto", "pypi", "debian", "builtin")
 
@@ -101,7 +104,8 @@ class _Common:
 
 @dataclass
 class EvaluateConfig(_Common):
-    tasks: list[str] = option(list(TASKS), help="tasks to generate and run")
+    tasks: list[str] = option(list(TASKS), help="tasks to generate and run (default the four "
+                              "of the default suite; any of the ten official tasks)")
     agents: list[str] = option(["correct", "naive", "robust"], help="agents: correct, naive, "
                                "robust (scripted), llm (transformers tool agent), openai (an "
                                "OpenAI-compatible endpoint, openai.*), "
@@ -112,14 +116,14 @@ class EvaluateConfig(_Common):
                          "(Jaccard/Pearson)", ge=1)
 
     def __post_init__(self) -> None:
-        _check(self.tasks, TASKS, "tasks")
+        _check(self.tasks, ALL_TASKS, "tasks")
         _check(self.conditions, CONDITIONS, "conditions")
         _check_agents(self.agents)
 
 
 @dataclass
 class InferConfig(_Common):
-    task: str = option("variant-calling", help="the task to run", choices=TASKS)
+    task: str = option("variant-calling", help="the task to run", choices=ALL_TASKS)
     condition: str = option("clean", help="clean or a perturbation", choices=CONDITIONS)
     agent: str = option("robust", help="correct, naive, robust, llm, openai or "
                        "cli:<command>")

@@ -47,10 +47,12 @@ def _judge(ctx: icml.RunContext, cfg: EvaluateConfig | InferConfig) -> Any:
 
 
 def _check_tools(cfg: EvaluateConfig | InferConfig) -> None:
-    from icml_bioagent_bench.tools import STAGES, ToolMissingError, resolve
+    from icml_bioagent_bench.tools import TASK_STAGES, ToolMissingError, resolve
 
+    tasks = cfg.tasks if isinstance(cfg, EvaluateConfig) else [cfg.task]
+    stages = dict.fromkeys(s for t in tasks for s in TASK_STAGES[t])
     try:
-        for stage in STAGES:
+        for stage in stages:
             if cfg.backend in ("auto", "builtin", "pypi") or stage != "de":
                 resolve(stage, cfg.backend)
     except ToolMissingError as exc:

@@ -117,6 +117,38 @@ PIPELINE_STEPS: dict[str, tuple[PipelineStep, ...]] = {
         PipelineStep("reads classified", ("*assignments*", "*kraken2_output*", "*.kraken*")),
         PipelineStep("abundances estimated", ("*abundance*", "*counts*")),
     ),
+    "alzheimer-mouse": (
+        PipelineStep("differential expression per model", ("*_de.csv", "*deseq*",
+                                                            "*differential*")),
+        PipelineStep("KEGG pathway enrichment per model", ("*kegg*", "*enrich*")),
+    ),
+    "comparative-genomics": (
+        PipelineStep("coding genes extracted", ("*genes.fa", "*.faa", "*.ffn")),
+        PipelineStep("orthologous clusters built", ("*clusters*", "*orthogroup*", "*cog*")),
+        PipelineStep("clusters annotated", ("*annotat*",)),
+        PipelineStep("phylogeny reconstructed", ("*.nwk", "*.tree", "*.newick")),
+    ),
+    "cystic-fibrosis": (
+        PipelineStep("recessive inheritance filter", ("*candidate*", "*recessive*")),
+        PipelineStep("variant effects annotated", ("*effects*", "*snpeff*", "*.ann.vcf*")),
+        PipelineStep("ClinVar lookup", ("*clinvar*",)),
+    ),
+    "evolution": (
+        PipelineStep("assembly indexed", ("*.fai", "*.mmi", "*.bwt")),
+        PipelineStep("reads aligned", ("*.bam", "*.sam", "*.cram")),
+        PipelineStep("variants called", ("*.vcf", "*.vcf.gz", "*.bcf")),
+        PipelineStep("variant effects annotated", ("*annotated*", "*snpeff*", "*.ann.vcf*")),
+    ),
+    "single-cell": (
+        PipelineStep("counts normalised", ("*normali*",)),
+        PipelineStep("cells clustered", ("*clusters*", "*leiden*", "*louvain*")),
+        PipelineStep("cell types annotated", ("*cell_types*", "*celltype*")),
+        PipelineStep("DE within cell types", ("*de_by_cell_type*", "*rank_genes*")),
+    ),
+    "viral-metagenomics": (
+        PipelineStep("contigs assembled", ("*contigs.fa", "*contigs.fasta", "*.contigs.fa")),
+        PipelineStep("contigs classified", ("*classif*", "*kaiju*")),
+    ),
 }
 FINAL_STEP = "final result satisfies the task rule"
 

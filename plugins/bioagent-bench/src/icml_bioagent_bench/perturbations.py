@@ -63,6 +63,30 @@ def corrupt_counts(path: Path, value: int = 777) -> None:
     path.write_text("\n".join(out) + "\n")
 
 
+def corrupt_mtx(path: Path, value: int = 777) -> None:
+    """Set every entry of a MatrixMarket coordinate matrix to ``value`` (header, comments,
+    dimensions and coordinates kept), as the official single-cell corruption."""
+    lines = path.read_text().splitlines()
+    out, dims_seen = [], False
+    for ln in lines:
+        if ln.startswith("%") or not ln.strip():
+            out.append(ln)
+        elif not dims_seen:
+            out.append(ln)
+            dims_seen = True
+        else:
+            i, j = ln.split()[:2]
+            out.append(f"{i} {j} {value}")
+    path.write_text("\n".join(out) + "\n")
+
+
+def supports(task: BioTask, kind: str) -> bool:
+    """Whether ``perturb(task, kind, ...)`` is defined: every task has decoys and bloat; the
+    corruption needs reads, a count table or a count matrix among the inputs."""
+    spec = task.meta.get("corrupt")
+    return kind != "corrupt" or spec is None or any(spec.values())
+
+
 def _copy_task(task: BioTask, out_root: Path, kind: str) -> BioTask:
     dst = Path(out_root) / f"{task.task_id}-{kind}"
     if dst.exists():
@@ -95,6 +119,19 @@ def perturb(task: BioTask, kind: str, out_root: str | Path, *, seed: int = 0,
         return new
     if kind == "corrupt":
         changed = []
+        spec = task.meta.get("corrupt")
+        if spec is not None:  # the six further tasks say which inputs the corruption hits
+            if not any(spec.values()):
+                raise ValueError(f"task {task.task_id} has no corruptible input (the official "
+                                 "ablation corrupts reads and count matrices)")
+            for name in spec.get("fastq", []):
+                corrupt_fastq(task.data_dir / name, new.data_dir / name, rng)
+            for name in spec.get("counts", []):
+                corrupt_counts(new.data_dir / name)
+            for name in spec.get("mtx", []):
+                corrupt_mtx(new.data_dir / name)
+            new.meta["corrupted"] = [n for v in spec.values() for n in v]
+            return new
         if task.task_id == "deseq":
             corrupt_counts(new.data_dir / task.meta["counts"])
             changed.append(task.meta["counts"])
@@ -147,4 +184,8 @@ def _add_decoy(task: BioTask, new: BioTask, rng: np.random.Generator) -> list[st
         (new.reference_dir / name).write_text("OTU\tKingdom\tPhylum\n" + "\n".join(rows) + "\n")
         new.references.append(name)
         return [name]
+    from icml_bioagent_bench.tasks import EXTRA_TASK_IDS, task_module
+
+    if tid in EXTRA_TASK_IDS:
+        return task_module(tid).make_decoy(task, new, rng)
     raise ValueError(f"no decoy generator for task {tid!r}")

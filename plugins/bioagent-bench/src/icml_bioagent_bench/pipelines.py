@@ -16,6 +16,16 @@ ROLES: dict[str, tuple[str, ...]] = {
     "transcript-quant": ("reads_1", "reads_2", "transcriptome"),
     "deseq": ("counts", "samples"),
     "metagenomics": ("JC1A_1", "JC1A_2", "JP4D_1", "JP4D_2", "genomes", "taxonomy"),
+    "alzheimer-mouse": ("counts_5xFAD", "counts_3xTG_AD", "counts_PS3O1S", "samples",
+                        "pathways"),
+    "comparative-genomics": ("genome_1", "genome_2", "genome_3", "genome_4", "annotation_1",
+                             "annotation_2", "annotation_3", "annotation_4", "ko_reference"),
+    "cystic-fibrosis": ("variants", "pedigree", "clinvar", "transcripts", "cds"),
+    "evolution": ("anc_1", "anc_2", "evol1_1", "evol1_2", "evol2_1", "evol2_2", "assembly",
+                  "annotation"),
+    "single-cell": ("pre_matrix", "pre_genes", "pre_barcodes", "post_matrix", "post_genes",
+                    "post_barcodes", "markers"),
+    "viral-metagenomics": ("reads_1", "reads_2", "viral_db", "taxonomy"),
 }
 STEPS: dict[str, tuple[str, ...]] = {
     "variant-calling": ("index_reference", "align", "sort_index", "call_variants",
@@ -23,6 +33,16 @@ STEPS: dict[str, tuple[str, ...]] = {
     "transcript-quant": ("index_transcriptome", "quantify", "write_result"),
     "deseq": ("normalize", "test", "write_result"),
     "metagenomics": ("classify", "abundance", "write_result"),
+    "alzheimer-mouse": ("differential_expression", "pathway_enrichment", "write_result"),
+    "comparative-genomics": ("extract_genes", "cluster_orthologs", "annotate_clusters",
+                             "phylogeny", "write_result"),
+    "cystic-fibrosis": ("filter_inheritance", "annotate_effects", "clinvar_lookup",
+                        "write_result"),
+    "evolution": ("index_reference", "align", "call_variants", "annotate_effects",
+                  "write_result"),
+    "single-cell": ("normalize", "cluster", "annotate_cell_types", "differential_expression",
+                    "write_result"),
+    "viral-metagenomics": ("assemble", "classify_contigs", "write_result"),
 }
 
 
@@ -64,6 +84,14 @@ class TaskPipeline:
                 raise PipelineError(f"input {v!r} does not exist in the workspace")
         self.inputs.update(inputs)
 
+    def input(self, role: str) -> Path:
+        """The workspace path chosen for ``role`` (raises when not chosen yet)."""
+        return self._in(role)
+
+    def out(self, step: str) -> Path:
+        """The numbered output folder of ``step`` (created)."""
+        return self._out(step)
+
     def _in(self, role: str) -> Path:
         if role not in self.inputs:
             raise PipelineError(f"input '{role}' not chosen yet: pass it in inputs "
@@ -86,7 +114,13 @@ class TaskPipeline:
         if missing:
             raise PipelineError(f"step {step!r} needs {missing} first")
         try:
-            msg = getattr(self, f"_{self.task_id.replace('-', '_')}_{step}")()
+            method = getattr(self, f"_{self.task_id.replace('-', '_')}_{step}", None)
+            if method is None:  # the further official tasks keep their steps in their module
+                from icml_bioagent_bench.tasks import task_module
+
+                msg = getattr(task_module(self.task_id), f"step_{step}")(self)
+            else:
+                msg = method()
         except PipelineError:
             raise
         except (OSError, ValueError, RuntimeError) as exc:

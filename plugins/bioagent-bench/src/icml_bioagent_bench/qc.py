@@ -70,3 +70,22 @@ def taxonomy_covers(taxonomy: str | Path, genomes: str | Path) -> bool:
 def transcriptome_plausible(path: str | Path, min_len: int = 100) -> bool:
     seqs = read_fasta(path)
     return bool(seqs) and float(np.median([len(s) for s in seqs.values()])) >= min_len
+
+
+def mtx_problem(path: str | Path) -> str:
+    """'' unless every entry of a MatrixMarket matrix has one value (the official corruption
+    sets them all to 777)."""
+    vals = set()
+    with open(path) as fh:
+        lines = (ln for ln in fh if not ln.startswith("%"))
+        next(lines, None)  # dimensions
+        for ln in islice(lines, 5000):
+            f = ln.split()
+            if len(f) >= 3:
+                vals.add(f[2])
+    if not vals:
+        return f"{Path(path).name}: empty matrix"
+    if len(vals) == 1:
+        return (f"{Path(path).name}: every entry equals {next(iter(vals))} -- the matrix looks "
+                "corrupted")
+    return ""

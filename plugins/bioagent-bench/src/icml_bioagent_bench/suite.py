@@ -12,7 +12,7 @@ import numpy as np
 
 from icml_bioagent_bench.agents import AgentHarness
 from icml_bioagent_bench.harness import RunRecord, run_agent
-from icml_bioagent_bench.perturbations import perturb
+from icml_bioagent_bench.perturbations import perturb, supports
 from icml_bioagent_bench.task import BioTask
 from icml_bioagent_bench.tasks import TASK_IDS, make_task
 from icml_bioagent_bench.workspace import Limits
@@ -32,6 +32,8 @@ def make_suite(root: str | Path, *, tasks: Iterable[str] = TASK_IDS, seed: int =
         for cond in conditions:
             if cond == "clean":
                 out[(tid, cond)] = clean
+            elif not supports(clean, cond):
+                continue  # e.g. no corruption for a task without reads or count tables
             else:
                 out[(tid, cond)] = perturb(clean, cond, root, seed=seed, bloat_words=bloat_words)
                 out[(tid, cond)].save()

@@ -26,6 +26,7 @@ INSTALL_HINTS = {
     "kraken2": "apt-get install kraken2",
     "minimap2": "apt-get install minimap2 (or pip install mappy)",
     "pydeseq2": "pip install pydeseq2",
+    "blastn": "apt-get install ncbi-blast+",
 }
 
 #: Backends per pipeline stage, in the order ``backend="auto"`` tries them.
@@ -36,6 +37,16 @@ STAGES: dict[str, tuple[str, ...]] = {
     "quant": ("mappy", "salmon", "builtin"),
     "classify": ("mappy", "kraken2", "builtin"),
     "de": ("builtin", "pydeseq2"),
+    "homology": ("mappy", "blastn", "builtin"),
+    "vcf": ("pysam", "builtin"),
+}
+#: The stages each task's reference pipeline uses (what ``backend=`` must be able to run).
+TASK_STAGES: dict[str, tuple[str, ...]] = {
+    "variant-calling": ("align", "sort", "call"), "transcript-quant": ("quant",),
+    "deseq": ("de",), "metagenomics": ("classify",), "alzheimer-mouse": ("de",),
+    "comparative-genomics": ("homology",), "cystic-fibrosis": ("vcf",),
+    "evolution": ("align", "sort", "call"), "single-cell": (),
+    "viral-metagenomics": ("homology",),
 }
 PYTHON_TOOLS = {"pysam", "mappy", "pydeseq2"}
 
