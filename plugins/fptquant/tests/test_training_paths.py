@@ -86,3 +86,30 @@ def test_training_trains_the_same_and_leaves_no_weight_grads(tiny_model, monkeyp
         assert torch.equal(p, q)
     assert any(p.grad is not None for p in plain.parameters() if p.dim() == 2
                and id(p) not in {id(t) for t in transform_parameters(plain)})
+
+
+def test_training_is_the_same_at_any_caller_thread_count(tiny_model):
+    """``training.threads`` pins the torch threads of both training stages: the trained
+    transforms are bit-identical whether the caller runs at 1 or 2 threads, and the caller's
+    setting is restored."""
+    calib = torch.randint(4, 260, (2, 32), generator=torch.Generator().manual_seed(3))
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=4),
+                         training=TrainingOptions(local_steps=4, e2e_steps=2, e2e_batch_size=1,
+                                                  threads=1))
+    base = tiny_model("llama", hidden_size=128, num_heads=4, num_kv_heads=2,
+                      intermediate_size=512).float()
+    states, before = [], torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            model = copy.deepcopy(base)
+            apply_fpt_transforms(model, cfg)
+            training.optimize_local(model, cfg)
+            training.optimize_e2e(model, calib, cfg)
+            assert torch.get_num_threads() == n
+            states.append(model.fpt_transforms.state_dict())
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    with pytest.raises(ValueError, match="training.threads"):
+        TrainingOptions(threads=-1)

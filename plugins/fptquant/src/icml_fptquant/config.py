@@ -109,6 +109,10 @@ class TrainingOptions:
     e2e_batch_size: int = option(4, help="sequences per end-to-end step", ge=1)
     e2e_recalibrate_every: int = option(20, help="recalibrate static ranges every N e2e steps",
                                         ge=1)
+    threads: int = option(1, help="torch threads of the two training stages, restored "
+                          "afterwards (0 = the caller's setting; a fixed count makes the "
+                          "trained transforms the same at any thread count of the caller)",
+                          ge=0)
 
     def __post_init__(self) -> None:
         check_bounds(self, "training.")  # Python construction checks what build_config checks

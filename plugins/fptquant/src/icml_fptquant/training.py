@@ -97,11 +97,33 @@ def max_abs_weight(model: Any) -> float:
     return max(float(lin.weight.detach().abs().max()) for lin in decoder_linears(model).values())
 
 
+@contextmanager
+def pinned_threads(n: int) -> Iterator[None]:
+    """Run the block at ``n`` torch threads (``n == 0``: as the caller set them), then restore.
+    Float sums in matmuls and their backward are split by thread, so the same training run at
+    1 and 2 threads ends in states that differ by rounding, which the static quantized model
+    amplifies; a fixed count makes training the same at any thread count of the caller."""
+    if n < 0:
+        raise ValueError(f"training.threads={n} must be >= 0 (0 = the caller's setting)")
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def optimize_local(model: Any, config: FPTQuantConfig | None = None,
                    progress: Any = None) -> list[float]:
     """Run the local, data-free objective on the transform parameters; returns the loss
-    history (first entry = before training)."""
+    history (first entry = before training). Runs at ``training.threads`` torch threads."""
     cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
+    with pinned_threads(cfg.training.threads):
+        return _optimize_local(model, cfg, progress)
+
+
+def _optimize_local(model: Any, cfg: FPTQuantConfig, progress: Any) -> list[float]:
     opts = cfg.training
     params = transform_parameters(model)
     history = []
@@ -158,12 +180,18 @@ def optimize_e2e(model: Any, calibration_data: Any, config: FPTQuantConfig | Non
     ``teacher_logits``: optional callable ``ids -> logits`` of the FP teacher (e.g. the
     untransformed FP model, shared by several runs). By default the teacher is this model
     with quantization off, whose logits equal the FP model's up to float rounding, since
-    every transform preserves the function."""
+    every transform preserves the function. Runs at ``training.threads`` torch threads."""
+    cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
+    with pinned_threads(cfg.training.threads):
+        return _optimize_e2e(model, calibration_data, cfg, seed, progress, teacher_logits)
+
+
+def _optimize_e2e(model: Any, calibration_data: Any, cfg: FPTQuantConfig, seed: int,
+                  progress: Any, teacher_logits: Any) -> dict[str, list[float]]:
     from torch.nn.utils import parametrize
 
     from icml_fptquant.quantize import as_batches, attach_quantizers, calibrate, quant_disabled
 
-    cfg = config or getattr(model, "fpt_config", None) or FPTQuantConfig()
     opts = cfg.training
     batches = as_batches(calibration_data, opts.e2e_batch_size)
     params = transform_parameters(model)
