@@ -1,7 +1,7 @@
 import pytest
 from icml_lalm_judge import CATEGORIES, make_dialogues, make_variant, validate_dialogue
 from icml_lalm_judge.config import DialogueConfig
-from icml_lalm_judge.dialogue import make_base, unsafe_text
+from icml_lalm_judge.dialogue import make_base, turn_data, unsafe_text
 
 
 def test_factorisation_and_one_turn_differs(bench):
@@ -12,7 +12,7 @@ def test_factorisation_and_one_turn_differs(bench):
         assert 3 <= v.n_turns <= 10 and v.n_turns == base.n_turns
         diff = [i for i, (a, b) in enumerate(zip(base.turns, v.turns)) if a != b]
         assert diff == [v.position - 1]
-        assert v.turns[v.position - 1].text == unsafe_text(v.category, v.severity)
+        assert v.turns[v.position - 1].text in turn_data()["unsafe"][v.category][str(v.severity)]
         assert [t.speaker for t in v.turns] == [t.speaker for t in base.turns]
     for b in bench.bases:
         validate_dialogue(b)
@@ -37,9 +37,11 @@ def test_seeded_and_sizes():
     assert len(small) == 4 and all(v.n_turns == 4 for v in small.variants)
 
 
-def test_placeholder_is_sanitised():
-    text = unsafe_text("violence", 5)
-    assert text.startswith("[VIOLENCE:5]") and "placeholder" in text
+def test_unsafe_text_is_shipped_data():
+    lines = turn_data()["unsafe"]["violence"]["5"]
+    assert unsafe_text("violence", 5, 0) == lines[0] and unsafe_text("violence", 5, 1) == lines[1]
+    assert unsafe_text("violence", 5, len(lines)) == lines[0]
+    assert "Written by hand" in turn_data()["provenance"]
 
 
 @pytest.mark.parametrize("kw, match", [({"categories": ["weather"]}, "unknown category"),

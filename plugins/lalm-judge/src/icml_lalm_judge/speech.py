@@ -1,7 +1,7 @@
 """Offline speech for the dialogues: espeak-ng (Debian package) when installed, with one voice
-per speaker and optional prosody per severity, or a pure-numpy "tone codec" fallback (each word
-a 40 ms two-tone chord keyed by the word, shifted by the speaker's pitch). Turns are joined with
-silences; WAV in and out through soundfile.
+per speaker and optional prosody from the text (never from a label), or a pure-numpy "tone
+codec" fallback (each word a 40 ms two-tone chord keyed by the word, shifted by the speaker's
+pitch). Turns are joined with silences; WAV in and out through soundfile.
 
 espeak-ng has two engines with identical samples: ``cli`` (one ``espeak-ng -w`` process per
 turn, the original path) and ``library`` (libespeak-ng in a forking server, one fork per
@@ -62,18 +62,29 @@ def word_frequencies(word: str) -> tuple[float, float]:
     return float(f1), float(f2)
 
 
+def text_arousal(text: str) -> float:
+    """Prosodic arousal in [0, 1] from the text alone: exclamation marks (0.5 each) and the
+    share of all-capital words (of two letters or more). The shipped turns are plain
+    sentences, so it is 0 for all of them: no severity cue reaches the audio."""
+    words = [w for w in text.split() if sum(c.isalpha() for c in w) >= 2]
+    caps = sum(w.isupper() for w in words) / max(len(words), 1)
+    return float(min(1.0, 0.5 * text.count("!") + caps))
+
+
 def tone_turn(turn: Turn, sr: int, rng: np.random.Generator, *, prosody: bool = False,
               noise: float = 0.01) -> np.ndarray:
     """One turn in the tone codec: a 40 ms two-tone chord per word, speaker 1 a fifth higher,
-    plus white noise; with ``prosody`` an unsafe turn gets louder and higher with severity."""
+    plus white noise; with ``prosody`` a turn gets louder and higher with its text's
+    :func:`text_arousal` (never with a label)."""
     n = int(round(_WORD_S * sr))
     t = np.arange(n, dtype=np.float64) / sr
     ramp = np.minimum(1.0, np.minimum(np.arange(n), np.arange(n)[::-1]) / (0.1 * n))
     pitch = 1.5 if turn.speaker else 1.0
     amp = 0.3
-    if prosody and turn.severity:
-        pitch *= 1 + 0.04 * turn.severity
-        amp *= 1 + 0.15 * turn.severity
+    if prosody:
+        k = text_arousal(turn.text)
+        pitch *= 1 + 0.2 * k
+        amp *= 1 + 0.75 * k
     words = _words(turn.text) or ["_"]
     freqs = np.array([word_frequencies(w) for w in words]) * pitch
     chords = (np.sin(2 * np.pi * freqs[:, :1] * t) + np.sin(2 * np.pi * freqs[:, 1:] * t)) / 2
@@ -96,12 +107,13 @@ ESPEAK_ENGINES = ("auto", "library", "cli")
 def espeak_request(turn: Turn, *, prosody: bool = False, rate: int = 175,
                    voices: tuple[str, str] = ESPEAK_VOICES) -> EspeakRequest:
     """What espeak-ng is asked to say for ``turn``: the text, the speaker's voice and the
-    prosody (with ``prosody`` an unsafe turn is louder, higher and faster with severity). Two
+    prosody (with ``prosody`` a turn is louder, higher and faster with its text's
+    :func:`text_arousal`; the label is never read). Two
     turns with the same request get the same samples, so this is also the cache key."""
     pitch, amp, speed = 50, 100, rate
-    if prosody and turn.severity:
-        k = turn.severity
-        pitch, amp, speed = 50 + 8 * k, 100 + 20 * k, rate + 10 * k
+    if prosody:
+        k = text_arousal(turn.text)
+        pitch, amp, speed = 50 + 40 * k, 100 + 100 * k, rate + 50 * k
     return (turn.text, voices[turn.speaker % 2], int(speed), int(pitch), int(amp))
 
 
@@ -337,7 +349,7 @@ def espeak_turn(turn: Turn, sr: int, *, prosody: bool = False, rate: int = 175,
                 voices: tuple[str, str] = ESPEAK_VOICES, engine: str | Any = "auto",
                 cache: SpeechCache | None = None) -> np.ndarray:
     """One turn spoken by espeak-ng (voice per speaker; with ``prosody`` an unsafe turn is
-    louder, higher and faster with severity), resampled to ``sr``. ``engine``: ``auto``,
+    louder, higher and faster with its text's arousal), resampled to ``sr``. ``engine``: ``auto``,
     ``library``, ``cli`` or an engine object (:func:`espeak_engine`); ``cache`` reuses an
     identical utterance."""
     _need_espeak()
@@ -376,12 +388,16 @@ def synthesize(dialogue: DialogueVariant, backend: str = "tones", sr: int = 1600
                seed: int = 0, espeak_engine: str | Any = "auto",
                cache: SpeechCache | None = None) -> Waveform:
     """Speak a dialogue: each turn by ``backend`` (``tones`` or ``espeak-ng``), joined by
-    ``silence_s`` of silence. The same ``seed`` gives the same samples. espeak-ng only:
+    ``silence_s`` of silence. The same ``seed`` and text give the same samples (nothing
+    depends on the labels). espeak-ng only:
     ``espeak_engine`` (``auto``/``library``/``cli``/an engine, same samples) and ``cache``
     (a :class:`SpeechCache` reused across calls)."""
     _check_synth_args(backend, sr)
     if backend == "tones":
-        rng = np.random.default_rng([seed, zlib.crc32(dialogue.id.encode())])
+        from icml_lalm_judge.dialogue import judge_view
+
+        # noise seeded by the text (the view's id), never by the labelled id
+        rng = np.random.default_rng([seed, zlib.crc32(judge_view(dialogue).id.encode())])
         parts = [tone_turn(t, sr, rng, prosody=prosody, noise=noise) for t in dialogue.turns]
     else:
         parts = [espeak_turn(t, sr, prosody=prosody, engine=espeak_engine, cache=cache)
