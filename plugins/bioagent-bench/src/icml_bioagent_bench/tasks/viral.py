@@ -185,7 +185,8 @@ def step_assemble(pipe: Any) -> str:
     contigs = {f"contig_{i + 1}_len_{len(c)}": c for i, c in enumerate(assemble(seqs))}
     write_fasta(pipe.out("assemble") / "contigs.fa", contigs)
     pipe.state["contigs"] = contigs
-    return f"{len(contigs)} contigs >= 300 bp (longest {max(map(len, contigs.values()), default=0)})"
+    longest = max(map(len, contigs.values()), default=0)
+    return f"{len(contigs)} contigs >= 300 bp (longest {longest})"
 
 
 def step_classify_contigs(pipe: Any) -> str:
