@@ -79,3 +79,19 @@ def test_real_model_table_writes_its_results_file_on_a_tiny_model(tmp_path):
     arms = [r[2] for r in table["rows"]]
     assert len(arms) == 3 and arms[0].startswith("FP") and arms[2] == "FPTQuant-local"
     assert data["tolerance"]["CPU s"]["timing"] is True
+
+
+@pytest.mark.slow
+def test_lowbit_kernels_writes_rss_and_the_int_exact_row_on_a_tiny_model(tmp_path):
+    """lowbit_kernels.py on a tiny model folder: the int-exact simulated W8A8 row has the
+    kernel row's perplexity exactly, and every row has a measured resident size."""
+    model = str(_tiny_model_folder(tmp_path))
+    _run("lowbit_kernels.py", "--model", model, "--eval-windows", "1", "--window", "32",
+         "--new-tokens", "2", "--repeats", "1", "--out-results", str(tmp_path / "low.json"))
+    data = R.load(tmp_path / "low.json")
+    (table,) = data["tables"]
+    rows = {r[0]: dict(zip(table["columns"], r)) for r in table["rows"]}
+    exact, kernel = rows["W8A8 simulated int-exact (fp32)"], rows["W8A8 torch._int_mm"]
+    assert exact["perplexity"] == kernel["perplexity"]
+    assert all(0 <= r["RSS loaded MB"] <= r["RSS after forward MB"] + 8 for r in rows.values())
+    assert data["tolerance"]["RSS loaded MB"]["abs"] > 0
