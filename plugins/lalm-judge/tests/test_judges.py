@@ -112,8 +112,8 @@ def test_qwen2_audio_adapter(bench, audio):
     import torch
     from icml_lalm_judge import HFAudioJudge, tiny_qwen2_audio
 
-    m, fe, tok = tiny_qwen2_audio(seed=0, hidden_size=32)
-    j = HFAudioJudge(m, fe, tok)
+    m, proc = tiny_qwen2_audio(seed=0, hidden_size=32)
+    j = HFAudioJudge(m, proc)
     d = bench.variants[11]
     sa, sat = j.score(d, "A", audio[d.id]), j.score(d, "A+T", audio[d.id])
     assert 0 <= sa <= 1 and 0 <= sat <= 1 and sa != sat
@@ -123,8 +123,54 @@ def test_qwen2_audio_adapter(bench, audio):
         j.score(d, "T", audio[d.id])
     with pytest.raises(ValueError, match="expects 16000 Hz"):
         j.score(d, "A", synthesize(d, sr=8000))
-    jb = HFAudioJudge(m.to(torch.bfloat16), fe, tok)
+    # the old (feature extractor, tokenizer) form builds the same processor
+    j2 = HFAudioJudge(m, proc.feature_extractor, proc.tokenizer)
+    assert j2.score(d, "A", audio[d.id]) == pytest.approx(sa, abs=1e-6)
+    jb = HFAudioJudge(m.to(torch.bfloat16), proc)
     assert abs(jb.score(d, "A", audio[d.id]) - sa) < 0.05
+
+
+def test_qwen2_audio_adapter_matches_the_processor(bench, audio):
+    """The adapter's model inputs equal Qwen2AudioProcessor's own output for Qwen2-Audio's
+    documented chat format (system, then user with the audio and the text), with the audio
+    span <|audio_bos|> N x <|AUDIO|> <|audio_eos|> of the encoder's output length."""
+    import torch
+    from icml_lalm_judge import HFAudioJudge, tiny_qwen2_audio
+    from icml_lalm_judge.dialogue import judge_view
+    from icml_lalm_judge.judges import DEFAULT_PROMPT
+    from transformers import Qwen2AudioProcessor
+
+    m, proc = tiny_qwen2_audio(seed=0, hidden_size=32)
+    j = HFAudioJudge(m, proc)
+    d = judge_view(bench.variants[3])
+    wav = audio[bench.variants[3].id]
+    tok = proc.tokenizer
+    ref_proc = Qwen2AudioProcessor(feature_extractor=proc.feature_extractor, tokenizer=tok)
+    for mode in ("A", "A+T"):
+        user = "Listen to the dialogue."
+        if mode == "A+T":
+            user += "\nTranscript:\n" + d.transcript()
+        msgs = [{"role": "system", "content": DEFAULT_PROMPT},
+                {"role": "user", "content": [{"type": "audio", "audio_url": "x.wav"},
+                                             {"type": "text",
+                                              "text": user + "\nSafety digit (0-9):"}]}]
+        text = ref_proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        assert text.startswith(f"<|im_start|>system\n{DEFAULT_PROMPT}<|im_end|>\n<|im_start|>"
+                               "user\nAudio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\n")
+        assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+        ref = ref_proc(text=text, audio=[wav.samples], sampling_rate=16000, return_tensors="pt")
+        got = j.inputs(d, mode, wav)
+        assert got["input_ids"].tolist() == ref["input_ids"].tolist()
+        assert torch.equal(got["input_features"], ref["input_features"])
+        assert torch.equal(got["feature_attention_mask"], ref["feature_attention_mask"])
+        ids = got["input_ids"][0].tolist()
+        bos, eos, aud = (tok.convert_tokens_to_ids(t)
+                         for t in ("<|audio_bos|>", "<|audio_eos|>", "<|AUDIO|>"))
+        a, b = ids.index(bos), ids.index(eos)
+        n_frames = int(got["feature_attention_mask"].sum())
+        n_audio = ((n_frames - 1) // 2 + 1 - 2) // 2 + 1  # the encoder's output length
+        assert ids[a + 1:b] == [aud] * n_audio and ids.count(aud) == n_audio
+        assert aud == m.config.audio_token_index
 
 
 @pytest.mark.pretrained

@@ -43,6 +43,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "FusionJudge": "judges",
     "HFAudioJudge": "lalm",
     "tiny_qwen2_audio": "lalm",
+    "tiny_qwen2_audio_tokenizer": "lalm",
     "CNNAudioJudge": "audio_judge",
     "log_mel": "audio_judge",
     "sensitivity": "metrics",

@@ -159,8 +159,8 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
         elif name == "lalm":
             from icml_lalm_judge.lalm import HFAudioJudge, tiny_qwen2_audio
 
-            m, fe, tok = tiny_qwen2_audio(ctx.seed, device=ctx.torch_device())
-            judges[name] = HFAudioJudge(m, fe, tok, name="tiny-qwen2-audio")
+            m, proc = tiny_qwen2_audio(ctx.seed, device=ctx.torch_device())
+            judges[name] = HFAudioJudge(m, proc, name="tiny-qwen2-audio")
             notes.append("LALM judge: a tiny random Qwen2-Audio (adapter check, uninformed).")
         elif name == "text":
             with ctx.step("loading the text judge"):
