@@ -57,17 +57,23 @@ def _one_seed(cfg, seed: int) -> dict:
 
 def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
                mu: str | None = None, arms: list[str] | None = None, workers: int = 1,
-               premature_fraction: float | None = None, per_call_penalty: bool = False) -> dict:
-    from icml_dr_mmsearch.config import RewardConfig, TrainConfig, WarmStartConfig
-    from icml_dr_mmsearch.experiment import ARMS
+               premature_fraction: float | None = None, per_call_penalty: bool = False,
+               holdout: float | None = None, holdout_by: str | None = None,
+               first_seed: int = 0) -> dict:
+    from icml_dr_mmsearch.config import DEFAULT_ARMS, RewardConfig, TrainConfig, WarmStartConfig
 
     reward = RewardConfig(per_call_penalty=per_call_penalty)
     if mu is not None:
         reward = RewardConfig(mu=mu, per_call_penalty=per_call_penalty)
     extra = {} if premature_fraction is None else {"premature_fraction": premature_fraction}
+    if holdout is not None:
+        extra["holdout"] = holdout
+    if holdout_by is not None:
+        extra["holdout_by"] = holdout_by
+    seed_list = list(range(first_seed, first_seed + seeds))
     cfg = TrainConfig(steps=steps, warm=WarmStartConfig(steps=warm_steps),
                       eval_generations=eval_generations,
-                      reward=reward, arms=list(arms or ARMS), **extra)
+                      reward=reward, arms=list(arms or DEFAULT_ARMS), **extra)
     per: dict[str, list[dict]] = {}
     t0 = time.perf_counter()
     load_start = os.getloadavg()
@@ -75,9 +81,9 @@ def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
         import multiprocessing as mp
 
         with mp.get_context("spawn").Pool(min(workers, seeds)) as pool:
-            results = pool.starmap(_one_seed, [(cfg, s) for s in range(seeds)])
+            results = pool.starmap(_one_seed, [(cfg, s) for s in seed_list])
     else:
-        results = [_one_seed(cfg, s) for s in range(seeds)]
+        results = [_one_seed(cfg, s) for s in seed_list]
     for res in results:
         per.setdefault("warm start", []).append(res["warm_start"])
         for arm, m in res["arms"].items():
@@ -85,7 +91,8 @@ def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
     print(f"{seeds} seeds done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     keys = ["accuracy_hop1", "accuracy_hop2", "accuracy_hop3", "turns_hop3", "collapse_rate",
             "premature_rate", "diverse_rate", "redundant_rate", "heldout_accuracy_hop2",
-            "heldout_accuracy_hop3", "heldout_turns_hop3", "heldout_collapse_rate"]
+            "heldout_accuracy_hop3", "heldout_turns_hop3", "heldout_collapse_rate",
+            "heldout_accuracy", "heldout_premature_rate"]
     table = {}
     for arm, ms in per.items():
         row = {k: _ms([m.get(k, float("nan")) for m in ms]) for k in keys}
@@ -98,7 +105,8 @@ def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
     return {"config": {"seeds": seeds, "steps": steps, "warm_steps": warm_steps,
                        "eval_generations": eval_generations, "mu": cfg.reward.mu,
                        "holdout": cfg.holdout, "premature_fraction": cfg.premature_fraction,
-                       "per_call_penalty": cfg.reward.per_call_penalty},
+                       "per_call_penalty": cfg.reward.per_call_penalty,
+                       "holdout_by": cfg.holdout_by, "seed_list": seed_list},
             "table": table, "per_seed": per, "seconds": time.perf_counter() - t0,
             "load_average_start_end": [load_start, os.getloadavg()]}
 
@@ -240,7 +248,9 @@ ARM_COLS = [("acc 3-hop", "accuracy_hop3"), ("turns 3-hop", "turns_hop3"),
             ("collapse 3-hop", "collapse_rate"), ("premature", "premature_rate"),
             ("acc 2-hop", "accuracy_hop2"), ("acc 1-hop", "accuracy_hop1"),
             ("held-out acc 3-hop", "heldout_accuracy_hop3"),
-            ("held-out acc 2-hop", "heldout_accuracy_hop2")]
+            ("held-out acc 2-hop", "heldout_accuracy_hop2"),
+            ("held-out acc", "heldout_accuracy"),
+            ("held-out collapse 3-hop", "heldout_collapse_rate")]
 
 
 def arms_tables(res: dict, label: str) -> list[dict]:
@@ -277,6 +287,68 @@ def arms_tables(res: dict, label: str) -> list[dict]:
     return [results.make_table(title, cols, rows, name=label, formats=fmt)]
 
 
+COMPARISONS = [
+    ("both", "baseline_nopen", "method vs penalty-matched baseline (neither has a search penalty)"),
+    ("gaussian", "baseline_nopen", "Gaussian reward vs penalty-matched baseline"),
+    ("gaussian_pen", "baseline", "Gaussian reward vs baseline, both with the search penalty"),
+    ("proximity", "baseline", "proximity advantage vs baseline (same reward, with penalty)"),
+    ("baseline_nopen", "baseline", "the search penalty alone (baseline without vs with)"),
+    ("both", "baseline", "the paper's comparison (method without, baseline with penalty)"),
+]
+"""The pre-registered paired comparisons (README, "Pre-registered comparison")."""
+
+COMPARE_METRICS = [("held-out acc", "heldout_accuracy"),
+                   ("held-out collapse 3-hop", "heldout_collapse_rate"),
+                   ("train collapse 3-hop", "collapse_rate")]
+
+
+def comparison_tables(res: dict, label: str) -> list[dict]:
+    """Paired-by-seed differences of the pre-registered comparisons (:data:`COMPARISONS`):
+    per metric, ``mean(a - b)`` over seeds with a percentile bootstrap CI over seeds
+    (``icml.stats.paired_diff_ci``), the MDE of the per-seed differences
+    (``icml.stats.mde_from_samples``) and their sample sd (the seed spread). ``detected``: the
+    interval excludes 0, ``|mean| >= MDE`` and ``|mean| > sd``."""
+    from icml_dr_mmsearch.metrics import paired_verdict
+
+    from icml import results
+
+    per = res["per_seed"]
+    cols = ["a", "b", "comparison"]
+    for c, _ in COMPARE_METRICS:
+        cols += [f"Δ {c}", f"MDE Δ {c}", f"sd Δ {c}", f"detected Δ {c}"]
+    rows = []
+    for a, b, what in COMPARISONS:
+        if a not in per or b not in per:
+            continue
+        row: list = [a, b, what]
+        for _, k in COMPARE_METRICS:
+            x = [m.get(k, float("nan")) for m in per[a]]
+            y = [m.get(k, float("nan")) for m in per[b]]
+            ok = [i for i in range(len(x)) if not (math.isnan(x[i]) or math.isnan(y[i]))]
+            x, y = [x[i] for i in ok], [y[i] for i in ok]
+            if not x:
+                row += [None, None, None, None]
+                continue
+            v = paired_verdict(x, y, seed=0)
+            est, mde, sd, det = v["diff"], v["mde"], v["sd"], v["detected"]
+            row += [est.to_dict(), mde, sd, "yes" if det else "no"]
+        rows.append(row)
+    c = res["config"]
+    title = (f"Pre-registered paired comparisons, seeds {c.get('seed_list')}, {c['steps']} GRPO "
+             f"steps, mu={c['mu']}, holdout {c['holdout']} by {c.get('holdout_by')} "
+             "(mean a - b [95% CI over seeds])")
+    fmt = {col: ".3f" for col in cols[3:] if not col.startswith("detected")}
+    keys = ["heldout_accuracy", "heldout_accuracy_hop2", "heldout_accuracy_hop3",
+            "heldout_collapse_rate", "collapse_rate", "accuracy_hop3", "turns_hop3"]
+    seeds = c.get("seed_list") or list(range(c["seeds"]))
+    raw = [[arm, seeds[i]] + [m.get(k) for k in keys]
+           for arm, ms in per.items() for i, m in enumerate(ms)]
+    return [results.make_table(title, cols, rows, name=f"{label}_comparisons", formats=fmt),
+            results.make_table("Per-seed values (the inputs of the comparisons)",
+                               ["arm", "seed"] + keys, raw, name=f"{label}_per_seed",
+                               formats={k: ".4f" for k in keys})]
+
+
 def throughput_tables(res: dict) -> list[dict]:
     from icml import results
 
@@ -307,7 +379,7 @@ def main() -> None:
     ap.add_argument("--eval-generations", type=int, default=4)
     ap.add_argument("--hidden", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--mu", default=None, choices=("ema", "hop", "fixed"),
+    ap.add_argument("--mu", default=None, choices=("question", "ema", "hop", "fixed"),
                     help="the Gaussian reward's mu (default: RewardConfig's default)")
     ap.add_argument("--arms", nargs="+", default=None, help="arms (default: all four)")
     ap.add_argument("--workers", type=int, default=1,
@@ -317,6 +389,11 @@ def main() -> None:
                     "(default: TrainConfig's 0.5)")
     ap.add_argument("--per-call-penalty", action="store_true",
                     help="the baseline's per-call search penalty (use_search_count_penalty)")
+    ap.add_argument("--holdout", type=float, default=None,
+                    help="held-out share (default: TrainConfig's 0.3)")
+    ap.add_argument("--holdout-by", default=None, choices=("company", "question"),
+                    help="what is held out (default: TrainConfig's company)")
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed ... (pilots)")
     ap.add_argument("--label", default=None, help="key of this arms table in the JSON file")
     ap.add_argument("--out", default=str(HERE / "results.json"))
     ap.add_argument("--out-results", default=None,
@@ -339,13 +416,16 @@ def main() -> None:
         key = a.label or (f"arms_mu_{a.mu}" if a.mu else "arms")
         out[key if key.startswith("arms") else f"arms_{key}"] = bench_arms(
             a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms, a.workers,
-            a.premature_fraction, a.per_call_penalty)
+            a.premature_fraction, a.per_call_penalty, a.holdout, a.holdout_by, a.first_seed)
     if a.out_results:
         command = "python plugins/dr-mmsearch/benchmarks/bench.py " + shlex.join(sys.argv[1:])
         if a.part == "arms":
             key = a.label or (f"arms_mu_{a.mu}" if a.mu else "arms")
             key = key if key.startswith("arms") else f"arms_{key}"
-            tables, seeds, tol = arms_tables(out[key], key), list(range(a.seeds)), None
+            tables = arms_tables(out[key], key)
+            if "baseline_nopen" in out[key]["per_seed"]:
+                tables += comparison_tables(out[key], key)
+            seeds, tol = out[key]["config"]["seed_list"], None
         elif a.part == "throughput":
             tables, seeds = throughput_tables(out["throughput"]), [0]
             tol = {c: {"timing": True, "why": "clock reading on a shared machine"}

@@ -161,3 +161,21 @@ def test_split_holds_out_whole_companies(kb):
     for bad in (-0.1, 1.0, 0.01):
         with pytest.raises(ValueError, match="holdout"):
             kb.split(bad)
+
+
+def test_split_by_question_keeps_every_name_in_training(kb):
+    train, held = kb.split(1.0, seed=0, by="question")
+    n_comp = len(kb.of_type("company"))
+    assert len(held) == n_comp and not {q.id for q in train} & {q.id for q in held}
+    assert sorted(q.hops for q in held) == [2] * (n_comp // 2) + [3] * (n_comp - n_comp // 2)
+    trained = {q.image_entity for q in train if q.image_entity}
+    assert {q.image_entity for q in held} <= trained           # the other question is trained
+    assert {(q.image_entity, q.hops) for q in held}.isdisjoint(
+        {(q.image_entity, q.hops) for q in train})
+    assert kb.split(1.0, seed=0, by="question") == (train, held)       # deterministic
+    small = kb.split(0.3, seed=0, by="question")[1]
+    assert len(small) == round(0.3 * n_comp)
+    with pytest.raises(ValueError, match="holdout_by"):
+        kb.split(0.3, by="entity")
+    with pytest.raises(ValueError, match="holdout"):
+        kb.split(1.0)                                                  # company mode: < 1

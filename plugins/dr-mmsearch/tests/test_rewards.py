@@ -133,6 +133,57 @@ def test_turn_target_modes():
     assert t.update([1], [False]) == pytest.approx(3.0)         # no correct: unchanged
     q = Question(0, "x", "y", hops=3, required_searches=3)
     assert TurnTarget("hop").mu(q) == 4.0
+    assert TurnTarget().mode == "question"                      # default: never the annotation
     assert TurnTarget("fixed", init=2.5).mu(q) == 2.5
     with pytest.raises(ValueError, match="mu mode"):
         TurnTarget("median")
+
+
+def test_mu_from_question_text_never_reads_the_annotation(kb):
+    from icml_dr_mmsearch.knowledge import Question
+    from icml_dr_mmsearch.rewards import question_turns
+
+    # the same text gives the same mu whatever the item's annotated depth says
+    text = "<image> where was the founder of the company in the image born ?"
+    for hops in (1, 2, 3):
+        assert TurnTarget("question").mu(Question(0, text, "a", hops=hops,
+                                                  required_searches=hops)) == 4.0
+    assert question_turns("<image> who founded the company in the image ?") == 3.0
+    assert question_turns("where was konidi born ?") == 2.0       # annotated 1 (memorised)
+    assert question_turns("what is this ?") == 1.0
+    got = {q.hops: question_turns(q.text) for q in kb.questions}
+    assert got == {1: 2.0, 2: 3.0, 3: 4.0}
+    with pytest.raises(ValueError, match="question"):
+        TurnTarget("question").mu(None)
+
+
+def test_gaussian_reward_can_keep_the_search_penalty():
+    right = ["<reason> r </reason> <search><img></search>",
+             "<reason> r </reason> <text_search> a b </text_search>",
+             "<reason> r </reason> <answer> paris </answer>"]
+    free = gaussian_turn_reward(right, "paris", mu=3)
+    once = gaussian_turn_reward(right, "paris", mu=3, search_penalty=0.1)
+    per = gaussian_turn_reward(right, "paris", mu=3, search_penalty=0.1, per_call_penalty=True)
+    assert free == pytest.approx(1.0)
+    assert once == pytest.approx(0.9 * 0.9 + 0.1)
+    assert per == pytest.approx(0.9 * 0.81 + 0.1)
+
+
+def test_penalty_arms_set_only_the_penalty(env, play):
+    from icml_dr_mmsearch.config import RewardConfig
+    from icml_dr_mmsearch.experiment import ARM_REWARD, ARMS
+    from icml_dr_mmsearch.grpo import TrajectoryReward
+
+    assert ARMS["baseline_nopen"] == ARMS["baseline"] and ARMS["gaussian_pen"] == ARMS["gaussian"]
+    assert ARM_REWARD == {"baseline_nopen": {"search_penalty": 0.0},
+                          "gaussian_pen": {"gaussian_penalty": True}}
+    q = env.kb.questions_by_hops(3)[0]
+    t = play(env, q, env.gold_responses(q))
+    cfg = RewardConfig(per_call_penalty=True)
+    base = TrajectoryReward(cfg)([t])[0]
+    nopen = TrajectoryReward(RewardConfig(search_penalty=0.0, per_call_penalty=True))([t])[0]
+    gpen = TrajectoryReward(RewardConfig(kind="gaussian", gaussian_penalty=True,
+                                         per_call_penalty=True))([t])[0]
+    gfree = TrajectoryReward(RewardConfig(kind="gaussian", per_call_penalty=True))([t])[0]
+    assert nopen == pytest.approx(1.0) and base == pytest.approx(0.9 * 0.9 ** 3 + 0.1)
+    assert gfree == pytest.approx(1.0) and gpen == pytest.approx(base)   # at T = mu

@@ -1,5 +1,6 @@
 """Our rollout, rewards and proximity advantages inside TRL's GRPOTrainer (extra 'trl')."""
 
+import math
 import os
 
 import pytest
@@ -55,10 +56,16 @@ def test_reward_funcs():
     assert g.__name__ == "gaussian_turn_reward"
     g(None, None, responses=[right], answer=["paris"], required_searches=[1])
     assert g.target.value == pytest.approx(0.9 * 3 + 0.1 * 2)        # EMA moved toward 2 turns
-    hop = GaussianTurnRewardFunc()                                   # default mu: the hop count
+    hop = GaussianTurnRewardFunc(RewardConfig(kind="gaussian", mu="hop"))   # the gold depth
     assert hop(None, None, responses=[right], answer=["paris"], required_searches=[1]) == \
         pytest.approx([0.9 + 0.1])                                   # 2 turns = 1 search + 1
     with pytest.raises(ValueError, match="required_searches"):
         hop(None, None, responses=[right], answer=["paris"])
+    qt = GaussianTurnRewardFunc()                                    # default mu: the question
+    assert qt(None, None, responses=[right], answer=["paris"],
+              question_text=["<image> who founded the company in the image ?"]) == \
+        pytest.approx([0.9 * (0.7 + 0.3 * math.exp(-0.5)) + 0.1])     # 2 turns, mu 3
+    with pytest.raises(ValueError, match="question_text"):
+        qt(None, None, responses=[right], answer=["paris"])
     with pytest.raises(ValueError, match="responses"):
         mmsearch_r1_reward_func(None, None)

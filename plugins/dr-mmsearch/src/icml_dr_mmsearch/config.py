@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from icml import option
 
-ARM_NAMES = ("baseline", "gaussian", "proximity", "both")
+ARM_NAMES = ("baseline", "gaussian", "proximity", "both", "baseline_nopen", "gaussian_pen")
+DEFAULT_ARMS = ARM_NAMES[:4]
 REWARDS = ("mmsearch_r1", "gaussian")
 ADVANTAGES = ("group", "proximity")
 MATCH_MODES = ("EM", "SubEM")
 FORMAT_MODES = ("official", "general")
-MU_MODES = ("ema", "hop", "fixed")
+MU_MODES = ("question", "ema", "hop", "fixed")
 SCALES = ("group", "batch", "none")
 AGGREGATIONS = ("token-mean", "seq-mean")
 IMAGE_CALL = "<search><img></search>"
@@ -45,9 +46,13 @@ class RewardConfig:
     format_mode: str = option("general", help="format check: 'official' (MMSearch-R1's "
                               "1-3 turn table) or 'general' (any depth within the limits)",
                               choices=("official", "general"))
-    mu: str = option("hop", help="Gaussian centre: the question's annotated depth "
-                     "(required searches + 1), EMA of correct turns, or fixed (= mu_init)",
-                     choices=("hop", "ema", "fixed"))
+    mu: str = option("question", help="Gaussian centre: read from the question's text "
+                     "(1 + images + relation words), EMA of correct turns, the annotated gold "
+                     "depth (hop: a label), or fixed (= mu_init)",
+                     choices=MU_MODES)
+    gaussian_penalty: bool = option(False, help="keep MMSearch-R1's search penalty "
+                                    "(search_penalty, per_call_penalty) inside the Gaussian "
+                                    "reward (default: the Gaussian replaces it)")
     mu_init: float = option(3.0, help="initial / fixed Gaussian centre (turns)", gt=0)
     mu_momentum: float = option(0.9, help="EMA momentum of mu", ge=0, lt=1)
     sigma_pos: float = option(1.0, help="Gaussian width for correct trajectories", gt=0)
@@ -172,8 +177,9 @@ class TrainConfig:
     """The default experiment: warm start, then the arms of the ablation (each arm sets
     ``reward.kind`` and ``advantage.kind``)."""
 
-    arms: list[str] = option(list(ARM_NAMES), help="arms to train: baseline, gaussian, "
-                             "proximity, both")
+    arms: list[str] = option(list(DEFAULT_ARMS), help="arms to train: baseline, gaussian, "
+                             "proximity, both, baseline_nopen (search_penalty 0), gaussian_pen "
+                             "(Gaussian reward keeping the search penalty)")
     seeds: int = option(1, help="seeds per arm (run seed, seed+1, ...)", ge=1)
     arch: str = option("qwen2", help="tiny model architecture", choices=("qwen2", "llama"))
     hidden_size: int = option(64, help="tiny model hidden size", ge=8)
@@ -183,7 +189,11 @@ class TrainConfig:
     steps: int = option(30, help="GRPO steps per arm", ge=0)
     eval_generations: int = option(4, help="evaluation rollouts per question", ge=1)
     holdout: float = option(0.3, help="share of companies whose 2-/3-hop questions are held "
-                            "out of training and evaluated separately (0 = none)", ge=0, lt=1)
+                            "out of training and evaluated separately (0 = none)", ge=0, le=1)
+    holdout_by: str = option("company", help="what is held out: all image questions of "
+                             "a share of the companies (company), or one image question of "
+                             "each of a share of the companies, the other kept (question; "
+                             "holdout may then be 1)", choices=("company", "question"))
     save_model: str = option("", help="arm whose trained policy is saved to the run folder "
                              "('' = none)", choices=("",) + ARM_NAMES)
     world: WorldConfig = option(default_factory=WorldConfig, help="environment settings")
@@ -201,6 +211,9 @@ class TrainConfig:
         bad = [a for a in self.arms if a not in ARM_NAMES]
         if bad or not self.arms:
             raise ValueError(f"arms {self.arms!r}: each must be one of {', '.join(ARM_NAMES)}")
+        if self.holdout >= 1 and self.holdout_by != "question":
+            raise ValueError(f"holdout={self.holdout}: must be < 1 with holdout_by=company "
+                             "(1 is allowed with holdout_by=question)")
         mix = self.grpo.hop_mix
         if len(mix) != 3:
             raise ValueError(f"grpo.hop_mix {mix!r}: give three weights >= 0 (1-, 2-, 3-hop), "

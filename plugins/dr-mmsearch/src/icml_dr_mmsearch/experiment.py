@@ -39,8 +39,17 @@ ARMS: dict[str, tuple[str, str]] = {
     "gaussian": ("gaussian", "group"),
     "proximity": ("mmsearch_r1", "proximity"),
     "both": ("gaussian", "proximity"),
+    "baseline_nopen": ("mmsearch_r1", "group"),
+    "gaussian_pen": ("gaussian", "group"),
 }
 """arm -> (reward kind, advantage kind)."""
+
+ARM_REWARD: dict[str, dict[str, Any]] = {
+    "baseline_nopen": {"search_penalty": 0.0},
+    "gaussian_pen": {"gaussian_penalty": True},
+}
+"""arm -> ``RewardConfig`` fields it sets on top of the job's (the penalty controls: the
+baseline without its search penalty, the Gaussian reward with it)."""
 
 
 def build_world(config: WorldConfig | None = None) -> tuple[KnowledgeBase, SearchEnv, Any]:
@@ -160,7 +169,8 @@ class WarmStart:
         """The world settings :func:`save_policy` stores (``WorldConfig`` fields + holdout)."""
         import dataclasses
 
-        return {**dataclasses.asdict(self.config.world), "holdout": self.config.holdout}
+        return {**dataclasses.asdict(self.config.world), "holdout": self.config.holdout,
+                "holdout_by": self.config.holdout_by}
 
 
 def warm_start_policy(config: TrainConfig | None = None, *, seed: int = 0,
@@ -173,7 +183,8 @@ def warm_start_policy(config: TrainConfig | None = None, *, seed: int = 0,
     kb, env, tok = build_world(cfg.world)
     base = make_tiny_model(len(tok), arch=cfg.arch, hidden_size=cfg.hidden_size,
                            num_layers=cfg.num_layers, seed=seed, device=device, dtype=dtype)
-    train_qs, heldout_qs = kb.split(cfg.holdout, seed=cfg.world.world_seed)
+    train_qs, heldout_qs = kb.split(cfg.holdout, seed=cfg.world.world_seed,
+                                     by=cfg.holdout_by)
     demos = warm_start_data(env, train_qs, cfg.premature_fraction, seed)
     loss = warm_start(base, tok, env, demos, cfg.warm, seed=seed)
     rc = cfg.rollout
@@ -193,7 +204,8 @@ def train_arm(ws: WarmStart, arm: str) -> tuple[dict[str, float], list[dict[str,
     rkind, akind = ARMS[arm]
     model = copy.deepcopy(ws.model)
     trainer = SearchGRPOTrainer(
-        model, ws.tokenizer, ws.env, ws.train_questions, reward=_replace(cfg.reward, kind=rkind),
+        model, ws.tokenizer, ws.env, ws.train_questions, reward=_replace(cfg.reward, kind=rkind,
+                                                           **ARM_REWARD.get(arm, {})),
         advantage=_replace(cfg.advantage, kind=akind),
         args=cfg.grpo,
         rollout=ws.rollout, seed=ws.seed + 1, cpu=torch.device(ws.device).type == "cpu")

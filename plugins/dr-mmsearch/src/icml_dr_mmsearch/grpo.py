@@ -51,7 +51,9 @@ class TrajectoryReward:
                     t.responses, t.question.answer, mu=self.target.mu(t.question),
                     sigma_pos=c.sigma_pos, sigma_neg=c.sigma_neg, gamma=c.gamma,
                     gamma_neg=c.gamma_neg, format_weight=c.format_weight, match=c.match,
-                    format_mode=c.format_mode, tool_limits=self.tool_limits))
+                    format_mode=c.format_mode, tool_limits=self.tool_limits,
+                    search_penalty=c.search_penalty if c.gaussian_penalty else 0.0,
+                    per_call_penalty=c.per_call_penalty))
         if c.kind == "gaussian":
             self.target.update([t.turns for t in trajs],
                                [answer_correct(t.responses, t.question.answer, c.match)

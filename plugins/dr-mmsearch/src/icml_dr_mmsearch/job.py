@@ -151,7 +151,8 @@ def _policy(ctx: icml.RunContext, config: InferConfig) -> tuple[Any, Any, Any]:
             warm_start(model, tok, env, warm_start_data(env, kb.questions, 0.0, ctx.seed),
                        config.warm, seed=ctx.seed)
     holdout = float((saved or {}).get("holdout", 0.0))
-    env.heldout_ids = {q.id for q in kb.split(holdout, seed=world.world_seed)[1]}
+    by = str((saved or {}).get("holdout_by", "company"))
+    env.heldout_ids = {q.id for q in kb.split(holdout, seed=world.world_seed, by=by)[1]}
     general = bool(config.model) and saved is None   # a causal LM of the user's
     fmt = "baseline" if general else config.result_format
     for name in ("text", "image"):

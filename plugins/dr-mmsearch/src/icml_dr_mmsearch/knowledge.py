@@ -173,27 +173,44 @@ class KnowledgeBase:
     def questions_by_hops(self, hops: int) -> list[Question]:
         return [q for q in self.questions if q.hops == hops]
 
-    def split(self, holdout: float = 0.3, seed: int = 0) -> tuple[list[Question],
-                                                                   list[Question]]:
-        """``(train, held_out)`` questions with disjoint image entities: a share ``holdout`` of
-        the companies (drawn with ``seed``) is held out, and *all* their questions (2-hop and
-        3-hop) go to ``held_out``; every other question, including every 1-hop question, is in
-        ``train``. The held-out companies' facts stay in the search corpus (the tools are the
-        knowledge source); a policy trained on ``train`` never saw their names in a model turn.
-        1-hop questions are memorisation questions by design (answered without a tool), so
-        they have no held-out counterpart. ``holdout=0`` gives ``(all questions, [])``."""
-        if not 0 <= holdout < 1:
-            raise ValueError(f"holdout must lie in [0, 1), got {holdout}")
+    def split(self, holdout: float = 0.3, seed: int = 0, by: str = "company"
+              ) -> tuple[list[Question], list[Question]]:
+        """``(train, held_out)`` questions. ``by="company"``: disjoint image entities, a share
+        ``holdout`` of the companies (drawn with ``seed``) is held out, and *all* their
+        questions (2-hop and 3-hop) go to ``held_out``; a policy trained on ``train`` never saw
+        their names in a model turn. ``by="question"``: compositional hold-out, a share
+        ``holdout`` (up to 1) of the companies (drawn with ``seed``) each give *one* of their two
+        image questions to ``held_out``, alternately the 3-hop and the 2-hop one in draw order;
+        the other stays in ``train``, so every name a held-out question needs is written in some
+        training demonstration, but never that question's chain. In both, every 1-hop question
+        is in ``train`` and the facts stay in the search corpus (the tools are the knowledge
+        source). 1-hop questions are memorisation questions by design (answered without a
+        tool), so they have no held-out counterpart. ``holdout=0`` gives ``(all questions,
+        [])``."""
+        if by not in ("company", "question"):
+            raise ValueError(f"holdout_by {by!r} is not known: use company or question")
+        top = 1 if by == "question" else 1 - 1e-12
+        if not 0 <= holdout <= top:
+            raise ValueError(f"holdout must lie in [0, 1{']' if by == 'question' else ')'}"
+                             f" for holdout_by={by}, got {holdout}")
         companies = sorted(e.name for e in self.of_type("company"))
         k = round(holdout * len(companies))
-        if holdout > 0 and not 1 <= k < len(companies):
+        limit = len(companies) + (1 if by == "question" else 0)
+        if holdout > 0 and not 1 <= k < limit:
             raise ValueError(f"holdout={holdout} holds out {k} of {len(companies)} companies: "
                              "choose a share that leaves at least one on each side (or more "
                              "entities)")
-        held = set(random.Random(seed).sample(companies, k)) if k else set()
-        train = [q for q in self.questions if q.image_entity not in held]
-        test = [q for q in self.questions if q.image_entity in held]
-        return train, test
+        drawn = random.Random(seed).sample(companies, k) if k else []
+        if by == "company":
+            held = set(drawn)
+            train = [q for q in self.questions if q.image_entity not in held]
+            test = [q for q in self.questions if q.image_entity in held]
+            return train, test
+        pick = {c: 3 if i % 2 == 0 else 2 for i, c in enumerate(drawn)}
+        out = {q.id for q in self.questions
+               if q.image_entity in pick and q.hops == pick[q.image_entity]}
+        return ([q for q in self.questions if q.id not in out],
+                [q for q in self.questions if q.id in out])
 
     @property
     def documents(self) -> list[str]:

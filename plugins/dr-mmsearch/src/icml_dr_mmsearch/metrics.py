@@ -71,3 +71,27 @@ def agent_metrics(trajs: Sequence[Any], rewards: Sequence[float] | None = None, 
         out["reward"] = float(sum(rewards)) / len(trajs)
         out["diverse_rate"] = diverse_rate(list(rewards), turns, [t.group for t in trajs])
     return out
+
+
+def paired_verdict(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> dict[str, Any]:
+    """The pre-registered decision rule for one comparison of two arms paired by seed
+    (``a[i]`` and ``b[i]`` from the same seed): ``mean(a - b)`` with a percentile bootstrap CI
+    over seeds (``icml.stats.paired_diff_ci``), the MDE of the per-seed differences
+    (``icml.stats.mde_from_samples``) and their sample sd (the seed spread). ``detected`` when
+    the interval excludes 0, ``|mean| >= MDE`` and ``|mean| > sd``; ``sign`` is +1/-1 for a
+    detected difference (a above / below b), else 0."""
+    import math
+
+    from icml import stats
+
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError(f"paired_verdict needs two equal-length samples of >= 2 seeds, got "
+                         f"{len(a)} and {len(b)}")
+    est = stats.paired_diff_ci(list(a), list(b), seed=seed)
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    mde = stats.mde_from_samples(d, seed=seed)
+    mean = sum(d) / len(d)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
+    det = bool((est.lo > 0 or est.hi < 0) and abs(est.value) >= mde and abs(est.value) > sd)
+    return {"diff": est, "mde": mde, "sd": sd, "detected": det,
+            "sign": (1 if est.value > 0 else -1) if det else 0}

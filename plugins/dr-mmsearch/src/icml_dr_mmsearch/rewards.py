@@ -12,8 +12,9 @@ Differentiated Gaussian turn reward (reconstructed), with ``G(T; mu, s) = exp(-(
     R = (1-fw) * acc * ((1-gamma) + gamma * G(T; mu, sigma_pos)) + fw * format_ok
         + (1 - acc) * gamma_neg * G(T; mu, sigma_neg)
 
-It replaces the flat search penalty; ``mu`` is set per item by a :class:`TurnTarget` (EMA of the
-turns of correct trajectories, or the item's annotated hop count, or fixed).
+It replaces the flat search penalty (optionally kept on top: ``search_penalty``); ``mu`` is set
+per item by a :class:`TurnTarget` (read from the question's text, an EMA of the turns of correct
+trajectories, the item's annotated hop count, or fixed).
 """
 
 from __future__ import annotations
@@ -187,22 +188,22 @@ def gaussian_turn_reward(traj: Any, gold: str | Sequence[str], *, mu: float,
                          gamma_neg: float = 0.1, format_weight: float = 0.1,
                          match: str = "EM", format_mode: str = "general",
                          tool_limits: dict[str, int] | None = None,
-                         search_penalty: float = 0.0) -> float:
+                         search_penalty: float = 0.0, per_call_penalty: bool = False) -> float:
     """The differentiated Gaussian turn reward (reconstructed; see the module docstring).
 
     ``T`` is the number of model turns; ``mu`` the target turn count (a number; see
     :class:`TurnTarget` for the dynamic choice). ``sigma_pos`` is the tolerance for correct
     trajectories, ``sigma_neg`` (smaller) for wrong ones; ``gamma`` the share of the correct
     reward that depends on ``T``; ``gamma_neg`` the most a wrong trajectory can earn for a
-    well-calibrated length. ``search_penalty`` > 0 keeps the baseline's flat penalty on top
-    (default 0: the Gaussian replaces it)."""
+    well-calibrated length. ``search_penalty`` > 0 keeps the baseline's search penalty on top
+    (once, or per call with ``per_call_penalty``; default 0: the Gaussian replaces it)."""
     if not 0 <= gamma <= 1 or not 0 <= gamma_neg <= 1 or not 0 <= format_weight <= 1:
         raise ValueError("gamma, gamma_neg and format_weight must lie in [0, 1]")
     rs = _responses(traj)
     acc = float(answer_correct(rs, gold, match))
     fmt, searches = format_check(rs, mode=format_mode, tool_limits=tool_limits)
     if search_penalty and searches and acc:
-        acc *= 1 - search_penalty
+        acc *= (1 - search_penalty) ** (searches if per_call_penalty else 1)
     t = len(rs)
     pos = (1 - gamma) + gamma * gaussian(t, mu, sigma_pos)
     neg = gamma_neg * gaussian(t, mu, sigma_neg)
@@ -210,22 +211,40 @@ def gaussian_turn_reward(traj: Any, gold: str | Sequence[str], *, mu: float,
     return (1 - format_weight) * acc * pos + format_weight * fmt + (1 - correct) * neg
 
 
+RELATION_CUES = ("found", "born", "locat", "capital")
+"""Word prefixes of the graph's relations (founded_by/founder, born_in, located_in,
+capital_of) that ``mu="question"`` counts in a question's text."""
+
+
+def question_turns(text: str) -> float:
+    """The turn count a question's *text* asks for, read from its words alone: one turn per
+    ``<image>`` to identify, one per relation word (:data:`RELATION_CUES`), plus the answer
+    turn. It never reads an item's annotation (``hops``/``required_searches``): on this world's
+    image questions it equals the annotated depth (3 and 4), on the 1-hop questions it is 2 where
+    the annotation says 1 (those are memorised and answered directly)."""
+    words = text.lower().split()
+    images = sum(w == "<image>" for w in words)
+    relations = sum(any(w.startswith(c) for c in RELATION_CUES) for w in words)
+    return float(1 + images + relations)
+
+
 @dataclass
 class TurnTarget:
     """The Gaussian reward's dynamic ``mu`` (reconstructed).
 
-    ``mode="hop"`` (default): the item's annotated depth, ``required_searches + 1`` turns.
+    ``mode="question"`` (default since 0.3.0): :func:`question_turns` of the question's text
+    (what the policy sees; never the item's annotation).
+    ``mode="hop"``: the item's annotated depth, ``required_searches + 1`` turns (a label: the
+    gold depth; kept for comparison, not the default since 0.3.0).
     ``mode="ema"``: one running value, ``mu <- momentum * mu + (1 - momentum) * mean turns of
     this batch's correct trajectories`` (unchanged when none is correct), starting at ``init``.
     ``mode="fixed"``: always ``init``.
 
-    Why ``hop`` is the default: with questions of mixed depth, one running average of correct
-    turns sits near the turns of the easy questions (direct answers to 1-hop questions are most
-    of the correct trajectories), so the Gaussian then *penalises* the long trajectories deep
-    questions need; in the four-arm benchmark (README) ``ema`` made trajectories shallower and
-    ``hop`` deeper."""
+    With questions of mixed depth, one running average of correct turns sits near the turns of
+    the easy questions (direct answers to 1-hop questions are most of the correct
+    trajectories), so ``ema`` *penalises* the long trajectories deep questions need (README)."""
 
-    mode: str = "hop"
+    mode: str = "question"
     init: float = 3.0
     momentum: float = 0.9
 
@@ -238,7 +257,12 @@ class TurnTarget:
         self.value = float(self.init)
 
     def mu(self, question: Any = None) -> float:
-        """``mu`` for one item (``question`` needs ``required_searches`` in ``hop`` mode)."""
+        """``mu`` for one item (``question`` needs ``text`` in ``question`` mode,
+        ``required_searches`` in ``hop`` mode)."""
+        if self.mode == "question":
+            if question is None or not hasattr(question, "text"):
+                raise ValueError("mu mode 'question' needs the question (with its text)")
+            return question_turns(question.text)
         if self.mode == "hop":
             if question is None or not hasattr(question, "required_searches"):
                 raise ValueError("mu mode 'hop' needs the question (with required_searches)")

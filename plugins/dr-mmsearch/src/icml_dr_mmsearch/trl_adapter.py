@@ -95,7 +95,7 @@ def make_rollout_func(env: SearchEnv, config: RolloutConfig | None = None,
                               generator=state["gen"])
         out: dict[str, list[Any]] = {k: [] for k in (
             "prompt_ids", "completion_ids", "logprobs", "env_mask", "responses", "answer",
-            "turns", "actions", "model_tokens", "required_searches")}
+            "turns", "actions", "model_tokens", "required_searches", "question_text")}
         for t in trajs:
             ids, mask = t.token_ids, t.loss_mask
             start = len(t.segments[0][0])
@@ -110,6 +110,7 @@ def make_rollout_func(env: SearchEnv, config: RolloutConfig | None = None,
             out["actions"].append(t.actions)
             out["model_tokens"].append(t.length)
             out["required_searches"].append(t.question.required_searches)
+            out["question_text"].append(t.question.text)
         return out
 
     return rollout_func
@@ -142,20 +143,27 @@ class GaussianTurnRewardFunc:
         self.target = TurnTarget(self.config.mu, self.config.mu_init, self.config.mu_momentum)
 
     def __call__(self, prompts: Any, completions: Any, responses: Any = None, answer: Any = None,
-                 required_searches: Any = None, **kwargs: Any) -> list[float]:
+                 required_searches: Any = None, question_text: Any = None,
+                 **kwargs: Any) -> list[float]:
         c = self.config
         rs, golds = _need("responses", responses), _need("answer", answer)
         if required_searches is None and c.mu == "hop":
             raise ValueError("mu='hop' needs the dataset column required_searches (the "
                              "rollout_func of make_rollout_func provides it), or use mu='ema'")
+        if question_text is None and c.mu == "question":
+            raise ValueError("mu='question' needs the column question_text (the rollout_func "
+                             "of make_rollout_func provides it), or use mu='ema'")
         req = required_searches or [0] * len(rs)
+        texts = question_text or [""] * len(rs)
         out = []
-        for r, a, k in zip(rs, golds, req, strict=True):
-            q = Question(-1, "", a, hops=k, required_searches=k)
+        for r, a, k, x in zip(rs, golds, req, texts, strict=True):
+            q = Question(-1, x, a, hops=k, required_searches=k)
             out.append(gaussian_turn_reward(
                 r, a, mu=self.target.mu(q), sigma_pos=c.sigma_pos, sigma_neg=c.sigma_neg,
                 gamma=c.gamma, gamma_neg=c.gamma_neg, format_weight=c.format_weight,
-                match=c.match, format_mode=c.format_mode, tool_limits=self.tool_limits))
+                match=c.match, format_mode=c.format_mode, tool_limits=self.tool_limits,
+                search_penalty=c.search_penalty if c.gaussian_penalty else 0.0,
+                per_call_penalty=c.per_call_penalty))
         self.target.update([len(r) for r in rs], [answer_correct(r, a, c.match)
                                                   for r, a in zip(rs, golds, strict=True)])
         return out
