@@ -64,7 +64,8 @@ CHOICES = (  # multiple choice: the first candidate is right; scored by sum log 
     ["4", "5", "3", "6"], ["George Washington", "Abraham Lincoln", "Thomas Jefferson",
                            "John Adams"], ["blue", "green", "red", "yellow"],
 )
-BITS = {"w4a4kv4": (4, 4, 4), "w4a8kv8": (4, 8, 8), "w8a8": (8, 8, 16)}
+BITS = {"w4a4kv4": (4, 4, 4), "w4a8kv8": (4, 8, 8), "w6a6kv6": (6, 6, 6),
+        "w8a8kv8": (8, 8, 8), "w8a8": (8, 8, 16)}
 LABELS = {"fp": "FP (de-quantised Q4_1 checkpoint)", "rtn": "no transform",
           "smoothquant": "SmoothQuant (alpha 0.5)", "quarot": "QuaRot (dynamic per-token)",
           "quarot_static": "QuaRot (static per-tensor)", "fptquant_local": "FPTQuant-local",
@@ -72,20 +73,65 @@ LABELS = {"fp": "FP (de-quantised Q4_1 checkpoint)", "rtn": "no transform",
 
 
 @torch.no_grad()
-def evaluate(model, windows, ref_logp=None):
-    """Perplexity, KL(FP || model) per token and the model's log-probs (for FP)."""
+def evaluate(model, windows, ref_logp=None, per_window=None):
+    """Perplexity, KL(FP || model) per token and the model's log-probs (for FP). With
+    ``per_window`` (a dict) also each window's mean NLL and mean KL per token (lists)."""
     nll, kl, n, logps = 0.0, 0.0, 0, []
+    w_nll, w_kl = [], []
     for i, w in enumerate(windows):
         logits = model(w.unsqueeze(0), use_cache=False).logits[0, :-1].float()
         logp = F.log_softmax(logits, -1)
-        nll += float(-logp.gather(1, w[1:, None]).sum())
+        a = float(-logp.gather(1, w[1:, None]).sum())
+        nll += a
+        w_nll.append(a / (w.numel() - 1))
         if ref_logp is not None:
             t = ref_logp[i]
-            kl += float((t.exp() * (t - logp)).sum())
+            b = float((t.exp() * (t - logp)).sum())
+            kl += b
+            w_kl.append(b / (w.numel() - 1))
         else:
             logps.append(logp)
         n += w.numel() - 1
+    if per_window is not None:
+        per_window["nll"], per_window["kl"] = w_nll, w_kl or [0.0] * len(w_nll)
     return math.exp(nll / n), kl / n, logps
+
+
+def window_stats(rows, n_boot=2000):
+    """CIs over the evaluation windows (the units: contiguous 256-token documents of the text),
+    percentile bootstrap, windows resampled jointly across rows (all rows score the same
+    windows): perplexity, KL; log-perplexity and KL gap closed relative to the no-transform
+    row of the same width and weight quantizer; the paired log-perplexity difference to
+    QuaRot (dynamic) at the same width and weights, with its minimum detectable effect."""
+    import numpy as np
+
+    from icml import stats
+
+    fp = np.array(rows[0]["w_nll"])
+    for r in rows:
+        nll, kl = np.array(r["w_nll"]), np.array(r["w_kl"])
+        e = stats.mean_ci(nll, n_boot=n_boot)
+        r["ppl_ci"] = (math.exp(e.lo), math.exp(e.hi))
+        r["kl_ci"] = stats.mean_ci(kl, n_boot=n_boot) if r["arm"] != "fp" else None
+        ref = next((x for x in rows if x["bits"] == r["bits"] and x["wq"] == r["wq"]
+                    and x["arm"] == "rtn"), None)
+        r["lgap"] = r["kgap"] = r["vs_quarot"] = None
+        if ref is not None and r["arm"] != "fp":
+            rn, rk = np.array(ref["w_nll"]), np.array(ref["w_kl"])
+            r["lgap"] = stats.bootstrap(lambda a, b, c: (a.mean() - b.mean())
+                                        / (a.mean() - c.mean()), rn, nll, fp, n_boot=n_boot)
+            r["kgap"] = stats.bootstrap(lambda a, b: 1 - b.mean() / a.mean(), rk, kl,
+                                        n_boot=n_boot)
+        q = next((x for x in rows if x["bits"] == r["bits"] and x["wq"] == r["wq"]
+                  and x["arm"] == "quarot"), None)
+        if q is not None and r["arm"] not in ("fp", "quarot"):
+            d = nll - np.array(q["w_nll"])
+            r["vs_quarot"] = stats.paired_diff_ci(nll, np.array(q["w_nll"]), n_boot=n_boot)
+            r["mde"] = stats.mde_from_samples(d, n_boot=n_boot)
+
+
+def _ci(e, spec=".3f"):
+    return "" if e is None else e.fmt(spec)
 
 
 @torch.no_grad()
@@ -179,6 +225,12 @@ def run() -> None:
     ap.add_argument("--out-results", default="", help="write the table as a results file")
     ap.add_argument("--model", default="smollm2-135m-instruct",
                     help="packaged model name or a model folder (tests: a tiny model)")
+    ap.add_argument("--no-int-exact", dest="int_exact", action="store_false",
+                    help="evaluate static arms by dequantize-then-float-matmul instead of the "
+                    "integer-exact linears (quant.int_exact, what an integer kernel computes)")
+    ap.add_argument("--stats", action="store_true",
+                    help="CIs over windows, log-perplexity/KL gap closure, paired difference to "
+                    "QuaRot with its MDE (the powered table's columns)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (0: one per core of the machine)")
     ap.add_argument("--no-share", action="store_true",
@@ -217,7 +269,8 @@ def run() -> None:
     ev = torch.tensor(ids[:args.eval_windows * win]).view(-1, win)
     # calibration: tokens far from the evaluation ones (offset 200k of ~284k)
     calib = torch.tensor(ids[200_000:200_000 + args.calib * win]).view(-1, win)
-    ppl_fp, _, ref = evaluate(fp, ev)  # the FP log-probs: computed once, KL of every arm
+    fp_win: dict = {}
+    ppl_fp, _, ref = evaluate(fp, ev, per_window=fp_win)  # FP log-probs: once, KL of every arm
     core = core_perplexity(fp, ev.flatten(), window=win)
     assert abs(core - ppl_fp) < 1e-3 * ppl_fp, (core, ppl_fp)  # same metric as the core's
     prompts = PROMPTS[:args.prompts]
@@ -236,10 +289,11 @@ def run() -> None:
                                  local_row_fraction=args.local_row_fraction,
                                  e2e_steps=args.e2e_steps, e2e_batch_size=1,
                                  e2e_recalibrate_every=4, e2e_lr=args.e2e_lr),
-        quant=QuantOptions(gptq_dtype=args.gptq_dtype))
+        quant=QuantOptions(gptq_dtype=args.gptq_dtype, int_exact=args.int_exact))
     rows = [{"bits": "FP", "arm": "fp", "wq": "-", "ppl": ppl_fp, "kl": 0.0,
-             "zero_shot": len(keep), "choice": fp_mc,
-             "cpu_s": time.process_time() - c_start, "wall_s": time.perf_counter() - w_start}]
+             "zero_shot": len(keep), "choice": fp_mc, "w_nll": fp_win["nll"],
+             "w_kl": fp_win["kl"], "cpu_s": time.process_time() - c_start,
+             "wall_s": time.perf_counter() - w_start}]
     # Work shared between rows, each done once: a family's transformed FP model (SmoothQuant's
     # scales and QuaRot's rotations do not depend on the bit widths; QuaRot static and dynamic
     # share one), the local stage (data-free, width-free), the end-to-end state per width
@@ -341,11 +395,13 @@ def run() -> None:
                 merge_and_quantize(model, calib, qcfg, weights=reuse, observed=observed)
                 if wq == "gptq" and reuse is None:
                     gptq_cache[(fam, wb)] = quantized_weights(model)
-                ppl, kl, _ = evaluate(model, ev, ref)
+                pw: dict = {}
+                ppl, kl, _ = evaluate(model, ev, ref, per_window=pw)
                 ok = sum(zero_shot(model, tok, keep)) if keep else 0
                 mc_ok = sum(choice_correct(model, mc, n_mc))
                 row = {"bits": bits.upper(), "arm": arm, "wq": wq.upper(), "ppl": ppl, "kl": kl,
                        "zero_shot": ok, "choice": mc_ok, "gptq_reused": reuse is not None,
+                       "w_nll": pw["nll"], "w_kl": pw["kl"],
                        "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - w0}
                 rows.append(row)
                 print(f"{bits} {wq} {arm}: ppl {ppl:.3f} KL {kl:.4f} greedy {ok}/{len(keep)}"
@@ -373,7 +429,50 @@ def run() -> None:
         print(f"| {r['bits']} | {r['wq']} | {LABELS[r['arm']]} | {r['ppl']:.3f} | "
               f"{r['kl']:.4f} | {g} | {r['zero_shot']}/{len(keep)} | "
               f"{r['choice']}/{len(prompts)} | {r['cpu_s']:.0f}{star} |")
-    if args.out_results:
+    if args.stats:
+        window_stats(rows)
+        print("\n| bits | weights | arm | perplexity [95% CI] | KL to FP [CI] | log-ppl gap "
+              "closed [CI] | KL gap closed [CI] | log-ppl - QuaRot's [CI] | MDE |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['bits']} | {r['wq']} | {LABELS[r['arm']]} | {r['ppl']:.2f} "
+                  f"[{r['ppl_ci'][0]:.2f}, {r['ppl_ci'][1]:.2f}] | {_ci(r['kl_ci'])} | "
+                  f"{_ci(r['lgap'])} | {_ci(r['kgap'])} | {_ci(r['vs_quarot'])} | "
+                  f"{r.get('mde', float('nan')):.3f} |")
+    if args.out_results and args.stats:
+        cols = ["bits", "weights", "arm", "perplexity", "perplexity 95% CI", "KL to FP",
+                "KL 95% CI", "log-ppl gap closed", "log-ppl gap closed 95% CI", "KL gap closed",
+                "KL gap closed 95% CI", "log-ppl minus QuaRot's", "minus QuaRot 95% CI",
+                "MDE (log-ppl)", "greedy", "choice", "CPU s"]
+
+        def val(e):
+            return None if e is None else float(e.value)
+
+        def rng(e, spec=".3f"):
+            return "" if e is None else f"[{e.lo:{spec}}, {e.hi:{spec}}]"
+
+        trows = [[r["bits"], r["wq"], LABELS[r["arm"]], r["ppl"],
+                  f"[{r['ppl_ci'][0]:.2f}, {r['ppl_ci'][1]:.2f}]", r["kl"],
+                  rng(r["kl_ci"]), val(r["lgap"]), rng(r["lgap"]), val(r["kgap"]),
+                  rng(r["kgap"]), val(r["vs_quarot"]), rng(r["vs_quarot"]),
+                  r.get("mde"), f"{r['zero_shot']}/{len(keep)}",
+                  f"{r['choice']}/{len(prompts)}", r["cpu_s"]] for r in rows]
+        table = R.make_table(
+            f"{'SmolLM2-135M-Instruct' if args.model == 'smollm2-135m-instruct' else args.model}"
+            f": {ev.numel()} evaluation tokens ({len(ev)} windows of {win}; CIs: percentile "
+            f"bootstrap over windows, 2000 resamples), {calib.numel()} calibration tokens, "
+            f"{'integer-exact' if args.int_exact else 'float-matmul'} static linears", cols,
+            trows, name="powered",
+            formats={"perplexity": ".2f", "KL to FP": ".4f", "log-ppl gap closed": ".3f",
+                     "KL gap closed": ".3f", "log-ppl minus QuaRot's": ".3f",
+                     "MDE (log-ppl)": ".3f", "CPU s": ".0f"})
+        R.write(args.out_results, [table], plugin="fptquant", seeds=[0], clock=clock,
+                threads=threads, quick=False,
+                tolerance={"CPU s": {"timing": True, "why": "CPU time of this machine: shown, "
+                                     "not compared"}},
+                command=" ".join(["python", "plugins/fptquant/benchmarks/real_model.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
+    elif args.out_results:
         cols = ["bits", "weights", "arm", "perplexity", "KL to FP", "RTN gap closed", "greedy",
                 "choice", "CPU s"]
         trows = [[r["bits"], r["wq"], LABELS[r["arm"]], r["ppl"], r["kl"],

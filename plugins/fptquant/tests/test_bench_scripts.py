@@ -68,16 +68,21 @@ def test_real_model_curves_write_their_results_files_on_a_tiny_model(tmp_path):
 
 @pytest.mark.slow
 def test_real_model_table_writes_its_results_file_on_a_tiny_model(tmp_path):
-    """real_model.py (README: rerun pending) on a tiny model folder: a few rows, one window."""
+    """real_model.py --stats (the powered table) on a tiny model folder: a few rows, three
+    windows; CIs over windows, gap closure and the paired difference to QuaRot."""
     model = str(_tiny_model_folder(tmp_path))
-    _run("real_model.py", "--model", model, "--bits", "w8a8", "--arms", "fp,rtn,fptquant_local",
-         "--weights", "rtn", "--gptq-bits", "", "--e2e-bits", "", "--static-quarot-bits", "",
-         "--eval-windows", "1", "--window", "16", "--calib", "1", "--local-steps", "1",
-         "--prompts", "2", "--threads", "1", "--out-results", str(tmp_path / "real.json"))
+    _run("real_model.py", "--model", model, "--bits", "w6a6kv6", "--arms",
+         "fp,rtn,quarot,fptquant_local", "--weights", "rtn", "--gptq-bits", "", "--e2e-bits",
+         "", "--static-quarot-bits", "", "--eval-windows", "3", "--window", "16", "--calib",
+         "1", "--local-steps", "1", "--prompts", "2", "--threads", "1", "--stats",
+         "--out-results", str(tmp_path / "real.json"))
     data = R.load(tmp_path / "real.json")
     (table,) = data["tables"]
-    arms = [r[2] for r in table["rows"]]
-    assert len(arms) == 3 and arms[0].startswith("FP") and arms[2] == "FPTQuant-local"
+    rows = [dict(zip(table["columns"], r)) for r in table["rows"]]
+    assert [r["arm"] for r in rows][1:] == ["no transform", "QuaRot (dynamic per-token)",
+                                           "FPTQuant-local"]
+    assert rows[0]["arm"].startswith("FP") and rows[1]["log-ppl gap closed"] == 0
+    assert rows[3]["minus QuaRot 95% CI"].startswith("[") and rows[3]["MDE (log-ppl)"] >= 0
     assert data["tolerance"]["CPU s"]["timing"] is True
 
 
