@@ -80,3 +80,37 @@ def test_pretrained_script_writes_a_results_file(tmp_path):
     assert [r[0] for r in data["tables"][0]["rows"]] == ["after the warm start (1 SFT steps)",
                                                          "+ 1 GRPO steps, baseline"]
     assert data["tolerance"]["eval s"]["timing"] is True
+
+
+def test_comparison_tables_pair_by_seed_and_apply_the_rule():
+    """The pre-registered comparisons from per-seed records (no training): paired differences,
+    the MDE and seed sd, the verdict of ``metrics.paired_verdict``, and the per-seed table."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from bench import COMPARISONS, comparison_tables
+    finally:
+        sys.path.remove(str(BENCH))
+    from icml import results
+
+    def rec(acc, col):
+        return {"heldout_accuracy": acc, "heldout_collapse_rate": col, "collapse_rate": col,
+                "heldout_accuracy_hop2": acc, "heldout_accuracy_hop3": acc,
+                "accuracy_hop3": acc, "turns_hop3": 3.0}
+
+    noise = [0.10, 0.30, 0.05, 0.25, 0.15]
+    per = {"baseline": [rec(0.1, 0.9 + 0.01 * i) for i in range(5)],
+           "baseline_nopen": [rec(x, 0.2) for x in noise],
+           "both": [rec(x + 0.01 * (-1) ** i, 0.0 + 0.01 * i) for i, x in enumerate(noise)]}
+    res = {"per_seed": per, "config": {"seeds": 5, "seed_list": [0, 1, 2, 3, 4], "steps": 1,
+                                       "mu": "question", "holdout": 1.0,
+                                       "holdout_by": "question"}}
+    comp, raw = comparison_tables(res, "arms_t")
+    rows = {(r[0], r[1]): r for r in comp["rows"]}
+    assert set(rows) == {(a, b) for a, b, _ in COMPARISONS if a in per and b in per}
+    col = comp["columns"]
+    main = rows[("both", "baseline_nopen")]
+    assert main[col.index("detected Δ held-out collapse 3-hop")] == "yes"     # -0.18, tiny sd
+    assert main[col.index("Δ held-out collapse 3-hop")]["value"] < 0
+    assert main[col.index("detected Δ held-out acc")] == "no"                 # +-0.01 noise
+    assert len(raw["rows"]) == 15 and raw["rows"][0][:2] == ["baseline", 0]
+    assert "| both | baseline_nopen |" in results.render_table(comp)
