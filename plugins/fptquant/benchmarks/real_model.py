@@ -16,8 +16,10 @@ Fair by construction of the loop: one weight quantizer per row for every arm (RT
 width, GPTQ rows at the widths in ``--gptq-bits``), the same calibration sequences (tokens
 disjoint from the evaluation tokens) and the same evaluation windows. Work shared between rows
 is done once (see ``main``); ``--rows`` picks rows of the product. Runs on one torch thread
-per core (``--threads``; trained arms then differ from a one-thread run beyond the last digits,
-see README); prints CPU seconds per row and in total, and the load average.
+per core (``--threads``; the training stages run at one thread whatever ``--threads`` is,
+``training.threads``, since 0.3.8); prints CPU seconds per row and in total, and the load
+average. ``--stats``: the powered table (CIs over windows, log-perplexity / KL gap closure,
+paired log-perplexity difference to QuaRot with its minimum detectable effect).
 """
 
 from __future__ import annotations
