@@ -132,6 +132,16 @@ def window_stats(rows, n_boot=2000):
             r["mde"] = stats.mde_from_samples(d, n_boot=n_boot)
 
 
+def _wilson(k, n):
+    """Wilson 95% interval of k correct out of n (``icml.stats.proportion_ci``)."""
+    from icml import stats
+
+    if not n:
+        return ""
+    e = stats.proportion_ci([1] * k + [0] * (n - k))
+    return f"[{e.lo:.2f}, {e.hi:.2f}]"
+
+
 def _ci(e, spec=".3f"):
     return "" if e is None else e.fmt(spec)
 
@@ -445,7 +455,7 @@ def run() -> None:
         cols = ["bits", "weights", "arm", "perplexity", "perplexity 95% CI", "KL to FP",
                 "KL 95% CI", "log-ppl gap closed", "log-ppl gap closed 95% CI", "KL gap closed",
                 "KL gap closed 95% CI", "log-ppl minus QuaRot's", "minus QuaRot 95% CI",
-                "MDE (log-ppl)", "greedy", "choice", "CPU s"]
+                "MDE (log-ppl)", "greedy", "greedy 95% CI", "choice", "choice 95% CI", "CPU s"]
 
         def val(e):
             return None if e is None else float(e.value)
@@ -457,8 +467,10 @@ def run() -> None:
                   f"[{r['ppl_ci'][0]:.2f}, {r['ppl_ci'][1]:.2f}]", r["kl"],
                   rng(r["kl_ci"]), val(r["lgap"]), rng(r["lgap"]), val(r["kgap"]),
                   rng(r["kgap"]), val(r["vs_quarot"]), rng(r["vs_quarot"]),
-                  r.get("mde"), f"{r['zero_shot']}/{len(keep)}",
-                  f"{r['choice']}/{len(prompts)}", r["cpu_s"]] for r in rows]
+                  r.get("mde"), f"{r['zero_shot']}/{len(keep)}", _wilson(r["zero_shot"],
+                                                                          len(keep)),
+                  f"{r['choice']}/{len(prompts)}", _wilson(r["choice"], len(prompts)),
+                  r["cpu_s"]] for r in rows]
         table = R.make_table(
             f"{'SmolLM2-135M-Instruct' if args.model == 'smollm2-135m-instruct' else args.model}"
             f": {ev.numel()} evaluation tokens ({len(ev)} windows of {win}; CIs: percentile "
