@@ -12,4 +12,5 @@ def bench():
 def audio(bench):
     from icml_lalm_judge import SpeechConfig, synthesize_benchmark
 
-    return synthesize_benchmark(bench, SpeechConfig(prosody=True, noise=0.05), seed=0)
+    sp = SpeechConfig(backend="tones", prosody=True, noise=0.05)
+    return synthesize_benchmark(bench, sp, seed=0)

@@ -73,7 +73,8 @@ def test_audio_cnn_learns_and_checks_rate(bench, audio):
     train = make_dialogues(6, seed=11)
     from icml_lalm_judge import SpeechConfig, synthesize_benchmark
 
-    tr_audio = synthesize_benchmark(train, SpeechConfig(prosody=True, noise=0.05), seed=0)
+    sp = SpeechConfig(backend="tones", prosody=True, noise=0.05)
+    tr_audio = synthesize_benchmark(train, sp, seed=0)
     j = CNNAudioJudge(seed=0)
     ds = train.all_dialogues
     losses = j.fit(ds, [tr_audio[d.id] for d in ds], steps=60)

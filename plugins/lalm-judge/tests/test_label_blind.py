@@ -96,7 +96,7 @@ def test_scrambled_labels_leave_every_judge_input_unchanged():
     bench = make_dialogues(2, seed=4, categories=CATEGORIES[:3])
     scr = _scrambled(bench)
     assert [v.severity for v in scr.variants] != [v.severity for v in bench.variants]
-    sp = SpeechConfig(prosody=True, noise=0.05)
+    sp = SpeechConfig(backend="tones", prosody=True, noise=0.05)
     a0 = synthesize_benchmark(bench, sp, seed=0)
     a1 = synthesize_benchmark(scr, sp, seed=0)
     for judge in _judges(bench):

@@ -81,8 +81,8 @@ def test_parallel_synthesis_is_identical(bench):
     from icml_lalm_judge import Benchmark, SpeechConfig, synthesize_benchmark
 
     small = Benchmark(bench.bases[:1], bench.variants[:5])
-    a = synthesize_benchmark(small, SpeechConfig(workers=1))
-    b = synthesize_benchmark(small, SpeechConfig(workers=3))
+    a = synthesize_benchmark(small, SpeechConfig(backend="tones", workers=1))
+    b = synthesize_benchmark(small, SpeechConfig(backend="tones", workers=3))
     assert list(a) == list(b)
     assert all(np.array_equal(a[k].samples, b[k].samples) for k in a)
     with pytest.raises(ValueError, match="workers"):
@@ -272,3 +272,15 @@ def test_throughput_script_writes_a_results_file(tmp_path):
     assert set(data["tolerance"]) == set(mod.TIMING_COLUMNS)
     assert all(t["timing"] for t in data["tolerance"].values())
     assert R.render_table(table)  # renders
+
+
+def test_auto_backend_is_espeak_when_installed(monkeypatch):
+    import shutil
+
+    from icml_lalm_judge import SpeechConfig
+
+    want = "espeak-ng" if shutil.which("espeak-ng") else "tones"
+    assert SpeechConfig().backend == "auto" and SpeechConfig().resolved_backend() == want
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert SpeechConfig().resolved_backend() == "tones"  # the labelled fallback
+    assert SpeechConfig(backend="espeak-ng").resolved_backend() == "espeak-ng"

@@ -24,7 +24,7 @@ JUDGES = ("oracle", "rule", "decay", "random", "text", "audio-cnn", "fusion", "r
           "lalm")
 DEFAULT_JUDGES = JUDGES[:-1]
 POSITIONS = ("random", "first", "middle", "last")
-BACKENDS = ("tones", "espeak-ng")
+BACKENDS = ("auto", "tones", "espeak-ng")
 ESPEAK_ENGINES = ("auto", "library", "cli")
 TEXT_MODELS = ("tiny", "smollm2-135m-instruct", "auto")
 
@@ -53,11 +53,13 @@ class DialogueConfig:
 class SpeechConfig:
     """How dialogues are spoken (``synthesize_benchmark(bench, speech, seed=...)``)."""
 
-    backend: str = option("tones", help="speech: the numpy tone codec or espeak-ng (needs the "
-                          "Debian package)", choices=BACKENDS)
+    backend: str = option("auto", help="speech: espeak-ng (the Debian package), the numpy tone "
+                          "codec, or auto (espeak-ng when the program is on PATH, else the tone "
+                          "codec, reported as the fallback)", choices=BACKENDS)
     sr: int = option(16000, help="audio sample rate (Hz)", ge=4000)
-    prosody: bool = option(True, help="unsafe turns get louder/higher with severity (the "
-                           "non-lexical cue audio can carry)")
+    prosody: bool = option(True, help="prosody from the text only: exclamation marks and "
+                           "all-capital words make a turn louder/higher (never the label; the "
+                           "shipped turns are plain sentences, so it changes none of them)")
     noise: float = option(0.05, help="white-noise level of the tone codec (drives ASR errors)",
                           ge=0)
     silence_s: float = option(0.25, help="silence between turns (s)", ge=0)
@@ -81,6 +83,15 @@ class SpeechConfig:
             raise ValueError(f"speech.workers={self.workers}: use 1 or more")
         if self.sr < 4000:
             raise ValueError(f"speech.sr={self.sr}: use at least 4000 Hz")
+
+    def resolved_backend(self) -> str:
+        """``backend`` with ``auto`` resolved: ``espeak-ng`` when the program is on PATH
+        (``shutil.which``), else ``tones``."""
+        import shutil
+
+        if self.backend != "auto":
+            return self.backend
+        return "espeak-ng" if shutil.which("espeak-ng") else "tones"
 
 
 @dataclass

@@ -27,7 +27,7 @@ def synthesize_benchmark(bench: Any, speech: SpeechConfig | None = None, *, seed
 
     speech = SpeechConfig() if speech is None else speech
     cache = speech.cache if cache is None else cache
-    backend, sr, workers = speech.backend, speech.sr, speech.workers
+    backend, sr, workers = speech.resolved_backend(), speech.sr, speech.workers
     prosody, silence_s = speech.prosody, speech.silence_s
     ds = bench.all_dialogues
     if backend == "espeak-ng":
@@ -117,7 +117,13 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     if sp.backend == "espeak-ng" and not espeak_available():
         raise icml.ConfigError("speech.backend=espeak-ng but espeak-ng is not installed: "
                                "apt-get install espeak-ng, or use speech.backend=tones")
-    if "rule-asr" in cfg.judges and sp.backend != "tones":
+    backend = sp.resolved_backend()
+    judge_names = list(cfg.judges)
+    notes = []
+    if "rule-asr" in judge_names and backend != "tones" and sp.backend == "auto":
+        judge_names.remove("rule-asr")
+        notes.append("rule-asr skipped: it decodes the tone codec, and speech is espeak-ng.")
+    if "rule-asr" in judge_names and backend != "tones":
         raise icml.ConfigError("judge rule-asr uses the tone-codec ASR: use speech.backend="
                                "tones or drop rule-asr from judges")
     if "lalm" in cfg.judges and sp.sr != 16000:
@@ -126,7 +132,7 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     bench = make_dialogues(cfg.n_base, seed=ctx.seed, dialogues=cfg.dialogues)
-    needs_audio = any(j in cfg.judges for j in ("audio-cnn", "fusion", "rule-asr")) or \
+    needs_audio = any(j in judge_names for j in ("audio-cnn", "fusion", "rule-asr")) or \
         any(m != "T" for m in cfg.modalities)
     timings["generate_s"] = time.perf_counter() - t0
     audio = None
@@ -140,8 +146,10 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
             progress=lambda it, **kw: ctx.progress(it, desc="synthesising speech", **kw))
         timings["synthesise_s"] = time.perf_counter() - t0
     judges: dict[str, Any] = {}
-    notes = []
-    for name in cfg.judges:
+    notes.append("Speech: espeak-ng." if backend == "espeak-ng" else
+                 "Speech: the numpy tone codec (fallback: espeak-ng is not installed)."
+                 if sp.backend == "auto" else "Speech: the numpy tone codec.")
+    for name in judge_names:
         if name == "oracle":
             judges[name] = OracleJudge()
         elif name == "rule":
@@ -166,7 +174,7 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
             with ctx.step("loading the text judge"):
                 judges[name], label = text_judge(js, ctx.torch_device(), ctx.seed)
             notes.append(f"Text judge: {label}.")
-    if "audio-cnn" in cfg.judges or "fusion" in cfg.judges:
+    if "audio-cnn" in judge_names or "fusion" in judge_names:
         t0 = time.perf_counter()
         train = make_dialogues(js.n_train_base, seed=ctx.seed + 1000, dialogues=cfg.dialogues)
         train_audio = synthesize_benchmark(train, sp, seed=ctx.seed, cache=cache)
@@ -175,15 +183,15 @@ def evaluate_job(ctx: icml.RunContext, cfg: EvaluateConfig) -> icml.RunResult:
         cnn.fit(ds, [train_audio[d.id] for d in ds], steps=js.cnn_steps,
                 progress=lambda it: ctx.progress(it, desc="training the audio CNN"))
         timings["cnn_train_s"] = time.perf_counter() - t0
-        if "audio-cnn" in cfg.judges:
+        if "audio-cnn" in judge_names:
             judges["audio-cnn"] = cnn
-        if "fusion" in cfg.judges:
+        if "fusion" in judge_names:
             judges["fusion"] = FusionJudge(RuleJudge(), cnn, weight=js.fusion_weight,
                                            name="fusion(rule+audio-cnn)")
     cols = ["judge", "mode", "sensitivity [95% CI]", "sensitivity MDE", "specificity [95% CI]",
             "spearman",
             "item spec", "position slope [95% CI]", "spread", "stability", "failures"]
-    title = (f"Metrics on {len(bench)} variants of {cfg.n_base} bases ({sp.backend} speech; "
+    title = (f"Metrics on {len(bench)} variants of {cfg.n_base} bases ({backend} speech; "
              "reconstructed formulas)")
     rows, metrics, reports = [], {}, {}
     for key, judge in judges.items():

@@ -21,8 +21,8 @@ def icml_plugin_info() -> icml.PluginInfo:
     return icml.PluginInfo(
         name="lalm-judge",
         title="LALM-as-a-Judge: safety judging of multi-turn spoken dialogues (reconstructed)",
-        summary="Spoken-dialogue safety benchmark: one unsafe placeholder turn, offline speech, "
-                "T/A/A+T judges, reconstructed metrics.",
+        summary="Spoken-dialogue safety benchmark: one label-blind unsafe turn of graded "
+                "severity, offline speech, T/A/A+T judges.",
         paper=icml.Paper(title="LALM-as-a-Judge: safety evaluation in multi-turn spoken "
                          "dialogues", url="https://arxiv.org/abs/2602.04796",
                          authors="Amir Ivry, Shinji Watanabe", bibtex=BIBTEX),
