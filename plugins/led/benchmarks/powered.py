@@ -315,7 +315,40 @@ def merge(args, log) -> tuple[list[dict], dict]:
     args.temperatures = sorted({r["T"] for r in runs.values()})
     log(f"merged {len(runs)} cells from {len(parts)} parts")
     tables = tables_from(runs, check, args, len(problems), check_t=check_t)
+    tables.append(processes_table(args.parts, runs))
     return tables, None
+
+
+def processes_table(parts: list[str], runs: dict) -> dict:
+    """Wall and CPU seconds of each part's process (from its results file,
+    ``results/<stem>.json`` next to the raw ``benchmarks/results/<stem>.json``) and the
+    grid's total: what the grid costs at one thread per process."""
+    from icml import results as R
+    from icml.results import make_table
+
+    rows = []
+    tot_cpu = tot_wall = 0.0
+    for f in parts:
+        stem = Path(f).stem
+        path = HERE.parent / "results" / f"{stem}.json"
+        meta = R.load(path) if path.is_file() else {}
+        cells = [c for c, r in runs.items() if r["part"] == stem]
+        decode = sum(runs[c]["seconds"] for c in cells)
+        load = meta.get("load") or {}
+        rows.append([stem, ",".join(cells), meta.get("threads", "-"), decode,
+                     meta.get("wall_s", "-"), meta.get("cpu_s", "-"),
+                     f"{load.get('start', '-')}-{load.get('end', '-')}"])
+        tot_cpu += meta.get("cpu_s", 0.0)
+        tot_wall += meta.get("wall_s", 0.0)
+    rows.append(["all parts, one after another", f"{len(runs)} cells", "-",
+                 sum(r["seconds"] for r in runs.values()), tot_wall, tot_cpu, "-"])
+    rows.append(["all parts, CPU / 2: least wall time on 2 idle cores", "-", "-", "-", "-",
+                 tot_cpu / 2, "-"])
+    return make_table(
+        "processes behind the merged table (from each part's results file; one torch thread "
+        "each, run through the shared machine's queue)",
+        ["process", "cells", "threads", "decode s", "wall s", "CPU s", "load"], rows,
+        name="processes", formats={"decode s": ".0f", "wall s": ".0f", "CPU s": ".0f"})
 
 
 def tables_from(runs: dict, check: dict, args, n_prompts: int,
@@ -468,7 +501,9 @@ def main(argv: list[str] | None = None) -> None:
         tolerance = {c: TIMING for c in ("ms/token", "s/prompt", "vs sampling", "estimated s")}
     else:
         tables, raw = (final if args.phase == "final" else merge)(args, log)
-        tolerance = {c: TIMING for c in ("seconds", "ms/token", "time vs sampling")}
+        tolerance = {c: TIMING for c in ("seconds", "ms/token", "time vs sampling",
+                                         *(("decode s", "wall s", "CPU s", "load")
+                                           if args.phase == "merge" else ()))}
     if raw is not None:   # raw per-prompt counts, named after the results file
         stem = Path(args.out_results).stem if args.out_results else "powered"
         (args.out / f"{stem}.json").write_text(json.dumps(raw, indent=1))

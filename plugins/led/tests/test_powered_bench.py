@@ -86,7 +86,8 @@ def test_merge_takes_each_cell_from_one_part_and_the_check_at_its_temperature(tm
     (tmp_path / "b.json").write_text(json.dumps(new))
     margs = b.parse_args(["merge", "--parts", f"{tmp_path / 'a.json'},{tmp_path / 'b.json'}"])
     tables, raw = b.merge(margs, lambda m: None)
-    passk, paired, dtype, cost = tables
+    passk, paired, dtype, cost, procs = tables
+    assert procs["rows"][0][:2] == ["a", "0.6/sampling,0.6/led"]
     assert [(r[0], r[1]) for r in passk["rows"]] == [("0.6", "sampling"), ("0.6", "dola"),
                                                       ("0.6", "led"), ("0.8", "sampling"),
                                                       ("0.8", "led")]
