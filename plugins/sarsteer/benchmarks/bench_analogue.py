@@ -213,14 +213,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--alphas", type=float, nargs="+",
-                    default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0])
+                    default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.3, 1.7])
     ap.add_argument("--form", default="roleplay", choices=["roleplay", "direct"])
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--n-fit", type=int, default=16)
     ap.add_argument("--n-eval", type=int, default=40)
     ap.add_argument("--tokens", type=int, default=6)
     ap.add_argument("--target", type=float, default=0.5)
-    ap.add_argument("--peer-alpha", type=float, default=0.5)
+    ap.add_argument("--peer-alpha", type=float, default=0.0,
+                    help="also run steering-vectors at this alpha (seed of --seeds[0]); 0 skips")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
