@@ -46,6 +46,14 @@ class LLMConfig:
                                     ge=16)
     json_prefix: bool = option(True, help="prefill each llm answer with '{\"tool\": \"' so "
                                "the model only completes a JSON action")
+    decoding: str = option("free", help="free (the model writes the JSON action) or "
+                           "constrained (values the tool schema enumerates -- tool, step, "
+                           "input file, folder -- are chosen among the allowed ones by "
+                           "likelihood)", choices=("free", "constrained"))
+    temperature: float = option(0.0, help="constrained decoding: 0 = greedy, > 0 samples the "
+                                "choices (the official runs use 0.2)", ge=0)
+    sample_seed: int = option(0, help="seed of the constrained sampler (trials differ by it)",
+                              ge=0)
 
     def __post_init__(self) -> None:
         for key in ("max_turns", "max_new_tokens"):
@@ -53,6 +61,11 @@ class LLMConfig:
                 raise ValueError(f"config key 'llm.{key}': must be >= 1")
         if self.max_prompt_tokens < 16:
             raise ValueError("config key 'llm.max_prompt_tokens': must be >= 16")
+        if self.decoding not in ("free", "constrained"):
+            raise ValueError(f"config key 'llm.decoding': {self.decoding!r}, use free or "
+                             "constrained")
+        if not self.temperature >= 0:
+            raise ValueError("config key 'llm.temperature': must be >= 0")
 
 
 @dataclass(frozen=True)

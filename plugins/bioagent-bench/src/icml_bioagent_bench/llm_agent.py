@@ -79,6 +79,7 @@ class TransformersToolAgent:
         self.model, self.tok = model, tokenizer
         self.backend = backend
         self.name = "llm"
+        self._runs = 0  # constrained sampling: each run of this agent gets its own stream
 
     def _generate(self, prompt: str) -> str:
         """Greedy completion. With ``config.json_prefix`` the answer is started with ``{"tool": "``
@@ -106,6 +107,8 @@ class TransformersToolAgent:
         return execute(action["tool"], action.get("args") or {}, ws, pipe, trace)
 
     def run(self, task: TaskView, workdir: Path, timeout_s: float) -> Trace:
+        if self.config.decoding == "constrained":
+            return self._run_constrained(task, workdir, timeout_s)
         t0 = time.perf_counter()
         ws = Path(workdir)
         trace = Trace(self.name, task.task_id, structured=True)
@@ -135,6 +138,60 @@ class TransformersToolAgent:
                 trace.steps.append(TraceStep(json.dumps(action)[:300], rc, obs[:500], files,
                                              time.perf_counter() - t0))
                 history.append(f"Action: {json.dumps(action)[:200]}\nObservation: {obs[:200]}")
+        except AgentTimeout as exc:
+            trace.status, trace.error = "timeout", str(exc)
+        trace.seconds = time.perf_counter() - t0
+        return trace
+
+    def _run_constrained(self, task: TaskView, workdir: Path, timeout_s: float) -> Trace:
+        """The same tools with constrained decoding (:mod:`.constrained`): one transcript,
+        each action written under the schema, sampled at ``config.temperature``."""
+        import random
+
+        from icml_bioagent_bench.actions import TOOL_NAMES, execute
+        from icml_bioagent_bench.constrained import ChoiceLM, choose_action
+
+        t0 = time.perf_counter()
+        ws = Path(workdir)
+        trace = Trace(self.name, task.task_id, structured=True)
+        pipe = TaskPipeline(task.task_id, ws, backend=self.backend)
+        rng = random.Random(self.config.sample_seed * 1_000_003 + self._runs)
+        self._runs += 1
+        files = [f"data/{f}" for f in task.input_files] + [f"reference/{f}"
+                                                           for f in task.reference_files]
+        doc = TOOLS_DOC.format(steps=", ".join(STEPS[task.task_id]),
+                               roles=", ".join(ROLES[task.task_id]))
+        user = (f"{task.full_prompt()}\n\nFiles in data/: {', '.join(task.input_files)}\n"
+                f"Files in reference/: {', '.join(task.reference_files) or '(none)'}\n\n{doc}")
+        if getattr(self.tok, "chat_template", None):
+            text = self.tok.apply_chat_template([{"role": "user", "content": user}],
+                                                add_generation_prompt=True, tokenize=False)
+        else:
+            text = user + "\n"
+        lm = ChoiceLM(self.model, self.tok)
+        lm.start(text + "Action: ")
+        try:
+            for _ in range(self.config.max_turns):
+                if time.perf_counter() - t0 > timeout_s:
+                    raise AgentTimeout(f"time limit {timeout_s:g} s reached")
+                roles = [r for r in ROLES[task.task_id] if r != "sample"
+                         and r not in pipe.inputs]
+                action = choose_action(lm, tools=list(TOOL_NAMES), steps=list(STEPS[task.task_id]),
+                                       roles=roles, files=files,
+                                       dirs=["data", "reference", "outputs", "results"],
+                                       temperature=self.config.temperature, rng=rng)
+                if action["tool"] == "finish":
+                    trace.steps.append(TraceStep(json.dumps(action), 0, "",
+                                                 [], time.perf_counter() - t0))
+                    break
+                try:
+                    obs, used = execute(action["tool"], action["args"], ws, pipe, trace)
+                    rc = 0
+                except (ValueError, PipelineError, OSError) as exc:
+                    obs, used, rc = f"error: {exc}", [], 1
+                trace.steps.append(TraceStep(json.dumps(action)[:300], rc, obs[:500], used,
+                                             time.perf_counter() - t0))
+                lm.append(f"\nObservation: {obs[:200]}\nAction: ")
         except AgentTimeout as exc:
             trace.status, trace.error = "timeout", str(exc)
         trace.seconds = time.perf_counter() - t0
