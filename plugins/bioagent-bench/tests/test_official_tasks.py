@@ -83,3 +83,15 @@ def test_corruption_is_flagged_by_the_robust_policy(tid, extra_suite, sandbox):
         return
     rec = run_agent(extra_suite[(tid, "corrupt")], ScriptedAgent("robust"), sandbox)
     assert rec.flagged and rec.success
+
+
+def test_evaluate_job_runs_a_further_task_without_a_corrupt_condition(tmp_path):
+    """``--set tasks=["cystic-fibrosis"]``: the job skips the corruption the task lacks."""
+    from icml import runner
+
+    res = runner.run("bioagent-bench", "evaluate", overrides=[
+        'tasks=["cystic-fibrosis"]', "trials=1", 'agents=["correct","naive"]'],
+        out=tmp_path, show_progress=False)
+    assert res.status == "ok"
+    table = next(t for t in res.to_dict()["tables"] if t["title"].startswith("Completion"))
+    assert {row[1] for row in table["rows"]} == {"clean", "decoy", "bloat"}
