@@ -182,7 +182,8 @@ def _write_bgzip(path: Path, text: str) -> None:
 def _write_clinvar(path: Path, records: list, rng: np.random.Generator, *, with_causal: bool
                    ) -> None:
     lines = ["##fileformat=VCFv4.1", "##source=ClinVar (synthetic subset)",
-             *(f"##contig=<ID={c}>" for c in range(1, 23)), "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
+             *(f"##contig=<ID={c}>" for c in range(1, 23)),
+             "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
     vid = 100000
     for (c, p, r, a), _ in records:
         if (c, p, r, a) == CAUSAL:
