@@ -108,7 +108,9 @@ def main() -> None:
     ap.add_argument("--n-base", type=int, default=25)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--placements", default="first,middle,last")
-    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="a packaged pretrained "
+                    "model (icml.models.load_pretrained) or 'tiny' (a random tiny Qwen2 with "
+                    "the byte tokenizer: a plumbing check, uninformed)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
@@ -158,7 +160,12 @@ def main() -> None:
             errs, nref = errs + e, nref + n
     front_s = time.perf_counter() - t0
 
-    model, tok = models.load_pretrained(args.model, device=args.device)
+    if args.model == "tiny":
+        model = models.tiny_causal_lm("qwen2", hidden_size=32, seed=args.seed,
+                                      device=args.device)
+        tok = models.byte_tokenizer()
+    else:
+        model, tok = models.load_pretrained(args.model, device=args.device)
     model = model.to(getattr(torch, args.dtype)).eval()
     judge = HFTextJudge(model, tok, name=args.model)
     prompts = {m: [judge.prompt_ids(user_message(m, _lines(v), _lines(v, a)))

@@ -160,3 +160,27 @@ def test_real_judge_benchmark_prompts_are_label_blind():
         scr = replace(d, id=d.id + "~", turns=turns, severity=s if d.severity else 0)
         assert msg(d) == msg(scr)
         assert not any(re.search(r"\d", line) for m in msg(d) for line in m.split("\n")[1:-1])
+
+
+def test_real_judge_script_writes_its_results_file(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import icml.results as R
+
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_real_judge.py"
+    out = tmp_path / "real.json"
+    proc = subprocess.run([sys.executable, str(script), "--model", "tiny", "--n-base", "2",
+                           "--placements", "first,last", "--check-float32", "1",
+                           "--n-boot", "100", "--out-results", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = R.load(out)
+    names = [t["name"] for t in data["tables"]]
+    assert names == ["real-judge", "per-severity", "per-placement", "modality-gain",
+                     "front-end", "dtype-check"]
+    main = data["tables"][0]
+    assert [r[1] for r in main["rows"]] == ["T", "A", "A+T", "T", "A", "T"]
+    assert main["rows"][0][10] == 2 * (1 + 2 * 6)  # bases + 2 placements x (5 + control)
+    assert data["tolerance"]["s per prompt"]["timing"] is True
