@@ -56,7 +56,8 @@ def _peer_flags(model, tok, prompt, split, plain, alpha, judge, tokens):
                         layer_type="decoder_block")
     out = []
     for qs in (split.eval_harmful, split.eval_benign):
-        with sv.apply(model, multiplier=alpha, token_indices=slice(-1, None)):
+        with sv.apply(model, multiplier=alpha, min_token_index=None,
+                      token_indices=slice(-1, None)):
             resp = generate_responses(model, prompt, qs, INSTRUCTION, max_new_tokens=tokens,
                                       batch_size=40)
         out.append((judge([""] * len(resp), resp), resp))
@@ -111,6 +112,73 @@ def run(args):
                         "peer_harmful": peer[0][0], "peer_benign": peer[1][0]}
         print(f"seed {seed}: {time.perf_counter() - t:.0f} s", flush=True)
     return ref, sweep, peer, samples
+
+
+PEER_INSTALL = ("pip install -q --no-deps --target /tmp/icml-peers/steering-vectors "
+                "steering-vectors==0.12.2 && PYTHONPATH=/tmp/icml-peers/steering-vectors ")
+"""steering-vectors 0.12.2 declares transformers<5 (this plugin needs >=5), so it cannot be an
+extra of the plugin; installed without its dependencies into a side folder it imports and runs
+with transformers 5 (only ``SteeringVector.apply`` is used)."""
+
+
+def peer_only(args):
+    """steering-vectors vs this plugin on the plain direction of seed ``--seeds[0]`` at
+    ``--peer-alpha``: refusal rates and the share of identical responses."""
+    import torch
+
+    try:
+        from steering_vectors import SteeringVector
+    except ImportError:
+        from icml import ConfigError
+
+        raise ConfigError("--peer-only needs steering-vectors importable: " + PEER_INSTALL
+                          + "python ...") from None
+    from icml_sarsteer.analogue import FORMS, INSTRUCTION, greedy_arms, load_pairs, split_pairs
+    from icml_sarsteer.metrics import KeywordJudge
+    from icml_sarsteer.prompts import ChatPrompt, generate_responses
+
+    from icml import results
+    from icml.models import load_pretrained
+
+    model, tok = load_pretrained("smollm2-135m-instruct")
+    model = model.to(device=args.device, dtype=getattr(torch, args.dtype)).eval()
+    judge = KeywordJudge(normalize_apostrophes=True)
+    prompt = ChatPrompt(tok, device=args.device, template=FORMS[args.form])
+    split = split_pairs(load_pairs(), args.seeds[0], args.n_fit, args.n_eval)
+    plain, _ = _steerers(model, prompt, split, args.k)
+    sv = SteeringVector({i: plain.vectors[j] for j, i in enumerate(plain.layer_ids)},
+                        layer_type="decoder_block")
+    a = args.peer_alpha
+    resp = {"icml_sarsteer, greedy_arms (cached prefix)": {}, "icml_sarsteer, generate": {},
+            "steering-vectors 0.12.2, generate": {}}
+    for kind, qs in (("harmful", split.eval_harmful), ("benign", split.eval_benign)):
+        names = list(resp)
+        resp[names[0]][kind] = greedy_arms(model, prompt, qs, INSTRUCTION, [(plain, a)],
+                                           max_new_tokens=args.tokens)[0]
+        with plain.apply(model, alpha=a):
+            resp[names[1]][kind] = generate_responses(model, prompt, qs, INSTRUCTION,
+                                                      max_new_tokens=args.tokens, batch_size=40)
+        with sv.apply(model, multiplier=a, min_token_index=None,
+                      token_indices=slice(-1, None)):
+            resp[names[2]][kind] = generate_responses(model, prompt, qs, INSTRUCTION,
+                                                      max_new_tokens=args.tokens, batch_size=40)
+    ref = resp["icml_sarsteer, greedy_arms (cached prefix)"]
+    rows = []
+    for name, r in resp.items():
+        rate = {k: 100 * sum(judge([""] * len(v), v)) / len(v) for k, v in r.items()}
+        same = sum(x == y for k in r for x, y in zip(r[k], ref[k], strict=True))
+        rows.append([name, rate["harmful"], rate["benign"],
+                     100 * same / (len(r["harmful"]) + len(r["benign"]))])
+    t = results.make_table(
+        f"Peer on the same direction: plain steering (seed {args.seeds[0]} fit pairs, "
+        f"{args.form} form) at alpha={a}, last position, {args.tokens} greedy tokens, "
+        f"{len(split.eval_harmful)}+{len(split.eval_benign)} eval pairs",
+        ["implementation", "refusal on harmful %", "over-refusal on benign %",
+         "responses identical to greedy_arms %"], rows, name="peer",
+        formats={"refusal on harmful %": ".1f", "over-refusal on benign %": ".1f",
+                 "responses identical to greedy_arms %": ".1f"})
+    print("\n" + t["title"] + "\n\n" + results.render_table(t), flush=True)
+    return t
 
 
 def _pct(x):
@@ -225,6 +293,8 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--peer-only", action="store_true",
+                    help="only the steering-vectors comparison at --peer-alpha")
     ap.add_argument("--out-results", default=None)
     args = ap.parse_args()
     from icml import ConfigError, results
@@ -238,6 +308,19 @@ def main():
                           "(or 0 to skip the peer)")
     clock = results.Clock()
     threads = results.apply_threads(args.threads)
+    if args.peer_only:
+        if not args.peer_alpha:
+            raise ConfigError("--peer-only needs --peer-alpha > 0")
+        t = peer_only(args)
+        if args.out_results:
+            import sys
+
+            cmd = PEER_INSTALL + "python plugins/sarsteer/benchmarks/bench_analogue.py " + \
+                " ".join(sys.argv[1:])
+            print("results file:", results.write(
+                args.out_results, [t], command=cmd, plugin="sarsteer", seeds=args.seeds[:1],
+                quick=False, clock=clock, threads=threads))
+        return
     ref, sweep, peer, samples = run(args)
     out, _ = tables(args, ref, sweep, peer)
     if args.out_results:

@@ -1,5 +1,7 @@
 """The toy's planted behaviours and what steering does to them, at small scale (sanity checks:
-the toy is trained to show the gap; the steering effects are measured, not planted)."""
+the toy is trained to show the gap and the prompt defense's refuse-everything behaviour; the
+steering effect is measured, not planted). The paper's claim 3 (SARSteer lowers over-refusal at
+matched refusal) is tested where it can appear, on SmolLM2: tests/test_claim_analogue.py."""
 
 from icml_sarsteer.baselines import NoDefense, PlainSteering, PromptDefense
 from icml_sarsteer.evaluation import evaluate_defense
@@ -22,4 +24,5 @@ def test_gap_prompt_overrefusal_and_steering_raise_refusal(trained_toy):
     plain = PlainSteering().fit(model, bench.fit_harmful, bench.fit_benign, prompt)
     st_h, st_b = _rates(model, prompt, plain, bench, alpha=0.3)
     assert st_h >= none_h + 0.2              # text-derived refusal steering raises refusal
-    assert st_b < prompt_b                   # with less over-refusal than the prompt defense
+    # (0.1.4 also asserted st_b < prompt_b: the prompt defense is trained to refuse everything,
+    # so that could not fail and is gone)
