@@ -1,0 +1,93 @@
+"""The pre-registered claim (README, "Pre-registered comparison"), checked against its results
+file ``results/prereg.json``: the verdict of the primary comparison (held-out 3-hop collapse
+rate, ``both`` - ``baseline_nopen``, paired by seed) is recomputed from the file's per-seed
+values with :func:`~icml_dr_mmsearch.metrics.paired_verdict` and must be what the file's
+comparison table says, what the README states, and what was measured (``PRIMARY``). A rerun
+whose numbers flip the verdict, or a README that claims otherwise, fails here."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from icml_dr_mmsearch.metrics import paired_verdict
+
+PLUGIN = Path(__file__).resolve().parents[1]
+FILE = PLUGIN / "results" / "prereg.json"
+LABEL = "arms_prereg"
+PRIMARY = ("both", "baseline_nopen", "heldout_collapse_rate", "detected Δ held-out collapse 3-hop")
+MEASURED = None   # filled in from the run: "holds" or "does not hold"
+
+
+def _tables() -> dict:
+    data = json.loads(FILE.read_text(encoding="utf-8"))
+    return {t["name"]: t for t in data["tables"]}
+
+
+def _values(per_seed: dict, arm: str, key: str) -> list[float]:
+    cols = per_seed["columns"]
+    rows = sorted((r for r in per_seed["rows"] if r[0] == arm), key=lambda r: r[1])
+    return [r[cols.index(key)] for r in rows]
+
+
+def _verdict(tables: dict, a: str, b: str, key: str) -> dict:
+    per = tables[f"{LABEL}_per_seed"]
+    x, y = _values(per, a, key), _values(per, b, key)
+    assert len(x) == len(y) >= 5, "the pre-registration asks for >= 5 seeds, paired"
+    return paired_verdict(x, y, seed=0)
+
+
+def test_without_the_file_the_readme_claims_nothing():
+    """Until the pre-registered run's file is committed, the README says the results are
+    pending and states no verdict."""
+    if FILE.is_file():
+        pytest.skip("the results file exists: the verdict tests below apply")
+    readme = (PLUGIN / "README.md").read_text(encoding="utf-8")
+    sec = readme[readme.index("### Pre-registered comparison"):]
+    sec = sec[:sec.index("\n### ", 5)]
+    assert "Results: pending" in sec and "Verdict (primary" not in readme
+
+
+needs_file = pytest.mark.skipif(not FILE.is_file(), reason="pre-registered run not committed yet")
+
+
+@needs_file
+def test_primary_verdict_is_the_files_the_readmes_and_the_measured_one():
+    t = _tables()
+    a, b, key, column = PRIMARY
+    v = _verdict(t, a, b, key)
+    comp = t[f"{LABEL}_comparisons"]
+    (row,) = [r for r in comp["rows"] if r[0] == a and r[1] == b]
+    assert row[comp["columns"].index(column)] == ("yes" if v["detected"] else "no")
+    holds = v["detected"] and v["sign"] < 0            # the method collapses less
+    readme = (PLUGIN / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"\*\*Verdict \(primary, pre-registered\): the claim (holds|does not hold)",
+                  readme)
+    assert m, "the README states the primary verdict"
+    assert m.group(1) == ("holds" if holds else "does not hold")
+    assert MEASURED == m.group(1)
+
+
+@needs_file
+@pytest.mark.parametrize("key,column", [
+    ("heldout_accuracy", "detected Δ held-out acc"),
+    ("heldout_collapse_rate", "detected Δ held-out collapse 3-hop"),
+    ("collapse_rate", "detected Δ train collapse 3-hop")])
+def test_every_comparison_in_the_file_follows_the_rule(key, column):
+    t = _tables()
+    comp = t[f"{LABEL}_comparisons"]
+    for row in comp["rows"]:
+        v = _verdict(t, row[0], row[1], key)
+        assert row[comp["columns"].index(column)] == ("yes" if v["detected"] else "no"), row[:2]
+
+
+def test_the_rule_can_fail():
+    """Noise around zero is not detected, a shift far beyond the seed spread is, and a shift
+    inside the seed spread is not."""
+    base = [0.20, 0.35, 0.10, 0.30, 0.25]
+    assert not paired_verdict([x + d for x, d in zip(base, (.1, -.1, .05, -.05, 0))],
+                              base)["detected"]
+    clear = paired_verdict([x - 0.2 + 0.01 * i for i, x in enumerate(base)], base)
+    assert clear["detected"] and clear["sign"] == -1
+    wide = paired_verdict([x + d for x, d in zip(base, (.3, -.1, .25, -.05, .1))], base)
+    assert not wide["detected"]
