@@ -281,7 +281,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--alphas", type=float, nargs="+",
-                    default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.3, 1.7])
+                    default=[0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.8, 1.0])
     ap.add_argument("--form", default="roleplay", choices=["roleplay", "direct"])
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--n-fit", type=int, default=16)
