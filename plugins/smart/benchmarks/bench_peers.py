@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -108,7 +109,9 @@ def main() -> None:
     ap.add_argument("--gino-path", default="", help="folder neuraloperator was installed into")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="", help="raw per-seed rows (JSON), written as they come")
-    ap.add_argument("--from-raw", default="", help="tabulate the rows of an earlier --out file")
+    ap.add_argument("--from-raw", nargs="*", default=[],
+                    help="tabulate the rows of earlier --out files (the first one's settings; "
+                         "the others add ablation seeds)")
     ap.add_argument("--out-results", default="", help="results file (plugins/smart/results/)")
     a = ap.parse_args()
     from icml import ConfigError, results
@@ -129,8 +132,10 @@ def main() -> None:
         _check_installed()
     clock = results.Clock()
     if a.from_raw:
-        raw = json.loads(Path(a.from_raw).read_text())
-        tabulate(raw["rows"], argparse.Namespace(**raw["args"]), a, clock, 1, raw.get("load"))
+        raws = [json.loads(Path(f).read_text()) for f in a.from_raw]
+        tabulate([r for raw in raws for r in raw["rows"]],
+                 argparse.Namespace(**raws[0]["args"]), a, clock, 1,
+                 [x for raw in raws for x in raw.get("load", [])])
         return
     threads = results.apply_threads(a.threads)
     from icml_smart.config import SMARTSettings
@@ -271,11 +276,20 @@ def tabulate(rows: list[dict], run: argparse.Namespace, a: argparse.Namespace, c
                 statistics.mean(r[k] for r in rs) for k in
                 ("rel_l2", "surface_cp_rel_l2", "cloud_lift_mae", "dense_lift_mae",
                  "dense_lift_slope", "dense_drag_mae")])
+    wins = sum(x > 0 for x in d)
+    sign_p = min(1.0, 2 * sum(math.comb(len(d), k) for k in range(max(wins, len(d) - wins),
+                                                                  len(d) + 1)) / 2 ** len(d))
+    if per_seed.lo > 0 and per_seed.value >= mde_seed:
+        verdict = "yes"
+    elif per_seed.hi < 0 and -per_seed.value >= mde_seed:
+        verdict = "no (last layer better)"
+    elif per_seed.lo > 0 or per_seed.hi < 0:
+        verdict = "not established (CI excludes 0, mean below the MDE)"
+    else:
+        verdict = "no difference detected"
     ab_rows = [[len(ab_seeds), statistics.mean(sm), statistics.mean(ll), per_seed.value,
                 f"[{per_seed.lo:.4f}, {per_seed.hi:.4f}]", mde_seed,
-                f"[{hier.lo:.4f}, {hier.hi:.4f}]", sum(x > 0 for x in d),
-                "yes" if per_seed.lo > 0 else ("no (worse)" if per_seed.hi < 0 else
-                                                "no difference detected")]]
+                f"[{hier.lo:.4f}, {hier.hi:.4f}]", wins, sign_p, verdict]]
     print("ablation:", ab_rows[0])
     if not a.out_results:
         return
@@ -292,9 +306,9 @@ def tabulate(rows: list[dict], run: argparse.Namespace, a: argparse.Namespace, c
         f"cross-layer vs last-layer decoder, {run.steps} steps, seeds {ab_seeds}",
         ["seeds", "SMART rel-L2", "last-layer rel-L2", "last-layer minus SMART",
          "95% CI (paired by seed)", "MDE (by seed)", "95% CI (seeds and cases)",
-         "seeds SMART better", "gain real?"], ab_rows, name="ablation",
+         "seeds SMART better", "sign test p", "gain real?"], ab_rows, name="ablation",
         formats={"SMART rel-L2": f4, "last-layer rel-L2": f4, "last-layer minus SMART": f4,
-                 "MDE (by seed)": f4})
+                 "MDE (by seed)": f4, "sign test p": ".3f"})
     alt_cols = ["model", "surface weight", "seeds", "rel-L2 mean", "surface C_p rel-L2",
                 "C_L MAE cloud", "C_L MAE dense", "lift slope dense", "C_D MAE dense"]
     alt = results.make_table(
@@ -306,7 +320,7 @@ def tabulate(rows: list[dict], run: argparse.Namespace, a: argparse.Namespace, c
     notes = (f"machine shared with other sessions: 1-min load average {min(loads):.1f} to "
              f"{max(loads):.1f} during the run" if loads else "")
     if a.from_raw:
-        notes += f"; tabulated from the raw rows in {a.from_raw}"
+        notes += f"; tabulated from the raw rows in {', '.join(a.from_raw)}"
     results.write(
         a.out_results, [tab, ab] + ([alt] if alt_rows else []), plugin="smart",
         seeds=sorted({*seeds, *ab_seeds}),
