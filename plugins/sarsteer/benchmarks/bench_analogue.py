@@ -94,14 +94,17 @@ def run(args):
         t = time.perf_counter()
         split = split_pairs(pairs, seed, args.n_fit, args.n_eval)
         plain, sar = _steerers(model, prompt, split, args.k)
-        for method, st in (("plain", plain), ("sarsteer", sar)):
-            arms = [(st, a) for a in args.alphas]
-            per = {}
-            for kind, qs in ev.items():
-                per[kind], resp = _flags(model, prompt, qs, INSTRUCTION, arms, judge, args.tokens)
-                if seed == args.seeds[0]:
-                    samples[f"{method} {kind} alpha={args.alphas[-1]}"] = resp[-1][:3]
-            sweep[method].append(per)
+        n_a = len(args.alphas)
+        arms = [(plain, a) for a in args.alphas] + [(sar, a) for a in args.alphas]
+        per = {"plain": {}, "sarsteer": {}}
+        for kind, qs in ev.items():      # one prefix pass per kind for all arms
+            flags, resp = _flags(model, prompt, qs, INSTRUCTION, arms, judge, args.tokens)
+            per["plain"][kind], per["sarsteer"][kind] = flags[:n_a], flags[n_a:]
+            if seed == args.seeds[0]:
+                for method, j in (("plain", n_a - 1), ("sarsteer", 2 * n_a - 1)):
+                    samples[f"{method} {kind} alpha={args.alphas[-1]}"] = resp[j][:3]
+        for method in sweep:
+            sweep[method].append(per[method])
         if seed == args.seeds[0] and args.peer_alpha:
             peer = _peer_flags(model, tok, prompt, split, plain, args.peer_alpha, judge,
                                args.tokens)
