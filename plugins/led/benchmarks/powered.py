@@ -314,7 +314,7 @@ def merge(args, log) -> tuple[list[dict], dict]:
     runs = dict(sorted(runs.items(), key=lambda kv: (kv[1]["T"], order[kv[0].split("/")[1]])))
     args.temperatures = sorted({r["T"] for r in runs.values()})
     log(f"merged {len(runs)} cells from {len(parts)} parts")
-    tables = tables_from(runs, check, args, len(problems), check_t=check_t)
+    tables = tables_from(runs, check, args, len(problems), check_t=check_t, cpu=True)
     tables.append(processes_table(args.parts, runs))
     return tables, None
 
@@ -352,7 +352,9 @@ def processes_table(parts: list[str], runs: dict) -> dict:
 
 
 def tables_from(runs: dict, check: dict, args, n_prompts: int,
-                check_t: float | None = None) -> list[dict]:
+                check_t: float | None = None, cpu: bool = False) -> list[dict]:
+    """The tables of a final run (``cpu``: the cost table also gives each arm's CPU seconds,
+    the merge's reading on a shared machine, where the clock also counts other jobs)."""
     from icml import stats
     from icml.results import make_table
 
@@ -415,18 +417,29 @@ def tables_from(runs: dict, check: dict, args, n_prompts: int,
                                    ("bfloat16", "float32", "bf16 - fp32 [95% CI]", "MDE")}))
     ref = {t: runs[f"{t:g}/sampling"]["seconds"] for t in args.temperatures
            if f"{t:g}/sampling" in runs}
+    cref = {t: runs[f"{t:g}/sampling"]["cpu_seconds"] for t in args.temperatures
+            if f"{t:g}/sampling" in runs}
     crows = []
     for r in runs.values():
         crows.append([f"{r['T']:g}", r["name"], r.get("part", "-"), r["tokens"], r["seconds"],
                       1000 * r["seconds"] / max(r["tokens"], 1),
                       r["seconds"] / ref[r["T"]] if r["T"] in ref else "-"])
+        if cpu:
+            crows[-1] += [r["cpu_seconds"], 1000 * r["cpu_seconds"] / max(r["tokens"], 1),
+                          r["cpu_seconds"] / cref[r["T"]] if r["T"] in cref else "-"]
     for r in check.values():
         crows.append([f"{check_t:g}", r["name"] + ", float32 check", "-", r["tokens"],
                       r["seconds"], 1000 * r["seconds"] / max(r["tokens"], 1), "-"])
+        if cpu:
+            crows[-1] += [r["cpu_seconds"], 1000 * r["cpu_seconds"] / max(r["tokens"], 1), "-"]
+    cpu_cols = ["CPU s", "CPU ms/token", "CPU vs sampling"] if cpu else []
     tables.append(make_table(
         "cost (one thread; every arm timed the same way in this run)",
-        ["T", "method", "process", "tokens", "seconds", "ms/token", "time vs sampling"], crows,
-        name="cost", formats={"seconds": ".0f", "ms/token": ".1f", "time vs sampling": ".2f"}))
+        ["T", "method", "process", "tokens", "seconds", "ms/token", "time vs sampling",
+         *cpu_cols], crows, name="cost",
+        formats={"seconds": ".0f", "ms/token": ".1f", "time vs sampling": ".2f",
+                 **({"CPU s": ".0f", "CPU ms/token": ".1f", "CPU vs sampling": ".2f"}
+                    if cpu else {})}))
     return tables
 
 
@@ -502,7 +515,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         tables, raw = (final if args.phase == "final" else merge)(args, log)
         tolerance = {c: TIMING for c in ("seconds", "ms/token", "time vs sampling",
-                                         *(("decode s", "wall s", "CPU s", "load")
+                                         *(("decode s", "wall s", "CPU s", "load", "CPU ms/token",
+                                            "CPU vs sampling")
                                            if args.phase == "merge" else ()))}
     if raw is not None:   # raw per-prompt counts, named after the results file
         stem = Path(args.out_results).stem if args.out_results else "powered"

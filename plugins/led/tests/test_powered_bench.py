@@ -49,7 +49,7 @@ def test_tables_pair_led_with_each_baseline_at_pass_1_4_16():
     args = SimpleNamespace(samples=16, temperatures=[0.6], max_new_tokens=64, dtype="bfloat16")
     mk = lambda name, c, ex: {"name": name, "T": 0.6, "correct": c, "explored": ex,  # noqa: E731
                               "mean_reply_tokens": 20.0, "capped": 0.0, "seconds": 2.0,
-                              "tokens": 100}
+                              "tokens": 100, "cpu_seconds": 1.0}
     runs = {"0.6/sampling": mk("sampling", [4, 0, 16], float("nan")),
             "0.6/top8": mk("top8", [4, 1, 16], 0.0),
             "0.6/led": mk("led", [8, 1, 16], 0.1)}
@@ -70,7 +70,7 @@ def test_merge_takes_each_cell_from_one_part_and_the_check_at_its_temperature(tm
     b = _bench()
     mk = lambda name, t, c: {"name": name, "T": t, "correct": c, "explored": 0.1,  # noqa: E731
                              "mean_reply_tokens": 20.0, "capped": 0.0, "seconds": 2.0,
-                             "tokens": 100}
+                             "tokens": 100, "cpu_seconds": 1.0}
     probs = [{"question": "q", "answer": 1, "family": "add2", "fmt": "answer"}] * 3
     old = {"problems": probs, "runs": {"0.6/sampling": mk("sampling", 0.6, [4, 0, 16]),
                                        "0.6/led": mk("led", 0.6, [8, 1, 16])},
