@@ -344,6 +344,12 @@ def processes_table(parts: list[str], runs: dict) -> dict:
                  sum(r["seconds"] for r in runs.values()), tot_wall, tot_cpu, "-"])
     rows.append(["all parts, CPU / 2: least wall time on 2 idle cores", "-", "-", "-", "-",
                  tot_cpu / 2, "-"])
+    for key in ARMS:   # where the CPU goes: each arm's decoding over its cells
+        cells = [c for c in runs if c.split("/")[1] == key]
+        if cells:
+            rows.append([f"arm {key}, decoding only", ",".join(cells), "-",
+                         sum(runs[c]["seconds"] for c in cells), "-",
+                         sum(runs[c]["cpu_seconds"] for c in cells), "-"])
     return make_table(
         "processes behind the merged table (from each part's results file; one torch thread "
         "each, run through the shared machine's queue)",
