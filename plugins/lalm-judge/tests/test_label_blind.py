@@ -184,3 +184,18 @@ def test_real_judge_script_writes_its_results_file(tmp_path):
     assert [r[1] for r in main["rows"]] == ["T", "A", "A+T", "T", "A", "T"]
     assert main["rows"][0][10] == 2 * (1 + 2 * 6)  # bases + 2 placements x (5 + control)
     assert data["tolerance"]["s per prompt"]["timing"] is True
+
+
+def test_lalm_adapter_inputs_do_not_depend_on_the_label():
+    import torch
+    from icml_lalm_judge import HFAudioJudge, synthesize, tiny_qwen2_audio
+
+    bench = make_dialogues(1, seed=4, categories=CATEGORIES[:1], severities=[1, 5])
+    scr = _scrambled(bench, seed=2)
+    m, proc = tiny_qwen2_audio(seed=0, hidden_size=32)
+    j = HFAudioJudge(m, proc)
+    for v, s in zip(bench.variants, scr.variants):
+        wv, ws = synthesize(v, noise=0.05), synthesize(s, noise=0.05)
+        for mode in ("A", "A+T"):
+            a, b = j.inputs(judge_view(v), mode, wv), j.inputs(judge_view(s), mode, ws)
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
