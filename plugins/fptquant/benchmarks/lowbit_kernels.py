@@ -30,6 +30,7 @@ from icml import results as R
 RSS_CHILD = """
 import gc, os, sys
 import torch
+import transformers.models.llama.modeling_llama  # noqa: F401  (imported before measuring)
 from icml_fptquant.qlinear import register_kv_attention
 
 def rss():
@@ -41,44 +42,38 @@ def rss():
         return psutil.Process().memory_info().rss
 
 register_kv_attention()
-warm = torch.load(sys.argv[1], weights_only=False)  # one-time costs (lazy imports) not counted
+gc.collect()
+r0 = rss()
+m = torch.load(sys.argv[1], weights_only=False)
+gc.collect()
+r1 = rss()
 with torch.no_grad():
-    warm(torch.arange(4, 68)[None], use_cache=False)
-del warm
-for path in sys.argv[1:]:
-    gc.collect()
-    r0 = rss()
-    m = torch.load(path, weights_only=False)
-    gc.collect()
-    r1 = rss()
-    with torch.no_grad():
-        m(torch.arange(4, 68)[None], use_cache=False)
-    gc.collect()
-    print(r0, r1, rss(), flush=True)
-    del m
+    m(torch.arange(4, 68)[None], use_cache=False)
+gc.collect()
+print(r0, r1, rss(), flush=True)
 """
 
 
 def measured_rss(models, folder):
-    """Resident memory each model adds to a fresh Python process (torch and the plugin already
-    imported): every model pickled to ``folder``, then loaded one after the other in one child
-    process (each freed before the next: torch's large blocks go back to the system; the first
-    one also loaded and run once before, so no row pays the one-time imports); RSS from
-    /proc/self/statm after loading and after one 64-token forward pass, minus RSS just before
-    loading. Returns one (loaded MB, after-forward MB) per model."""
+    """Resident memory each model adds to a fresh Python process: every model pickled to
+    ``folder`` and loaded in its own child process (torch, transformers' Llama code and the
+    plugin imported first; a process per model because memory freed inside one process is
+    not reliably given back to the system, so a second model there reuses the first one's
+    pages); RSS from /proc/self/statm after loading and after one 64-token forward pass, minus
+    RSS just before loading. Returns one (loaded MB, after-forward MB) per model."""
     import os
     import subprocess
 
-    paths = []
+    out = []
     for i, m in enumerate(models):
-        paths.append(os.path.join(folder, f"model{i}.pt"))
-        torch.save(m, paths[-1])
-    out = subprocess.run([sys.executable, "-c", RSS_CHILD, *paths], capture_output=True,
-                         text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    for p in paths:
-        os.remove(p)
-    lines = [ln.split() for ln in out.stdout.strip().splitlines()][-len(models):]
-    return [((int(r1) - int(r0)) / 2**20, (int(r2) - int(r0)) / 2**20) for r0, r1, r2 in lines]
+        path = os.path.join(folder, f"model{i}.pt")
+        torch.save(m, path)
+        res = subprocess.run([sys.executable, "-c", RSS_CHILD, path], capture_output=True,
+                             text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        os.remove(path)
+        r0, r1, r2 = (int(v) for v in res.stdout.split()[-3:])
+        out.append(((r1 - r0) / 2**20, (r2 - r0) / 2**20))
+    return out
 
 
 TIMING = {c: {"timing": True, "why": "wall or CPU time of this machine under its load: shown, "
