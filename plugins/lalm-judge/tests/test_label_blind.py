@@ -93,7 +93,7 @@ def _judges(bench):
 
 
 def test_scrambled_labels_leave_every_judge_input_unchanged():
-    bench = make_dialogues(2, seed=4, categories=CATEGORIES[:3])
+    bench = make_dialogues(2, seed=4, categories=CATEGORIES[:2])
     scr = _scrambled(bench)
     assert [v.severity for v in scr.variants] != [v.severity for v in bench.variants]
     sp = SpeechConfig(backend="tones", prosody=True, noise=0.05)
