@@ -319,6 +319,8 @@ def tabulate(rows: list[dict], run: argparse.Namespace, a: argparse.Namespace, c
     loads = [x for x in (load or []) if x == x]
     notes = (f"machine shared with other sessions: 1-min load average {min(loads):.1f} to "
              f"{max(loads):.1f} during the run" if loads else "")
+    notes += (f"; training time summed over all runs: "
+              f"{sum(r['train_s'] for r in rows) / 60:.1f} min at one thread")
     if a.from_raw:
         notes += f"; tabulated from the raw rows in {', '.join(a.from_raw)}"
     results.write(
