@@ -16,7 +16,7 @@ PLUGIN = Path(__file__).resolve().parents[1]
 FILE = PLUGIN / "results" / "prereg.json"
 LABEL = "arms_prereg"
 PRIMARY = ("both", "baseline_nopen", "heldout_collapse_rate", "detected Δ held-out collapse 3-hop")
-MEASURED = None   # filled in from the run: "holds" or "does not hold"
+MEASURED = "holds"   # results/prereg.json, 0.3.0: detected, negative (narrowly above the MDE)
 
 
 def _tables() -> dict:
