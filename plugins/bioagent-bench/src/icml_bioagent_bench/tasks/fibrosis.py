@@ -183,6 +183,8 @@ def _write_clinvar(path: Path, records: list, rng: np.random.Generator, *, with_
                    ) -> None:
     lines = ["##fileformat=VCFv4.1", "##source=ClinVar (synthetic subset)",
              *(f"##contig=<ID={c}>" for c in range(1, 23)),
+             *(f'##INFO=<ID={k},Number=.,Type=String,Description="{k}">'
+               for k in ("ALLELEID", "CLNDN", "CLNREVSTAT", "CLNSIG", "GENEINFO", "RS")),
              "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
     vid = 100000
     for (c, p, r, a), _ in records:
