@@ -102,3 +102,30 @@ def test_gino_peer_is_gino_forward_per_case(neuralop_path, tiny_data):
     assert torch.allclose(alone[:, 0], ours[:, 7], atol=1e-5)  # query-independent
     small = gino_for_params(30_000, grid=8, modes=4, fno_layers=1, gno_hidden=[16])
     assert abs(num_params(small) - 30_000) < 0.1 * 30_000
+
+
+def test_normalize_params_option(tiny_data, tmp_path):
+    from icml_smart.training import train_surrogate
+
+    assert SMARTConfig().normalize_params is False  # default off: default numbers unchanged
+    kw = dict(dim=32, depth=2, num_supernodes=16, num_neighbors=6)
+    torch.manual_seed(0)
+    m = SMARTModel(SMARTConfig(normalize_params=True, **kw))
+    train_surrogate(m, tiny_data, steps=1, batch_size=2)
+    xi = torch.stack([c["params"] for c in tiny_data.cases]).double()
+    assert m.config.param_mean == pytest.approx(xi.mean(0).tolist())
+    plain = SMARTModel(SMARTConfig(**kw))
+    plain.load_state_dict(m.state_dict())
+    m, plain = m.double().eval(), plain.double().eval()
+    b = tiny_data.batch([0, 1])
+    g, p, q = b["geometry"].double(), b["params"].double(), b["queries"].double()
+    mean = torch.tensor(m.config.param_mean, dtype=torch.float64)
+    std = torch.tensor(m.config.param_std, dtype=torch.float64)
+    with torch.no_grad():  # the option is exactly the z-scoring wrapper of bench_force_diag.py
+        assert torch.allclose(m(g, p, q), plain(g, (p - mean) / std, q), atol=1e-10)
+    m.save_pretrained(tmp_path / "m")
+    again = SMARTModel.from_pretrained(tmp_path / "m").double().eval()
+    with torch.no_grad():
+        assert torch.allclose(again(g, p, q), m(g, p, q), atol=1e-10)
+    with pytest.raises(ValueError, match="param_mean"):
+        SMARTConfig(param_mean=[0.0], param_dim=4)

@@ -47,6 +47,9 @@ class SMARTSettings:
                                 "encoding (the domain half-width)", gt=0)
     param_conditioning: str = option("both", help="simulation parameters as an encoder token, "
                                      "AdaLN modulation, or both", choices=CONDITIONING)
+    normalize_params: bool = option(False, help="z-score the simulation parameters with the "
+                                    "training set's statistics (stored in the model's config) "
+                                    "before embedding them; fixes SMART's lift (force diagnosis)")
     query_params: bool = option(False, help="also add the parameter embedding to every "
                                 "query's embedding at the decoder's input (a direct parameter "
                                 "path for each query, as PointNet-MLP has)")

@@ -33,6 +33,8 @@ class SMARTConfig(PretrainedConfig, SMARTSettings):
             style ablation) or ``"concat"`` (every layer reads all encoder layers).
         param_conditioning: ``"token"`` (one extra encoder token from the parameters),
             ``"adaln"`` (scale/shift modulation in every block) or ``"both"``.
+        normalize_params: z-score ``params`` with ``param_mean`` / ``param_std`` (set by the
+            trainer from the training set) before embedding them.
         query_params: also add the parameter embedding to every query's embedding at the
             decoder's input (off: the queries see the parameters only through the latents and
             the AdaLN modulation).
@@ -45,6 +47,7 @@ class SMARTConfig(PretrainedConfig, SMARTSettings):
     def __init__(self, space_dim: int = 2, param_dim: int = 4, out_dim: int = 3,
                  decoder_depth: int | None = None, decoder: str = "cross_layer",
                  target_mean: list[float] | None = None, target_std: list[float] | None = None,
+                 param_mean: list[float] | None = None, param_std: list[float] | None = None,
                  initializer_range: float = 0.02, **kwargs: Any) -> None:
         # the architecture settings: SMARTSettings' fields, its defaults, its validation
         for f in dataclasses.fields(SMARTSettings):
@@ -69,6 +72,11 @@ class SMARTConfig(PretrainedConfig, SMARTSettings):
         self.decoder = decoder
         self.target_mean = list(target_mean) if target_mean is not None else None
         self.target_std = list(target_std) if target_std is not None else None
+        for name, stats in (("param_mean", param_mean), ("param_std", param_std)):
+            if stats is not None and len(stats) != param_dim:
+                raise ValueError(f"{name} has {len(stats)} entries, param_dim is {param_dim}")
+        self.param_mean = list(param_mean) if param_mean is not None else None
+        self.param_std = list(param_std) if param_std is not None else None
         self.initializer_range = initializer_range
         super().__init__(**kwargs)
 

@@ -172,6 +172,10 @@ class SMARTModel(FieldUnits, SMARTPreTrainedModel):
         geometry, params = self._cast("geometry", geometry), self._cast("params", params)
         self._check(geometry, params, None)
         c = self.config
+        if c.normalize_params and c.param_mean is not None:
+            pm = torch.tensor(c.param_mean, dtype=params.dtype, device=params.device)
+            ps = torch.tensor(c.param_std, dtype=params.dtype, device=params.device)
+            params = (params - pm) / ps
         tokens, centers = self.pooling(geometry, sampling=sampling, generator=generator)
         x = tokens + self.pos_embed(self.fourier(centers))
         cond = self.param_embed(params)

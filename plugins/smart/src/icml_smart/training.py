@@ -43,6 +43,10 @@ def train_surrogate(model: Any, data: PotentialFlowDataset, *, steps: int = 300,
         raise ValueError(f"steps={steps}, batch_size={batch_size}: both must be >= 1")
     targets = torch.cat([c["targets"] for c in data.cases])
     set_target_stats(model, ChannelNormalizer.fit(targets))
+    if getattr(model.config, "normalize_params", False):  # SMART's model.normalize_params
+        xi = torch.stack([c["params"] for c in data.cases]).double()
+        model.config.param_mean = xi.mean(0).tolist()
+        model.config.param_std = (xi.std(0) + 1e-8).tolist()
     model.to(device).train()
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
