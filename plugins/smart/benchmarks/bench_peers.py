@@ -279,12 +279,13 @@ def tabulate(rows: list[dict], run: argparse.Namespace, a: argparse.Namespace, c
     wins = sum(x > 0 for x in d)
     sign_p = min(1.0, 2 * sum(math.comb(len(d), k) for k in range(max(wins, len(d) - wins),
                                                                   len(d) + 1)) / 2 ** len(d))
-    if per_seed.lo > 0 and per_seed.value >= mde_seed:
-        verdict = "yes"
-    elif per_seed.hi < 0 and -per_seed.value >= mde_seed:
+    # The CI decides whether a gain is detected; the MDE (a design quantity: what this many
+    # seeds detect with 80 % power) only qualifies how precisely its size is known.
+    if per_seed.lo > 0:
+        verdict = ("yes" if per_seed.value >= mde_seed
+                   else "yes, small (CI excludes 0; below the MDE)")
+    elif per_seed.hi < 0:
         verdict = "no (last layer better)"
-    elif per_seed.lo > 0 or per_seed.hi < 0:
-        verdict = "not established (CI excludes 0, mean below the MDE)"
     else:
         verdict = "no difference detected"
     ab_rows = [[len(ab_seeds), statistics.mean(sm), statistics.mean(ll), per_seed.value,
