@@ -2,9 +2,9 @@
 ablation) at equal steps and at equal wall time, fields and forces, over seeds; and the
 cross-layer vs last-layer ablation over more seeds.
 
-    pip install --no-deps --target plugins/smart/.gino neuraloperator==2.0.0 tensorly \\
+    pip install --no-deps --target .peers/gino neuraloperator==2.0.0 tensorly \\
         tensorly-torch opt-einsum zencfg configmypy ruamel-yaml   # GINO, beside the dev venv
-    python plugins/smart/benchmarks/bench_peers.py --gino-path plugins/smart/.gino \\
+    python plugins/smart/benchmarks/bench_peers.py --gino-path .peers/gino \\
         --out plugins/smart/benchmarks/results_peers.json \\
         --out-results plugins/smart/results/peers.json
 

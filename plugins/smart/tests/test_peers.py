@@ -1,5 +1,5 @@
 """Issue 59: forces against the exact coefficients, the query-parameter option, and the GINO
-peer adapter (neuraloperator, when installed into plugins/smart/.gino or the environment)."""
+peer adapter (neuraloperator, when installed into .peers/gino or the environment)."""
 
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ import torch
 from icml_smart import SMARTConfig, SMARTModel
 from icml_smart.gino import segment_csr
 
-GINO_DIR = Path(__file__).resolve().parents[1] / ".gino"
+GINO_DIR = Path(__file__).resolve().parents[3] / ".peers" / "gino"
 
 
 def _loop_segment_csr(src, ptr, reduction):

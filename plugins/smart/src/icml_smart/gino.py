@@ -80,9 +80,9 @@ def _check_installed() -> None:
         import neuralop  # noqa: F401
     except ImportError as exc:
         raise ImportError("the GINO peer needs neuraloperator 2.0.0: pip install --no-deps "
-                          "--target plugins/smart/.gino neuraloperator==2.0.0 tensorly "
+                          "--target .peers/gino neuraloperator==2.0.0 tensorly "
                           "tensorly-torch opt-einsum zencfg configmypy ruamel-yaml, then pass "
-                          "--gino-path plugins/smart/.gino") from exc
+                          "--gino-path .peers/gino") from exc
 
 
 class GINOPeer(FieldUnits, nn.Module):
