@@ -16,6 +16,8 @@ import math
 import random
 from typing import Any
 
+from icml_bioagent_bench.chat import user_turn
+
 
 class ChoiceLM:
     """A causal LM reading one growing text with a KV cache; ``choose`` picks among options."""
@@ -150,11 +152,7 @@ def constrained_judge_generator(model: Any, tokenizer: Any, *, max_steps: int = 
     lm = ChoiceLM(model, tokenizer)
 
     def generate(prompt: str) -> str:
-        if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                 add_generation_prompt=True, tokenize=False)
-        else:
-            text = prompt
+        text = user_turn(tokenizer, prompt)
         lm.start(text + '{"steps_completed": ', keep_last=max_prompt_tokens)
         done = lm.choose([str(i) for i in range(max_steps + 1)])
         lm.append(', "steps_to_completion": ')

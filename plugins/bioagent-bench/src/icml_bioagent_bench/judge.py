@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from icml_bioagent_bench.chat import user_turn
 from icml_bioagent_bench.scoring import DELIMITERS, ScoreResult
 from icml_bioagent_bench.task import BioTask
 
@@ -336,11 +337,7 @@ def transformers_generator(model: Any, tokenizer: Any, *, max_new_tokens: int = 
     import torch
 
     def generate(prompt: str) -> str:
-        if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                 add_generation_prompt=True, tokenize=False)
-        else:
-            text = prompt
+        text = user_turn(tokenizer, prompt)
         ids = tokenizer(text + prefix, return_tensors="pt",
                         add_special_tokens=False)["input_ids"]
         ids = ids[:, -max_prompt_tokens:].to(model.device)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from icml_bioagent_bench.agents import AgentTimeout, Trace, TraceStep
+from icml_bioagent_bench.chat import user_turn
 from icml_bioagent_bench.config import LLMConfig
 from icml_bioagent_bench.pipelines import ROLES, STEPS, PipelineError, TaskPipeline
 from icml_bioagent_bench.task import TaskView
@@ -86,11 +87,7 @@ class TransformersToolAgent:
         (a prefilled assistant turn), so the model only has to name a tool and its args."""
         import torch
 
-        if getattr(self.tok, "chat_template", None):
-            text = self.tok.apply_chat_template([{"role": "user", "content": prompt}],
-                                                add_generation_prompt=True, tokenize=False)
-        else:
-            text = prompt
+        text = user_turn(self.tok, prompt)
         prefix = '{"tool": "' if self.config.json_prefix else ""
         ids = self.tok(text + prefix, return_tensors="pt", add_special_tokens=False)["input_ids"]
         ids = ids[:, -self.config.max_prompt_tokens:].to(self.model.device)
@@ -163,11 +160,7 @@ class TransformersToolAgent:
                                roles=", ".join(ROLES[task.task_id]))
         user = (f"{task.full_prompt()}\n\nFiles in data/: {', '.join(task.input_files)}\n"
                 f"Files in reference/: {', '.join(task.reference_files) or '(none)'}\n\n{doc}")
-        if getattr(self.tok, "chat_template", None):
-            text = self.tok.apply_chat_template([{"role": "user", "content": user}],
-                                                add_generation_prompt=True, tokenize=False)
-        else:
-            text = user + "\n"
+        text = user_turn(self.tok, user, plain_suffix="\n")
         lm = ChoiceLM(self.model, self.tok)
         lm.start(text + "Action: ")
         try:
