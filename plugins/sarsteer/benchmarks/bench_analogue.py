@@ -117,8 +117,9 @@ def run(args):
     return ref, sweep, peer, samples
 
 
+PEER_PATH = "PYTHONPATH=/tmp/icml-peers/steering-vectors "
 PEER_INSTALL = ("pip install -q --no-deps --target /tmp/icml-peers/steering-vectors "
-                "steering-vectors==0.12.2 && PYTHONPATH=/tmp/icml-peers/steering-vectors ")
+                "steering-vectors==0.12.2 && " + PEER_PATH)
 """steering-vectors 0.12.2 declares transformers<5 (this plugin needs >=5), so it cannot be an
 extra of the plugin; installed without its dependencies into a side folder it imports and runs
 with transformers 5 (only ``SteeringVector.apply`` is used)."""
@@ -318,7 +319,7 @@ def main():
         if args.out_results:
             import sys
 
-            cmd = PEER_INSTALL + "python plugins/sarsteer/benchmarks/bench_analogue.py " + \
+            cmd = PEER_PATH + "python plugins/sarsteer/benchmarks/bench_analogue.py " + \
                 " ".join(sys.argv[1:])
             print("results file:", results.write(
                 args.out_results, [t], command=cmd, plugin="sarsteer", seeds=args.seeds[:1],
