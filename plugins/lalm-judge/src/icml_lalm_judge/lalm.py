@@ -25,22 +25,12 @@ QWEN2_AUDIO_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|AUDIO|>
 def tiny_qwen2_audio_tokenizer() -> Any:
     """A byte-level tokenizer (the core's byte vocabulary, 260 ids) plus Qwen2-Audio's special
     tokens as ids 260-265 (``<|AUDIO|>`` = 263), built offline."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models
-    from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import PreTrainedTokenizerFast
+    from icml.models import byte_tokenizer
 
-    from icml.models import SPECIAL_TOKENS
-
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    for ch in sorted(ByteLevel.alphabet()):
-        vocab[ch] = len(vocab)
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    backend.pre_tokenizer = ByteLevel(add_prefix_space=False, use_regex=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                for t in QWEN2_AUDIO_SPECIAL])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="<|im_end|>", unk_token="<unk>")
+    tok = byte_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": list(QWEN2_AUDIO_SPECIAL)})
+    tok.eos_token = "<|im_end|>"
+    return tok
 
 
 def tiny_qwen2_audio(seed: int = 0, hidden_size: int = 64, n_mels: int = 80,
