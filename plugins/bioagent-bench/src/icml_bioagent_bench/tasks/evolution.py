@@ -82,6 +82,16 @@ def annotate(contigs: dict[str, str], feats: list[dict[str, Any]], chrom: str, p
     return {"gene": "", "effect": "intergenic_region", "impact": "MODIFIER"}
 
 
+def _mutated(seq: str, name: str, muts: list) -> str:
+    """Contig ``name``'s sequence with the planted substitutions ``(contig, 1-based pos, _,
+    alt)`` that fall on it applied."""
+    s = list(seq)
+    for c, p, _, a in muts:
+        if c == name:
+            s[p - 1] = a
+    return "".join(s)
+
+
 def _plant(rng: np.random.Generator, contigs: dict[str, str], feats: list[dict[str, Any]],
            taken: set[tuple[str, int]], *, coding: bool) -> tuple[str, int, str, str]:
     names = list(contigs)
@@ -119,12 +129,8 @@ def make_task(root: str | Path, *, seed: int = 0, n_contigs: int = 2, genes_per_
         muts = [] if line == "anc" else shared + private[line]
         r1s, r2s = [], []
         for name, seq in contigs.items():
-            s = list(seq)
-            for c, p, _, a in muts:
-                if c == name:
-                    s[p - 1] = a
             n = int(coverage * len(seq) / (2 * read_len))
-            a1, a2 = simulate_pairs(rng, "".join(s), n, read_len=read_len,
+            a1, a2 = simulate_pairs(rng, _mutated(seq, name, muts), n, read_len=read_len,
                                     error_rate=error_rate, prefix=line, contig=name)
             r1s += a1
             r2s += a2
@@ -235,12 +241,8 @@ def make_decoy(task: BioTask, new: BioTask, rng: np.random.Generator) -> list[st
     muts = [_plant(rng, contigs, feats, set(), coding=True) for _ in range(4)]
     r1s, r2s = [], []
     for name, seq in contigs.items():
-        s = list(seq)
-        for c, p, _, a in muts:
-            if c == name:
-                s[p - 1] = a
-        a1, a2 = simulate_pairs(rng, "".join(s), int(25 * len(seq) / 200), prefix="evol0",
-                                contig=name)
+        a1, a2 = simulate_pairs(rng, _mutated(seq, name, muts), int(25 * len(seq) / 200),
+                                prefix="evol0", contig=name)
         r1s += a1
         r2s += a2
     names = ["evol0_R1.fastq.gz", "evol0_R2.fastq.gz"]
