@@ -143,20 +143,45 @@ def mesh(args: argparse.Namespace) -> None:
         list(range(args.seeds)), clock)
 
 
-class _CallCounter:
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.n = 0
-        model.register_forward_pre_hook(self._hook)
+def _draft_model(model: torch.nn.Module, layer: int) -> torch.nn.Module:
+    """A one-layer draft for transformers' assisted generation: the target's own embedding,
+    final norm and lm_head (shared, frozen) around a copy of its decoder layer ``layer`` (the
+    only trained part)."""
+    import copy
 
-    def _hook(self, *_: object) -> None:
-        self.n += 1
+    cfg = copy.deepcopy(model.config)
+    cfg.num_hidden_layers = 1
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = cfg.layer_types[:1]
+    with torch.device("meta"):
+        draft = type(model)(cfg)
+    draft.model.embed_tokens = model.model.embed_tokens
+    draft.model.norm = model.model.norm
+    draft.model.rotary_emb = model.model.rotary_emb
+    draft.lm_head = model.lm_head
+    block = copy.deepcopy(model.model.layers[layer])
+    block.self_attn.layer_idx = 0
+    draft.model.layers = torch.nn.ModuleList([block])
+    draft.generation_config = copy.deepcopy(model.generation_config)
+    draft.eval()
+    for prm in block.parameters():
+        prm.requires_grad_(True)
+    return draft
+
+
+def _sparse_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) per position on a shared token subset, renormalised there."""
+    logp = torch.log_softmax(teacher.float(), dim=-1)
+    return (logp.exp() * (logp - torch.log_softmax(student.float(), dim=-1))).sum(-1).mean()
 
 
 def text(args: argparse.Namespace) -> None:
     from icml_xspecmesh.distill import distillation_loss
     from icml_xspecmesh.heads import SpeculativeHeads
     from icml_xspecmesh.speculative import speculative_generate
+    from icml_xspecmesh.timing import interleaved
 
+    from icml import stats
     from icml.data import eval_token_ids
     from icml.models import load_pretrained
 
@@ -164,7 +189,8 @@ def text(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     model, tok = load_pretrained("smollm2-135m-instruct")
     model.eval()
-    counter = _CallCounter(model)
+    for prm in model.parameters():
+        prm.requires_grad_(False)
     n_train = args.train_seqs * args.seq_len
     ids = torch.tensor(eval_token_ids(tok, n_train + args.prompts * 2 * args.prompt_len))
     train = ids[:n_train].view(args.train_seqs, args.seq_len)
@@ -201,65 +227,107 @@ def text(args: argparse.Namespace) -> None:
     t_distill = time.perf_counter() - t0
     print(f"hidden states {t_hidden:.0f} s, distillation {args.steps} steps {t_distill:.0f} s, "
           f"KL {losses[0]:.3f} -> {statistics.mean(losses[-5:]):.3f}", file=sys.stderr)
+    # the draft model for transformers' assisted generation, trained with the same budget
+    # (steps, batches, data, sparse-KL support, learning rate) as the heads
+    draft = _draft_model(model, args.draft_layer)
+    block = draft.model.layers[0]
+    dopt = torch.optim.AdamW(block.parameters(), lr=args.lr)
+    gen = torch.Generator().manual_seed(0)
+    t0 = time.perf_counter()
+    dlosses = []
+    draft.train()
+    for _ in range(args.steps):
+        idx = torch.randint(0, len(hidden), (args.batch,), generator=gen)
+        S = torch.unique(top[idx])
+        WS = W[S]
+        hd = draft.model(input_ids=train[idx]).last_hidden_state
+        loss = _sparse_kl(hd @ WS.T, hidden[idx] @ WS.T)
+        dopt.zero_grad()
+        loss.backward()
+        dopt.step()
+        dlosses.append(float(loss.detach()))
+    draft.eval()
+    for prm in block.parameters():
+        prm.requires_grad_(False)
+    t_draft = time.perf_counter() - t0
+    print(f"draft model {args.steps} steps {t_draft:.0f} s, KL {dlosses[0]:.3f} -> "
+          f"{statistics.mean(dlosses[-5:]):.3f}", file=sys.stderr)
+    gc = draft.generation_config
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = args.heads, "constant"
+    gc.assistant_confidence_threshold = 0.0
     held = ids[n_train:].view(args.prompts, 2 * args.prompt_len)[:, :args.prompt_len]
     eos = tok.eos_token_id
     new = args.new_tokens
 
-    def hf(p: torch.Tensor, **kw: object) -> tuple[list[int], int]:
-        out = model.generate(p, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                             pad_token_id=eos, **kw)
-        return out[0].tolist(), 0
+    def hf(**kw: object) -> object:
+        def f(p: torch.Tensor) -> list[int]:
+            out = model.generate(p, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                 pad_token_id=eos, **kw)
+            return out[0].tolist()
+        return f
 
     def ours(hd: object, rule: str) -> object:
-        def f(p: torch.Tensor) -> tuple[list[int], int]:
+        def f(p: torch.Tensor) -> list[int]:
             out = speculative_generate(model, hd, p, max_new_tokens=new, acceptance=rule,
                                        top_k=5, accept_top_k=args.accept_top_k, eos_token_id=[],
                                        generator=torch.Generator().manual_seed(0))
-            return out.sequences[0].tolist(), out.n_accepted[0]
+            return out.sequences[0].tolist()
         return f
 
     arms = {"AR greedy (our loop)": ours(None, "greedy"),
-            "transformers generate, greedy": hf,
-            "transformers prompt lookup (10), greedy":
-                lambda p: hf(p, prompt_lookup_num_tokens=10),
+            "transformers prompt lookup (10), greedy": hf(prompt_lookup_num_tokens=10),
+            f"transformers assisted, draft model (layer {args.draft_layer} + shared embedding "
+            f"and lm_head, {args.steps} steps), K={args.heads}, greedy":
+                hf(assistant_model=draft),
             f"XSpecMesh greedy, K={args.heads}": ours(heads, "greedy"),
             f"XSpecMesh top-k (accept_top_k={args.accept_top_k}), K={args.heads}":
                 ours(heads, "topk")}
-    stats = {k: {"calls": 0, "sec": 0.0, "seqs": []} for k in arms}
+    prompts = [held[i:i + 1] for i in range(args.prompts)]
     with torch.no_grad():
-        for i in range(args.prompts):
-            p = held[i:i + 1]
-            names = list(arms)
-            for j in range(len(names)):
-                name = names[(i + j) % len(names)]
-                c0, t0 = counter.n, time.perf_counter()
-                seq, _ = arms[name](p)
-                stats[name]["sec"] += time.perf_counter() - t0
-                stats[name]["calls"] += counter.n - c0
-                stats[name]["seqs"].append(seq)
-    base = stats["AR greedy (our loop)"]
-    print(f"\n### SmolLM2-135M-Instruct (pretrained), {args.prompts} prompts of "
-          f"{args.prompt_len} tokens, {new} new tokens each; heads distilled (sparse KL, top-"
-          f"{args.support} support) {args.steps} steps x {args.batch} x {args.seq_len} tokens\n")
-    print("| decoder | backbone calls / sequence | tokens/call | speed-up (calls) | "
-          "speed-up (wall) | output = AR greedy |")
-    print("|---|---|---|---|---|---|")
-    rows = []
-    for name, s in stats.items():
-        cps = s["calls"] / args.prompts
-        same = sum(a == b for a, b in zip(s["seqs"], base["seqs"], strict=True))
-        print(f"| {name} | {cps:.1f} | {new / cps:.2f} | {base['calls'] / s['calls']:.2f}x | "
-              f"{base['sec'] / s['sec']:.2f}x | {same}/{args.prompts} |")
-        rows.append([name, cps, new / cps, base["calls"] / s["calls"], base["sec"] / s["sec"],
-                     f"{same}/{args.prompts}"])
-    cols = ["decoder", "backbone calls / sequence", "tokens/call", "speed-up (calls)",
-            "speed-up (wall)", "output = AR greedy"]
-    _write(args, icml_results.make_table(
-        f"SmolLM2-135M-Instruct, {args.prompts} prompts of {args.prompt_len} tokens, {new} new "
-        f"tokens each; heads distilled (sparse KL, top-{args.support} support) {args.steps} "
-        f"steps x {args.batch} x {args.seq_len} tokens", cols, rows, name="text",
-        formats={"backbone calls / sequence": ".1f", "tokens/call": ".2f",
-                 "speed-up (calls)": ".2f", "speed-up (wall)": ".2f"}), [0], clock)
+        model(input_ids=prompts[0])  # one untimed forward: first-call costs
+        rec = interleaved(prompts, arms, counters={"calls": model, "dcalls": draft})
+    base = rec["AR greedy (our loop)"]
+    title = (f"SmolLM2-135M-Instruct, {args.prompts} prompts of {args.prompt_len} tokens, {new} "
+             f"new tokens each; heads and draft model distilled (sparse KL, top-{args.support} "
+             f"support) {args.steps} steps x {args.batch} x {args.seq_len} tokens; "
+             f"{args.threads} thread(s), load {clock.load0} to {icml_results.load_average()}")
+    cols = ["decoder", "backbone calls / sequence", "draft-model calls / sequence",
+            "tokens/call", "speed-up (calls) [95% CI]", "speed-up (wall) [95% CI]",
+            "output = AR greedy"]
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    rows, metrics = [], {}
+    for name, r in rec.items():
+        cps = sum(r["calls"]) / args.prompts
+        same = sum(a == b for a, b in zip(r["out"], base["out"], strict=True))
+        sp_calls = stats.ratio_ci(base["calls"], r["calls"])
+        sp_wall = stats.ratio_ci(base["sec"], r["sec"])
+        row = [name, cps, sum(r["dcalls"]) / args.prompts, new / cps, sp_calls.to_dict(),
+               sp_wall.to_dict(), f"{same}/{args.prompts}"]
+        rows.append(row)
+        print("| " + " | ".join(icml_results.render_cell(c, ".3g") for c in row) + " |")
+        logs = np.log(np.asarray(base["sec"]) / np.asarray(r["sec"]))
+        lcalls = np.log(np.asarray(base["calls"], float) / np.asarray(r["calls"], float))
+        metrics[name] = {"identical": same, "prompts": args.prompts,
+                         "mde_log_wall_speedup": stats.mde_from_samples(logs),
+                         "mde_log_calls_speedup": stats.mde_from_samples(lcalls)}
+    timing = {"speed-up (wall) [95% CI]": {"timing": True,
+                                          "why": "wall-clock ratio on a shared machine"}}
+    if args.out_results:
+        command = "python plugins/xspecmesh/benchmarks/bench.py " + shlex.join(sys.argv[1:])
+        tab = icml_results.make_table(
+            title, cols, rows, name="text",
+            formats={c: ".3g" for c in cols[1:6]})
+        icml_results.write(args.out_results, [tab], command=command, plugin="xspecmesh",
+                           seeds=[0], quick=False, clock=clock, threads=args.threads,
+                           tolerance=timing,
+                           metrics={"arms": metrics, "distill_seconds": round(t_distill, 1),
+                                    "draft_seconds": round(t_draft, 1),
+                                    "hidden_seconds": round(t_hidden, 1),
+                                    "heads_kl_last5": statistics.mean(losses[-5:]),
+                                    "draft_kl_last5": statistics.mean(dlosses[-5:])})
+        print(f"results file: {args.out_results}", file=sys.stderr)
 
 
 def main() -> None:
@@ -286,6 +354,8 @@ def main() -> None:
     t.add_argument("--prompt-len", type=int, default=64)
     t.add_argument("--new-tokens", type=int, default=48)
     t.add_argument("--accept-top-k", type=int, default=2)
+    t.add_argument("--draft-layer", type=int, default=0, help="the target's decoder layer "
+                   "copied into the one-layer draft model (the trained part)")
     t.add_argument("--support", type=int, default=32, help="teacher top tokens per position "
                    "in the sparse KL")
     args = ap.parse_args()

@@ -39,7 +39,6 @@ import argparse
 import os
 import shlex
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -49,15 +48,6 @@ from icml import results as icml_results
 from icml import stats
 
 LABEL = {"data": "data", "greedy": "greedy outputs"}
-
-
-class _Counter:
-    def __init__(self, module: Any) -> None:
-        self.n = 0
-        self.handle = module.register_forward_hook(self._hook)
-
-    def _hook(self, *_: Any) -> None:
-        self.n += 1
 
 
 def _strip(seq: list[int], eos: int) -> list[int]:
@@ -149,33 +139,19 @@ def arms(args: argparse.Namespace, built: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, built: dict[str, Any], fns: dict[str, Any]) -> dict:
-    model, draft = built["model"], built["draft"]
-    calls, dcalls = _Counter(model), _Counter(draft)
-    names = list(fns)
-    rec = {n: {"sec": [], "calls": [], "dcalls": [], "tokens": [], "seq": []} for n in names}
-    try:
-        with torch.no_grad():
-            warm = torch.tensor([built["prompts"][0]], device=args.device)
-            for f in fns.values():  # one untimed pass, so no arm pays first-call costs
-                f(warm)
-            for i, ids in enumerate(built["prompts"]):
-                p = torch.tensor([ids], device=args.device)
-                for j in range(len(names)):
-                    name = names[(i + j) % len(names)]
-                    c0, d0 = calls.n, dcalls.n
-                    t0 = time.perf_counter()
-                    seq = fns[name](p)
-                    sec = time.perf_counter() - t0
-                    seq = _strip(seq, 2)
-                    r = rec[name]
-                    r["sec"].append(sec)
-                    r["calls"].append(calls.n - c0)
-                    r["dcalls"].append(dcalls.n - d0)
-                    r["tokens"].append(len(seq) - len(ids))
-                    r["seq"].append(seq)
-    finally:
-        calls.handle.remove()
-        dcalls.handle.remove()
+    from icml_xspecmesh.timing import interleaved
+
+    prompts = [torch.tensor([ids], device=args.device) for ids in built["prompts"]]
+    with torch.no_grad():
+        raw = interleaved(prompts, fns, counters={"calls": built["model"],
+                                                  "dcalls": built["draft"]},
+                          warmup=prompts[0])
+    rec = {}
+    for name, r in raw.items():
+        seqs = [_strip(seq, 2) for seq in r["out"]]
+        rec[name] = {"sec": r["sec"], "calls": r["calls"], "dcalls": r["dcalls"], "seq": seqs,
+                     "tokens": [len(s) - len(ids) for s, ids in zip(seqs, built["prompts"],
+                                                                   strict=True)]}
     return rec
 
 

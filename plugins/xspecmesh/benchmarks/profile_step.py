@@ -142,23 +142,30 @@ def _decode(args: argparse.Namespace, tok: Any, model: Any, heads: Any,
             prof: StepProfiler) -> dict:
     from icml_xspecmesh.dataset import CLASSES
     from icml_xspecmesh.speculative import speculative_generate
+    from icml_xspecmesh.timing import interleaved
 
     arms = {("spec", "grad"): heads, ("ar", "grad"): None, ("spec", "nograd"): heads,
             ("ar", "nograd"): None}
-    acc = {k: {"t": defaultdict(float), "sec": 0.0, "steps": 0, "tokens": 0} for k in arms}
-    keys = list(arms)
-    for i in range(args.meshes):
-        prompt = torch.tensor([tok.prefix(i % len(CLASSES))], device=args.device)
-        for j in range(len(keys)):
-            key = keys[(i + j) % len(keys)]
+
+    def arm(key: tuple[str, str]) -> Any:
+        def f(prompt: torch.Tensor) -> tuple[Any, dict[str, float]]:
             prof.reset()
             # the grad arm: the loop as it ran up to 0.1.5, without its @torch.no_grad()
             fn = speculative_generate if key[1] == "nograd" else speculative_generate.__wrapped__
             with torch.no_grad() if key[1] == "nograd" else nullcontext():
                 out = fn(model, arms[key], prompt, max_new_tokens=args.max_new_tokens,
                          acceptance="greedy", eos_token_id=2, pad_token_id=0)
-            a = acc[key]
-            for name, v in prof.t.items():
+            return out, dict(prof.t)
+        return f
+
+    prompts = [torch.tensor([tok.prefix(i % len(CLASSES))], device=args.device)
+               for i in range(args.meshes)]
+    rec = interleaved(prompts, {key: arm(key) for key in arms})
+    acc = {k: {"t": defaultdict(float), "sec": 0.0, "steps": 0, "tokens": 0} for k in arms}
+    for key, r in rec.items():
+        a = acc[key]
+        for out, t in r["out"]:
+            for name, v in t.items():
                 a["t"][name] += v
             a["sec"] += out.seconds
             a["steps"] += len(out.accepted_lengths[0])  # calls after the prefill

@@ -1,0 +1,61 @@
+"""The benchmarks' timing loop, written once (``benchmarks/bench.py text``, ``peers_mesh.py``,
+``profile_step.py`` and ``batch_mesh.py`` use it): every arm decodes every item, interleaved in
+a rotating order (item ``i`` starts with arm ``i mod n``) so that all arms see the same machine
+load, each call timed by the same ``time.perf_counter`` pair around it, and forward calls of the
+given modules counted by forward hooks (removed afterwards, also on error)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+
+class CallCounter:
+    """Counts forward calls of ``module`` through a forward hook; ``remove()`` detaches it."""
+
+    def __init__(self, module: Any) -> None:
+        self.n = 0
+        self.handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, *_: Any) -> None:
+        self.n += 1
+
+    def remove(self) -> None:
+        self.handle.remove()
+
+
+def interleaved(items: Sequence[Any], arms: Mapping[str, Callable[[Any], Any]], *,
+                counters: Mapping[str, Any] | None = None,
+                warmup: Any = None) -> dict[str, dict[str, list[Any]]]:
+    """Run ``arms[name](item)`` for every item and arm, in a rotating order.
+
+    Returns ``{name: {"sec": [...], "out": [...], <counter>: [...]}}`` with one entry per item,
+    in item order: the seconds of the call, what it returned, and for each ``counters`` entry
+    (label -> module) the forward calls of that module during the call. ``warmup`` (an item, or
+    ``None``) is decoded once by every arm first, untimed, so that no arm pays first-call costs.
+    """
+    names = list(arms)
+    hooks = {label: CallCounter(m) for label, m in (counters or {}).items()}
+    rec: dict[str, dict[str, list[Any]]] = {
+        n: {"sec": [], "out": [], **{label: [] for label in hooks}} for n in names}
+    try:
+        if warmup is not None:
+            for fn in arms.values():
+                fn(warmup)
+        for i, item in enumerate(items):
+            for j in range(len(names)):
+                name = names[(i + j) % len(names)]
+                before = {label: h.n for label, h in hooks.items()}
+                t0 = time.perf_counter()
+                out = arms[name](item)
+                sec = time.perf_counter() - t0
+                r = rec[name]
+                r["sec"].append(sec)
+                r["out"].append(out)
+                for label, h in hooks.items():
+                    r[label].append(h.n - before[label])
+    finally:
+        for h in hooks.values():
+            h.remove()
+    return rec
