@@ -102,3 +102,23 @@ def test_figure_heatmap_and_bands_write_png(tmp_path: Path) -> None:
     with figure(tmp_path / "sq.png", 1, 1, squeeze=False) as axes:
         assert axes.shape == (1, 1)
         axes[0][0].plot([1, 2], [2, 1])
+
+
+def test_load_script_imports_a_script_with_dataclasses_and_sibling_imports(tmp_path: Path) -> None:
+    """``icml.testing.load_script``: the one way plugin tests import their benchmark scripts."""
+    import sys
+
+    from icml.testing import load_script
+
+    (tmp_path / "common_sib.py").write_text("VALUE = 7\n")
+    (tmp_path / "bench.py").write_text(
+        "import dataclasses\nimport common_sib\n\n"
+        "@dataclasses.dataclass\nclass Row:\n    x: int = common_sib.VALUE\n")
+    mod = load_script(tmp_path / "bench.py", "bench_under_test", sibling_imports=True)
+    assert mod.Row().x == 7 and sys.modules["bench_under_test"] is mod
+    (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(RuntimeError, match="boom"):
+        load_script(tmp_path / "broken.py")
+    assert "_icml_script_broken" not in sys.modules
+    with pytest.raises(FileNotFoundError):
+        load_script(tmp_path / "missing.py")

@@ -4,7 +4,6 @@ root, its clock columns declared ``timing``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,15 +12,14 @@ from pathlib import Path
 import pytest
 
 from icml import results
+from icml.testing import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"capkv_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(BENCH / f"{name}.py", f"capkv_{name}")
     return mod
 
 

@@ -7,12 +7,13 @@ here."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+
+from icml.testing import load_script
 
 HERE = Path(__file__).resolve().parent
 DATA = json.loads((HERE / "data" / "kvpress_kept.json").read_text())
@@ -20,9 +21,7 @@ DATA = json.loads((HERE / "data" / "kvpress_kept.json").read_text())
 
 def _compare_module():
     path = HERE.parent / "benchmarks" / "kvpress_compare.py"
-    spec = importlib.util.spec_from_file_location("capkv_kvpress_compare", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(path, "capkv_kvpress_compare")
     return mod
 
 

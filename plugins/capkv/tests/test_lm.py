@@ -2,7 +2,6 @@
 ratio on a compressed vs full cache, and a tiny end-to-end run of the benchmark function."""
 
 import argparse
-import importlib.util
 import math
 import random
 from collections import Counter
@@ -14,6 +13,8 @@ from icml_capkv import continuation_logits, prefill
 from icml_capkv.fidelity import summarize, verdict
 from icml_capkv.lm import BOS, PERIOD, GrammarCorpus, continuation_fidelity, train_lm_model
 from icml_capkv.presses import make_press
+
+from icml.testing import load_script
 
 
 def test_corpus_is_deterministic_and_structured() -> None:
@@ -100,9 +101,7 @@ def test_lm_training_learns_the_grammar_and_verdict_applies() -> None:
 
 def test_bench_lm_part_end_to_end(capsys) -> None:
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
-    spec = importlib.util.spec_from_file_location("capkv_bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(path, "capkv_bench")
     args = argparse.Namespace(seeds="0", lm_steps=3, lm_docs=4)
     bench.lm_level(args, ["capkv", "streaming", "snapkv"],
                    ["policy"] + [f"r={r}" for r in bench.RATIOS])

@@ -4,7 +4,6 @@ their MDE, and the bfloat16-vs-float32 table."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,13 @@ from icml_capkv.longctx import (
 )
 from icml_capkv.scorers import ScoreInputs
 
+from icml.testing import load_script
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("capkv_longctx_bench",
-                                                  BENCH / "longctx_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(BENCH / "longctx_bench.py", "capkv_longctx_bench")
     return mod
 
 

@@ -189,17 +189,14 @@ def test_numpy_path_and_job_config_take_the_torch_solver():
 
 def test_batch_benchmark_writes_its_results_file(tmp_path, monkeypatch):
     """benchmarks/batch.py on a tiny batch (no peers): the table and its timing columns."""
-    import importlib.util
     import json
-    import sys
     from pathlib import Path
+
+    from icml.testing import load_script
 
     bench = Path(__file__).resolve().parents[1] / "benchmarks"
     monkeypatch.syspath_prepend(str(bench))
-    spec = importlib.util.spec_from_file_location("dxpp_batch_bench", bench / "batch.py")
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "dxpp_batch_bench", mod)
-    spec.loader.exec_module(mod)
+    mod = load_script(bench / "batch.py", "dxpp_batch_bench")
     out = tmp_path / "batch.json"
     assert mod.main(["--sizes", "3x6", "--repeats", "1", "--out-results", str(out)]) == 0
     data = json.loads(out.read_text())

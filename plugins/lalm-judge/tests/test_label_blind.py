@@ -25,6 +25,8 @@ from icml_lalm_judge.dialogue import Benchmark, judge_view, turn_data
 from icml_lalm_judge.evaluation import score_all
 from icml_lalm_judge.judges import ASRTranscriptJudge
 
+from icml.testing import load_script
+
 _LABEL_WORDS = [c.replace("_", " ") for c in CATEGORIES] + [
     "slightly", "uneasy", "annoyed", "hostile", "aggressive", "severe", "severity", "mild",
     "placeholder", "unsafe", "level"]
@@ -136,13 +138,10 @@ def test_espeak_audio_does_not_depend_on_the_label():
 
 
 def test_real_judge_benchmark_prompts_are_label_blind():
-    import importlib.util
     from pathlib import Path
 
     path = Path(__file__).parents[1] / "benchmarks" / "bench_real_judge.py"
-    spec = importlib.util.spec_from_file_location("bench_real_judge", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(path, "bench_real_judge")
     _, items = mod.build(2, 0, ("first", "last"))
     kinds = [it[0] for it in items]
     assert kinds.count("control") == 4 and kinds.count("variant") == 20

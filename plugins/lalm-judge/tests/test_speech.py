@@ -3,6 +3,8 @@ import pytest
 from icml_lalm_judge import ToneASR, espeak_available, read_wav, synthesize, write_wav
 from icml_lalm_judge.speech import espeak_library_available
 
+from icml.testing import load_script
+
 
 def test_same_seed_same_audio_bytes(bench, tmp_path):
     d = bench.variants[7]
@@ -246,15 +248,12 @@ def test_auto_engine_falls_back_to_the_program(monkeypatch):
 def test_throughput_script_writes_a_results_file(tmp_path):
     """bench_throughput.py --out-results on a tiny setting: one row per arm, the counts exact,
     the same audio in every arm, every clock column declared ``timing``."""
-    import importlib.util
     from pathlib import Path
 
     import icml.results as R
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_throughput.py"
-    spec = importlib.util.spec_from_file_location("bench_throughput", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(script, "bench_throughput")
     arms = "cli/nocache/w1" + (",library/cache/w1" if espeak_library_available() else "")
     out = tmp_path / "throughput.json"
     res = mod.main(["--n", "40", "--espeak-n", "2", "--arms", arms, "--out-results", str(out)])

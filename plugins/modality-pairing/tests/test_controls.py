@@ -17,6 +17,8 @@ from icml_modality_pairing.training import (
     train_model,
 )
 
+from icml.testing import load_script
+
 
 def _flat(m):
     return torch.cat([p.detach().flatten() for p in m.parameters()])
@@ -176,16 +178,13 @@ def test_digits_regime_too_large_is_a_config_error(tmp_path):
 def test_controls_benchmark_writes_its_results_file(tmp_path, monkeypatch):
     """The benchmark's results-file path on a tiny setting: every table, CIs as estimates."""
     pytest.importorskip("sklearn")
-    import importlib.util
     from pathlib import Path
 
     from icml import results
 
     monkeypatch.delenv("ICML_RESULTS_DIR", raising=False)
     path = Path(__file__).parents[1] / "benchmarks" / "controls.py"
-    spec = importlib.util.spec_from_file_location("mp_controls", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(path, "mp_controls")
     out = tmp_path / "controls.json"
     mod.main(["--seeds", "2", "--regime", "120x1", "--shared", "0.5", "--digits", "60x1",
               "--n-test", "40", "--out-results", str(out)])

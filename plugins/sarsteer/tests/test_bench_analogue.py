@@ -2,19 +2,18 @@
 paired SARSteer - plain difference and its MDE, and the bad-input errors."""
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from icml.testing import load_script
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_analogue.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("sarsteer_bench_analogue", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(BENCH, "sarsteer_bench_analogue")
     return mod
 
 

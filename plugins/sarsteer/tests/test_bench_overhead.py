@@ -1,18 +1,17 @@
 """The overhead benchmark's results-file path (issue 47), on the tiny models only: every clock
 column is declared `timing` (shown, never compared) and the command is the invocation."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from icml.testing import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_overhead.py"
 
 
 def test_overhead_writes_a_results_file_with_timing_columns(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("sarsteer_bench_overhead", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(BENCH, "sarsteer_bench_overhead")
     out = tmp_path / "overhead.json"
     monkeypatch.setattr(sys, "argv", [str(BENCH), "--tokens", "4", "--repeats", "1",
                                       "--out-results", str(out)])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from icml import results as R
+from icml.testing import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 
@@ -38,11 +39,7 @@ def test_precision_rows_pair_the_right_arms():
     """The precision table's ratios (issue 70): the goal's cross-precision ratio is the float32
     naive loop's time over the batched bfloat16 path's, and each same-precision ratio pairs arms
     of one dtype."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("synsem_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(BENCH, "synsem_bench")
     secs = {"naive": 8.0, "batched": 4.0, "naive:bfloat16": 6.0, "batched:bfloat16": 1.0,
             "batched-nobucket": 5.0, "batched-nobucket:bfloat16": 1.5}
     res = {v: {"full": s, "full_cpu": s, "extract": s / 2, "extract_cpu": s / 2}

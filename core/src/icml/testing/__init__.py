@@ -24,7 +24,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     # conformance.py: the base class and test helpers
     "PluginConformance": "conformance", "assert_light_import": "conformance",
     "icml_cli": "conformance", "one_line_error": "conformance",
-    "pretrained_or_skip": "conformance",
+    "pretrained_or_skip": "conformance", "load_script": "conformance",
     # configs.py: the config-tree checks (the config is the API)
     "default_problems": "configs", "set_key_problems": "configs", "api_problems": "configs",
     "mirror_problems": "configs",

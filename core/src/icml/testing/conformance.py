@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import pytest
@@ -63,6 +64,37 @@ def pretrained_or_skip(name: str = "smollm2-135m-instruct", *,
         if os.environ.get("ICML_REQUIRE_PRETRAINED") == "1":
             pytest.fail(f"ICML_REQUIRE_PRETRAINED=1 but the model cannot be loaded: {exc}")
         pytest.skip(f"packaged model not installed: {exc}")
+
+
+def load_script(path: str | os.PathLike[str], name: str | None = None, *,
+                sibling_imports: bool = False) -> ModuleType:
+    """Import a plugin's script that is not part of its package (``benchmarks/bench.py``) so a
+    test can call its functions: ``bench = load_script(HERE.parent / "benchmarks" / "bench.py")``.
+
+    The module is registered in ``sys.modules`` under ``name`` (default: the file's stem,
+    prefixed ``_icml_script_``) before it runs, so its dataclasses and pickling work; a script
+    that imports its sibling files (``import common``) needs ``sibling_imports=True``, which puts
+    its folder on ``sys.path``. A script whose import fails is removed from ``sys.modules``.
+    """
+
+    import importlib.util
+
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no script at {path}")
+    name = name or f"_icml_script_{path.stem}"
+    if sibling_imports and str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
