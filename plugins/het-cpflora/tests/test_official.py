@@ -50,3 +50,81 @@ def test_alpha_over_r_download_reproduces_the_true_update():
     m = "l0.q_proj"
     got = alpha / specs[0].rank * (raw[0][f"{m}|B_s"] @ raw[0][f"{m}|A_s"])
     assert not torch.allclose(got, base[m].B @ base[m].A)
+
+
+def _tiny_lm():
+    from icml.models import tiny_causal_lm
+
+    torch.manual_seed(0)
+    return tiny_causal_lm("llama", hidden_size=16, num_layers=1).eval()
+
+
+def test_ppl_norm_official_is_calculate_perplexity():
+    """``norm="official"`` = exp(HF loss with labels=input_ids) / len(encoded text): the loss
+    averages the n-1 predicted tokens, the division counts all n tokens (BOS included)."""
+    from icml_het_cpflora.mixer import prompt_ppl
+
+    model = _tiny_lm()
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 200, (3, 7), generator=g)
+    got = prompt_ppl(model, ids, norm="official")
+    for row, score in zip(ids, got):
+        with torch.no_grad():
+            loss = model(input_ids=row[None], labels=row[None]).loss
+        ref = torch.exp(loss) / row.numel()          # the official calculate_perplexity
+        assert float(score) == pytest.approx(float(ref), rel=1e-5)
+    plain = prompt_ppl(model, ids, norm="none")
+    torch.testing.assert_close(prompt_ppl(model, ids, norm="predicted"), plain / 6)
+    torch.testing.assert_close(got, plain / 7)
+    # right padding: the padded prompt scores like the unpadded one
+    short = ids[:1, :5]
+    padded = torch.cat([short, torch.zeros(1, 2, dtype=short.dtype)], 1)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0]])
+    torch.testing.assert_close(prompt_ppl(model, padded, mask), prompt_ppl(model, short))
+    with pytest.raises(ValueError, match="norm"):
+        prompt_ppl(model, ids, norm="tokens")
+
+
+def test_ppl_norm_is_a_config_key():
+    from icml_het_cpflora.config import HetCPFLoRAConfig
+
+    import icml
+
+    assert HetCPFLoRAConfig().ppl_norm == "official"
+    with pytest.raises((ValueError, icml.ConfigError), match="ppl_norm"):
+        HetCPFLoRAConfig(ppl_norm="tokens")
+
+
+def test_subset_weighting_by_position_is_the_official_one():
+    """Official ``FedAvg_all_rank2``: weights r_s[k] / sum over ALL clients, the k-th client of
+    the round's set takes weight k; not renormalised. ``r_shared`` renormalises over the
+    round's clients by their own r_s. With every client present the two agree."""
+    specs = [ClientRankSpec(2, 1), ClientRankSpec(4, 1), ClientRankSpec(6, 1),
+             ClientRankSpec(8, 1)]
+    mats = {i: _shared(s.r_shared, seed=i) for i, s in enumerate(specs)}
+
+    def run(weighting, selected):
+        strat = HetCPFLoRA(weighting=weighting)
+        strat.ranks(specs)
+        ups = {i: _upload(strat, mats[i], specs[i], seed=20 + i) for i in selected}
+        return strat.aggregate(ups, {i: specs[i] for i in selected},
+                               {i: 5 for i in selected})
+
+    m = "l0.q_proj"
+    # subset {1, 3}: official weights are r_s[0]/20 = 0.1 and r_s[1]/20 = 0.2
+    out = run("r_shared_by_position", [1, 3])
+    expect = 0.1 * mats[1][m].B @ mats[1][m].A + 0.2 * mats[3][m].B @ mats[3][m].A
+    from icml_het_cpflora import svd_refactor
+    ref = svd_refactor(expect, specs[1].r_shared).factors.product()
+    torch.testing.assert_close(out[1][f"{m}|B_s"] @ out[1][f"{m}|A_s"], ref)
+    renorm = run("r_shared", [1, 3])
+    assert not torch.allclose(renorm[1][f"{m}|B_s"] @ renorm[1][f"{m}|A_s"], ref)
+    # all clients: the same as r_shared
+    full_pos, full = run("r_shared_by_position", [0, 1, 2, 3]), run("r_shared", [0, 1, 2, 3])
+    for i in range(4):
+        torch.testing.assert_close(full_pos[i][f"{m}|B_s"] @ full_pos[i][f"{m}|A_s"],
+                                   full[i][f"{m}|B_s"] @ full[i][f"{m}|A_s"])
+    # without the clients' ranks it is a clear error
+    with pytest.raises(ValueError, match="every client"):
+        HetCPFLoRA(weighting="r_shared_by_position").aggregate(
+            {0: _upload(HetCPFLoRA(), mats[0], specs[0], 1)}, {0: specs[0]}, {0: 5})

@@ -16,6 +16,9 @@ from icml import option
 STRATEGY_NAMES = ("het-cpflora", "flexlora", "fedit", "ffa-lora", "fedsa-lora", "hetlora",
                   "local")
 WEIGHTINGS = ("r_shared", "num_samples", "uniform")
+# Het-CPFLoRA also offers the official code's weighting of a subset of clients
+HETCP_WEIGHTINGS = (*WEIGHTINGS, "r_shared_by_position")
+PPL_NORMS = ("official", "predicted", "none")
 SCALINGS = ("raw", "alpha_over_r")
 HETLORA_WEIGHTINGS = ("sparsity", "num_samples")
 
@@ -78,14 +81,22 @@ class LoRAConfig:
 class HetCPFLoRAConfig:
     """Het-CPFLoRA's server (what :class:`~icml_het_cpflora.strategies.HetCPFLoRA` takes)."""
 
-    weighting: str = option("r_shared", help="server weights of the shared products "
-                            "(official r_shared)", choices=WEIGHTINGS)
+    weighting: str = option("r_shared", help="server weights of the shared products: r_shared "
+                            "(official; renormalised over the clients of a round), "
+                            "num_samples, uniform, or r_shared_by_position (the official code "
+                            "with a subset of clients: the k-th client of the round gets "
+                            "r_s[k] / sum of all clients' r_s, not renormalised)",
+                            choices=HETCP_WEIGHTINGS)
     scaling: str = option("raw", help="shared product sent to aggregation: raw B_s A_s "
                           "(official) or alpha/r-scaled", choices=SCALINGS)
+    ppl_norm: str = option("official", help="OOD mixer score exp(mean NLL)/n: n = all prompt "
+                           "tokens (official calculate_perplexity), predicted (n - 1 predicted "
+                           "tokens, up to 0.1.4) or none (plain perplexity)", choices=PPL_NORMS)
 
     def __post_init__(self) -> None:
-        _choice("strategy.het_cpflora.weighting", self.weighting, WEIGHTINGS)
+        _choice("strategy.het_cpflora.weighting", self.weighting, HETCP_WEIGHTINGS)
         _choice("strategy.het_cpflora.scaling", self.scaling, SCALINGS)
+        _choice("strategy.het_cpflora.ppl_norm", self.ppl_norm, PPL_NORMS)
 
 
 @dataclass

@@ -129,7 +129,8 @@ def run_strategy(ctx: icml.RunContext, cfg: TrainConfig, env: dict[str, Any], na
         mixers = []
         for i, spec in enumerate(res.specs):
             res.model.set_adapter(names[i])
-            mixers.append(OODMixer.fit(res.model, env["train"][i].prompt_ids, spec))
+            mixers.append(OODMixer.fit(res.model, env["train"][i].prompt_ids, spec,
+                                      norm=cfg.strategy.het_cpflora.ppl_norm))
         arms["het-cpflora (OOD)"] = evaluate_clients(res.model, res.specs, names,
                                                      env["tests"], mixers=mixers)
         arms["het-cpflora (fixed)"] = arms.pop(name)
@@ -225,7 +226,8 @@ def infer_job(ctx: icml.RunContext, cfg: InferConfig) -> icml.RunResult:
     for i, spec in enumerate(res.specs):
         name = res.adapter(i)
         res.model.set_adapter(name)
-        mixer = OODMixer.fit(res.model, env["train"][i].prompt_ids, spec)
+        mixer = OODMixer.fit(res.model, env["train"][i].prompt_ids, spec,
+                            norm=cfg.strategy.het_cpflora.ppl_norm)
         (w_s, w_p), = mixer.weights(res.model, ids)
         texts = []
         for ws, wp in ((1.0, 1.0), (w_s, w_p)):

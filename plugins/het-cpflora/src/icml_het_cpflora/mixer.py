@@ -9,15 +9,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from icml_het_cpflora.adapters import lora_layers
+from icml_het_cpflora.config import PPL_NORMS
 from icml_het_cpflora.ranks import ClientRankSpec
 
 
 def prompt_ppl(model: Any, input_ids: Any, attention_mask: Any = None, *,
-               per_token: bool = True, batch_size: int = 64) -> Any:
-    """Per-prompt score of the official code: exp(mean token NLL) / n_tokens
-    (``per_token=False`` gives the plain perplexity)."""
+               norm: str = "official", batch_size: int = 64) -> Any:
+    """Per-prompt score exp(mean NLL) / n, the mean NLL taken over the n_tok - 1 predicted
+    tokens (the model's own loss with ``labels=input_ids``), and n:
+
+    - ``"official"``: n = n_tok, every token of the prompt as the tokenizer encodes it (BOS
+      included where the tokenizer adds one), as the official ``calculate_perplexity`` does
+      (``perplexity / len(tokenizer.encode(text))``);
+    - ``"predicted"``: n = n_tok - 1, the predicted tokens (this plugin's score up to 0.1.4);
+    - ``"none"``: n = 1, the plain perplexity.
+
+    ``n_tok`` is the number of positions with ``attention_mask == 1`` (all of them without a
+    mask)."""
     import torch
 
+    if norm not in PPL_NORMS:
+        raise ValueError(f"norm={norm!r}: use one of {PPL_NORMS}")
     outs = []
     with torch.no_grad():
         for s in range(0, input_ids.shape[0], batch_size):
@@ -27,10 +39,14 @@ def prompt_ppl(model: Any, input_ids: Any, attention_mask: Any = None, *,
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:],
                                                     reduction="none")
-            m = mask[:, 1:].float()
-            ntok = m.sum(1).clamp_min(1)
-            ppl = torch.exp((nll * m).sum(1) / ntok)
-            outs.append(ppl / ntok if per_token else ppl)
+            m = (mask[:, 1:] * mask[:, :-1]).float()
+            npred = m.sum(1).clamp_min(1)
+            ppl = torch.exp((nll * m).sum(1) / npred)
+            if norm == "official":
+                ppl = ppl / mask.float().sum(1).clamp_min(1)
+            elif norm == "predicted":
+                ppl = ppl / npred
+            outs.append(ppl)
     return torch.cat(outs)
 
 
@@ -58,13 +74,14 @@ class OODMixer:
 
     reference: list[float]
     spec: ClientRankSpec
-    per_token: bool = True
+    norm: str = "official"
 
     @classmethod
     def fit(cls, model: Any, input_ids: Any, spec: ClientRankSpec, attention_mask: Any = None,
-            *, per_token: bool = True) -> OODMixer:
-        ref = prompt_ppl(model, input_ids, attention_mask, per_token=per_token).tolist()
-        return cls(ref, spec, per_token)
+            *, norm: str = "official") -> OODMixer:
+        """Score the client's local prompts (``norm``: see :func:`prompt_ppl`)."""
+        ref = prompt_ppl(model, input_ids, attention_mask, norm=norm).tolist()
+        return cls(ref, spec, norm)
 
     def weights_for_ppl(self, ppl_x: float) -> tuple[float, float]:
         return mixer_weights(similarity(ppl_x, self.reference), self.spec)
@@ -72,7 +89,7 @@ class OODMixer:
     def weights(self, model: Any, input_ids: Any,
                 attention_mask: Any = None) -> list[tuple[float, float]]:
         """(w_s, w_p) per prompt (one extra forward pass each, with the unweighted adapter)."""
-        ppl = prompt_ppl(model, input_ids, attention_mask, per_token=self.per_token)
+        ppl = prompt_ppl(model, input_ids, attention_mask, norm=self.norm)
         return [self.weights_for_ppl(float(p)) for p in ppl]
 
 

@@ -96,6 +96,25 @@ class HetCPFLoRA(Strategy, HetCPFLoRAConfig):
     name = "het-cpflora"
     section: ClassVar[str | None] = "het_cpflora"
     alpha: float = dataclasses.field(default_factory=lambda: LoRAConfig().alpha)
+    # every client's r_s, in client order (set by :meth:`ranks`; ``r_shared_by_position``)
+    all_r_shared: list[int] = dataclasses.field(default_factory=list, init=False, repr=False)
+
+    def ranks(self, specs):
+        self.all_r_shared = [s.r_shared for s in specs]
+        return list(specs)
+
+    def _weights(self, ids: list[int], selected: list[int], specs, num_samples) -> list[float]:
+        if self.weighting != "r_shared_by_position":
+            return aggregation_weights([specs[i].r_shared for i in ids],
+                                       [num_samples[i] for i in ids], self.weighting)
+        # official FedAvg_all_rank2: weights over ALL clients' r_s, the k-th selected client
+        # takes the k-th weight (its position in the round's client set), no renormalisation
+        if len(self.all_r_shared) < len(selected):
+            raise ValueError("weighting='r_shared_by_position' needs every client's r_s: call "
+                             "ranks(specs) with all clients first (simulate and Flower do)")
+        total = sum(self.all_r_shared)
+        pos = {i: k for k, i in enumerate(selected)}
+        return [self.all_r_shared[pos[i]] / total for i in ids]
 
     def upload(self, adapter: Adapter, spec: ClientRankSpec) -> Payload:
         if spec.r_shared == 0:
@@ -113,8 +132,7 @@ class HetCPFLoRA(Strategy, HetCPFLoRAConfig):
             sh = {m: LoRAFactors(A[m], B[m]) for m in A}
             products.append(shared_product(sh, scaling=self.scaling, alpha=self.alpha,
                                            rank=specs[i].rank))
-        w = aggregation_weights([specs[i].r_shared for i in ids],
-                                [num_samples[i] for i in ids], self.weighting)
+        w = self._weights(ids, sorted(uploads), specs, num_samples)
         delta = aggregate_shared(products, w)
         out: dict[int, Payload] = {i: {} for i in uploads}
         for i in ids:
