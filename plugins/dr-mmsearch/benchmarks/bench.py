@@ -59,8 +59,14 @@ def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
                mu: str | None = None, arms: list[str] | None = None, workers: int = 1,
                premature_fraction: float | None = None, per_call_penalty: bool = False,
                holdout: float | None = None, holdout_by: str | None = None,
-               first_seed: int = 0) -> dict:
-    from icml_dr_mmsearch.config import DEFAULT_ARMS, RewardConfig, TrainConfig, WarmStartConfig
+               first_seed: int = 0, fact_worlds: int = 1) -> dict:
+    from icml_dr_mmsearch.config import (
+        DEFAULT_ARMS,
+        RewardConfig,
+        TrainConfig,
+        WarmStartConfig,
+        WorldConfig,
+    )
 
     reward = RewardConfig(per_call_penalty=per_call_penalty)
     if mu is not None:
@@ -73,7 +79,8 @@ def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
     seed_list = list(range(first_seed, first_seed + seeds))
     cfg = TrainConfig(steps=steps, warm=WarmStartConfig(steps=warm_steps),
                       eval_generations=eval_generations,
-                      reward=reward, arms=list(arms or DEFAULT_ARMS), **extra)
+                      reward=reward, arms=list(arms or DEFAULT_ARMS),
+                      world=WorldConfig(fact_worlds=fact_worlds), **extra)
     per: dict[str, list[dict]] = {}
     t0 = time.perf_counter()
     load_start = os.getloadavg()
@@ -106,7 +113,8 @@ def bench_arms(seeds: int, steps: int, warm_steps: int, eval_generations: int,
                        "eval_generations": eval_generations, "mu": cfg.reward.mu,
                        "holdout": cfg.holdout, "premature_fraction": cfg.premature_fraction,
                        "per_call_penalty": cfg.reward.per_call_penalty,
-                       "holdout_by": cfg.holdout_by, "seed_list": seed_list},
+                       "holdout_by": cfg.holdout_by, "seed_list": seed_list,
+                       "fact_worlds": fact_worlds},
             "table": table, "per_seed": per, "seconds": time.perf_counter() - t0,
             "load_average_start_end": [load_start, os.getloadavg()]}
 
@@ -306,8 +314,9 @@ def comparison_tables(res: dict, label: str) -> list[dict]:
     """Paired-by-seed differences of the pre-registered comparisons (:data:`COMPARISONS`):
     per metric, ``mean(a - b)`` over seeds with a percentile bootstrap CI over seeds
     (``icml.stats.paired_diff_ci``), the MDE of the per-seed differences
-    (``icml.stats.mde_from_samples``) and their sample sd (the seed spread). ``detected``: the
-    interval excludes 0, ``|mean| >= MDE`` and ``|mean| > sd``."""
+    (``icml.stats.mde_from_samples``) and their sample sd (the seed spread). ``detected``
+    (:func:`~icml_dr_mmsearch.metrics.paired_verdict`): the interval excludes 0 and
+    ``|mean| > sd``; "yes, below MDE" when the size is below the MDE (detected, imprecise)."""
     from icml_dr_mmsearch.metrics import paired_verdict
 
     from icml import results
@@ -330,8 +339,8 @@ def comparison_tables(res: dict, label: str) -> list[dict]:
                 row += [None, None, None, None]
                 continue
             v = paired_verdict(x, y, seed=0)
-            est, mde, sd, det = v["diff"], v["mde"], v["sd"], v["detected"]
-            row += [est.to_dict(), mde, sd, "yes" if det else "no"]
+            est, mde, sd = v["diff"], v["mde"], v["sd"]
+            row += [est.to_dict(), mde, sd, v["label"]]
         rows.append(row)
     c = res["config"]
     title = (f"Pre-registered paired comparisons, seeds {c.get('seed_list')}, {c['steps']} GRPO "
@@ -391,7 +400,10 @@ def main() -> None:
                     help="the baseline's per-call search penalty (use_search_count_penalty)")
     ap.add_argument("--holdout", type=float, default=None,
                     help="held-out share (default: TrainConfig's 0.3)")
-    ap.add_argument("--holdout-by", default=None, choices=("company", "question"),
+    ap.add_argument("--fact-worlds", type=int, default=1,
+                    help="fact versions of the world (world.fact_worlds; with --holdout-by "
+                    "world the last ones are held out)")
+    ap.add_argument("--holdout-by", default=None, choices=("company", "question", "world"),
                     help="what is held out (default: TrainConfig's company)")
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed ... (pilots)")
     ap.add_argument("--label", default=None, help="key of this arms table in the JSON file")
@@ -416,7 +428,8 @@ def main() -> None:
         key = a.label or (f"arms_mu_{a.mu}" if a.mu else "arms")
         out[key if key.startswith("arms") else f"arms_{key}"] = bench_arms(
             a.seeds, a.steps, a.warm_steps, a.eval_generations, a.mu, a.arms, a.workers,
-            a.premature_fraction, a.per_call_penalty, a.holdout, a.holdout_by, a.first_seed)
+            a.premature_fraction, a.per_call_penalty, a.holdout, a.holdout_by, a.first_seed,
+            a.fact_worlds)
     if a.out_results:
         command = "python plugins/dr-mmsearch/benchmarks/bench.py " + shlex.join(sys.argv[1:])
         if a.part == "arms":

@@ -58,7 +58,7 @@ def test_primary_verdict_is_the_files_the_readmes_and_the_measured_one():
     v = _verdict(t, a, b, key)
     comp = t[f"{LABEL}_comparisons"]
     (row,) = [r for r in comp["rows"] if r[0] == a and r[1] == b]
-    assert row[comp["columns"].index(column)] == ("yes" if v["detected"] else "no")
+    assert row[comp["columns"].index(column)] == v["label"]
     holds = v["detected"] and v["sign"] < 0            # the method collapses less
     readme = (PLUGIN / "README.md").read_text(encoding="utf-8")
     m = re.search(r"\*\*Verdict \(primary, pre-registered\): the claim (holds|does not hold)",
@@ -78,7 +78,7 @@ def test_every_comparison_in_the_file_follows_the_rule(key, column):
     comp = t[f"{LABEL}_comparisons"]
     for row in comp["rows"]:
         v = _verdict(t, row[0], row[1], key)
-        assert row[comp["columns"].index(column)] == ("yes" if v["detected"] else "no"), row[:2]
+        assert row[comp["columns"].index(column)] == v["label"], row[:2]
 
 
 def test_the_rule_can_fail():
@@ -91,3 +91,16 @@ def test_the_rule_can_fail():
     assert clear["detected"] and clear["sign"] == -1
     wide = paired_verdict([x + d for x, d in zip(base, (.3, -.1, .25, -.05, .1))], base)
     assert not wide["detected"]
+
+
+def test_a_detected_difference_below_the_mde_stays_detected():
+    """The MDE is a design quantity: an interval that excludes 0 with a mean above the seed
+    spread is a detected difference even when it is smaller than the MDE (its size is
+    imprecise, the label says so)."""
+    base = [0.20, 0.35, 0.10, 0.30, 0.25]
+    v = paired_verdict([x + d for x, d in zip(base, (-.01, .02, .04, .07, .08))], base)
+    assert v["diff"].lo > 0 and v["sd"] < v["diff"].value < v["mde"]
+    assert v["detected"] and v["below_mde"] and v["sign"] == 1
+    assert v["label"] == "yes, below MDE"
+    big = paired_verdict([x + d for x, d in zip(base, (.02, .09, .03, .08, .05))], base)
+    assert big["label"] == "yes" and not big["below_mde"]

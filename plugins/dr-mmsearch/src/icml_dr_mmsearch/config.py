@@ -106,6 +106,10 @@ class WorldConfig:
     bm25_backend: str = option("bm25s", help="BM25 library", choices=("bm25s", "rank_bm25"))
     dedupe_repeats: bool = option(False, help="replace results of a repeated query by a "
                                   "notice (not in the baseline)")
+    fact_worlds: int = option(1, help="fact versions of the world: each extra one re-draws "
+                              "every company's founder, with its own corpus and 2-/3-hop "
+                              "questions (holdout_by=world holds the last ones out)", ge=1,
+                              le=64)
 
 
 @dataclass
@@ -193,7 +197,8 @@ class TrainConfig:
     holdout_by: str = option("company", help="what is held out: all image questions of "
                              "a share of the companies (company), or one image question of "
                              "each of a share of the companies, the other kept (question; "
-                             "holdout may then be 1)", choices=("company", "question"))
+                             "holdout may then be 1), or the last fact worlds (world; needs "
+                             "world.fact_worlds >= 2)", choices=("company", "question", "world"))
     save_model: str = option("", help="arm whose trained policy is saved to the run folder "
                              "('' = none)", choices=("",) + ARM_NAMES)
     world: WorldConfig = option(default_factory=WorldConfig, help="environment settings")
@@ -214,6 +219,13 @@ class TrainConfig:
         if self.holdout >= 1 and self.holdout_by != "question":
             raise ValueError(f"holdout={self.holdout}: must be < 1 with holdout_by=company "
                              "(1 is allowed with holdout_by=question)")
+        if self.holdout_by == "world":
+            k = round(self.holdout * self.world.fact_worlds)
+            if self.holdout > 0 and not 1 <= k < self.world.fact_worlds:
+                raise ValueError(f"holdout={self.holdout} with holdout_by=world holds out {k} "
+                                 f"of world.fact_worlds={self.world.fact_worlds} fact worlds: "
+                                 "set world.fact_worlds >= 2 and a holdout share that leaves "
+                                 "world 0 in training")
         mix = self.grpo.hop_mix
         if len(mix) != 3:
             raise ValueError(f"grpo.hop_mix {mix!r}: give three weights >= 0 (1-, 2-, 3-hop), "

@@ -125,6 +125,12 @@ class SearchEnv:
             self.tools[name] = t
         if "text" in self.tools and not getattr(self.tools["text"], "documents", None):
             self.tools["text"].index(kb.documents)
+        self._text_by_world: dict[int, Any] = {}
+        if "text" in self.tools and kb.n_worlds > 1:   # one corpus per fact version
+            import copy
+
+            for w in range(1, kb.n_worlds):
+                self._text_by_world[w] = copy.copy(self.tools["text"]).index(kb.documents_of(w))
         if "image" in self.tools and not getattr(self.tools["image"], "titles", None):
             self.tools["image"].index({e.name: kb.image(e.name) for e in kb.of_type("company")})
         self._images: dict[int, Any] = {}
@@ -176,7 +182,7 @@ class SearchEnv:
             if self.dedupe_repeats and " ".join(query.lower().split()) in seen:
                 res = ToolResult("repeated", [], False)
             else:
-                res = self.tools["text"](query)
+                res = self._text_by_world.get(ep.question.world, self.tools["text"])(query)
         ep.tool_hits.append(res.hits)
         obs = self.format_observation(res.text, ep.question)
         ep.observations.append(obs)

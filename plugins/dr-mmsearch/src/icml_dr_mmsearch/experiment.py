@@ -59,7 +59,7 @@ def build_world(config: WorldConfig | None = None) -> tuple[KnowledgeBase, Searc
     from icml_dr_mmsearch.tools import ImageSearch, TextSearch
 
     c = config or WorldConfig()
-    kb = KnowledgeBase.generate(c.n_entities, seed=c.world_seed)
+    kb = KnowledgeBase.generate(c.n_entities, seed=c.world_seed, fact_worlds=c.fact_worlds)
     env = SearchEnv(kb, [ImageSearch(topk=3), TextSearch(topk=c.topk, backend=c.bm25_backend)],
                     max_rounds=c.max_rounds,
                     tool_limits={"image": c.image_limit, "text": c.text_limit},
@@ -165,6 +165,13 @@ class WarmStart:
     heldout_questions: list[Question] = field(default_factory=list)
 
     @property
+    def eval_questions(self) -> list[Question]:
+        """The training questions the plain (not held-out) metrics are measured on: all of
+        them, or with several fact worlds (``world.fact_worlds``) world 0's (its 1-, 2- and
+        3-hop questions; the other training worlds repeat its 2-/3-hop templates)."""
+        return [q for q in self.train_questions if q.world == 0]
+
+    @property
     def world(self) -> dict[str, Any]:
         """The world settings :func:`save_policy` stores (``WorldConfig`` fields + holdout)."""
         import dataclasses
@@ -188,7 +195,8 @@ def warm_start_policy(config: TrainConfig | None = None, *, seed: int = 0,
     demos = warm_start_data(env, train_qs, cfg.premature_fraction, seed)
     loss = warm_start(base, tok, env, demos, cfg.warm, seed=seed)
     rc = cfg.rollout
-    m = evaluate_policy(base, tok, env, train_qs, num_generations=cfg.eval_generations,
+    m = evaluate_policy(base, tok, env, [q for q in train_qs if q.world == 0],
+                        num_generations=cfg.eval_generations,
                         seed=seed + 7, rollout=rc, held_out=heldout_qs)
     return WarmStart(cfg, seed, kb, env, tok, base, loss, m, rc, device, train_qs, heldout_qs)
 
@@ -211,7 +219,7 @@ def train_arm(ws: WarmStart, arm: str) -> tuple[dict[str, float], list[dict[str,
         rollout=ws.rollout, seed=ws.seed + 1, cpu=torch.device(ws.device).type == "cpu")
     trainer.train(cfg.steps)
     trained = trainer.accelerator.unwrap_model(trainer.model)
-    m = evaluate_policy(trained, ws.tokenizer, ws.env, ws.train_questions,
+    m = evaluate_policy(trained, ws.tokenizer, ws.env, ws.eval_questions,
                         num_generations=cfg.eval_generations, seed=ws.seed + 7, rollout=ws.rollout,
                         held_out=ws.heldout_questions)
     return m, [h.metrics for h in trainer.history], trained

@@ -98,10 +98,14 @@ def train(ctx: icml.RunContext, config: TrainConfig) -> icml.RunResult:
         artifacts["3-hop accuracy"] = "acc3.png"
     if saved:
         artifacts[f"trained policy ({config.save_model})"] = saved
-    notes = ("Plain columns: the training questions; held-out: the 2-/3-hop questions of a "
-             f"share {config.holdout} of the companies, never seen in training (the word-level "
-             "tiny model cannot write names it never produced, so expect them near 0; see the "
-             "README). "
+    held = (f"the 2-/3-hop questions of the last fact worlds (a share {config.holdout} of "
+            f"{config.world.fact_worlds}; their founders are re-drawn, so only the search "
+            "results answer them)" if config.holdout_by == "world" else
+            f"the 2-/3-hop questions of a share {config.holdout} of the companies, never seen "
+            "in training (the word-level tiny model cannot write names it never produced, so "
+            "expect them near 0; see the README)")
+    notes = ("Plain columns: the training questions (world 0's with several fact worlds); "
+             f"held-out: {held}. "
              "Collapse = share of 3-hop rollouts answered in one turn without a tool; premature "
              "= share of search-needing rollouts answered with fewer searches than the question "
              "needs; diverse = share of rollouts whose group has another rollout with the same "

@@ -52,6 +52,7 @@ class Fact:
     relation: str
     object: str
     text: str
+    world: int = 0
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Question:
     chain: tuple[str, ...] = ()
     gold_queries: tuple[str, ...] = ()
     seed: int = 0
+    world: int = 0
 
     @property
     def has_image(self) -> bool:
@@ -96,10 +98,19 @@ class KnowledgeBase:
     # ---- construction -------------------------------------------------------------------
     @classmethod
     def generate(cls, n_entities: int = 60, seed: int = 0, *, image_size: int = 32,
-                 image_noise: float = 0.06) -> KnowledgeBase:
+                 image_noise: float = 0.06, fact_worlds: int = 1) -> KnowledgeBase:
         """A random world of ``n_entities`` (>= 8): a tenth countries, about a quarter cities,
         the rest split between persons and companies; every company has a founder, every person a
-        birthplace, every city a country. Deterministic in ``seed``."""
+        birthplace, every city a country. Deterministic in ``seed``.
+
+        ``fact_worlds > 1`` adds fact versions ``1 .. fact_worlds - 1`` of the same entities:
+        each re-draws every company's founder (its own ``founded_by`` sentences; the other facts
+        and the pictures are shared) and has its own 2- and 3-hop questions (``Question.world``),
+        whose text is the same template as in world 0, so which founder is right shows only in
+        that world's search results (:meth:`documents_of`). World 0 is the world of
+        ``fact_worlds=1``, unchanged."""
+        if not isinstance(fact_worlds, int) or fact_worlds < 1:
+            raise ValueError(f"fact_worlds must be an int >= 1, got {fact_worlds!r}")
         if not isinstance(n_entities, int) or n_entities < 8:
             raise ValueError(f"n_entities must be an int >= 8 (a world needs at least two of "
                              f"each entity type), got {n_entities!r}")
@@ -156,6 +167,19 @@ class KnowledgeBase:
                                image_entity=c.name, chain=(c.name, f, birth[f]),
                                gold_queries=(f"{c.name} founded", f"{f} born"),
                                seed=rng.randrange(2**31)))
+        for w in range(1, fact_worlds):
+            wr = random.Random(seed * 1_000_003 + w)
+            fw = {c.name: wr.choice(by["person"]).name for c in by["company"]}
+            facts += [Fact(c, "founded_by", f, f"{c} was founded by {f}", world=w)
+                      for c, f in fw.items()]
+            for hops in (2, 3):
+                for c, f in fw.items():
+                    qs.append(Question(
+                        len(qs), HOP2_QUESTION if hops == 2 else HOP3_QUESTION,
+                        f if hops == 2 else birth[f], hops=hops, required_searches=hops,
+                        image_entity=c, chain=(c, f) if hops == 2 else (c, f, birth[f]),
+                        gold_queries=(f"{c} founded",) + ((f"{f} born",) if hops == 3 else ()),
+                        seed=wr.randrange(2**31), world=w))
         return cls(ents, facts, qs, seed=seed, image_size=image_size, image_noise=image_noise)
 
     # ---- lookups ------------------------------------------------------------------------
@@ -186,9 +210,24 @@ class KnowledgeBase:
         is in ``train`` and the facts stay in the search corpus (the tools are the knowledge
         source). 1-hop questions are memorisation questions by design (answered without a
         tool), so they have no held-out counterpart. ``holdout=0`` gives ``(all questions,
-        [])``."""
+        [])``.
+
+        ``by="world"`` (a knowledge base with ``fact_worlds > 1``): the questions of the last
+        ``round(holdout * n_worlds)`` fact versions are held out (never world 0, which keeps the
+        1-hop questions): every name and template is trained, but their founders differ from
+        every trained world's, so only reading the search results answers them."""
+        if by == "world":
+            n = self.n_worlds
+            k = round(holdout * n)
+            if holdout > 0 and not 1 <= k < n:
+                raise ValueError(f"holdout={holdout} with holdout_by=world holds out {k} of "
+                                 f"{n} fact worlds: need world.fact_worlds >= 2 and a share "
+                                 "that leaves world 0 in training")
+            held = set(range(n - k, n)) if holdout > 0 else set()
+            return ([q for q in self.questions if q.world not in held],
+                    [q for q in self.questions if q.world in held])
         if by not in ("company", "question"):
-            raise ValueError(f"holdout_by {by!r} is not known: use company or question")
+            raise ValueError(f"holdout_by {by!r} is not known: use company, question or world")
         top = 1 if by == "question" else 1 - 1e-12
         if not 0 <= holdout <= top:
             raise ValueError(f"holdout must lie in [0, 1{']' if by == 'question' else ')'}"
@@ -214,8 +253,21 @@ class KnowledgeBase:
 
     @property
     def documents(self) -> list[str]:
-        """The text-search corpus: one sentence per fact, in a fixed order."""
-        return [f.text for f in self.facts]
+        """The text-search corpus of world 0: one sentence per fact, in a fixed order."""
+        return self.documents_of(0)
+
+    @property
+    def n_worlds(self) -> int:
+        """Fact versions of this knowledge base (``generate(fact_worlds=...)``)."""
+        return 1 + max((f.world for f in self.facts), default=0)
+
+    def documents_of(self, world: int) -> list[str]:
+        """The text-search corpus of fact version ``world``: the shared facts (world 0's, less
+        its ``founded_by`` sentences when ``world > 0``) and that world's own sentences."""
+        if world == 0:
+            return [f.text for f in self.facts if f.world == 0]
+        return [f.text for f in self.facts
+                if (f.world == 0 and f.relation != "founded_by") or f.world == world]
 
     def words(self) -> list[str]:
         """Every word the world's questions, facts and gold trajectories use (for a word-level

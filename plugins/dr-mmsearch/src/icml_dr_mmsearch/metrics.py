@@ -74,12 +74,18 @@ def agent_metrics(trajs: Sequence[Any], rewards: Sequence[float] | None = None, 
 
 
 def paired_verdict(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> dict[str, Any]:
-    """The pre-registered decision rule for one comparison of two arms paired by seed
-    (``a[i]`` and ``b[i]`` from the same seed): ``mean(a - b)`` with a percentile bootstrap CI
-    over seeds (``icml.stats.paired_diff_ci``), the MDE of the per-seed differences
-    (``icml.stats.mde_from_samples``) and their sample sd (the seed spread). ``detected`` when
-    the interval excludes 0, ``|mean| >= MDE`` and ``|mean| > sd``; ``sign`` is +1/-1 for a
-    detected difference (a above / below b), else 0."""
+    """The decision rule for one comparison of two arms paired by seed (``a[i]`` and ``b[i]``
+    from the same seed): ``mean(a - b)`` with a percentile bootstrap CI over seeds
+    (``icml.stats.paired_diff_ci``), the MDE of the per-seed differences
+    (``icml.stats.mde_from_samples``, alpha 0.05, power 0.8) and their sample sd (the seed
+    spread, the tolerance).
+
+    ``detected`` when the interval excludes 0 and ``|mean| > sd`` (a difference inside the seed
+    spread is reported as none). The MDE does not decide: it is what the design could detect
+    with 80% power, so a detected difference below it is still detected, only its size is
+    imprecise (``below_mde``). ``label``: ``"no"``, ``"yes"`` or ``"yes, below MDE"``; ``sign``
+    is +1/-1 for a detected difference (a above / below b), else 0. (0.3.0's rule also asked
+    ``|mean| >= MDE``; no verdict of ``results/prereg.json`` depends on that.)"""
     import math
 
     from icml import stats
@@ -92,6 +98,8 @@ def paired_verdict(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> 
     mde = stats.mde_from_samples(d, seed=seed)
     mean = sum(d) / len(d)
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
-    det = bool((est.lo > 0 or est.hi < 0) and abs(est.value) >= mde and abs(est.value) > sd)
-    return {"diff": est, "mde": mde, "sd": sd, "detected": det,
-            "sign": (1 if est.value > 0 else -1) if det else 0}
+    det = bool((est.lo > 0 or est.hi < 0) and abs(est.value) > sd)
+    below = bool(det and abs(est.value) < mde)
+    label = ("yes, below MDE" if below else "yes") if det else "no"
+    return {"diff": est, "mde": mde, "sd": sd, "detected": det, "below_mde": below,
+            "label": label, "sign": (1 if est.value > 0 else -1) if det else 0}
