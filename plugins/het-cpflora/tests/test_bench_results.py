@@ -65,3 +65,30 @@ def test_bench_pretrained_writes_a_results_file(tmp_path):
                                + " ".join(args))
     assert [r[0] for r in data["tables"][0]["rows"]] == ["local"]
     assert data["tolerance"]["s/round"]["timing"] is True
+
+
+@pytest.mark.pretrained
+@pytest.mark.slow
+def test_bench_rouge_writes_a_results_file(tmp_path):
+    from icml.testing import pretrained_or_skip
+
+    pretrained_or_skip("smollm2-135m-instruct")
+    from icml import results
+
+    out = tmp_path / "rouge.json"
+    args = ["--seeds", "0", "--strategies", "het-cpflora", "local", "--rounds", "1",
+            "--local-steps", "1", "--train-size", "4", "--test-size", "2",
+            "--max-new-tokens", "4", "--r-shared", "2", "2", "--r-personal", "1", "1",
+            "--out-results", str(out)]
+    subprocess.run([sys.executable, str(BENCH / "bench_rouge.py"), *args], check=True,
+                   capture_output=True, text=True)
+    data = results.load(out)
+    assert data["command"] == "python plugins/het-cpflora/benchmarks/bench_rouge.py " + \
+        " ".join(args)
+    main, claims = data["tables"]
+    arms = [r[0] for r in main["rows"]]
+    assert arms == ["het-cpflora (fixed)", "het-cpflora (OOD)", "local"]
+    assert main["rows"][2][7] == 0                      # local-only sends nothing
+    assert main["rows"][0][7] > 0
+    assert data["tolerance"]["s/run"]["timing"] is True
+    assert any(r[0] == "generalization vs local-only" for r in claims["rows"])
