@@ -320,3 +320,22 @@ def test_zero_rounds_on_flower_are_the_adapters_at_init(tmp_path):
         got = read_adapter(res.model, res.adapter(i))
         assert all(torch.equal(got[m].A, ads[i][m].A) and torch.equal(got[m].B, ads[i][m].B)
                    for m in got)
+
+
+def test_instruct_task_on_flower_simulation_matches_inprocess(tmp_path):
+    """The ROUGE study's task (one instruction category per client) through Flower's
+    simulation runtime ends with the in-process simulator's adapters, losses and bytes."""
+    pytest.importorskip("ray", reason="Flower's simulation runtime needs flwr[simulation]")
+    from icml_het_cpflora.flower import run_flower_simulation
+    from icml_het_cpflora.instruct import instruct_task
+
+    run = _run(tmp_path, task="icml_het_cpflora.instruct:instruct_task",
+               task_kwargs={"hidden_size": 32, "train_size": 8, "test_size": 2},
+               federation=FederationConfig(rounds=2, local_steps=2, lr=1e-2, batch_size=4))
+    result = run_flower_simulation(run).result
+    parts = [instruct_task(i, run.num_clients, run.seed, **run.task_kwargs)
+             for i in range(run.num_clients)]
+    res = simulate(parts[0][0], [d for _, d in parts], run.specs(), run.make_strategy(),
+                   run.federation, run.lora, seed=run.seed)
+    ref = [read_adapter(res.model, res.adapter(i)) for i in range(run.num_clients)]
+    _assert_same_run(run, result, res, ref)

@@ -73,3 +73,29 @@ def test_encode_train_masks_the_prompt():
         assert int(enc["prompt_mask"][k].sum()) == n_p
         n = int(enc["attention_mask"][k].sum())
         assert (lab[n:] == -100).all() and int(lab[n - 1]) == tok.eos_token_id
+
+
+def test_bench_rouge_data_is_instruct_clients():
+    """benchmarks/bench_rouge.py builds exactly the task's data (``instruct_clients``), so
+    the Flower task and the benchmark train on the same examples."""
+    import sys
+    from pathlib import Path
+
+    import torch
+    from icml_het_cpflora.instruct import instruct_clients
+
+    from icml.models import byte_tokenizer
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        from bench_rouge import build_data
+    finally:
+        sys.path.remove(str(bench))
+    tok = byte_tokenizer()
+    train, tests = build_data(tok, 3, 6, 2, 4)
+    data, masks, tests2 = instruct_clients(tok, 4, 3, train_size=6, test_size=2)
+    assert tests == tests2
+    for (d, m), d2, m2 in zip(train, data, masks):
+        assert torch.equal(d.input_ids, d2.input_ids) and torch.equal(d.labels, d2.labels)
+        assert torch.equal(m, m2) and torch.equal(d.prompt_ids, d2.prompt_ids)

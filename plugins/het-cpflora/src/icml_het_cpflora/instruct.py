@@ -195,3 +195,62 @@ def rougeL(prediction: str, reference: str) -> float:
     """ROUGE-L F-measure (longest common subsequence of tokens)."""
     p, r = rouge_tokens(prediction), rouge_tokens(reference)
     return _f(lcs_length(p, r), len(p), len(r))
+
+
+# -- the federated task -------------------------------------------------------------------------
+TEST_SEED = 12345   # the held-out prompts are the same under every training seed
+
+
+def instruct_clients(tok: Any, n_clients: int, seed: int, *, train_size: int = 24,
+                     test_size: int = 6, device: Any = "cpu") -> tuple[list, list, dict]:
+    """Client i holds ``train_size`` instructions of ``CATEGORIES[i]`` (drawn with ``seed``),
+    none of them among the ``test_size`` held-out prompts per category (drawn with
+    :data:`TEST_SEED`). Returns (ClientDataset per client, prompt masks, tests by category)."""
+    from icml_het_cpflora.simulator import ClientDataset
+
+    if not 1 <= n_clients <= len(CATEGORIES):
+        raise ValueError(f"the instruction task has {len(CATEGORIES)} categories: 1 to "
+                         f"{len(CATEGORIES)} clients, got {n_clients}")
+    rng_test = random.Random(TEST_SEED)
+    tests = {c: make_instructions(c, test_size, rng_test) for c in CATEGORIES[:n_clients]}
+    rng = random.Random(seed + 1)
+    data, masks = [], []
+    for i in range(n_clients):
+        cat = CATEGORIES[i]
+        exs = make_instructions(cat, train_size, rng, exclude={e.instruction for e in tests[cat]})
+        enc = encode_train(tok, exs, device)
+        data.append(ClientDataset(enc["input_ids"], enc["labels"], enc["attention_mask"],
+                                  enc["prompt_ids"]))
+        masks.append(enc["prompt_mask"])
+    return data, masks, tests
+
+
+def instruct_task(partition_id: int, num_partitions: int, seed: int, *, pretrained: str = "",
+                  model_path: str = "", hidden_size: int = 32, num_layers: int = 2,
+                  train_size: int = 24, test_size: int = 6, dtype: str = "float32",
+                  device: str = "cpu") -> tuple[Any, Any]:
+    """A Flower task (``FlowerRun(task="icml_het_cpflora.instruct:instruct_task")``): the base
+    model and this node's instruction data. ``pretrained`` names a model for
+    :func:`icml.models.load_pretrained` (e.g. ``smollm2-135m-instruct``, its own tokenizer);
+    otherwise a tiny Llama (``model_path``: a saved one) with the byte tokenizer."""
+    import torch
+
+    from icml.models import byte_tokenizer, load_pretrained, tiny_causal_lm
+
+    dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    if pretrained:
+        base, tok = load_pretrained(pretrained, dtype=dt, device=device)
+    else:
+        tok = byte_tokenizer()
+        if model_path:
+            from transformers import AutoModelForCausalLM
+
+            base = AutoModelForCausalLM.from_pretrained(model_path).eval()
+        else:
+            base = tiny_causal_lm("llama", seed=seed, hidden_size=hidden_size,
+                                  num_layers=num_layers, num_heads=4, num_kv_heads=2)
+        base = base.to(device=device, dtype=dt)
+    data, _, _ = instruct_clients(tok, num_partitions, seed, train_size=train_size,
+                                  test_size=test_size, device=device)
+    torch.manual_seed(seed)
+    return base, data[partition_id]
