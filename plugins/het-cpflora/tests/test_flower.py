@@ -322,6 +322,7 @@ def test_zero_rounds_on_flower_are_the_adapters_at_init(tmp_path):
                    for m in got)
 
 
+@pytest.mark.slow
 def test_instruct_task_on_flower_simulation_matches_inprocess(tmp_path):
     """The ROUGE study's task (one instruction category per client) through Flower's
     simulation runtime ends with the in-process simulator's adapters, losses and bytes."""
