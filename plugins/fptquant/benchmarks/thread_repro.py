@@ -1,12 +1,21 @@
-"""Are the trained transforms the same at any thread count of the caller? On the real model
-(SmolLM2-135M-Instruct), the local stage (``--steps`` steps) and ``--e2e-steps`` end-to-end
-steps at W4A4KV4, run once with the caller at 1 torch thread and once at 2, with
-``training.threads`` = ``--train-threads`` (1, the default since 0.3.8: both stages pinned to
-one thread; 0: the caller's count, as before 0.3.8). Also checks that merging with the
-rotation computed once gives the same weights as computing it per weight.
+"""Are the powered table's numbers the same at 1 and 2 torch threads? On the real model
+(SmolLM2-135M-Instruct):
+
+1. training: the local stage (``--steps`` steps) and ``--e2e-steps`` end-to-end steps at
+   W4A4KV4, run once with the caller at 1 torch thread and once at 2, with
+   ``training.threads`` = ``--train-threads`` (1, the default since 0.3.8: both stages pinned
+   to one thread; 0: the caller's count, as before 0.3.8). Also checks that merging with the
+   rotation computed once gives the same weights as computing it per weight.
+2. the table's rows (``--rows``; FPTQuant-local from the trained
+   transforms of step 1): calibrated, quantized (static arms integer-exact, as in
+   ``real_model.py``) and evaluated on ``--eval-windows`` windows of the powered table's
+   evaluation text, all at 1 thread and again all at 2 threads; per row the perplexity at each
+   count and the largest per-window difference of the mean NLL.
 
     python plugins/fptquant/benchmarks/thread_repro.py                    # pinned: equal
     python plugins/fptquant/benchmarks/thread_repro.py --train-threads 0  # unpinned
+
+``--out-results`` writes both as a results file (the README's tolerance comes from it).
 """
 
 from __future__ import annotations
@@ -14,9 +23,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
+import math
+import shlex
+import sys
 
 import torch
 from icml_fptquant.config import QuantOptions, TrainingOptions, TransformOptions
+from real_model import BITS, LABELS, evaluate  # the powered table's metric (this folder)
+
+from icml import results as R
 
 
 def main() -> None:
@@ -24,30 +40,52 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--e2e-steps", type=int, default=2)
     ap.add_argument("--train-threads", type=int, default=1)
+    ap.add_argument("--rows", default="w4a4kv4/rtn/*,w8a8kv8/rtn/*,w4a8kv8/gptq/quarot,"
+                    "w4a8kv8/gptq/fptquant_local",
+                    help="table rows bits/weights/arm (arm * = rtn, quarot, fptquant_local)")
+    ap.add_argument("--eval-windows", type=int, default=2, help="256-token windows (0: none)")
+    ap.add_argument("--calib", type=int, default=1, help="calibration sequences of 256")
+    ap.add_argument("--model", default="smollm2-135m-instruct",
+                    help="packaged model name or a model folder (tests: a tiny model)")
+    ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--out-results", default="", help="write the checks as a results file")
     args = ap.parse_args()
+    clock = R.Clock()
     import icml_fptquant.transforms as transforms
     from icml_fptquant import FPTQuantConfig
     from icml_fptquant.apply import apply_fpt_transforms, merge_transforms
+    from icml_fptquant.baselines import apply_quarot
+    from icml_fptquant.quantize import merge_and_quantize
+    from icml_fptquant.quantizers import reuse_subsamples
     from icml_fptquant.training import optimize_e2e, optimize_local
 
     from icml.data import eval_token_ids
     from icml.models import load_pretrained
 
-    fp, tok = load_pretrained("smollm2-135m-instruct")
-    calib = torch.tensor(eval_token_ids(tok, 256, offset=200_000)).view(1, 256)
+    if args.model == "smollm2-135m-instruct":
+        fp, tok = load_pretrained(args.model)
+    else:
+        from icml.compose import load_model
+
+        fp, tok = load_model(args.model)
+    fp.eval()
+    win = args.window
+    ids = eval_token_ids(tok)
+    calib = torch.tensor(ids[200_000:200_000 + args.calib * win]).view(-1, win)
+    ev = torch.tensor(ids[:args.eval_windows * win]).view(-1, win)
     cfg = FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True),
-                         quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=4),
+                         quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=4, int_exact=True),
                          training=TrainingOptions(local_steps=args.steps,
                                                   local_row_fraction=0.125,
                                                   e2e_steps=args.e2e_steps, e2e_batch_size=1,
                                                   e2e_lr=1e-3, threads=args.train_threads))
-    states = []
+    states, merged_same = [], None
     for run, caller_threads in enumerate((1, 2)):
         torch.set_num_threads(caller_threads)
         model = copy.deepcopy(fp)
         apply_fpt_transforms(model, cfg)
         optimize_local(model, cfg)
-        optimize_e2e(model, calib, cfg)
+        optimize_e2e(model, calib[:1], cfg)
         states.append({k: v.clone() for k, v in model.fpt_transforms.state_dict().items()})
         if run == 0:
             other = copy.deepcopy(fp)
@@ -60,14 +98,75 @@ def main() -> None:
             finally:
                 transforms.cached_rotation = cached
             merge_transforms(model)
-            same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
-                                                         other.state_dict().values()))
-            print(f"merge with Q once == Q per weight: {same}")
+            merged_same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                                other.state_dict().values()))
+            print(f"merge with Q once == Q per weight: {merged_same}")
     repro = all(torch.equal(states[0][k], states[1][k]) for k in states[0])
     diff = max(float((states[0][k].float() - states[1][k].float()).abs().max())
                for k in states[0])
     print(f"training.threads={args.train_threads}: trained transforms equal with the caller "
-          f"at 1 and at 2 threads: {repro} (max abs difference {diff:.3g})")
+          f"at 1 and at 2 threads: {repro} (max abs difference {diff:.3g})", flush=True)
+
+    # 2. the table's rows, everything (calibration, quantization, evaluation) at 1, then at 2
+    rows = []
+    if len(ev):
+        per: dict = {}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with reuse_subsamples():
+                fpw: dict = {}
+                _, _, ref = evaluate(fp, ev, per_window=fpw)
+                per[("FP", "-", "fp", threads)] = fpw["nll"]
+                for spec in args.rows.split(","):
+                    bits, wq, arms = spec.split("/")
+                    wb, ab, kb = BITS[bits]
+                    for arm in ("rtn", "quarot", "fptquant_local") if arms == "*" else (arms,):
+                        c = dataclasses.replace(cfg, quant=dataclasses.replace(
+                            cfg.quant, w_bits=wb, a_bits=ab, kv_bits=kb, weight_quantizer=wq,
+                            act_dynamic=arm == "quarot"))
+                        model = copy.deepcopy(fp)
+                        if arm == "quarot":
+                            apply_quarot(model, c)
+                        elif arm == "fptquant_local":
+                            apply_fpt_transforms(model, c)
+                            model.fpt_transforms.load_state_dict(states[0])
+                        elif arm != "rtn":
+                            raise SystemExit(f"--arms: {arm!r} is not one of rtn, quarot, "
+                                             "fptquant_local")
+                        merge_and_quantize(model, calib, c)
+                        pw: dict = {}
+                        evaluate(model, ev, ref, per_window=pw)
+                        per[(bits.upper(), wq.upper(), arm, threads)] = pw["nll"]
+                        del model
+                        print(f"{threads} thread(s) {bits} {wq} {arm}: done", flush=True)
+        for bits, wq, arm, _ in [k for k in per if k[3] == 1]:
+            a, b = per[(bits, wq, arm, 1)], per[(bits, wq, arm, 2)]
+            d = max(abs(x - y) for x, y in zip(a, b))
+            ppl1, ppl2 = (math.exp(sum(v) / len(v)) for v in (a, b))
+            rows.append([bits, wq, LABELS[arm], ppl1, ppl2,
+                         abs(math.log(ppl2) - math.log(ppl1)), d, "yes" if a == b else "no"])
+            print(f"{bits} {wq} {arm}: ppl {ppl1:.4f} (1 thread) vs {ppl2:.4f} (2 threads), "
+                  f"max |window NLL difference| {d:.3g}", flush=True)
+    if args.out_results:
+        t1 = R.make_table(
+            "Trained transforms (local + end-to-end, W4A4KV4) with the caller at 1 vs 2 threads",
+            ["training.threads", "local steps", "e2e steps", "equal bit for bit",
+             "max abs difference", "merge: Q once == Q per weight"],
+            [[args.train_threads, args.steps, args.e2e_steps, "yes" if repro else "no", diff,
+              "yes" if merged_same else "no"]], name="training",
+            formats={"max abs difference": ".3g"})
+        t2 = R.make_table(
+            f"Table rows at 1 vs 2 threads: calibration ({calib.numel()} tokens), "
+            f"quantization and evaluation ({ev.numel()} tokens, {len(ev)} windows)",
+            ["bits", "weights", "arm", "perplexity, 1 thread", "perplexity, 2 threads",
+             "|log-ppl difference|", "max |window NLL difference|", "equal bit for bit"],
+            rows, name="rows",
+            formats={"perplexity, 1 thread": ".4f", "perplexity, 2 threads": ".4f",
+                     "|log-ppl difference|": ".2e", "max |window NLL difference|": ".2e"})
+        R.write(args.out_results, [t1, t2], plugin="fptquant", seeds=[0], clock=clock,
+                threads=2, quick=False,
+                command=" ".join(["python", "plugins/fptquant/benchmarks/thread_repro.py"]
+                                 + [shlex.quote(x) for x in sys.argv[1:]]))
 
 
 if __name__ == "__main__":
