@@ -100,3 +100,34 @@ def test_lowbit_kernels_writes_rss_and_the_int_exact_row_on_a_tiny_model(tmp_pat
     assert exact["perplexity"] == kernel["perplexity"]
     assert all(0 <= r["RSS loaded MB"] <= r["RSS after forward MB"] + 8 for r in rows.values())
     assert data["tolerance"]["RSS loaded MB"]["abs"] > 0
+
+
+@pytest.mark.slow
+def test_thread_repro_and_the_e2e_rows_on_a_tiny_model(tmp_path):
+    """thread_repro.py writes its 1 vs 2 thread checks (training and table rows) as a results
+    file; real_model.py with end-to-end rows adds the e2e-minus-local table and takes its
+    tolerance from that file (none when the two thread counts agreed)."""
+    model = str(_tiny_model_folder(tmp_path))
+    _run("thread_repro.py", "--model", model, "--window", "16", "--steps", "1", "--e2e-steps",
+         "1", "--eval-windows", "1", "--rows", "w4a4kv4/rtn/fptquant_local",
+         "--out-results", str(tmp_path / "tr.json"))
+    training, rows = R.load(tmp_path / "tr.json")["tables"]
+    assert training["rows"][0][3] == "yes"  # training.threads=1: equal at 1 and 2 threads
+    assert [r[:3] for r in rows["rows"]] == [["FP", "-", "FP (de-quantised Q4_1 checkpoint)"],
+                                             ["W4A4KV4", "RTN", "FPTQuant-local"]]
+    _run("real_model.py", "--model", model, "--bits", "w4a8kv8", "--arms",
+         "fp,quarot,fptquant_local,fptquant_e2e", "--weights", "rtn", "--gptq-bits", "",
+         "--e2e-bits", "w4a8kv8", "--static-quarot-bits", "", "--eval-windows", "3",
+         "--window", "16", "--calib", "1", "--local-steps", "1", "--e2e-steps", "1",
+         "--prompts", "2", "--threads", "1", "--stats", "--tolerance-from",
+         str(tmp_path / "tr.json"), "--out-results", str(tmp_path / "real.json"))
+    data = R.load(tmp_path / "real.json")
+    table, e2e = data["tables"]
+    assert [r[2] for r in table["rows"]][1:] == ["QuaRot (dynamic per-token)", "FPTQuant-local",
+                                                 "FPTQuant-end-to-end"]
+    assert e2e["name"] == "e2e" and [r[:2] for r in e2e["rows"]] == [["W4A8KV8", "RTN"]]
+    assert e2e["rows"][0][3].startswith("[") and e2e["rows"][0][4] >= 0
+    if all(r[-1] == "yes" for r in rows["rows"]):
+        assert set(data["tolerance"]) == {"CPU s"}
+    else:
+        assert data["tolerance"]["*"]["abs"] > 0
