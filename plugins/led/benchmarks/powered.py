@@ -251,6 +251,7 @@ def final(args, log) -> tuple[list[dict], dict]:
             f"{statistics.mean(per_prompt(r['correct'], args.samples, 1)):.3f} "
             f"({r['seconds']:.0f} s, {r['tokens']} tokens)")
     check: dict[str, dict] = {}
+    check_t = args.check_t if args.check_t is not None else mid_t(args)
     if args.dtype_prompts:
         m32, t32 = load_model("float32")
         memo32: dict = {}
@@ -259,13 +260,22 @@ def final(args, log) -> tuple[list[dict], dict]:
         for key in ("sampling", "led"):
             if key not in args.arms:
                 continue
-            check[key] = run_arm(m32, t32, sub, arms(mid_t(args))[key], seed=FINAL_SEED + 1,
+            check[key] = run_arm(m32, t32, sub, arms(check_t)[key], seed=FINAL_SEED + 1,
                                  memo=memo32, args=args)
             log(f"float32 check {key}: {check[key]['seconds']:.0f} s")
-    tables = tables_from(runs, check, args, n)
+    tables = tables_from(runs, check, args, n, check_t=check_t) if not args.raw_out else []
     raw = {"problems": [p.__dict__ for p in problems], "runs": runs, "float32": check,
-           "float32_T": mid_t(args) if check else None, "settings": settings_of(args)}
+           "float32_T": check_t if check else None, "settings": settings_of(args),
+           "process": {"cells": [f"{t:g}/{k}" for t, k in cells_of(args)],
+                       "threads": args.threads, "wall_s": time.perf_counter() - args.t0,
+                       "cpu_s": time.process_time(), "load": [args.load0, _load()]}}
     return tables, raw
+
+
+def _load() -> float | None:
+    from icml.results import load_average
+
+    return load_average()
 
 
 def cells_of(args) -> list[tuple[float, str]]:
@@ -287,13 +297,24 @@ def merge(args, log) -> tuple[list[dict], dict]:
     processes): the same problems, settings and generators are required, each (T, arm) cell
     must come from exactly one part; the float32 check is taken from the part that has one."""
     parts = [json.loads(Path(f).read_text()) for f in args.parts]
+    runs, check, check_t = merge_raws(args.parts, parts, args)
+    log(f"merged {len(runs)} cells from {len(parts)} parts")
+    tables = tables_from(runs, check, args, len(parts[0]["problems"]), check_t=check_t,
+                         cpu=True)
+    tables.append(processes_table(args.parts, runs))
+    return tables, None
+
+
+def merge_raws(names: list[str], parts: list[dict], args) -> tuple[dict, dict, float | None]:
+    """The cells of several raw final-run files as one grid (see :func:`merge`); sets
+    ``args.temperatures`` to the grid's."""
     problems = parts[0]["problems"]
     runs: dict[str, dict] = {}
     check: dict = {}
     check_t = None
-    for f, raw in zip(args.parts, parts):
+    for f, raw in zip(names, parts):
         if raw["problems"] != problems:
-            raise SystemExit(f"merge: {f} has other problems than {args.parts[0]}")
+            raise SystemExit(f"merge: {f} has other problems than {names[0]}")
         st = raw.get("settings")
         if st is not None and st != settings_of(args):
             raise SystemExit(f"merge: {f} was run with {st}, this merge has "
@@ -313,10 +334,153 @@ def merge(args, log) -> tuple[list[dict], dict]:
     order = {a: i for i, a in enumerate(ARMS)}
     runs = dict(sorted(runs.items(), key=lambda kv: (kv[1]["T"], order[kv[0].split("/")[1]])))
     args.temperatures = sorted({r["T"] for r in runs.values()})
-    log(f"merged {len(runs)} cells from {len(parts)} parts")
-    tables = tables_from(runs, check, args, len(problems), check_t=check_t, cpu=True)
-    tables.append(processes_table(args.parts, runs))
-    return tables, None
+    return runs, check, check_t
+
+
+#: CPU seconds per cell by arm (0.2.8's grid, 105 prompts, after 0.2.9's exact speed-ups of
+#: top-p and DoLa), and of the float32 check: only used to balance the grid's workers
+CELL_COST = {"sampling": 230.0, "dola": 730.0, "top8": 225.0, "led": 265.0}
+CHECK_COST = 60.0
+
+
+def balance(cells: list[tuple[float, str]], workers: int, check: bool) -> tuple[list, int]:
+    """Longest-first assignment of the cells to ``workers`` processes by :data:`CELL_COST`;
+    the float32 check goes to the least loaded one. Returns (cells per worker, check worker)."""
+    groups: list[list] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for c in sorted(cells, key=lambda c: -CELL_COST[c[1]]):
+        i = load.index(min(load))
+        groups[i].append(c)
+        load[i] += CELL_COST[c[1]]
+    w = load.index(min(load))
+    groups = [sorted(g) for g in groups]
+    return groups, (w if check else -1)
+
+
+def grid(args, log) -> tuple[list[dict], dict]:
+    """The whole grid in one command: ``--workers`` processes side by side (one torch thread
+    each), each running ``final --cells <its share>`` into a raw file, then the merge. A cell's
+    tokens do not depend on the process that decodes it (per-sample generators, the same
+    prefill), so the split changes no number, only the wall time."""
+    import subprocess
+    import tempfile
+
+    cells = cells_of(args)
+    groups, check_w = balance(cells, args.workers, args.dtype_prompts > 0)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, names = [], []
+        for i, g in enumerate(groups):
+            if not g:
+                continue
+            raw = str(Path(tmp) / f"worker{i}.json")
+            cmd = [sys.executable, str(Path(__file__).resolve()), "final",
+                   "--families", ",".join(args.families), "--prompts", str(args.prompts),
+                   "--samples", str(args.samples), "--max-new-tokens", str(args.max_new_tokens),
+                   "--per-batch", str(args.per_batch), "--segment", str(args.segment),
+                   "--dtype", args.dtype, "--threads", "1",
+                   "--cells", ",".join(f"{t:g}/{k}" for t, k in g),
+                   "--dtype-prompts", str(args.dtype_prompts if i == check_w else 0),
+                   "--raw-out", raw]
+            if args.check_t is not None:
+                cmd += ["--check-t", str(args.check_t)]
+            log(f"worker {i}: {','.join(f'{t:g}/{k}' for t, k in g)}"
+                + (" + float32 check" if i == check_w else ""))
+            procs.append(subprocess.Popen(cmd))
+            names.append(raw)
+        bad = [i for i, p in enumerate(procs) if p.wait() != 0]
+        if bad:
+            raise SystemExit(f"grid: worker(s) {bad} failed")
+        parts = [json.loads(Path(f).read_text()) for f in names]
+    wall = time.perf_counter() - t0
+    names = [f"worker {i}" for i in range(len(parts))]
+    runs, check, check_t = merge_raws(names, parts, args)
+    for r in runs.values():
+        r["part"] = r["part"].replace("worker ", "w")
+    log(f"grid: {len(runs)} cells from {len(parts)} workers in {wall:.0f} s")
+    tables = tables_from(runs, check, args, len(parts[0]["problems"]), check_t=check_t,
+                         cpu=True)
+    tables.append(grid_processes_table(parts, runs, wall))
+    if args.reference:
+        tables.append(reference_table(runs, check, args))
+    raw = {"problems": parts[0]["problems"], "runs": runs, "float32": check,
+           "float32_T": check_t, "settings": settings_of(args),
+           "processes": [p["process"] for p in parts], "wall_s": wall}
+    return tables, raw
+
+
+def reference_table(runs: dict, check: dict, args) -> dict:
+    """Each cell against the same cell of earlier raw files (``--reference``): whether all
+    its replies are the same (SHA-256 of the 1680 texts) and its pass@1 in both."""
+    from icml.results import make_table
+
+    ref_runs: dict = {}
+    ref_check: dict = {}
+    for f in args.reference:
+        raw = json.loads(Path(f).read_text())
+        if raw["problems"] != json.loads(json.dumps(
+                [p.__dict__ for p in make_suite(len(raw["problems"]), seed=FINAL_SEED,
+                                                families=tuple(args.families))])):
+            raise SystemExit(f"--reference {f}: other problems than this grid's")
+        for c, r in raw["runs"].items():
+            ref_runs[c] = dict(r, file=Path(f).name)
+        for k, r in (raw.get("float32") or {}).items():
+            ref_check[k] = dict(r, file=Path(f).name)
+    rows = []
+    pairs = [(c, r, ref_runs.get(c)) for c, r in runs.items()]
+    pairs += [(f"{k} float32 check", r, ref_check.get(k)) for k, r in check.items()]
+    for c, r, ref in pairs:
+        p1 = statistics.mean(per_prompt(r["correct"], args.samples, 1))
+        if ref is None:
+            rows.append([c, r["name"], "-", "-", p1, "-", "-", r["cpu_seconds"], "-", "-"])
+            continue
+        rows.append([c, r["name"], ref["file"],
+                     "yes" if ref["texts_sha256"] == r["texts_sha256"] else "no",
+                     p1, statistics.mean(per_prompt(ref["correct"], args.samples, 1)),
+                     sum(a != b for a, b in zip(r["correct"], ref["correct"])),
+                     r["cpu_seconds"], ref["cpu_seconds"],
+                     r["cpu_seconds"] / ref["cpu_seconds"]])
+    return make_table(
+        "this grid against the earlier runs of the same cells (same suite, settings and "
+        "generators): are all replies the same, and the decoding CPU seconds of each",
+        ["cell", "method", "reference file", "same replies", "pass@1", "pass@1 reference",
+         "prompts with another count", "CPU s", "CPU s reference", "CPU ratio"], rows,
+        name="reference", formats={"pass@1": ".3f", "pass@1 reference": ".3f",
+                                   "CPU s": ".0f", "CPU s reference": ".0f",
+                                   "CPU ratio": ".2f"})
+
+
+def grid_processes_table(parts: list[dict], runs: dict, wall: float) -> dict:
+    """Each worker's wall and CPU seconds, the grid's wall time, and each arm's decoding CPU
+    seconds over its cells (the floor of that arm at one thread)."""
+    from icml.results import make_table
+
+    rows = []
+    for i, raw in enumerate(parts):
+        pr = raw["process"]
+        cells = [c for c, r in runs.items() if r["part"] == f"w{i}"]
+        ld = pr.get("load") or [None, None]
+        rows.append([f"w{i}", ",".join(cells) + (" + float32 check" if raw["float32"] else ""),
+                     pr["threads"], sum(runs[c]["seconds"] for c in cells), pr["wall_s"],
+                     pr["cpu_s"], f"{ld[0]}-{ld[1]}"])
+    rows.append(["the grid command (workers side by side)", f"{len(runs)} cells", len(parts),
+                 sum(r["seconds"] for r in runs.values()), wall,
+                 sum(p["process"]["cpu_s"] for p in parts), "-"])
+    for key in ARMS:
+        cells = [c for c in runs if c.split("/")[1] == key]
+        if cells:
+            rows.append([f"arm {key}, decoding only", ",".join(cells), "-",
+                         sum(runs[c]["seconds"] for c in cells), "-",
+                         sum(runs[c]["cpu_seconds"] for c in cells), "-"])
+    chk = [r for p in parts for r in p["float32"].values()]
+    if chk:
+        rows.append(["float32 check, decoding only", "-", "-", sum(r["seconds"] for r in chk),
+                     "-", sum(r["cpu_seconds"] for r in chk), "-"])
+    return make_table(
+        "processes of the grid command (one torch thread per worker; wall s of the grid = "
+        "from starting the workers to the last one's end)",
+        ["process", "cells", "threads", "decode s", "wall s", "CPU s", "load"], rows,
+        name="processes", formats={"decode s": ".0f", "wall s": ".0f", "CPU s": ".0f"})
 
 
 def processes_table(parts: list[str], runs: dict) -> dict:
@@ -459,7 +623,16 @@ def parse_cells(s: str) -> list[tuple[float, str]]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("phase", choices=("pilot", "final", "merge"))
+    ap.add_argument("phase", choices=("pilot", "final", "merge", "grid"))
+    ap.add_argument("--workers", type=int, default=2,
+                    help="grid: processes side by side (one torch thread each)")
+    ap.add_argument("--check-t", type=float, default=None,
+                    help="final/grid: temperature of the float32 check (default: the middle "
+                         "temperature of the run)")
+    ap.add_argument("--reference", type=lambda s: s.split(","), default=None,
+                    help="grid: raw files of earlier runs to compare each cell's replies with")
+    ap.add_argument("--raw-out", default=None,
+                    help="final: write only the raw file, to this path (the grid's workers)")
     ap.add_argument("--cells", type=parse_cells, default=None,
                     help="final: T/arm cells to decode (e.g. 0.6/dola,0.8/led); default: "
                          "every temperature x arm")
@@ -484,6 +657,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.phase == "merge" and not args.parts:
         ap.error("merge needs --parts")
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
     if args.cells:
         bad = [a for _, a in args.cells if a not in ARMS]
         if bad:
@@ -505,6 +680,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     clock = icml_results.Clock()
+    args.t0, args.load0 = time.perf_counter(), clock.load0
     args.threads = icml_results.apply_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -519,11 +695,14 @@ def main(argv: list[str] | None = None) -> None:
         raw = None
         tolerance = {c: TIMING for c in ("ms/token", "s/prompt", "vs sampling", "estimated s")}
     else:
-        tables, raw = (final if args.phase == "final" else merge)(args, log)
+        tables, raw = {"final": final, "merge": merge, "grid": grid}[args.phase](args, log)
         tolerance = {c: TIMING for c in ("seconds", "ms/token", "time vs sampling",
                                          *(("decode s", "wall s", "CPU s", "load", "CPU ms/token",
-                                            "CPU vs sampling")
-                                           if args.phase == "merge" else ()))}
+                                            "CPU vs sampling", "CPU s reference", "CPU ratio")
+                                           if args.phase in ("merge", "grid") else ()))}
+    if raw is not None and args.raw_out:     # a grid worker: the raw file only
+        Path(args.raw_out).write_text(json.dumps(raw))
+        return
     if raw is not None:   # raw per-prompt counts, named after the results file
         stem = Path(args.out_results).stem if args.out_results else "powered"
         (args.out / f"{stem}.json").write_text(json.dumps(raw, indent=1))

@@ -127,3 +127,18 @@ def test_js_divergence_keeps_gradients_when_asked():
     assert torch.equal(js.detach(), _vectorised_js(final.detach(), prem))
     js.sum().backward()
     assert final.grad is not None and final.grad.abs().sum() > 0
+
+
+def test_dola_on_bfloat16_read_outs_equals_float32_copies():
+    """DoLa's step passes the bfloat16 read-out of a bfloat16 model without copying it to
+    float32 first (each layer is converted into a reused buffer): the divergence and the
+    contrast are the floats of the converted tensor."""
+    from icml_led.dola import dola_contrast
+
+    g = torch.Generator().manual_seed(5)
+    final = torch.randn(6, 3000, generator=g) * 4
+    prem = (torch.randn(5, 6, 3000, generator=g) * 4).to(torch.bfloat16)
+    assert torch.equal(js_divergence(final, prem), js_divergence(final, prem.float()))
+    a, ia = dola_contrast(final, prem)
+    b, ib = dola_contrast(final, prem.float())
+    assert ia == ib and torch.equal(a, b)

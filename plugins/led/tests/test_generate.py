@@ -419,7 +419,8 @@ def test_prefill_memo_gives_the_same_cache(llama):
 def test_top_p_on_the_finite_scores_equals_transformers_warper():
     """apply_processors gives transformers' own processor output, tensor for tensor, on
     top-k-filtered rows (ties, rows of different support, several top_p / min_tokens_to_keep),
-    and declines where the warper's unstable sort could order tied scores either way."""
+    and declines where the warper's unstable sort could order tied scores either way (the cut
+    inside a group of equal scores)."""
     from icml_led.generate import apply_processors, top_p_small_support
     from transformers.generation.logits_process import (
         LogitsProcessorList,
@@ -448,8 +449,48 @@ def test_top_p_on_the_finite_scores_equals_transformers_warper():
                                     min_tokens_to_keep=keep) is not None
     assert fast > 150
     tied = torch.tensor([[1.0, 1.0, 0.5, -float("inf")] + [-float("inf")] * 40])
-    assert top_p_small_support(tied, 0.5) is None
+    assert torch.equal(top_p_small_support(tied, 0.5), TopPLogitsWarper(0.5)(None, tied))
+    split = torch.tensor([[1.0, 1.0] + [-float("inf")] * 40])     # the cut splits a tie
+    assert top_p_small_support(split, 0.5) is None
     nan = torch.full((1, 44), -float("inf"))
     nan[0, :2] = torch.tensor([1.0, float("nan")])
     assert top_p_small_support(nan, 0.5) is None
     assert top_p_small_support(torch.randn(2, 44), 0.5) is None         # dense: the warper
+
+
+def test_top_p_fast_path_on_bfloat16_logits():
+    """After a bfloat16 forward many top-k scores are equal (8-bit mantissa); the fast top-p
+    (SmolLM2's sampler: T 0.6-1.0, top-k 20, top-p 0.95) equals the warper on such rows and
+    is taken for almost all rows (it used to decline on any tie in the batch); the rows where
+    the cut falls inside a tie group go through the warper, on those rows only."""
+    from icml_led.generate import apply_processors, top_p_small_support
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    g = torch.Generator().manual_seed(3)
+    split = 0
+    for trial in range(12):
+        lg = (torch.randn(128, 8192, generator=g) * 3).to(torch.bfloat16).float()
+        lg[:, :64] += 12 * torch.rand(128, 64, generator=g).to(torch.bfloat16).float()
+        procs = LogitsProcessorList([TemperatureLogitsWarper([0.6, 0.8, 1.0][trial % 3]),
+                                     TopKLogitsWarper(20), TopPLogitsWarper(0.95)])
+        assert torch.equal(apply_processors(procs, None, lg.clone()), procs(None, lg.clone()))
+        pre = procs[1](None, procs[0](None, lg.clone()))
+        top = pre.topk(20, dim=-1).values
+        assert bool((top[:, 1:] == top[:, :-1]).any())                    # there are ties
+        warped = []
+
+        def warper(rows, proc=procs[2], warped=warped):
+            warped.append(rows.shape[0])
+            return proc(None, rows)
+
+        got = top_p_small_support(pre, 0.95, fallback=warper)
+        assert torch.equal(got, procs[2](None, pre))
+        split += sum(warped)
+        if warped:
+            assert top_p_small_support(pre, 0.95) is None                # no fallback: decline
+    assert split < 0.05 * 12 * 128                 # the cut rarely falls inside a tie group

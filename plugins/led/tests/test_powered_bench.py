@@ -98,3 +98,64 @@ def test_merge_takes_each_cell_from_one_part_and_the_check_at_its_temperature(tm
     margs = b.parse_args(["merge", "--parts", f"{tmp_path / 'a.json'},{tmp_path / 'c.json'}"])
     with pytest.raises(SystemExit, match="two parts"):
         b.merge(margs, lambda m: None)
+
+
+def test_grid_balances_cells_over_workers_and_merges_them(tmp_path, monkeypatch):
+    """``grid`` splits the 12 cells over two workers by their cost (DoLa ~3x the others),
+    runs ``final --cells ... --raw-out`` per worker and merges the raw files into one grid;
+    ``--reference`` compares each cell's replies with earlier raw files."""
+    import json
+    import subprocess
+
+    b = _bench()
+    cells = [(t, a) for t in b.TEMPERATURES for a in b.ARMS]
+    groups, check_w = b.balance(cells, 2, True)
+    assert sorted(c for g in groups for c in g) == sorted(cells) and check_w in (0, 1)
+    loads = [sum(b.CELL_COST[a] for _, a in g) + (b.CHECK_COST if i == check_w else 0)
+             for i, g in enumerate(groups)]
+    assert max(loads) - min(loads) <= max(b.CELL_COST.values())
+    assert b.balance(cells, 1, False) == ([sorted(cells)], -1)
+
+    probs = [p.__dict__ for p in b.make_suite(3, seed=b.FINAL_SEED, families=("add2", "mul"))]
+    calls = []
+
+    class FakeWorker:          # writes the raw file a real worker would write
+        def __init__(self, cmd):
+            calls.append(cmd)
+            a = b.parse_args(cmd[2:])
+            runs = {f"{t:g}/{k}": {"name": k, "T": t, "correct": [16, 0, 3], "explored": 0.1,
+                                   "mean_reply_tokens": 20.0, "capped": 0.0, "seconds": 2.0,
+                                   "tokens": 100, "cpu_seconds": 1.0, "texts_sha256": k}
+                    for t, k in a.cells}
+            mk = {"name": "x", "T": 0.6, "correct": [16, 0], "seconds": 2.0, "tokens": 50,
+                  "cpu_seconds": 1.0, "texts_sha256": "f32"}
+            check = {"sampling": mk, "led": mk} if a.dtype_prompts else {}
+            Path(a.raw_out).write_text(json.dumps({
+                "problems": probs, "runs": runs, "float32": check,
+                "float32_T": a.check_t if check else None, "settings": b.settings_of(a),
+                "process": {"cells": [], "threads": 1, "wall_s": 5.0, "cpu_s": 4.0,
+                            "load": [1.0, 1.0]}}))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeWorker)
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"problems": probs, "runs": {
+        "0.6/led": {"correct": [16, 0, 3], "texts_sha256": "led", "cpu_seconds": 2.0},
+        "0.8/dola": {"correct": [16, 1, 3], "texts_sha256": "other", "cpu_seconds": 2.0}},
+        "float32": {}}))
+    args = b.parse_args(["grid", "--families", "add2,mul", "--prompts", "3", "--check-t", "0.6",
+                         "--dtype-prompts", "2", "--reference", str(ref)])
+    tables, raw = b.grid(args, lambda m: None)
+    assert len(calls) == 2 and all("--raw-out" in c and c[2] == "final" for c in calls)
+    assert sum(c[c.index("--dtype-prompts") + 1] != "0" for c in calls) == 1
+    names = [t["name"] for t in tables]
+    assert names == ["passk", "paired", "dtype", "cost", "processes", "reference"]
+    assert len(raw["runs"]) == 12 and raw["float32_T"] == 0.6
+    procs = tables[4]["rows"]
+    assert procs[2][0].startswith("the grid command") and procs[2][5] == 8.0
+    refrows = {r[0]: r for r in tables[5]["rows"]}
+    assert refrows["0.6/led"][3] == "yes" and refrows["0.8/dola"][3] == "no"
+    assert refrows["0.8/dola"][6] == 1 and refrows["1/top8"][2] == "-"
+    assert refrows["0.6/led"][9] == 0.5

@@ -66,8 +66,10 @@ def js_divergence(final_logits: Any, premature_logits: Any) -> Any:
     ``mean_v m (log m - log p)`` and the same for ``q``; tested), computed one candidate layer at
     a time in four reused ``(B, V)`` buffers on CPU: the vectorised form allocates about ten
     ``(n, B, V)`` temporaries per step (100 MB each for SmolLM2 at batch 64), whose page faults
-    cost more than the arithmetic. Other devices and inputs that need gradients get the
-    vectorised formula itself."""
+    cost more than the arithmetic. ``premature_logits`` may be in a lower precision (a
+    bfloat16 model's read-out): each layer is converted into a reused float32 buffer, the same
+    values as ``.float()``. Other devices and inputs that need gradients get the vectorised
+    formula itself."""
     import torch
 
     f = final_logits.float()
@@ -87,8 +89,12 @@ def js_divergence(final_logits: Any, premature_logits: Any) -> Any:
     q, lq, logm, tmp = (torch.empty_like(p) for _ in range(4))
     kl1 = p.new_empty(n, p.shape[0])
     kl2 = p.new_empty(n, p.shape[0])
+    x = premature_logits[0] if premature_logits.dtype == torch.float32 else torch.empty_like(p)
     for i in range(n):
-        x = premature_logits[i].float()
+        if premature_logits.dtype == torch.float32:
+            x = premature_logits[i]
+        else:                          # bfloat16 / float16 read-outs: the exact float32 values
+            x.copy_(premature_logits[i])
         torch.softmax(x, -1, out=q)
         torch.log_softmax(x, -1, out=lq)
         m = q.add_(p).mul_(0.5)                        # m = (p + q) / 2, in place of q

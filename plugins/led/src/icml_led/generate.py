@@ -60,7 +60,8 @@ def apply_processors(logits_processor: Any, input_ids: Any, scores: Any) -> Any:
         if type(proc).__name__ == "TopPLogitsWarper" and type(proc).__module__.startswith(
                 "transformers."):
             fast = top_p_small_support(scores, proc.top_p, proc.filter_value,
-                                       proc.min_tokens_to_keep)
+                                       proc.min_tokens_to_keep,
+                                       fallback=lambda rows, p=proc: p(input_ids, rows))
             scores = proc(input_ids, scores) if fast is None else fast
         elif len(inspect.signature(proc.__call__).parameters) > 2:
             scores = type(logits_processor)([proc])(input_ids, scores)   # let it raise/handle
@@ -70,7 +71,8 @@ def apply_processors(logits_processor: Any, input_ids: Any, scores: Any) -> Any:
 
 
 def top_p_small_support(scores: Any, top_p: float, filter_value: float = -float("inf"),
-                        min_tokens_to_keep: int = 1, max_fraction: float = 0.125) -> Any:
+                        min_tokens_to_keep: int = 1, max_fraction: float = 0.125,
+                        fallback: Any = None) -> Any:
     """transformers' top-p filter computed from the finite scores only; None when that could
     differ from the warper (then call it).
 
@@ -79,8 +81,12 @@ def top_p_small_support(scores: Any, top_p: float, filter_value: float = -float(
     ``min_tokens_to_keep``). When a row holds few finite scores, its sorted form is ``-inf``
     everywhere except the finite scores in ascending order at the end: this function builds
     that row without sorting the vocabulary and applies the same softmax and cumulative sum to
-    it, so the numbers are the same. It declines (None) when two finite scores of a row are
-    equal (the warper's unstable sort could order them either way), on NaN or ``+inf``, when
+    it, so the numbers are the same. Equal scores (common after a bfloat16 forward) are fine
+    unless the cut falls inside a group of them: then the warper's unstable sort decides which
+    of the tied tokens survive: such rows go through ``fallback(rows)`` (the warper on those
+    rows only; each row's result depends on that row alone), or without ``fallback`` the
+    function declines (None). It also declines on NaN or
+    ``+inf``, when
     more than ``max_fraction`` of the vocabulary is finite, when ``min_tokens_to_keep`` exceeds
     a row's finite count, for a finite ``filter_value``, and off CPU (the equality with the
     warper rests on CPU's sequential cumulative sum; tested on CPU only).
@@ -103,17 +109,27 @@ def top_p_small_support(scores: Any, top_p: float, filter_value: float = -float(
     ninf = torch.full((), -float("inf"), dtype=scores.dtype, device=scores.device)
     vals = torch.where(valid, scores.gather(1, cols), ninf)
     sv, order = torch.sort(vals, dim=-1, stable=True)               # -inf padding first
-    if bool(((sv[:, 1:] == sv[:, :-1]) & torch.isfinite(sv[:, 1:])).any()):
-        return None
     row = scores.new_full((B, V), -float("inf"))
     row[:, V - n:] = sv
     cum = row.softmax(dim=-1)[:, V - n:].cumsum(dim=-1)   # the prefix of the row sums to 0
     drop = cum <= (1 - top_p)
     drop[..., -int(min_tokens_to_keep):] = False
+    # Equal scores have equal probabilities, so the sorted values, their cumulative sums and
+    # the removal mask by sorted position are the same whatever order the warper's unstable
+    # sort gives tied scores; only which tied column sits where can differ. That matters only
+    # when the cut falls inside a group of equal scores (some removed, some kept): decline.
+    tied = (sv[:, 1:] == sv[:, :-1]) & torch.isfinite(sv[:, 1:])
+    split = (tied & (drop[:, 1:] != drop[:, :-1])).any(1)
+    if bool(split.any()) and fallback is None:
+        return None
     where = torch.where(valid, cols, V).gather(1, order)             # padding -> spare column V
     remove = torch.cat([~fin, fin.new_zeros(B, 1)], dim=1)
     remove.scatter_(1, where, drop & torch.isfinite(sv))
-    return scores.masked_fill(remove[:, :V], filter_value)
+    out = scores.masked_fill(remove[:, :V], filter_value)
+    if bool(split.any()):          # those rows from the warper itself (rows are independent)
+        bad = split.nonzero().squeeze(1)
+        out[bad] = fallback(scores[bad])
+    return out
 
 
 class _Decoding:
@@ -427,12 +443,14 @@ class DoLaDecoding(_Decoding):
         self.chosen_layers = []
         self._buf = None
 
-    def _premature_logits(self, model: Any, hidden_states: Any) -> Any:
+    def _premature_logits(self, model: Any, hidden_states: Any, as_float: bool = True) -> Any:
         """``lm_head(h_l)`` at the last position for every candidate layer, ``(n, B, V)``
         float32: one matmul for all layers and rows (layer-major rows), written into a buffer
         reused across the steps of a call (no 100 MB allocation per step) on CPU. Bit for bit
         the values of ``intermediate_logits(...).transpose(0, 1)`` (tested), which is what other
-        devices get."""
+        devices get. ``as_float=False`` returns the buffer in the head's dtype (bfloat16 for a
+        bfloat16 model: the same values before their exact conversion to float32), which the
+        decoding step converts one layer at a time instead of copying all ``n`` layers."""
         import torch
 
         from icml_led.layers import changes_basis, intermediate_logits, lm_head_of
@@ -452,7 +470,8 @@ class DoLaDecoding(_Decoding):
                 or self._buf.device != w.device):
             self._buf = torch.empty(shape, dtype=w.dtype, device=w.device)
         torch.mm(h.reshape(rows, -1).to(w.dtype), w.t(), out=self._buf)
-        return self._buf.view(h.shape[0], h.shape[1], -1).float()
+        out = self._buf.view(h.shape[0], h.shape[1], -1)
+        return out.float() if as_float else out
 
     def finish(self) -> None:
         self._buf = None
@@ -467,7 +486,7 @@ class DoLaDecoding(_Decoding):
         if hs is None:
             raise ValueError("the model's outputs carry no hidden_states: DoLa needs them")
         final = outputs.logits[:, -1].float()
-        prem = self._premature_logits(model, hs).to(final.device)
+        prem = self._premature_logits(model, hs, as_float=False).to(final.device)
         contrast, chosen = dola_contrast(final, prem, self.relative_top)
         self.chosen_layers.append(self._layers[chosen])
         scores = apply_processors(logits_processor, input_ids, contrast)
