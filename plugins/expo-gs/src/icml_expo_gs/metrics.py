@@ -80,6 +80,34 @@ def floater_fraction(means: Tensor, opacity: Tensor, sdf: Any, tau: float = 0.1,
 
 
 @torch.no_grad()
+def crf_error(tonemapper: Any, gt_crf: Any, *, lo: float = -8.0, hi: float = 5.0,
+              n: int = 256, max_shift: float = 3.0, n_shifts: int = 121) -> float:
+    """RMSE (LDR units, all channels) between a learned response ``g(x)`` and the GT response
+    ``f(exp(x))`` on ``x = ln(E·Δt)`` uniform in ``[lo, hi]``, minimised over a shift ``s`` of
+    the log-exposure (``g(x + s)``, ``|s| <= max_shift``): the CRF is recovered only up to the
+    exposure scale. The default range covers the synthetic scene's ``E·Δt`` (about 1e-4 to 130)."""
+    x = torch.linspace(lo, hi, n, dtype=torch.float64)
+    gt = gt_crf(torch.exp(x)).float()
+    p = next(iter(tonemapper.parameters()), None)
+    dev, dt = (p.device, p.dtype) if p is not None else ("cpu", torch.float32)
+    best = math.inf
+    for s in torch.linspace(-max_shift, max_shift, n_shifts, dtype=torch.float64):
+        xs = (x + s).to(dev, dt)[:, None].expand(n, tonemapper.channels)
+        pred = tonemapper(xs).float().cpu()
+        best = min(best, float(((pred - gt[:, None]) ** 2).mean().sqrt()))
+    return best
+
+
+@torch.no_grad()
+def train_ldr_psnr(model: Any, views: list[Any]) -> float:
+    """Mean LDR PSNR over the training views at their (training) exposures: how well the model
+    fits what it trains on."""
+    vals = [psnr(model.render(v.camera, e)["ldr"].clamp(0, 1).float().cpu(), im)
+            for v in views for e, im in zip(v.exposures, v.ldr, strict=True)]
+    return sum(vals) / len(vals)
+
+
+@torch.no_grad()
 def evaluate_hdr_nvs(model: Any, views: list[Any], *, mu: float = 5000.0,
                      hdr_norm: str = "own", oe: tuple[int, ...] = (0, 2, 4),
                      ne: tuple[int, ...] = (1, 3)) -> dict[str, float]:

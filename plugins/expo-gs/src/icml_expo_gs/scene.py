@@ -61,18 +61,39 @@ class HDRScene:
     points: Tensor | None = field(default=None, repr=False)  # (N, 3) "SfM" points
 
 
-def scene_sdf(p: Tensor) -> Tensor:
-    """GT signed distance of the synthetic scene: sphere ∪ box ∪ ground plane (y = -0.5)."""
+def _box(p: Tensor, center: list[float], half: list[float]) -> Tensor:
+    q = (p - p.new_tensor(center)).abs() - p.new_tensor(half)
+    return q.clamp_min(0).norm(dim=-1) + q.max(-1).values.clamp_max(0)
+
+
+def scene_sdf(p: Tensor, plane_extent: float = 0.0) -> Tensor:
+    """GT signed distance of the synthetic scene: sphere ∪ box ∪ ground (top at y = -0.5): an
+    infinite plane (``plane_extent=0``, the default scene) or a square slab of half-size
+    ``plane_extent`` and thickness 0.2 (the bounded scene: every surface within the cameras'
+    near field)."""
     sphere = (p - p.new_tensor([-0.35, -0.05, 0.0])).norm(dim=-1) - 0.45
-    q = (p - p.new_tensor([0.45, -0.2, 0.1])).abs() - p.new_tensor([0.25, 0.3, 0.25])
-    box = q.clamp_min(0).norm(dim=-1) + q.max(-1).values.clamp_max(0)
-    plane = p[..., 1] + 0.5
+    box = _box(p, [0.45, -0.2, 0.1], [0.25, 0.3, 0.25])
+    if plane_extent > 0:
+        plane = _box(p, [0.0, -0.6, 0.0], [plane_extent, 0.1, plane_extent])
+    else:
+        plane = p[..., 1] + 0.5
     return torch.minimum(torch.minimum(sphere, box), plane)
 
 
-def _normal(p: Tensor, h: float = 1e-4) -> Tensor:
+class SceneSDF:
+    """The GT SDF of a synthetic scene as a callable (N, 3) -> (N,)."""
+
+    def __init__(self, plane_extent: float = 0.0) -> None:
+        self.plane_extent = plane_extent
+
+    def __call__(self, p: Tensor) -> Tensor:
+        return scene_sdf(p, self.plane_extent)
+
+
+def _normal(p: Tensor, h: float = 1e-4, plane_extent: float = 0.0) -> Tensor:
     e = torch.eye(3, dtype=p.dtype) * h
-    n = torch.stack([scene_sdf(p + e[i]) - scene_sdf(p - e[i]) for i in range(3)], -1)
+    n = torch.stack([scene_sdf(p + e[i], plane_extent) - scene_sdf(p - e[i], plane_extent)
+                     for i in range(3)], -1)
     return n / n.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
@@ -93,17 +114,19 @@ def _radiance(p: Tensor, n: Tensor) -> Tensor:
     return torch.where(stripe[..., None], torch.tensor([0.6, 0.9, 1.5]), rad)
 
 
-def sphere_trace(cam: Camera, steps: int = 96, far: float = 8.0) -> tuple[Tensor, Tensor]:
+def sphere_trace(cam: Camera, steps: int = 96, far: float = 8.0, plane_extent: float = 0.0
+                 ) -> tuple[Tensor, Tensor]:
     """HDR radiance (H, W, 3) and z-depth (H, W; 0 = miss) of the synthetic scene."""
     o, d = cam.rays()
     dn = d / d.norm(dim=-1, keepdim=True)
     t = torch.zeros(d.shape[:2])
     for _ in range(steps):
-        s = scene_sdf(o + t[..., None] * dn)
+        s = scene_sdf(o + t[..., None] * dn, plane_extent)
         t = (t + s).clamp_max(far)
     p = o + t[..., None] * dn
-    hit = scene_sdf(p).abs() < 1e-3
-    hdr = torch.where(hit[..., None], _radiance(p, _normal(p)), torch.full_like(p, 0.005))
+    hit = scene_sdf(p, plane_extent).abs() < 1e-3
+    hdr = torch.where(hit[..., None], _radiance(p, _normal(p, plane_extent=plane_extent)),
+                      torch.full_like(p, 0.005))
     z = (t / d.norm(dim=-1)) * hit
     return hdr, z
 
@@ -111,10 +134,14 @@ def sphere_trace(cam: Camera, steps: int = 96, far: float = 8.0) -> tuple[Tensor
 def make_synthetic_hdr_scene(resolution: int = 32, n_views: int = 16, n_test: int = 4,
                              exposures: tuple[float, ...] = EXPOSURES, seed: int = 0,
                              n_points: int = 256, point_noise: float = 0.02,
-                             quantize: bool = True) -> HDRScene:
+                             quantize: bool = True, plane_extent: float = 0.0) -> HDRScene:
     """Render the synthetic scene on a ring of ``n_views + n_test`` cameras. Training views get
     the OE exposures (t1, t3, t5), test views all five. ``points`` are noisy GT surface samples
-    (standing in for SfM points)."""
+    (standing in for SfM points). ``plane_extent > 0`` bounds the ground to a square slab of
+    that half-size (by default the ground is an infinite plane, whose far part covers about a
+    fifth of the pixels at depths 4-8)."""
+    if not plane_extent >= 0:
+        raise ValueError(f"plane_extent {plane_extent!r}: use 0 (infinite plane) or > 0")
     if resolution < 4:
         raise ValueError(f"resolution {resolution}: use at least 4 pixels")
     if n_views < 1 or n_test < 0:
@@ -130,7 +157,7 @@ def make_synthetic_hdr_scene(resolution: int = 32, n_views: int = 16, n_test: in
         eye = torch.tensor([2.6 * math.sin(a), 1.2 + 0.3 * math.sin(3 * a), -2.6 * math.cos(a)])
         cam = look_at(eye, torch.tensor([0.0, -0.15, 0.0]), torch.tensor([0.0, -1.0, 0.0]),
                       fov_deg=45, width=resolution, height=resolution)
-        hdr, z = sphere_trace(cam)
+        hdr, z = sphere_trace(cam, plane_extent=plane_extent)
         ex = [exposures[k] for k in (OE if i < n_views else range(5))]
         ldr = []
         for e in ex:
@@ -145,7 +172,8 @@ def make_synthetic_hdr_scene(resolution: int = 32, n_views: int = 16, n_test: in
     pts = torch.cat(pts)
     pts = pts[torch.randperm(pts.shape[0], generator=g)[:n_points]]
     pts = pts + point_noise * torch.randn(pts.shape, generator=g)
-    return HDRScene(views[:n_views], views[n_views:], scene_sdf, 1.5, pts)
+    sdf = scene_sdf if plane_extent == 0 else SceneSDF(plane_extent)
+    return HDRScene(views[:n_views], views[n_views:], sdf, 1.5, pts)
 
 
 def load_hdr_nerf(root: str | Path, *, downscale: int = 1, test_every: int = 8) -> HDRScene:

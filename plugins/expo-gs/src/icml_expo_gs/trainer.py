@@ -147,8 +147,11 @@ class ExpoGSTrainer:
 
     # ------------------------------------------------------------------ training
     def fit(self, scene: HDRScene, progress: Callable[[Iterable[int], int, str], Iterable[int]]
-            | None = None) -> TrainedModel:
-        """Train on ``scene.train``; ``progress(iterable, total, desc)`` wraps the loops."""
+            | None = None, callback: Callable[[int, TrainedModel], None] | None = None
+            ) -> TrainedModel:
+        """Train on ``scene.train``; ``progress(iterable, total, desc)`` wraps the loops;
+        ``callback(it, model)`` is called after every GS iteration ``it`` (0-based, counting
+        both GS stages) with the model as it is then (for learning curves)."""
         c = self.cfg
         if not scene.train:
             raise ValueError("the scene has no training views")
@@ -235,6 +238,8 @@ class ExpoGSTrainer:
                     it < c.densify_until:
                 m.reset_opacity(opt)
             density(it, sdf)
+            if callback is not None:
+                callback(it, TrainedModel(m, tm, c, sdf, hist))
 
         for it in prog(range(c.iters_irradiance), c.iters_irradiance, "stage 1: irradiance"):
             gs_step(it)
