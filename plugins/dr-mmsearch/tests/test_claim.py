@@ -1,9 +1,13 @@
-"""The pre-registered claim (README, "Pre-registered comparison"), checked against its results
-file ``results/prereg.json``: the verdict of the primary comparison (held-out 3-hop collapse
-rate, ``both`` - ``baseline_nopen``, paired by seed) is recomputed from the file's per-seed
-values with :func:`~icml_dr_mmsearch.metrics.paired_verdict` and must be what the file's
-comparison table says, what the README states, and what was measured (``PRIMARY``). A rerun
-whose numbers flip the verdict, or a README that claims otherwise, fails here."""
+"""The pre-registered claims (README, "Pre-registered comparison ..."), checked against their
+results files. For each, the verdict of the primary comparison (paired by seed) is recomputed
+from the file's per-seed values with :func:`~icml_dr_mmsearch.metrics.paired_verdict` and must
+be what the file's comparison table says, what the README states, and what was measured
+(``MEASURED``). A rerun whose numbers flip a verdict, or a README that claims otherwise, fails.
+
+* ``results/prereg.json`` (0.3.0): held-out 3-hop collapse rate, ``both`` - ``baseline_nopen``;
+  the claim holds if it is detected and negative.
+* ``results/heldout.json`` (0.4.0): held-out accuracy on an unseen fact world, ``both`` -
+  ``baseline_nopen``; the claim holds if it is detected and positive."""
 
 import json
 import re
@@ -13,14 +17,24 @@ import pytest
 from icml_dr_mmsearch.metrics import paired_verdict
 
 PLUGIN = Path(__file__).resolve().parents[1]
-FILE = PLUGIN / "results" / "prereg.json"
-LABEL = "arms_prereg"
-PRIMARY = ("both", "baseline_nopen", "heldout_collapse_rate", "detected Δ held-out collapse 3-hop")
-MEASURED = "holds"   # results/prereg.json, 0.3.0: detected, negative (narrowly above the MDE)
+CLAIMS = {
+    # file: (label, a, b, per-seed key, comparison column, sign that makes the claim hold,
+    #        README verdict marker, README section, measured verdict or None before the run)
+    "prereg": ("arms_prereg", "both", "baseline_nopen", "heldout_collapse_rate",
+               "detected Δ held-out collapse 3-hop", -1, "primary, pre-registered",
+               "### Pre-registered comparison (0.3.0)", "holds"),
+    "heldout": ("arms_heldout", "both", "baseline_nopen", "heldout_accuracy",
+                "detected Δ held-out acc", +1, "held-out accuracy, pre-registered",
+                "### Pre-registered comparison on held-out fact worlds", None),
+}
 
 
-def _tables() -> dict:
-    data = json.loads(FILE.read_text(encoding="utf-8"))
+def _file(name: str) -> Path:
+    return PLUGIN / "results" / f"{name}.json"
+
+
+def _tables(name: str) -> dict:
+    data = json.loads(_file(name).read_text(encoding="utf-8"))
     return {t["name"]: t for t in data["tables"]}
 
 
@@ -30,54 +44,62 @@ def _values(per_seed: dict, arm: str, key: str) -> list[float]:
     return [r[cols.index(key)] for r in rows]
 
 
-def _verdict(tables: dict, a: str, b: str, key: str) -> dict:
-    per = tables[f"{LABEL}_per_seed"]
+def _verdict(tables: dict, label: str, a: str, b: str, key: str) -> dict:
+    per = tables[f"{label}_per_seed"]
     x, y = _values(per, a, key), _values(per, b, key)
     assert len(x) == len(y) >= 5, "the pre-registration asks for >= 5 seeds, paired"
     return paired_verdict(x, y, seed=0)
 
 
-def test_without_the_file_the_readme_claims_nothing():
-    """Until the pre-registered run's file is committed, the README says the results are
+def _section(readme: str, head: str) -> str:
+    sec = readme[readme.index(head):]
+    return sec[:sec.index("\n### ", 5)]
+
+
+@pytest.mark.parametrize("name", sorted(CLAIMS))
+def test_without_the_file_the_readme_claims_nothing(name):
+    """Until a pre-registered run's file is committed, its README section says the results are
     pending and states no verdict."""
-    if FILE.is_file():
+    if _file(name).is_file():
         pytest.skip("the results file exists: the verdict tests below apply")
+    *_, marker, head, _measured = CLAIMS[name]
     readme = (PLUGIN / "README.md").read_text(encoding="utf-8")
-    sec = readme[readme.index("### Pre-registered comparison"):]
-    sec = sec[:sec.index("\n### ", 5)]
-    assert "Results: pending" in sec and "Verdict (primary" not in readme
+    assert "Results: pending" in _section(readme, head)
+    assert f"Verdict ({marker})" not in readme
 
 
-needs_file = pytest.mark.skipif(not FILE.is_file(), reason="pre-registered run not committed yet")
-
-
-@needs_file
-def test_primary_verdict_is_the_files_the_readmes_and_the_measured_one():
-    t = _tables()
-    a, b, key, column = PRIMARY
-    v = _verdict(t, a, b, key)
-    comp = t[f"{LABEL}_comparisons"]
+@pytest.mark.parametrize("name", sorted(CLAIMS))
+def test_primary_verdict_is_the_files_the_readmes_and_the_measured_one(name):
+    if not _file(name).is_file():
+        pytest.skip("pre-registered run not committed yet")
+    label, a, b, key, column, sign, marker, _head, measured = CLAIMS[name]
+    t = _tables(name)
+    v = _verdict(t, label, a, b, key)
+    comp = t[f"{label}_comparisons"]
     (row,) = [r for r in comp["rows"] if r[0] == a and r[1] == b]
     assert row[comp["columns"].index(column)] == v["label"]
-    holds = v["detected"] and v["sign"] < 0            # the method collapses less
+    holds = v["detected"] and v["sign"] == sign
     readme = (PLUGIN / "README.md").read_text(encoding="utf-8")
-    m = re.search(r"\*\*Verdict \(primary, pre-registered\): the claim (holds|does not hold)",
+    m = re.search(r"\*\*Verdict \(" + re.escape(marker) + r"\): the claim (holds|does not hold)",
                   readme)
     assert m, "the README states the primary verdict"
     assert m.group(1) == ("holds" if holds else "does not hold")
-    assert MEASURED == m.group(1)
+    assert measured == m.group(1)
 
 
-@needs_file
+@pytest.mark.parametrize("name", sorted(CLAIMS))
 @pytest.mark.parametrize("key,column", [
     ("heldout_accuracy", "detected Δ held-out acc"),
     ("heldout_collapse_rate", "detected Δ held-out collapse 3-hop"),
     ("collapse_rate", "detected Δ train collapse 3-hop")])
-def test_every_comparison_in_the_file_follows_the_rule(key, column):
-    t = _tables()
-    comp = t[f"{LABEL}_comparisons"]
+def test_every_comparison_in_the_file_follows_the_rule(name, key, column):
+    if not _file(name).is_file():
+        pytest.skip("pre-registered run not committed yet")
+    label = CLAIMS[name][0]
+    t = _tables(name)
+    comp = t[f"{label}_comparisons"]
     for row in comp["rows"]:
-        v = _verdict(t, row[0], row[1], key)
+        v = _verdict(t, label, row[0], row[1], key)
         assert row[comp["columns"].index(column)] == v["label"], row[:2]
 
 
