@@ -35,6 +35,30 @@ def test_arms_part_writes_a_results_file(tmp_path):
     assert "| both |" in results.render_table(table)
 
 
+def test_arms_part_on_fact_worlds_writes_the_comparisons(tmp_path):
+    """The held-out fact-world comparison's command at a tiny setting: the held-out columns
+    come from the held-out world, the comparison and per-seed tables are written."""
+    import json
+
+    from icml import results
+
+    out, raw = tmp_path / "heldout.json", tmp_path / "raw.json"
+    args = ["--part", "arms", "--seeds", "2", "--steps", "1", "--warm-steps", "1",
+            "--eval-generations", "1", "--arms", "baseline", "baseline_nopen", "both",
+            "--fact-worlds", "3", "--holdout", "0.34", "--holdout-by", "world",
+            "--label", "heldout", "--out", str(raw), "--out-results", str(out)]
+    subprocess.run([sys.executable, str(BENCH / "bench.py"), *args], check=True,
+                   capture_output=True, text=True)
+    data = results.load(out)
+    names = [t["name"] for t in data["tables"]]
+    assert names == ["arms_heldout", "arms_heldout_comparisons", "arms_heldout_per_seed"]
+    cfg = json.loads(raw.read_text())["arms_heldout"]["config"]
+    assert cfg["fact_worlds"] == 3 and cfg["holdout_by"] == "world"
+    arms = data["tables"][0]
+    held = arms["columns"].index("held-out acc")
+    assert all(r[held] is not None for r in arms["rows"])
+
+
 def test_pretrained_stage_table_from_a_run_record():
     """The stage table of ``pretrained.py --out-results`` from its run record: one row per stage
     run so far, held-out columns, the clock column last."""
