@@ -1,6 +1,7 @@
 """HDR-GS vs Expo-GS in a regime where the baseline converges (run from the repository root):
 
-    python plugins/expo-gs/benchmarks/converge.py --seeds 5 --out-results plugins/expo-gs/results/converge.json
+    python plugins/expo-gs/benchmarks/converge.py --seeds 5 \
+        --out-results plugins/expo-gs/results/converge.json
 
 The settings are ``PRESET`` below (committed before the table run): a 32² synthetic scene, no
 planted floaters in either arm, longer training than the default job, both arms at equal GS
@@ -54,7 +55,6 @@ def _parse(sets: list[str]) -> dict[str, Any]:
 def run_cell(settings: dict[str, Any], method: str, seed: int, curve_every: int = 0
              ) -> dict[str, float]:
     import torch
-
     from icml_expo_gs.config import ExpoGSConfig
     from icml_expo_gs.metrics import (
         crf_error,

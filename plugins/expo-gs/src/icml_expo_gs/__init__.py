@@ -36,4 +36,10 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "psnr": "metrics",
     "ssim": "metrics",
     "floater_fraction": "metrics",
+    "crf_error": "metrics",
+    "train_ldr_psnr": "metrics",
+    "rasterization": "api",
+    "gsplat_available": "api",
+    "eval_sh": "sh",
+    "sh_basis": "sh",
 })

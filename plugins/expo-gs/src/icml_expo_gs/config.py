@@ -38,6 +38,9 @@ class ExpoGSConfig:
     lr_opacity: float = option(5e-2, help="opacity lr", gt=0)
     lr_color: float = option(2.5e-2, help="log-irradiance lr", gt=0)
     lr_tonemapper: float = option(5e-3, help="tone-mapper lr (decays x0.1; HDR-GS 5e-4)", gt=0)
+    sh_degree: int = option(0, help="SH degree of the (log-irradiance) colours, 0-3 (0 = DC "
+                            "only, the default; HDR-GS 3); higher bands lr = lr_color/20",
+                            ge=0, le=3)
     init_scale: float = option(0.06, help="initial Gaussian scale", gt=0)
     init_opacity: float = option(0.3, help="initial opacity", gt=0, lt=1)
     n_floaters: int = option(64, help="random Gaussians added to the SfM-like init", ge=0)

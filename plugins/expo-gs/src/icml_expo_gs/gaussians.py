@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from icml_expo_gs.rasterizer import Camera, gaussian_normals, quat_to_rot, render_gaussians
+from icml_expo_gs.sh import num_sh_bases, sh_view_offset
 from icml_expo_gs.tonemap import ToneMapper
 
 Tensor = torch.Tensor
@@ -22,8 +23,9 @@ class GaussianModel(nn.Module):
     """3D Gaussians carrying log-irradiance; ``render`` gives HDR, LDR, depth, normal, alpha."""
 
     def __init__(self, means: Tensor, *, scale: float = 0.05, log_irr: Tensor | None = None,
-                 opacity: float = 0.1, seed: int = 0) -> None:
+                 opacity: float = 0.1, seed: int = 0, sh_degree: int = 0) -> None:
         super().__init__()
+        k = num_sh_bases(sh_degree)
         n = means.shape[0]
         if n == 0:
             raise ValueError("GaussianModel needs at least one Gaussian")
@@ -36,6 +38,12 @@ class GaussianModel(nn.Module):
         self.opacity_logit = nn.Parameter(torch.full((n,), math.log(opacity / (1 - opacity))))
         self.log_irr = nn.Parameter(torch.zeros(n, 3) if log_irr is None else log_irr.clone())
         self.bg_log_irr = nn.Parameter(torch.full((3,), -3.0))
+        # SH colours (degree > 0): log_irr is the DC term; sh_rest (N, K-1, 3) the higher bands,
+        # a view-dependent offset of the log-irradiance (zero at init)
+        self.sh_degree = sh_degree
+        self.param_names = PARAMS + (("sh_rest",) if sh_degree > 0 else ())
+        if sh_degree > 0:
+            self.sh_rest = nn.Parameter(torch.zeros(n, k - 1, 3))
 
     def __len__(self) -> int:
         return self.means.shape[0]
@@ -54,13 +62,14 @@ class GaussianModel(nn.Module):
             raise ValueError(f"exposure {exposure!r}: exposure times must be finite and > 0")
         cam = cam.to(self.means.device, self.means.dtype)
         ln_dt = math.log(exposure)
-        hdr_c = torch.exp(self.log_irr)
+        log_irr = self.view_log_irr(cam)
+        hdr_c = torch.exp(log_irr)
         normals = gaussian_normals(self.log_scales, self.quats, self.means, cam)
         feats = [hdr_c, normals]
         bg_hdr = torch.exp(self.bg_log_irr)
         bg = [bg_hdr, torch.zeros(3, device=bg_hdr.device, dtype=bg_hdr.dtype)]
         if crf == "per_gaussian":
-            feats.append(tonemapper(self.log_irr + ln_dt))
+            feats.append(tonemapper(log_irr + ln_dt))
             bg.append(tonemapper(self.bg_log_irr + ln_dt))
         elif crf != "per_pixel":
             raise ValueError(f"crf {crf!r}: use 'per_gaussian' (HDR-GS) or 'per_pixel'")
@@ -79,6 +88,14 @@ class GaussianModel(nn.Module):
         nrm = nrm / nrm.norm(dim=-1, keepdim=True).clamp_min(1e-8)
         return {"hdr": hdr, "ldr": ldr, "depth": depth, "alpha": alpha, "normal": nrm,
                 "proj": r["proj"]}
+
+    def view_log_irr(self, cam: Camera) -> Tensor:
+        """Per-Gaussian log-irradiance seen from ``cam``: the DC term ``log_irr`` (degree 0,
+        exactly) plus the SH bands of degree 1..3 at the direction camera -> Gaussian."""
+        if self.sh_degree == 0:
+            return self.log_irr
+        dirs = self.means - cam.center.to(self.means)[None]
+        return self.log_irr + sh_view_offset(self.sh_degree, self.sh_rest, dirs)
 
     # ---------------------------------------------------------------- density control
     def extent_scales(self) -> Tensor:
@@ -103,9 +120,9 @@ class GaussianModel(nn.Module):
         big = self.extent_scales() > percent_dense * extent
         clone, split = sel & ~big, sel & big
         g = torch.Generator(device=self.means.device).manual_seed(seed)
-        new: dict[str, list[Tensor]] = {k: [] for k in PARAMS}
+        new: dict[str, list[Tensor]] = {k: [] for k in self.param_names}
         if clone.any():
-            for k in PARAMS:
+            for k in self.param_names:
                 new[k].append(getattr(self, k)[clone])
         if split.any():
             idx = torch.nonzero(split).squeeze(-1).repeat(2)
@@ -114,7 +131,7 @@ class GaussianModel(nn.Module):
             R = quat_to_rot(self.quats[idx])
             new["means"].append(self.means[idx] + (R @ off[..., None]).squeeze(-1))
             new["log_scales"].append(self.log_scales[idx] - math.log(1.6))
-            for k in ("quats", "opacity_logit", "log_irr"):
+            for k in ("quats", "opacity_logit", "log_irr", *self.param_names[len(PARAMS):]):
                 new[k].append(getattr(self, k)[idx])
         n_new = sum(x.shape[0] for x in new["means"])
         keep = torch.ones(n0 + n_new, dtype=torch.bool, device=self.means.device)
@@ -122,7 +139,7 @@ class GaussianModel(nn.Module):
         if not keep.any():
             raise RuntimeError("pruning would remove every Gaussian (empty scene); lower the "
                                "prune thresholds (prune_opacity, sdf_prune_tau) or prune later")
-        for k in PARAMS:
+        for k in self.param_names:
             old = getattr(self, k)
             cat = torch.cat([old.data, *new[k]]) if new[k] else old.data
             self._replace(optimizer, k, cat[keep], n_new, keep)
@@ -166,5 +183,7 @@ def param_groups(model: GaussianModel, tonemapper: ToneMapper, lr: dict[str, flo
             {"params": [model.quats], "lr": lr["quats"], "name": "quats"},
             {"params": [model.opacity_logit], "lr": lr["opacity"], "name": "opacity_logit"},
             {"params": [model.log_irr, model.bg_log_irr], "lr": lr["color"], "name": "log_irr"},
+            *([{"params": [model.sh_rest], "lr": lr["color"] / 20, "name": "sh_rest"}]
+              if model.sh_degree > 0 else []),
             {"params": list(tonemapper.parameters()), "lr": lr["tonemapper"],
              "name": "tonemapper"}]

@@ -80,7 +80,8 @@ class ExpoGSTrainer:
         fl = (torch.rand(self.cfg.n_floaters, 3, generator=g) * 2 - 1) * scene.bounds
         means = torch.cat([pts.float(), fl])
         return GaussianModel(means, scale=self.cfg.init_scale, opacity=self.cfg.init_opacity,
-                             seed=self.seed).to(self.device, self.dtype)
+                             seed=self.seed, sh_degree=self.cfg.sh_degree
+                             ).to(self.device, self.dtype)
 
     def _render(self, m: GaussianModel, tm: ToneMapper, view: View, e: float
                 ) -> dict[str, Tensor]:
