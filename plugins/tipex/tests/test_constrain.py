@@ -13,6 +13,7 @@ from icml_tipex import roles
 from icml_tipex.clock import run
 from icml_tipex.constrain import (
     SYNTHGAIA_TOOLS,
+    ContextVocab,
     GrammarTooLong,
     grammar_for,
     judge_grammar,
@@ -21,6 +22,7 @@ from icml_tipex.constrain import (
 )
 from icml_tipex.plan import Subtask, parse_plan
 from icml_tipex.runner import ExecutionConfig, TipexRunner
+from icml_tipex.synthgaia import ATTRS
 
 
 @pytest.fixture(scope="module")
@@ -123,23 +125,35 @@ def test_a_subtask_that_names_its_tool_calls_it_before_answering(suite) -> None:
     """tool_first: the first reply on a subtask whose plan names a tool is that tool's call
     (named, the default); after a step the worker may answer; any: every subtask calls a tool
     first; off: CALL or ANSWER from the start."""
+    free = {"vocab": "free"}  # (free text: the held form alone; the context vocabulary below)
     first = _worker_msgs(suite, "lookup")
-    rx = regex.compile(grammar_for(first, SYNTHGAIA_TOOLS, 48))
+    rx = regex.compile(grammar_for(first, SYNTHGAIA_TOOLS, 48, **free))
     assert rx.fullmatch("CALL lookup(Paris, population)")
     for bad in ("ANSWER: 3", "CALL calc(1 + 2)", "CALL search(x)"):
         assert rx.fullmatch(bad) is None, bad
     later = _worker_msgs(suite, "lookup", [("CALL lookup(Paris, population)", "3")])
-    assert regex.compile(grammar_for(later, SYNTHGAIA_TOOLS, 48)).fullmatch("ANSWER: 3")
-    off = regex.compile(grammar_for(first, SYNTHGAIA_TOOLS, 48, "off"))
+    assert regex.compile(grammar_for(later, SYNTHGAIA_TOOLS, 48, **free)).fullmatch("ANSWER: 3")
+    off = regex.compile(grammar_for(first, SYNTHGAIA_TOOLS, 48, "off", **free))
     assert off.fullmatch("ANSWER: 3") and off.fullmatch("CALL calc(1 + 2)")
     untooled = _worker_msgs(suite, None)  # (the bare agent's subtask names no tool)
-    assert regex.compile(grammar_for(untooled, SYNTHGAIA_TOOLS, 48)).fullmatch("ANSWER: 3")
-    anyt = regex.compile(grammar_for(untooled, SYNTHGAIA_TOOLS, 48, "any"))
+    assert regex.compile(grammar_for(untooled, SYNTHGAIA_TOOLS, 48, **free)).fullmatch(
+        "ANSWER: 3")
+    anyt = regex.compile(grammar_for(untooled, SYNTHGAIA_TOOLS, 48, "any", **free))
     assert anyt.fullmatch("CALL calc(1 + 2)") and anyt.fullmatch("ANSWER: 3") is None
     unknown = _worker_msgs(suite, "shell")  # a tool the model does not have: not held
-    assert regex.compile(grammar_for(unknown, SYNTHGAIA_TOOLS, 48)).fullmatch("ANSWER: 3")
+    assert regex.compile(grammar_for(unknown, SYNTHGAIA_TOOLS, 48, **free)).fullmatch(
+        "ANSWER: 3")
+    # once: the named tool's call, then an answer and nothing else
+    once = regex.compile(grammar_for(first, SYNTHGAIA_TOOLS, 48, "once", **free))
+    assert once.fullmatch("CALL lookup(Paris, population)") and not once.fullmatch("ANSWER: 3")
+    once = regex.compile(grammar_for(later, SYNTHGAIA_TOOLS, 48, "once", **free))
+    assert once.fullmatch("ANSWER: 3") and not once.fullmatch("CALL lookup(Paris, area)")
+    once = regex.compile(grammar_for(untooled, SYNTHGAIA_TOOLS, 48, "once", **free))
+    assert once.fullmatch("CALL calc(1 + 2)") and not once.fullmatch("ANSWER: 3")
     with pytest.raises(ValueError, match="tool_first='always'"):
         grammar_for(first, SYNTHGAIA_TOOLS, 48, "always")
+    with pytest.raises(ValueError, match="vocab='names'"):
+        grammar_for(first, SYNTHGAIA_TOOLS, 48, vocab="names")
     with pytest.raises(ValueError, match="call_only"):
         worker_grammar(SYNTHGAIA_TOOLS, 48, call_only=["shell"])
 
@@ -155,6 +169,95 @@ def test_a_random_model_calls_the_named_tool_first(tiny, suite, temperature, see
         assert len(call[1]) == SYNTHGAIA_TOOLS[tool] and c.finish_reason == "stop"
 
 
+def _level2(suite):
+    task = suite.tasks(2, 1)[0]
+    direct = next(f for f in task.facts if not f.query)
+    searched = next(f for f in task.facts if f.query)
+    return task, direct, searched
+
+
+def test_the_context_vocabulary_is_what_the_chat_shows_never_the_gold(suite) -> None:
+    """Names, attributes and runs of the question, parents' results and tool results; not the
+    JSON payload, the tool documentation or the protocol's labels; not the gold."""
+    task, direct, searched = _level2(suite)
+    msgs = roles.worker_messages(task.task_id, task.question, Subtask("s2", "look", tool="lookup"),
+                                 {"s1": searched.entity})
+    cv = ContextVocab.of(msgs)
+    assert direct.entity in cv.names and searched.entity in cv.names
+    assert searched.query in cv.phrases and direct.attr in cv.words
+    assert "Compute" not in cv.names  # the question's first word is a sentence start
+    for hidden in (task.task_id, "entity", "expr", "RESULT", "Subtask", "s1", task.answer,
+                   searched.distractors[0]):
+        assert hidden not in cv.spans, hidden
+    assert cv.numbers == []  # nothing fetched yet: no number to answer with
+    later = msgs + [{"role": "assistant", "content": f"CALL lookup({searched.entity}, area)"},
+                    {"role": "user", "content": "RESULT: 512"}]
+    assert ContextVocab.of(later).numbers == ["512"]
+    planner = ContextVocab.of(roles.planner_messages(task.task_id, task.question, 4))
+    assert set(planner.question_spans) == set(planner.spans)
+    assert all(x in task.question for x in planner.question_spans)
+
+
+def test_the_context_grammar_holds_fields_to_the_chat(suite) -> None:
+    task, direct, searched = _level2(suite)
+    other = next(e for e in suite.kb.entities if e not in task.question)
+    msgs = roles.worker_messages(task.task_id, task.question, Subtask("s2", "look"), {})
+    rx = regex.compile(grammar_for(msgs, SYNTHGAIA_TOOLS, 96, "off"))
+    assert rx.fullmatch(f"CALL lookup({direct.entity}, {direct.attr})")
+    assert rx.fullmatch(f"CALL search({searched.query})")
+    shown = set(ContextVocab.of(msgs).words)
+    unshown = next(a for a in ATTRS if a not in shown) if not shown >= set(ATTRS) else None
+    for bad in (f"CALL lookup({other}, {direct.attr})",  # an entity the chat never names
+                f"CALL lookup(the, {direct.attr})",  # not a name
+                f"CALL search(sister city of {other})", "CALL calc(1 + 2)",  # no numbers shown
+                f"ANSWER: {task.answer}", f"ANSWER: {other}"):
+        assert rx.fullmatch(bad) is None, bad
+    if unshown:
+        assert rx.fullmatch(f"CALL lookup({direct.entity}, {unshown})") is None
+    later = msgs + [{"role": "assistant", "content": f"CALL lookup({direct.entity}, area)"},
+                    {"role": "user", "content": "RESULT: 512"},
+                    {"role": "assistant", "content": f"CALL lookup({direct.entity}, age)"},
+                    {"role": "user", "content": "RESULT: 40"}]
+    rx = regex.compile(grammar_for(later, SYNTHGAIA_TOOLS, 96, "off"))
+    for ok in ("CALL calc(512 - 40)", "CALL calc(40 + 512)", "ANSWER: 512", "ANSWER: 40",
+               f"ANSWER: {direct.entity}"):
+        assert rx.fullmatch(ok), ok
+    for bad in ("CALL calc(512 - 41)", "ANSWER: 513", "CALL calc(512 * 40)"):
+        assert rx.fullmatch(bad) is None, bad
+    synth = roles.synth_messages(task.task_id, task.question, {"s1": "512", "s2": "-40"}, "s2")
+    sx = regex.compile(grammar_for(synth, SYNTHGAIA_TOOLS, 32))
+    assert sx.fullmatch("FINAL ANSWER: -40") and not sx.fullmatch("FINAL ANSWER: 472")
+    px = regex.compile(grammar_for(roles.planner_messages(task.task_id, task.question, 2),
+                                   SYNTHGAIA_TOOLS, 512))
+    goal = f"{direct.attr} of {direct.entity}"
+    plan = (f'{{"subtasks": [{{"id": "s1", "goal": "{goal}", "tool": "lookup", "deps": []}}]}}')
+    assert px.fullmatch(plan)
+    assert px.fullmatch(plan.replace(goal, "find the value")) is None
+
+
+@pytest.mark.parametrize("temperature, seed", [(0.0, 0), (1.0, 4)])
+def test_a_random_model_keeps_to_the_context_vocabulary(tiny, suite, temperature, seed) -> None:
+    task, direct, searched = _level2(suite)
+    tools = suite.tools()
+    c = _gen(tiny, roles.planner_messages(task.task_id, task.question, 3),
+             temperature=temperature, seed=seed, max_tokens=255)
+    plan = parse_plan(c.text, tools=tools, max_subtasks=4)
+    assert all(s.goal in task.question for s in plan.subtasks)
+    msgs = roles.worker_messages(task.task_id, task.question, Subtask("s1", "x"), {})
+    cv = ContextVocab.of(msgs)
+    for step in range(3):
+        c = _gen(tiny, msgs, temperature=temperature, seed=seed + step, max_tokens=96)
+        call = roles.parse_call(c.text.strip(), tools)
+        assert call is not None, c.text  # (no number shown yet: nothing to answer with)
+        if call[0] == "lookup":
+            assert call[1][0] in cv.names and call[1][1] in ATTRS
+        elif call[0] == "search":
+            assert call[1][0] in cv.phrases
+        msgs = msgs + [{"role": "assistant", "content": c.text},
+                       {"role": "user", "content": "RESULT: 77"}]
+        cv = ContextVocab.of(msgs)
+
+
 def test_tool_first_is_a_checked_setting() -> None:
     from icml_tipex.config import InferConfig
     from icml_tipex.hf import TransformersChatModel
@@ -162,6 +265,9 @@ def test_tool_first_is_a_checked_setting() -> None:
     with pytest.raises(ValueError, match="tool_first='always'"):
         TransformersChatModel(None, None, constrained=True, tool_first="always")
     assert InferConfig().tool_first == "named"
+    assert InferConfig().constrained_vocab == "context"
+    with pytest.raises(ValueError, match="vocab='names'"):
+        TransformersChatModel(None, None, constrained=True, vocab="names")
 
 
 def test_constrained_needs_eos() -> None:

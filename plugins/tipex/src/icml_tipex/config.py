@@ -84,8 +84,15 @@ class Execution:
     tool_first: str = option("named", help="constrained: a worker's first reply on a subtask "
                              "must be a tool call: named (when the plan's subtask names its "
                              "tool, that tool; the default), any (every subtask, the bare "
-                             "agent's too, calls some tool first) or off",
-                             choices=("named", "any", "off"))
+                             "agent's too, calls some tool first), once (a subtask that names "
+                             "its tool calls it, then answers; others call some tool first) "
+                             "or off",
+                             choices=("named", "any", "off", "once"))
+    constrained_vocab: str = option("context", help="constrained: what the free fields "
+                                    "(tool arguments, answers, plan goals) may contain: context "
+                                    "(words and numbers the chat shows: the task's text and the "
+                                    "results seen, never the gold) or free (bounded free text)",
+                                    choices=("context", "free"))
     base_url: str = option("", help="endpoint for model=http, e.g. http://127.0.0.1:8000/v1")
     http_model: str = option("default", help="model name sent to the endpoint")
     clock: str = option("virtual", help="virtual (deterministic latency; scripted model only) "

@@ -16,7 +16,14 @@ Every plan the grammar admits is valid for ``parse_plan``: subtask ids are ``s1,
 order, ``deps`` name earlier subtasks only (no cycle, no unknown parent), tools come from the
 model's tool list, at most ``g + 1`` subtasks. Bounds on the free text (goal, arguments,
 answer) are chosen so that the longest reply the grammar admits fits ``max_tokens`` (a token
-is at least one character), so no reply is cut off."""
+is at least one character), so no reply is cut off.
+
+``vocab="context"`` (the default) restricts the free fields to what the chat shows, never the
+gold: a tool argument is a run of 1 to ``SPAN_WORDS`` consecutive words of the visible text
+(the task's question, the subtask's goal, earlier subtasks' results, tool results), an
+expression tool's argument (``calc``) a sum and difference of numbers shown there, an answer
+(``ANSWER:``, ``FINAL ANSWER:``) one word or number shown there, and a plan's goal a run of
+words of the question. ``vocab="free"``: 0.3.1's bounded free text."""
 
 from __future__ import annotations
 
@@ -27,10 +34,83 @@ from typing import Any
 import regex
 
 from icml_tipex.roles import role_of
+from icml_tipex.synthgaia import ATTRS
 
 SYNTHGAIA_TOOLS: Mapping[str, int] = {"lookup": 2, "search": 1, "calc": 1}  # name -> arity
 _GOALS = (48, 32, 20, 12, 6, 3, 1)  # goal lengths tried, longest first
 _FREE = (80, 48, 32, 20, 12, 6, 3, 1)  # free-text lengths tried (arguments, answers)
+
+
+VOCABS = ("context", "free")  # what the free fields may contain (see the module docstring)
+EXPR_TOOLS = ("calc",)  # tools whose argument is an arithmetic expression
+# the kind of each argument of SynthGAIA's tools (a function-calling schema; label-blind):
+# "name" a capitalized word the chat shows, "phrase" a run of its words with a name in it,
+# "span" any run, "expr" its numbers joined by + and -, a tuple: one of these words (those the
+# chat shows, or all of them when it shows none)
+SYNTHGAIA_ARGS: Mapping[str, tuple[Any, ...]] = {
+    "lookup": ("name", ATTRS), "search": ("phrase",), "calc": ("expr",)}
+SPAN_WORDS = 5  # longest run of visible words a tool argument or a plan goal may be
+_WORD = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z][A-Za-z0-9'_-]*")
+_NUM = re.compile(r"-?\d+(?:\.\d+)?$")
+_SEGMENT = re.compile(r"[^;,.:\n()]+")  # runs never cross punctuation
+
+
+class ContextVocab:
+    """The words a reply may use, read from the chat's visible text (what a real model reads;
+    the JSON payload, the tool documentation and the protocol's labels are left out):
+    ``spans`` (runs of 1 to ``SPAN_WORDS`` words within a clause), ``words`` (single words and
+    numbers), ``numbers``, ``names`` (capitalized words but the question's first), ``phrases``
+    (runs with a name in them), ``answers`` (numbers and names) and ``question_spans`` (the
+    runs of the task's question only)."""
+
+    def __init__(self, segments: Sequence[str], question: str = "",
+                 span_words: int = SPAN_WORDS) -> None:
+        def spans_of(texts: Sequence[str]) -> list[str]:
+            out: dict[str, None] = {}
+            for text in texts:
+                for seg in _SEGMENT.findall(text):
+                    w = _WORD.findall(seg)
+                    for i in range(len(w)):
+                        for j in range(i + 1, min(len(w), i + span_words) + 1):
+                            out[" ".join(w[i:j])] = None
+            return list(out)
+
+        self.spans = spans_of(segments)
+        self.words = [s for s in self.spans if " " not in s]
+        self.numbers = [s for s in self.words if _NUM.match(s)]
+        first = _WORD.findall(question)[:1]  # the question's first word: a sentence start
+        self.names = [s for s in self.words if s[0].isupper() and s not in first]
+        named = set(self.names)
+        self.phrases = [s for s in self.spans if any(w in named for w in s.split(" "))]
+        self.answers = self.numbers + self.names  # what an answer may be
+        self.question_spans = spans_of([question]) if question else []
+
+    @classmethod
+    def of(cls, messages: list[dict[str, str]]) -> ContextVocab:
+        """The visible text of a protocol chat: each user line's content after its label
+        (``Task:``, ``Subtask s1:``, ``Results of earlier subtasks:``, ``RESULT:``, a result's
+        ``s1:``), without the ``Tools:`` line, the ``Use at most`` line and the JSON block."""
+        segs: list[str] = []
+        question = ""
+        for m in messages:
+            if m["role"] != "user":
+                continue
+            text = m["content"].split("```json", 1)[0]
+            for line in text.split("\n"):
+                line = line.strip()
+                if not line or line.startswith(("Tools:", "Use at most", "Subtask results:",
+                                                "Candidate answers:")):
+                    continue
+                if line.startswith("Task:"):
+                    question = question or line[5:].strip()
+                if line.startswith("Results of earlier subtasks:"):
+                    body = line.split(":", 1)[1]
+                    segs += [p.split(":", 1)[-1] for p in body.split(";")]
+                    continue
+                # "Task: q", "Subtask s1: goal", "RESULT: x", "s1: x" -> the content
+                head, sep, rest = line.partition(": ")
+                segs.append(rest if sep and len(head.split()) <= 2 else line)
+        return cls([s for s in segs if s.strip() and s.strip() != "none"], question)
 
 
 class GrammarTooLong(ValueError):
@@ -41,11 +121,15 @@ def _alt(words: Sequence[str]) -> str:
     return "(?:" + "|".join(re.escape(w) for w in words) + ")"
 
 
-def planner_grammar(g: int, tools: Sequence[str], max_chars: int) -> str:
+def planner_grammar(g: int, tools: Sequence[str], max_chars: int,
+                    goals: Sequence[str] | None = None) -> str:
     """The planner's JSON: ``{"subtasks": [{"id": "s1", "goal": "...", "tool": "lookup",
     "deps": []}, ...]}``, 1 to ``g + 1`` subtasks, deps on earlier ones only; the goal length
-    and the subtask count shrink until the longest plan has at most ``max_chars`` characters."""
+    and the subtask count shrink until the longest plan has at most ``max_chars`` characters.
+    ``goals``: the goal is one of these (runs of the question's words; the longest that fit
+    are kept), else free text."""
     tl = max(len(t) for t in tools)
+    goals = [x for x in (goals or ()) if '"' not in x and "\\" not in x]
 
     def longest(m: int, goal: int) -> int:
         n = len('{"subtasks": [') + 2 + 2 * (m - 1)
@@ -62,18 +146,26 @@ def planner_grammar(g: int, tools: Sequence[str], max_chars: int) -> str:
     tries += [(m, goal) for goal in _GOALS for m in range(g + 1, 0, -1)]
     for m, goal in tries:
         if longest(m, goal) <= max_chars:
+            if goals:
+                fit = [x for x in goals if len(x) <= goal]
+                if fit:
+                    return _planner_pattern(m, goal, tools, fit)
+                continue
             return _planner_pattern(m, goal, tools)
     raise GrammarTooLong(f"no plan fits {max_chars} tokens: raise execution.max_tokens")
 
 
-def _planner_pattern(m: int, goal: int, tools: Sequence[str]) -> str:
+def _planner_pattern(m: int, goal: int, tools: Sequence[str],
+                     goals: Sequence[str] | None = None) -> str:
+    gp = _alt(goals) if goals else f'[^"\\\\\\n]{{1,{goal}}}'
+
     def item(k: int) -> str:
         if k > 1:
             ids = _alt([f"s{j}" for j in range(1, k)])
             deps = f'(?:"{ids}"(?:, "{ids}"){{0,{k - 2}}})?'
         else:
             deps = ""
-        return (f'\\{{"id": "s{k}", "goal": "[^"\\\\\\n]{{1,{goal}}}", "tool": "{_alt(tools)}", '
+        return (f'\\{{"id": "s{k}", "goal": "{gp}", "tool": "{_alt(tools)}", '
                 f'"deps": \\[{deps}\\]\\}}')
 
     body = ""
@@ -91,18 +183,38 @@ def _fit(make: Any, max_chars: int, what: str) -> str:
                          "execution.max_tokens")
 
 
-TOOL_FIRST = ("named", "any", "off")  # the worker's first reply: see grammar_for
+TOOL_FIRST = ("named", "any", "off", "once")  # the worker's first reply: see _first_call
 
 
 def worker_grammar(tools: Mapping[str, int], max_chars: int, *,
-                   call_only: Sequence[str] | None = None) -> str:
+                   call_only: Sequence[str] | None = None, answer_only: bool = False,
+                   vocab: ContextVocab | None = None,
+                   arg_kinds: Mapping[str, Sequence[Any]] | None = None) -> str:
     """``CALL tool(a)`` / ``CALL tool(a, b)`` (the tool's arity; no parentheses or newlines in
     arguments, no comma inside one) or ``ANSWER: text``. ``call_only``: the reply must call one
-    of these tools (no ANSWER), e.g. a subtask's first step that names its tool."""
+    of these tools (no ANSWER), e.g. a subtask's first step that names its tool. ``vocab``: an
+    argument is drawn from the chat's words by its kind in ``arg_kinds`` (tool -> one kind per
+    argument, see ``SYNTHGAIA_ARGS``; undeclared: ``expr`` for ``EXPR_TOOLS``, else ``span``),
+    an answer is one of its numbers or names (see :class:`ContextVocab`); when a field has
+    nothing to draw from, the reply stays free text. ``answer_only``: the reply is an
+    ``ANSWER`` (no call)."""
+    if answer_only:
+        words = [x for x in vocab.answers if len("ANSWER: ") + len(x) <= max_chars] \
+            if vocab is not None else []
+        if words:
+            return "ANSWER: " + _alt(words)
+        return _fit(lambda n: (f"ANSWER: [^\\n]{{1,{n}}}", len("ANSWER: ") + n), max_chars,
+                    "worker")
     allowed = dict(tools) if call_only is None else {t: tools[t] for t in call_only if t in tools}
     if not allowed:
         raise ValueError(f"call_only={list(call_only or ())}: none of them is a tool "
                          f"({sorted(tools)})")
+    if vocab is not None:
+        try:
+            return _worker_context(allowed, max_chars, call_only is not None, vocab,
+                                   SYNTHGAIA_ARGS if arg_kinds is None else arg_kinds)
+        except GrammarTooLong:
+            pass  # (free text below, or its own error)
 
     def make(n: int) -> tuple[str, int]:
         arg = f"[^(),\\n]{{1,{n}}}"
@@ -116,23 +228,78 @@ def worker_grammar(tools: Mapping[str, int], max_chars: int, *,
     return _fit(make, max_chars, "worker")
 
 
+def _arg_choices(kind: Any, vocab: ContextVocab) -> list[str]:
+    if isinstance(kind, (tuple, list)):
+        shown = set(vocab.words)
+        return [w for w in kind if w in shown] or list(kind)
+    return {"name": vocab.names, "phrase": vocab.phrases, "span": vocab.spans}[kind]
+
+
+def _worker_context(allowed: Mapping[str, int], max_chars: int, call_only: bool,
+                    vocab: ContextVocab, arg_kinds: Mapping[str, Sequence[Any]]) -> str:
+    """The worker's grammar over the chat's words (see :func:`worker_grammar`)."""
+    calls, longest = [], 0
+    for t, a in allowed.items():
+        kinds = list(arg_kinds.get(t, ("expr",) if t in EXPR_TOOLS else ("span",) * a))
+        kinds = (kinds + ["span"] * a)[:a]
+        room = max_chars - len(f"CALL {t}()") - 2 * (a - 1)
+        if kinds == ["expr"]:
+            nums = [x for x in vocab.numbers if len(x) <= room]
+            if not nums:
+                continue
+            w = max(len(x) for x in nums)
+            k = min(len(nums) - 1, max(0, (room - w) // (w + 3)))  # further terms that fit
+            arg = f"{_alt(nums)}(?: [+-] {_alt(nums)}){{0,{k}}}"
+            calls.append(re.escape(t) + "\\(" + arg + "\\)")
+            longest = max(longest, len(f"CALL {t}()") + w + k * (w + 3))
+            continue
+        choices = [[x for x in _arg_choices(k, vocab) if len(x) <= room // a] for k in kinds]
+        if not all(choices):
+            continue
+        calls.append(re.escape(t) + "\\(" + ", ".join(_alt(c) for c in choices) + "\\)")
+        longest = max(longest, len(f"CALL {t}()") + 2 * (a - 1)
+                      + sum(max(len(x) for x in c) for c in choices))
+    words = [x for x in vocab.answers if len("ANSWER: ") + len(x) <= max_chars]
+    if not calls or (not call_only and not words):
+        raise GrammarTooLong("nothing in the chat to draw the worker's fields from")
+    pat = f"CALL (?:{'|'.join(calls)})"
+    if not call_only:
+        pat += f"|ANSWER: {_alt(words)}"
+        longest = max(longest, len("ANSWER: ") + max(len(x) for x in words))
+    assert longest <= max_chars
+    return pat
+
+
 def _first_call(messages: list[dict[str, str]], tools: Mapping[str, int],
-                tool_first: str) -> list[str] | None:
-    """The tools a worker's reply must call (None: CALL or ANSWER). Only the first reply on a
-    subtask is held (no assistant turn yet): ``named``, a subtask that names one of the tools
-    (the plan's ``tool``) calls it before it may answer; ``any``, every subtask (the bare
-    agent's too) calls some tool first; ``off``, never."""
-    if tool_first == "off" or any(m["role"] == "assistant" for m in messages):
+                tool_first: str) -> list[str] | None | bool:
+    """The tools a worker's reply must call (None: CALL or ANSWER; False: ANSWER only).
+    ``named``: a subtask that names one of the tools (the plan's ``tool``) calls it first,
+    before it may answer; ``any``: every subtask (the bare agent's too) calls some tool first;
+    ``once``: a subtask that names its tool calls it first and then answers (one call per
+    subtask, as the plan assigns it), any other calls some tool first; ``off``: never held."""
+    if tool_first == "off":
         return None
-    if tool_first == "any":
-        return list(tools)
     from icml_tipex.roles import payload_of
 
     named = (payload_of(messages).get("subtask") or {}).get("tool")
-    return [named] if named in tools else None
+    named = named if named in tools else None
+    called = any(m["role"] == "assistant" for m in messages)
+    if tool_first == "once" and named is not None:
+        return False if called else [named]
+    if called:
+        return None
+    if tool_first in ("any", "once"):
+        return list(tools)
+    return [named] if named is not None else None
 
 
-def synth_grammar(max_chars: int) -> str:
+def synth_grammar(max_chars: int, vocab: ContextVocab | None = None) -> str:
+    """``FINAL ANSWER: text``; with ``vocab``, one of the chat's numbers or names (the subtask
+    results, the question's names)."""
+    if vocab is not None:
+        words = [x for x in vocab.answers if len("FINAL ANSWER: ") + len(x) <= max_chars]
+        if words:
+            return "FINAL ANSWER: " + _alt(words)
     return _fit(lambda n: (f"FINAL ANSWER: [^\\n]{{1,{n}}}", len("FINAL ANSWER: ") + n),
                 max_chars, "synthesizer")
 
@@ -145,25 +312,33 @@ def judge_grammar(n: int, max_chars: int) -> str:
 
 
 def grammar_for(messages: list[dict[str, str]], tools: Mapping[str, int],
-                max_tokens: int, tool_first: str = "named") -> str | None:
+                max_tokens: int, tool_first: str = "named", vocab: str = "context",
+                arg_kinds: Mapping[str, Sequence[Any]] | None = None) -> str | None:
     """The reply grammar of this chat's role (None for a role without one). One token is
     kept for EOS; every other token is at least one character. ``tool_first`` (``named``, the
     default: the protocol's plan names each subtask's tool, and the paper's worker is the
     LLM that calls tools; ``any``; ``off``): whether a worker's first reply on a subtask must
-    be a tool call (see :func:`_first_call`)."""
+    be a tool call (see :func:`_first_call`). ``vocab`` (``context``, the default, or
+    ``free``): what the free fields may contain (the module docstring)."""
     from icml_tipex.roles import payload_of
 
     if tool_first not in TOOL_FIRST:
         raise ValueError(f"tool_first={tool_first!r}: choose one of {TOOL_FIRST}")
+    if vocab not in VOCABS:
+        raise ValueError(f"vocab={vocab!r}: choose one of {VOCABS}")
 
     role, chars = role_of(messages), max_tokens - 1
+    cv = ContextVocab.of(messages) if vocab == "context" and role in (
+        "planner", "worker", "synthesizer") else None
     if role == "planner":
         g = int(payload_of(messages)["max_subtasks"])
-        return planner_grammar(g, list(tools), chars)
+        return planner_grammar(g, list(tools), chars, cv.question_spans if cv else None)
     if role == "worker":
-        return worker_grammar(tools, chars, call_only=_first_call(messages, tools, tool_first))
+        held = _first_call(messages, tools, tool_first)
+        return worker_grammar(tools, chars, call_only=held or None, answer_only=held is False,
+                              vocab=cv, arg_kinds=arg_kinds)
     if role == "synthesizer":
-        return synth_grammar(chars)
+        return synth_grammar(chars, cv)
     if role == "judge":
         return judge_grammar(len(payload_of(messages)["candidates"]), chars)
     return None
@@ -214,6 +389,10 @@ class GrammarProcessor:
         self.rx = regex.compile(pattern, regex.DOTALL)
         self.v, self.n0, self.temperature, self.gen = vocab, prompt_len, temperature, generator
         self.top_k = top_k
+        # the characters a reply can contain: those written in the pattern when it has no
+        # negated class (every grammar of the context vocabulary), else all of the vocab's
+        self.alphabet = ([c for c in vocab.single if c in pattern] if "[^" not in pattern
+                         else list(vocab.single))
         self.text = ""
         self.seen = 0
         self.checks = 0  # regex checks so far (cost)
@@ -227,7 +406,30 @@ class GrammarProcessor:
         return self.rx.fullmatch(self.text) is not None
 
     def _next_chars(self) -> list[str]:
-        return [c for c in self.v.single if self._ok(c)]
+        return [c for c in self.alphabet if self._ok(c)]
+
+    def forced(self, limit: int) -> str:
+        """The characters the grammar admits as the only continuation from here (at most
+        ``limit``; none once the reply is complete, where EOS is an option): a decoder feeds
+        them in one forward pass instead of one pass per token (jump-forward decoding)."""
+        out = ""
+        while len(out) < limit and not self.complete():
+            chars = []
+            for c in self.alphabet:  # (stops at the second allowed character)
+                if self._ok(c):
+                    chars.append(c)
+                    if len(chars) > 1:
+                        break
+            if len(chars) != 1:
+                break
+            out += chars[0]
+            self.text += chars[0]
+        self.text = self.text[:len(self.text) - len(out)]
+        return out
+
+    def finished(self) -> bool:
+        """Complete, with nothing that may follow."""
+        return self.complete() and not self._next_chars()
 
     def choose(self, scores: Any) -> int:
         """The token kept at this step, from this step's scores (1-D)."""

@@ -41,19 +41,24 @@ class TransformersChatModel:
     processor, so replies always parse; ``tools`` (name -> arity) are the tools the grammar
     allows (SynthGAIA's by default); ``tool_first`` (``named``, ``any``, ``off``): whether a
     worker's first reply on a subtask must be a tool call (``constrain.grammar_for``: by
-    default when the subtask names its tool). Constrained calls run one at a time (no
-    batching)."""
+    default when the subtask names its tool); ``vocab`` (``context``, the default, or ``free``):
+    the free fields (arguments, answers, plan goals) restricted to words the chat shows
+    (``constrain.ContextVocab``: the task's text and the results it has seen, never the gold)
+    or bounded free text. Constrained calls run one at a time (no batching)."""
 
     virtual_time = False
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "transformers",
                  ignore_eos: bool = False, batch_size: int = 1,
                  batch_wait_s: float = 0.0, constrained: bool = False,
-                 tools: Mapping[str, int] | None = None, tool_first: str = "named") -> None:
-        from icml_tipex.constrain import TOOL_FIRST
+                 tools: Mapping[str, int] | None = None, tool_first: str = "named",
+                 vocab: str = "context") -> None:
+        from icml_tipex.constrain import TOOL_FIRST, VOCABS
 
         if tool_first not in TOOL_FIRST:
             raise ValueError(f"tool_first={tool_first!r}: choose one of {TOOL_FIRST}")
+        if vocab not in VOCABS:
+            raise ValueError(f"vocab={vocab!r}: choose one of {VOCABS}")
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1 (1: no batching)")
         if batch_wait_s < 0:
@@ -65,7 +70,7 @@ class TransformersChatModel:
         # constrained decoding (constrain.py): each role's reply held to its grammar
         self.constrained = constrained
         self.tools = dict(tools) if tools is not None else None
-        self.tool_first = tool_first
+        self.tool_first, self.vocab = tool_first, vocab
         self.constraint_stats = {"replies": 0, "checks": 0, "fallbacks": 0}
         self.batch_size, self.batch_wait_s = batch_size, batch_wait_s
         self._lock = threading.Lock()
@@ -146,6 +151,59 @@ class TransformersChatModel:
                 new = new[:new.index(eos)]
         finish = "cancelled" if stop.is_set() else ("length" if n >= max_tokens else "stop")
         return Completion(self.tok.decode(new, skip_special_tokens=True), len(ids), n, finish)
+
+    def _decode_constrained(self, ids: list[int], temperature: float, seed: int,
+                            max_tokens: int, stop: threading.Event, grammar: str) -> Completion:
+        """Constrained decoding with jump-forward: a step the grammar leaves one continuation
+        (the plan's JSON scaffolding, a held tool name) is tokenized and fed in one forward
+        pass; every other step keeps one token by :class:`GrammarProcessor` (greedy, or sampled
+        with the seed's generator). One sequence, KV cache kept across steps."""
+        import torch
+
+        from icml_tipex.constrain import GrammarProcessor, vocab_of
+
+        v = vocab_of(self.tok)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        proc = GrammarProcessor(grammar, v, len(ids), temperature=temperature, generator=gen)
+        finish, n = "length", 0
+        with self._lock:
+            if stop.is_set():
+                return Completion("", len(ids), 0, "cancelled")
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                out = self.model(input_ids=torch.tensor([ids], device=self.device),
+                                 use_cache=True)
+                while n < max_tokens:
+                    self.steps += 1
+                    if stop.is_set():
+                        finish = "cancelled"
+                        break
+                    if proc.complete() and proc.finished():
+                        finish = "stop"
+                        break
+                    run_ = proc.forced(max_tokens - n - 1)
+                    if run_:
+                        toks = list(self.tok(run_, add_special_tokens=False)["input_ids"])
+                        if not toks or len(toks) > max_tokens - n:
+                            run_, toks = "", []
+                        proc.text += run_
+                    if not run_:
+                        t = proc.choose(out.logits[0, -1])
+                        if t == v.eos:
+                            n += 1
+                            finish = "stop"
+                            break
+                        toks = [t]
+                        proc.text += v.pieces[t] or ""
+                    n += len(toks)
+                    out = self.model(input_ids=torch.tensor([toks], device=self.device),
+                                     past_key_values=out.past_key_values, use_cache=True)
+        st = self.constraint_stats
+        st["replies"] += 1
+        st["checks"] += proc.checks
+        st["fallbacks"] += proc.fallbacks
+        self.tokens_generated += n
+        return Completion(proc.text, len(ids), n, finish)
 
     def _pad_id(self) -> int:
         pad = self.tok.pad_token_id
@@ -248,12 +306,13 @@ class TransformersChatModel:
             from icml_tipex.constrain import SYNTHGAIA_TOOLS, grammar_for
 
             grammar = grammar_for(messages, self.tools or SYNTHGAIA_TOOLS, max_tokens,
-                                  self.tool_first)
+                                  self.tool_first, self.vocab)
         if self.batch_size > 1 and temperature == 0 and grammar is None:
             return await self._batched(ids, max_tokens)
         stop = threading.Event()
-        fut = asyncio.get_running_loop().run_in_executor(
-            None, self._generate_sync, ids, temperature, seed, max_tokens, stop, grammar)
+        fn = self._generate_sync if grammar is None else self._decode_constrained
+        args = (ids, temperature, seed, max_tokens, stop) + ((grammar,) if grammar else ())
+        fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -264,19 +323,21 @@ class TransformersChatModel:
 
 def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = None,
                     seed: int = 0, ignore_eos: bool = False, batch_size: int = 1,
-                    constrained: bool = False, tool_first: str = "named"
-                    ) -> TransformersChatModel:
+                    constrained: bool = False, tool_first: str = "named",
+                    vocab: str = "context") -> TransformersChatModel:
     """``"tiny"``: a random 2-layer Llama (hidden 64) with the byte tokenizer (plumbing only);
     ``"pretrained"``: SmolLM2-135M-Instruct from ``icml.models.load_pretrained``;
     ``"transformers"``: the pretrained model when it is installed, else the tiny one.
-    ``batch_size``, ``constrained``, ``tool_first``: see :class:`TransformersChatModel`."""
+    ``batch_size``, ``constrained``, ``tool_first``, ``vocab``: see
+    :class:`TransformersChatModel`."""
     if kind == "transformers":
         from icml.pretrained import PretrainedModelError
 
         try:
             return load_chat_model("pretrained", device=device, dtype=dtype, seed=seed,
                                    ignore_eos=ignore_eos, batch_size=batch_size,
-                                   constrained=constrained, tool_first=tool_first)
+                                   constrained=constrained, tool_first=tool_first,
+                                   vocab=vocab)
         except PretrainedModelError:
             kind = "tiny"
     if kind == "tiny":
@@ -286,12 +347,14 @@ def load_chat_model(kind: str = "tiny", *, device: Any = "cpu", dtype: Any = Non
                                max_positions=4096)
         return TransformersChatModel(model.eval(), byte_tokenizer(), name="tiny-llama",
                                      ignore_eos=ignore_eos, batch_size=batch_size,
-                                     constrained=constrained, tool_first=tool_first)
+                                     constrained=constrained, tool_first=tool_first,
+                                     vocab=vocab)
     if kind == "pretrained":
         from icml.models import load_pretrained
 
         model, tok = load_pretrained("smollm2-135m-instruct", device=device, dtype=dtype)
         return TransformersChatModel(model.eval(), tok, name="smollm2-135m-instruct",
                                      ignore_eos=ignore_eos, batch_size=batch_size,
-                                     constrained=constrained, tool_first=tool_first)
+                                     constrained=constrained, tool_first=tool_first,
+                                     vocab=vocab)
     raise ValueError(f"model kind {kind!r} is not 'tiny', 'pretrained' or 'transformers'")

@@ -71,7 +71,8 @@ def build(ctx: icml.RunContext, cfg: Execution) -> tuple[Any, Any, Any]:
             model = load_chat_model(cfg.model, device=ctx.torch_device(),
                                     dtype=ctx.torch_dtype(), seed=ctx.seed,
                                     batch_size=cfg.batch_size, constrained=cfg.constrained,
-                                    tool_first=cfg.tool_first)
+                                    tool_first=cfg.tool_first,
+                                    vocab=cfg.constrained_vocab)
     return suite, model, TipexRunner(model, suite.tools(), clock=cfg.clock,  # type: ignore[arg-type]
                                      engine=cfg.engine)  # type: ignore[arg-type]
 
