@@ -36,9 +36,9 @@ def test_cost_writes_results_file(tmp_path):
     data = results.load(out)
     assert data["command"] == "python plugins/beyond-nll/benchmarks/bench.py " + " ".join(args)
     table = results.find_table(data, "cost")
-    assert [r[0] for r in table["rows"]][:2] == ["hf_cross_entropy", "chunked_cross_entropy"]
-    assert len(table["rows"]) == 12 and {r[1] for r in table["rows"]} == {"float32"}
+    assert [r[0] for r in table["rows"]][:2] == ["hf_cross_entropy", "official_logsoftmax_p"]
+    assert len(table["rows"]) == 11 and {r[1] for r in table["rows"]} == {"float32"}
     ce = table["rows"][0]
-    assert ce[3] == 1.0 and ce[6] == 1.0  # CE against itself
-    assert all(data["tolerance"][c]["timing"] for c in table["columns"][2:5])
-    assert all(data["tolerance"][c]["rel"] == 0.15 for c in table["columns"][5:])
+    assert ce[3] == 1.0 and ce[5] == 1.0  # CE against itself
+    assert all(data["tolerance"][c]["timing"] for c in table["columns"][2:4])
+    assert all(data["tolerance"][c]["rel"] == 0.15 for c in table["columns"][4:])
