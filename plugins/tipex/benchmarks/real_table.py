@@ -161,7 +161,7 @@ def main() -> None:
     model = load_chat_model(a.model, device=a.device, dtype=getattr(torch, a.dtype),
                             constrained=True, tool_first=a.tool_first, vocab="context")
     runner = TipexRunner(model, suite.tools(), clock="wall")
-    ns = sorted({1, a.replicas})
+    ns = sorted({1, a.replicas} | ({3} if a.replicas >= 3 else set()))
     # correct[level][structure]: tasks x replicas (0/1); voted[level][structure][N]: tasks
     correct: dict[int, dict[str, list[list[float]]]] = {}
     voted: dict[int, dict[str, dict[int, list[float]]]] = {}
