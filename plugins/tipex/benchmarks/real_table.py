@@ -178,7 +178,7 @@ def main() -> None:
                                   max_tokens=a.max_tokens,
                                   max_worker_steps=(a.bare_steps[min(lvl, 2) - 1] if st == "bare"
                                                     else a.dag_steps))
-            c = {"tokens": 0.0, "calls": 0.0, "crit1": 0.0, "critN": 0.0, "wall": 0.0,
+            c = {"tokens": 0.0, "calls": 0.0, "wall": 0.0,
                  "gen": 0.0, "paths": 0.0, "errors": 0.0}
             correct[lvl][st], voted[lvl][st] = [], {n: [] for n in ns}
             for t in tasks:
@@ -197,7 +197,8 @@ def main() -> None:
                 c["tokens"] += sum(p.tokens for p in reps)
                 c["calls"] += sum(p.calls for p in reps)
                 c["crit1"] += sum(crit) / len(crit)
-                c["critN"] += max(crit)
+                for n in ns:  # the first n replicas' slowest path (no quorum)
+                    c[f"crit{n}"] = c.get(f"crit{n}", 0.0) + max(crit[:n])
                 c["paths"] += len(reps)
                 c["errors"] += sum(p.status != "ok" for p in reps)
                 steps += _steps(t, ev, lvl, st)
@@ -218,14 +219,14 @@ def main() -> None:
                     s = S.summarize([list(col) for col in zip(*correct[lvl][st])])
                     est, mde = s["mean"], s["mde"]
                     ci = f"[{est['lo']:.2f}, {est['hi']:.2f}]"
-                    acc, crit = est["value"], c["crit1"] / nt
-                    tokens, calls = c["tokens"] / c["paths"], c["calls"] / c["paths"]
+                    acc = est["value"]
                 else:
                     e = S.proportion_ci(voted[lvl][st][n])
                     acc, ci = e.value, f"[{e.lo:.2f}, {e.hi:.2f}]"
                     mde = S.mde_proportion(nt)
-                    crit = c["critN"] / nt
-                    tokens, calls = c["tokens"] / nt, c["calls"] / nt
+                # per task: n paths' tokens and calls (the mean path's, n times)
+                tokens, calls = n * c["tokens"] / c["paths"], n * c["calls"] / c["paths"]
+                crit = c[f"crit{n}"] / nt
                 rows.append([lvl, "bare agent" if st == "bare" else f"DAG g={gran[lvl]}", n,
                              nt, round(acc, 3), ci, round(mde, 2), round(tokens),
                              round(calls, 1), round(crit, 1), int(c["errors"])])
