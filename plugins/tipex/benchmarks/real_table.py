@@ -196,7 +196,7 @@ def main() -> None:
                 crit = [_critical_calls(ev, p.replica, st) for p in reps]
                 c["tokens"] += sum(p.tokens for p in reps)
                 c["calls"] += sum(p.calls for p in reps)
-                c["crit1"] += sum(crit) / len(crit)
+                c["critmean"] = c.get("critmean", 0.0) + sum(crit) / len(crit)
                 for n in ns:  # the first n replicas' slowest path (no quorum)
                     c[f"crit{n}"] = c.get(f"crit{n}", 0.0) + max(crit[:n])
                 c["paths"] += len(reps)
@@ -226,7 +226,7 @@ def main() -> None:
                     mde = S.mde_proportion(nt)
                 # per task: n paths' tokens and calls (the mean path's, n times)
                 tokens, calls = n * c["tokens"] / c["paths"], n * c["calls"] / c["paths"]
-                crit = c[f"crit{n}"] / nt
+                crit = (c["critmean"] if n == 1 else c[f"crit{n}"]) / nt
                 rows.append([lvl, "bare agent" if st == "bare" else f"DAG g={gran[lvl]}", n,
                              nt, round(acc, 3), ci, round(mde, 2), round(tokens),
                              round(calls, 1), round(crit, 1), int(c["errors"])])
