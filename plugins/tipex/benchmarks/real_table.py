@@ -85,7 +85,7 @@ def _critical_calls(events: list[dict[str, Any]], replica: int, structure: str) 
 
 def _steps(task: Task, events: list[dict[str, Any]], level: int, structure: str
            ) -> list[list[Any]]:
-    """[level, structure, replica, prompt tokens, tool, right] per worker tool call."""
+    """[level, structure, task, replica, prompt tokens, tool, right] per worker tool call."""
     last: dict[tuple[int, str], dict[str, Any]] = {}
     out = []
     for e in events:
@@ -94,8 +94,28 @@ def _steps(task: Task, events: list[dict[str, Any]], level: int, structure: str
         elif e["kind"] == "tool" and "result" in e:
             m = last.get((e["replica"], e["subtask"]))
             if m is not None:
-                out.append([level, structure, e["replica"], m["prompt_tokens"], e["tool"],
+                out.append([level, structure, task.task_id, e["replica"], m["prompt_tokens"],
+                            e["tool"],
                             _right(task, e["tool"], e["args"], e["result"])])
+    return out
+
+
+def _paths(task: Task, events: list[dict[str, Any]], level: int, structure: str,
+           replicas: int) -> list[list[Any]]:
+    """[level, structure, task, replica, facts, plan subtasks (0: bare), facts fetched right]
+    per path: how much of the task a path covered (judged afterwards)."""
+    out = []
+    for r in range(replicas):
+        plan = next((e for e in events if e["kind"] == "plan" and e["replica"] == r), None)
+        got = set()
+        for e in events:
+            if e["kind"] == "tool" and e["replica"] == r and "result" in e:
+                a = e["args"]
+                if e["tool"] == "lookup" and len(a) == 2:
+                    got |= {i for i, f in enumerate(task.facts)
+                            if (f.entity, f.attr) == (a[0].strip(), a[1].strip().lower())}
+        out.append([level, structure, task.task_id, r, len(task.facts),
+                    len(plan["subtasks"]) if plan else 0, len(got)])
     return out
 
 
@@ -167,6 +187,7 @@ def main() -> None:
     voted: dict[int, dict[str, dict[int, list[float]]]] = {}
     cost: dict[tuple[int, str], dict[str, float]] = {}
     steps: list[list[Any]] = []
+    paths: list[list[Any]] = []
     answers: dict[str, list[Any]] = {}
     for lvl in a.levels:
         tasks = suite.tasks(lvl, a.tasks)
@@ -202,6 +223,7 @@ def main() -> None:
                 c["paths"] += len(reps)
                 c["errors"] += sum(p.status != "ok" for p in reps)
                 steps += _steps(t, ev, lvl, st)
+                paths += _paths(t, ev, lvl, st, a.replicas)
                 answers[f"{t.task_id}/{st}"] = [t.answer] + [p.answer for p in reps]
                 print(lvl, st, t.task_id, t.answer, [p.answer for p in reps],
                       f"{time.perf_counter() - c0:.1f}s", flush=True)
@@ -266,8 +288,10 @@ def main() -> None:
            for k in ("wall s", "wall s per path", "wall s per generated token")}
     tables = [t1, t2, t3]
     metrics: dict[str, Any] = {
-        "steps": steps, "steps_columns": ["level", "structure", "replica", "prompt_tokens",
-                                          "tool", "right"],
+        "steps": steps, "steps_columns": ["level", "structure", "task", "replica",
+                                          "prompt_tokens", "tool", "right"],
+        "paths": paths, "paths_columns": ["level", "structure", "task", "replica", "facts",
+                                          "plan subtasks", "facts fetched"],
         "correct": {str(k): v for k, v in correct.items()},
         "voted": {str(k): {st: {str(n): x for n, x in v.items()} for st, v in d.items()}
                   for k, d in voted.items()},
