@@ -29,6 +29,15 @@ def psnr(a: Tensor, b: Tensor) -> float:
     return 10 * math.log10(1.0 / max(mse, 1e-12))
 
 
+def hdr_psnr(pred: Tensor, gt: Tensor, mu: float = 5000.0, norm: str = "own") -> float:
+    """μ-law HDR PSNR (HDR-NeRF/HDR-GS protocol): each linear HDR image divided by its own max
+    (``norm="own"``) or both by the GT max (``"gt"``), clamped to [0, 1], μ-law, then PSNR."""
+    if norm not in ("own", "gt"):
+        raise ValueError(f"norm {norm!r}: use 'own' or 'gt'")
+    scale = gt.max() if norm == "gt" else None
+    return psnr(hdr_tonemap(pred, mu, scale), hdr_tonemap(gt, mu))
+
+
 def _blur_matrix(n: int, win: int, sigma: float, dtype: Any, device: Any) -> Tensor:
     """The (n, n) banded matrix of a 1-D Gaussian window with zero padding: ``G @ x`` filters
     the rows of ``x`` exactly as a zero-padded ``conv1d`` with that window would."""
@@ -133,7 +142,7 @@ def evaluate_hdr_nvs(model: Any, views: list[Any], *, mu: float = 5000.0,
             h = out["hdr"].float().cpu()
             norm = v.hdr.max() if hdr_norm == "gt" else None
             a, b = hdr_tonemap(h, mu, norm), hdr_tonemap(v.hdr, mu)
-            acc["hdr_psnr"].append(psnr(a, b))
+            acc["hdr_psnr"].append(hdr_psnr(h, v.hdr, mu, hdr_norm))
             acc["hdr_ssim"].append(float(ssim(a, b)))
         if v.depth is not None:
             acc["depth_rmse"].append(depth_rmse(out["depth"].float().cpu(), v.depth))

@@ -179,9 +179,9 @@ def make_synthetic_hdr_scene(resolution: int = 32, n_views: int = 16, n_test: in
 def load_hdr_nerf(root: str | Path, *, downscale: int = 1, test_every: int = 8) -> HDRScene:
     """Load an HDR-NeRF scene folder: ``poses_bounds_exps.npy`` (LLFF rows of 15 pose values,
     2 bounds and 1 exposure time, one per image) and ``input_images/*.png|jpg`` in sorted order
-    (5 exposures per view, consecutive). ``*.exr``/``*.hdr`` ground truth is not read (it needs
-    an EXR reader): HDR metrics then need your own loader. Every ``test_every``-th view is a test
-    view with all exposures; training views keep t1, t3, t5."""
+    (5 exposures per view, consecutive). HDR ground truth is read from ``exr/*.exr`` (sorted, one
+    per view) when that folder exists (needs OpenEXR: the ``exr`` extra). Every
+    ``test_every``-th view is a test view with all exposures; training views keep t1, t3, t5."""
     import numpy as np
     from PIL import Image
 
@@ -200,6 +200,15 @@ def load_hdr_nerf(root: str | Path, *, downscale: int = 1, test_every: int = 8) 
         raise ValueError(f"{len(files)} images in input_images/ but {arr.shape[0]} pose rows")
     if arr.shape[0] % 5:
         raise ValueError(f"{arr.shape[0]} images is not 5 exposures per view")
+    hdrs: list[Tensor | None] = [None] * (arr.shape[0] // 5)
+    if (root / "exr").is_dir():
+        from icml_expo_gs.exr import read_exr
+
+        exrs = sorted((root / "exr").glob("*.exr"))
+        if len(exrs) != len(hdrs):
+            raise ValueError(f"{len(exrs)} EXR files in exr/ but {len(hdrs)} views; give one "
+                             "HDR ground truth per view")
+        hdrs = [read_exr(p)[..., :3] for p in exrs]
     train, test = [], []
     for v in range(arr.shape[0] // 5):
         rows = arr[5 * v:5 * v + 5]
@@ -220,8 +229,12 @@ def load_hdr_nerf(root: str | Path, *, downscale: int = 1, test_every: int = 8) 
         s = W / float(w)
         cam = Camera(R, t, float(f) * s, float(f) * s, W / 2, H / 2, W, H)
         exps = [float(x) for x in rows[:, 17]]
+        hdr = hdrs[v]
+        if hdr is not None and tuple(hdr.shape[:2]) != (H, W):
+            hdr = torch.nn.functional.interpolate(hdr.permute(2, 0, 1)[None], size=(H, W),
+                                                  mode="area")[0].permute(1, 2, 0)
         if v % test_every == 0:
-            test.append(View(cam, exps, ims))
+            test.append(View(cam, exps, ims, hdr))
         else:
-            train.append(View(cam, [exps[k] for k in OE], [ims[k] for k in OE]))
+            train.append(View(cam, [exps[k] for k in OE], [ims[k] for k in OE], hdr))
     return HDRScene(train, test)
