@@ -81,3 +81,32 @@ def test_peer_langgraph_writes_results_file(tmp_path):
     over = results.find_table(data, "overhead")["rows"]
     assert over[0][1] == over[1][1]                       # same model calls
     assert data["tolerance"]["us per call"]["timing"]
+
+
+def test_real_table_and_calibration_write_results_files(tmp_path):
+    """The real-model table's script on the tiny random model (the plumbing: replicas, N rows,
+    gains, cost, the calibration data) and the calibration on its file."""
+    out = tmp_path / "real.json"
+    args = ["--model", "tiny", "--levels", "1", "--tasks", "2", "--replicas", "3",
+            "--out-results", str(out)]
+    done = _run("real_table.py", *args)
+    assert done.returncode == 0, done.stderr
+    data = results.load(out)
+    assert data["command"] == "python plugins/tipex/benchmarks/real_table.py " + " ".join(args)
+    rows = results.find_table(data, "accuracy")["rows"]
+    assert [(r[1].split(" ")[0], r[2]) for r in rows] == [
+        ("bare", 1), ("bare", 3), ("DAG", 1), ("DAG", 3)]
+    assert all(0 <= r[4] <= 1 and r[3] == 2 for r in rows)
+    assert len(results.find_table(data, "gains")["rows"]) == 4
+    assert all(data["tolerance"][c]["timing"] for c in ("wall s", "wall s per path"))
+    m = data["metrics"]
+    assert m["steps"] and all(s[m["steps_columns"].index("right")] in (0, 1) for s in m["steps"])
+    assert len(m["paths"]) == 2 * 2 * 3  # structures x tasks x replicas
+    cal = tmp_path / "cal.json"
+    done = _run("calibrate.py", "--real", str(out), "--tasks", "4", "--out-results", str(cal))
+    if "too few to fit" in done.stderr:  # (a random model may fetch almost nothing)
+        return
+    assert done.returncode == 0, done.stderr
+    c = results.load(cal)
+    assert [r[0] for r in results.find_table(c, "claims")["rows"]] == ["assumed"] * 4 + [
+        "calibrated"] * 4
