@@ -347,3 +347,127 @@ def test_custom_generate_entry_point(lm, random_heads):
     with pytest.raises(ValueError, match="do_sample"):
         lm.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0,
                     custom_generate=XSpecDecoding(heads, acceptance="exact"))
+
+
+# --- rows of a batch decoded together (decode.batch_rows, issue 54) ---------------------------
+
+BATCH_PROMPTS = [[1, 5], [1, 9, 4], [1, 20, 7, 7, 3], [1, 2], [1, 33, 8]]
+
+
+def _left_padded(prompts):
+    L = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (L - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+def _batch_rows_equal_ar(lm, heads, new=30, eos=()):
+    ids, mask = _left_padded(BATCH_PROMPTS)
+    out = speculative_generate(lm, heads, ids, attention_mask=mask, max_new_tokens=new,
+                               acceptance="greedy", eos_token_id=list(eos), pad_token_id=0,
+                               accept_top_k=None, batch_rows=True)
+    same = []
+    for b, p in enumerate(BATCH_PROMPTS):
+        ar = autoregressive_generate(lm, torch.tensor([p]), max_new_tokens=new,
+                                     acceptance="greedy", eos_token_id=list(eos),
+                                     accept_top_k=None).sequences[0].tolist()
+        same.append(out.sequences[b, :len(ar)].tolist() == ar)
+    return same, out
+
+
+def test_batch_rows_greedy_equals_ar_greedy_per_row(lm, random_heads):
+    """Rows of different prompt lengths (left-padded) decoded together, each accepting its own
+    drafts: every row is its own AR greedy output, and the rows did accept different numbers
+    of drafts (so a batch-wide acceptance length would show)."""
+    for seed, scale in ((0, 0.05), (1, 0.05), (2, 0.5)):
+        heads = random_heads(lm, num_heads=3, seed=seed, scale=scale)
+        same, out = _batch_rows_equal_ar(lm, heads)
+        assert all(same), same
+        assert all(k[-1] == len(p) + 30 - 1 for k, p in zip(out.kv_lengths, BATCH_PROMPTS,
+                                                             strict=True))
+        assert all(sum(a) == 29 for a in out.accepted_lengths)
+    heads = random_heads(lm, num_heads=3, seed=0, scale=0.05)
+    _, out = _batch_rows_equal_ar(lm, heads)
+    assert len({tuple(a) for a in out.accepted_lengths}) > 1
+
+
+def test_batch_rows_stop_at_eos_and_call_the_backbone_once_per_iteration(lm, random_heads):
+    heads = random_heads(lm, num_heads=3, seed=0, scale=0.05)
+    ar = autoregressive_generate(lm, torch.tensor([BATCH_PROMPTS[0]]), max_new_tokens=30,
+                                 acceptance="greedy", eos_token_id=[], accept_top_k=None)
+    eos = ar.sequences[0, len(BATCH_PROMPTS[0]) + 4].item()  # row 0 stops at its 5th token
+    same, out = _batch_rows_equal_ar(lm, heads, eos=[eos])
+    assert all(same), same
+    assert out.n_new_tokens[0] <= 5
+    ids, mask = _left_padded(BATCH_PROMPTS)
+    calls = []
+    handle = lm.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        again = speculative_generate(lm, heads, ids, attention_mask=mask, max_new_tokens=30,
+                                     acceptance="greedy", eos_token_id=[eos], pad_token_id=0,
+                                     accept_top_k=None, batch_rows=True)
+    finally:
+        handle.remove()
+    assert again.sequences.tolist() == out.sequences.tolist()
+    assert len(calls) == max(out.n_backbone_calls) < sum(out.n_backbone_calls)
+
+
+def _exact_batch_samples(lm, heads, n, max_new_tokens, seed):
+    out = speculative_generate(lm, heads, torch.ones((n, 1), dtype=torch.long),
+                               max_new_tokens=max_new_tokens, acceptance="exact", top_k=0,
+                               top_p=1.0, eos_token_id=[], pad_token_id=0,
+                               generator=torch.Generator().manual_seed(seed),
+                               accept_top_k=None, batch_rows=True)
+    counts: dict[tuple[int, ...], int] = {}
+    for row in out.sequences[:, 1:].tolist():
+        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    return counts, out
+
+
+def test_batch_rows_exact_mode_preserves_the_distribution(peaked_toy, random_heads):
+    """1000 rows decoded together in exact mode (K = 3, 5 new tokens: the first call verifies
+    3 drafts per row): the rows' joint matches the exact 5-token joint (chi-square)."""
+    lm, probs = peaked_toy
+    heads = random_heads(lm, num_heads=EXACT_K, seed=4, scale=1.0)
+    counts, out = _exact_batch_samples(lm, heads, EXACT_N, EXACT_TOKENS, seed=0)
+    assert min(out.n_drafted) >= EXACT_K  # every row's first call verified 3 drafts
+    assert len(set(out.n_accepted)) > 1
+    assert _chi2_pvalue(counts, probs, EXACT_N) > 1e-3
+
+
+def _wrong_shared_acceptance(monkeypatch):
+    """Inject a known-wrong batch rule: every row keeps as many drafts as row 0 accepted (a
+    batch-wide accepted length) and then its own next token."""
+    from icml_xspecmesh import speculative as S
+
+    right = S._verify_rows
+
+    def wrong(sampler, drafts, qs, logits, rows):
+        res = right(sampler, drafts, qs, logits, rows)
+        m0 = res[0][0]
+        return [(min(m0, len(d)), nxt) for d, (_, nxt) in zip(drafts, res, strict=True)]
+
+    monkeypatch.setattr(S, "_verify_rows", wrong)
+
+
+def test_batch_rows_tests_reject_a_shared_acceptance_length(lm, peaked_toy, random_heads,
+                                                            monkeypatch):
+    """The two tests above can fail: with every row keeping row 0's accepted length, some row
+    is no longer its AR greedy output, and the exact-mode joint is rejected."""
+    _wrong_shared_acceptance(monkeypatch)
+    heads = random_heads(lm, num_heads=3, seed=0, scale=0.05)
+    same, _ = _batch_rows_equal_ar(lm, heads)
+    assert not all(same)
+    toy_lm, probs = peaked_toy
+    heads = random_heads(toy_lm, num_heads=EXACT_K, seed=4, scale=1.0)
+    counts, _ = _exact_batch_samples(toy_lm, heads, EXACT_N, EXACT_TOKENS, seed=0)
+    assert _chi2_pvalue(counts, probs, EXACT_N) < 1e-6
+
+
+def test_batch_rows_needs_a_chain():
+    from icml_xspecmesh.config import DecodeConfig
+
+    from icml import ConfigError
+
+    with pytest.raises(ConfigError, match="decode.batch_rows"):
+        DecodeConfig(batch_rows=True, tree_width=2)

@@ -34,9 +34,15 @@ class DecodeConfig:
                                         "none = top_p", gt=0, le=1)
     tree_width: int = option(1, help="alternative first drafts verified per call (1 = chain; "
                              "greedy and topk only)", ge=1)
+    batch_rows: bool = option(False, help="decode the rows of a batch together: one backbone "
+                              "call per iteration for every row, each row accepting its own "
+                              "drafts (chain only; false = rows one after another)")
 
     def __post_init__(self) -> None:
         check_bounds(self, "DecodeConfig.")
+        if self.batch_rows and self.tree_width > 1:
+            raise ConfigError("config key 'decode.batch_rows': rows decoded together verify "
+                              "a chain; use decode.tree_width=1 or decode.batch_rows=false")
 
     @property
     def acceptance_top_k(self) -> int:

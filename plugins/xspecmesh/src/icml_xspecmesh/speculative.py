@@ -234,6 +234,92 @@ def _generate_row(model: Any, heads: Any, prompt: torch.Tensor, *, max_new_token
             "drafted": drafted, "acc": acc}
 
 
+def _verify_rows(sampler: Sampler, drafts: list[list[int]], qs: list[torch.Tensor | None],
+                 logits: torch.Tensor, rows: list[int]) -> list[tuple[int, int]]:
+    """Per-row acceptance of a batched verification call: row ``rows[i]``'s drafts are checked
+    against that row's logits only (each row keeps its own accepted length)."""
+    return [sampler.verify(drafts[i], qs[i], logits[b]) for i, b in enumerate(rows)]
+
+
+def _generate_batch(model: Any, heads: Any, prompts: list[torch.Tensor], *,
+                    max_new_tokens: int, sampler: Sampler, eos: set[int],
+                    pad: int) -> list[dict[str, Any]]:
+    """Every row in one backbone call per iteration (chain drafts), each row accepting its own
+    drafts. The batch shares one cache: rows are left-padded in the prefill, every row feeds
+    ``[last token, drafts]`` each call, and positions a row rejected stay in the cache but are
+    masked out (``attention_mask``) and skipped by the row's position ids; trailing positions
+    that every row rejected are cropped. Rows that finished feed masked padding."""
+    dev = prompts[0].device
+    B, P = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((B, P), pad, dtype=torch.long, device=dev)
+    amask = torch.zeros((B, P), dtype=torch.long, device=dev)
+    for b, p in enumerate(prompts):
+        ids[b, P - len(p):] = p
+        amask[b, P - len(p):] = 1
+    pos = (amask.cumsum(1) - 1).clamp(min=0)
+    out, cache = forward_with_cache(model, ids, None, attention_mask=amask, position_ids=pos)
+    last = out.hidden_states[-1]
+    cond, cond_mask = (last, amask.clone()) if heads is not None and heads.cross_attention \
+        else (None, None)
+    rows = [{"seq": p.tolist(), "calls": 1, "new": 1, "accepted": [], "kv": [], "drafted": 0,
+             "acc": 0} for p in prompts]
+    n_real = [len(p) for p in prompts]  # valid cache positions = the next position id
+    h = last[:, -1]
+    for b, r in enumerate(rows):
+        r["seq"].append(sampler.next_token(out.logits[b, -1]))
+    K = 0 if heads is None else heads.num_heads
+    while True:
+        active = [b for b, r in enumerate(rows)
+                  if r["new"] < max_new_tokens and r["seq"][-1] not in eos]
+        if not active:
+            break
+        k = min([K] + [max_new_tokens - rows[b]["new"] - 1 for b in active])
+        drafts: list[list[int]] = [[] for _ in active]
+        qs: list[torch.Tensor | None] = [None] * len(active)
+        if k > 0:
+            with torch.no_grad():
+                hl = heads(h[active], None if cond is None else cond[active],
+                           None if cond is None else cond_mask[active], num_heads=k)
+            for i in range(len(active)):
+                drafts[i], qs[i] = sampler.propose(hl[i])
+        inp = torch.full((B, k + 1), pad, dtype=torch.long, device=dev)
+        step_mask = torch.zeros((B, k + 1), dtype=torch.long, device=dev)
+        for i, b in enumerate(active):
+            inp[b] = torch.tensor([rows[b]["seq"][-1]] + drafts[i], device=dev)
+            step_mask[b] = 1
+        base = amask.shape[1]
+        amask = torch.cat([amask, step_mask], dim=1)
+        pos = torch.tensor(n_real, device=dev)[:, None] + torch.arange(k + 1, device=dev)[None]
+        out, cache = forward_with_cache(model, inp, cache, attention_mask=amask,
+                                        position_ids=pos)
+        hidden = out.hidden_states[-1]
+        h = h.clone()
+        for i, ((m, nxt), b) in enumerate(zip(_verify_rows(sampler, drafts, qs, out.logits,
+                                                           active), active, strict=True)):
+            r = rows[b]
+            emitted = drafts[i][:m] + [nxt]
+            for j, t in enumerate(emitted):
+                if t in eos:
+                    emitted = emitted[:j + 1]
+                    break
+            # the cache keeps the last token and the accepted drafts; the rest is masked
+            amask[b, base + m + 1:] = 0
+            n_real[b] += m + 1
+            h[b] = hidden[b, m]
+            r["seq"].extend(emitted)
+            r["new"] += len(emitted)
+            r["calls"] += 1
+            r["drafted"] += len(drafts[i])
+            r["acc"] += m
+            r["accepted"].append(len(emitted))
+            r["kv"].append(n_real[b])
+        keep = int(amask.any(dim=0).nonzero().max()) + 1
+        if keep < amask.shape[1]:
+            crop_cache(cache, keep)
+            amask = amask[:, :keep]
+    return rows
+
+
 def _draft_chains(head_logits: torch.Tensor, sampler: Sampler,
                   tree_width: int) -> tuple[list[list[int]], list[torch.Tensor | None]]:
     drafts, q = sampler.propose(head_logits)
@@ -292,7 +378,10 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor,
     change for this call (``top_k=5``, ``accept_top_k=None``, ``tree_width=2``): unknown names
     raise, values are checked by the config. ``heads=None`` decodes autoregressively with the
     same sampler (the baseline). Rows of a batch (``attention_mask`` marks left or right
-    padding) are decoded one after the other, each with its own cache. ``tree_width > 1``
+    padding) are decoded one after the other, each with its own cache, or with
+    ``batch_rows=True`` together, one backbone call per iteration for all rows, each row
+    accepting its own drafts (``n_backbone_calls`` then counts the calls a row took part in).
+    ``tree_width > 1``
     verifies that many alternative first drafts in the same backbone call (a batch of chains
     sharing the cache); it needs ``greedy`` or ``topk``. ``top_k``/``top_p``/``temperature``
     filter every token the backbone samples (and the heads' proposal in ``exact`` mode);
@@ -329,14 +418,16 @@ def speculative_generate(model: Any, heads: Any, input_ids: torch.Tensor,
         pad_token_id = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
     if heads is not None:
         heads.eval()
-    rows = []
+    prompts = [input_ids[b] if attention_mask is None else
+               input_ids[b][attention_mask[b].bool()] for b in range(input_ids.shape[0])]
     t0 = time.perf_counter()
-    for b in range(input_ids.shape[0]):
-        prompt = input_ids[b]
-        if attention_mask is not None:
-            prompt = prompt[attention_mask[b].bool()]
-        rows.append(_generate_row(model, heads, prompt, max_new_tokens=max_new_tokens,
-                                  sampler=sampler, eos=eos, tree_width=tree_width))
+    if config.batch_rows and len(prompts) > 1:
+        rows = _generate_batch(model, heads, prompts, max_new_tokens=max_new_tokens,
+                               sampler=sampler, eos=eos, pad=pad_token_id)
+    else:
+        rows = [_generate_row(model, heads, prompt, max_new_tokens=max_new_tokens,
+                              sampler=sampler, eos=eos, tree_width=tree_width)
+                for prompt in prompts]
     seconds = time.perf_counter() - t0
     L = max(len(r["seq"]) for r in rows)
     seqs = torch.full((len(rows), L), pad_token_id, dtype=torch.long, device=input_ids.device)
