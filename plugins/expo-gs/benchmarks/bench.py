@@ -114,6 +114,62 @@ def raster(args: argparse.Namespace) -> None:
         print(f"results file: {path}")
 
 
+PROFILE_GRID = [(64, 1024), (128, 4096), (256, 4096), (256, 8192)]
+
+
+def profile(args: argparse.Namespace) -> None:
+    """Where the time of one forward + backward goes: projection, tiled compositing (forward)
+    and the backward pass, timed separately (median of ``--repeats`` after a warm-up), with the
+    per-tile Gaussian counts that set the compositing cost (``Σ_tiles tile² · M_tile``)."""
+    import torch
+    from icml_expo_gs.rasterizer import project, rasterize
+
+    from icml import results
+
+    clock = results.Clock()
+    threads = results.apply_threads(1)
+    rows = []
+    for res, n in (GRIDS["tiny"] if args.grid == "tiny" else PROFILE_GRID):
+        cam, p = _scene(n, res)
+        times: dict[str, list[float]] = {"project": [], "fwd": [], "bwd": []}
+        for i in range(args.repeats + 1):
+            t0 = time.perf_counter()
+            proj = project(p[0], p[1], p[2], p[3], cam)
+            t1 = time.perf_counter()
+            f = torch.cat([p[4][proj.index], proj.depths[:, None]], -1)
+            r = rasterize(proj, f, res, res, tile=16)
+            t2 = time.perf_counter()
+            r["features"].sum().backward()
+            t3 = time.perf_counter()
+            if i:
+                for k, v in (("project", t1 - t0), ("fwd", t2 - t1), ("bwd", t3 - t2)):
+                    times[k].append(1000 * v)
+        m2, rr = proj.means2d.detach(), proj.radii
+        cnt = [int(((m2[:, 0] + rr >= x0) & (m2[:, 0] - rr <= x0 + 16) & (m2[:, 1] + rr >= y0)
+                    & (m2[:, 1] - rr <= y0 + 16)).sum())
+               for y0 in range(0, res, 16) for x0 in range(0, res, 16)]
+        med = {k: statistics.median(v) for k, v in times.items()}
+        rows.append([f"{res}²", n, med["project"], med["fwd"], med["bwd"],
+                     med["fwd"] + med["bwd"], len(cnt), statistics.mean(cnt), max(cnt)])
+        print(rows[-1], flush=True)
+    cols = ["image", "Gaussians", "project ms", "composite fwd ms", "backward ms",
+            "fwd+bwd ms", "tiles", "Gaussians per tile (mean)", "Gaussians per tile (max)"]
+    table = results.make_table(
+        "Tiled rasterizer: where one forward + backward spends its time (one thread, median)",
+        cols, rows, name="profile", formats={c: ".1f" for c in cols[2:6]} | {
+            "Gaussians per tile (mean)": ".0f"})
+    print(results.render_table(table))
+    if args.out_results:
+        cmd = ("OMP_NUM_THREADS=1 python plugins/expo-gs/benchmarks/bench.py profile "
+               + (f"--grid {args.grid} " if args.grid != "full" else "")
+               + f"--repeats {args.repeats} --out-results {args.out_results}")
+        tol = {c: {"timing": True, "why": "clock reading on a shared machine"}
+               for c in cols[2:6]}
+        path = results.write(args.out_results, [table], command=cmd, plugin="expo-gs",
+                             quick=None, clock=clock, threads=threads, tolerance=tol)
+        print(f"results file: {path}")
+
+
 METHOD_KEYS = (("ldr_oe_psnr", "LDR-OE PSNR"), ("ldr_ne_psnr", "LDR-NE PSNR"),
                ("hdr_psnr", "HDR PSNR (mu-law)"), ("depth_rmse", "depth RMSE"),
                ("floater_fraction", "floater fraction"))
@@ -202,7 +258,7 @@ def main() -> None:
         print(json.dumps(one_arm(mode, n, res, reps)))
         return
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=("raster", "method"))
+    p.add_argument("what", choices=("raster", "method", "profile"))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--workers", type=int, default=None,
                    help="method: sweep worker processes (default: the cores this process may "
@@ -213,7 +269,7 @@ def main() -> None:
     p.add_argument("--out-results", default=None,
                    help="also write a results file (plugins/expo-gs/results/NAME.json)")
     args = p.parse_args()
-    raster(args) if args.what == "raster" else method(args)
+    {"raster": raster, "method": method, "profile": profile}[args.what](args)
 
 
 if __name__ == "__main__":
