@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 
 
@@ -28,3 +30,46 @@ def test_raster_writes_a_results_file(tmp_path):
         assert data["tolerance"][col]["timing"] is True
     assert data["tolerance"]["tiled peak RSS MB"]["rel"] == 0.25
     assert "| 16² | 16 |" in results.render_table(table)
+
+
+def test_profile_writes_a_results_file(tmp_path):
+    from icml import results
+
+    out = tmp_path / "profile.json"
+    subprocess.run([sys.executable, str(BENCH), "profile", "--grid", "tiny", "--repeats", "1",
+                    "--out-results", str(out)], check=True, capture_output=True, text=True)
+    data = results.load(out)
+    ((image, n, proj, fwd, bwd, total, tiles, mean, mx),) = data["tables"][0]["rows"]
+    assert (image, n, tiles) == ("16²", 16, 1) and abs(total - fwd - bwd) < 1e-9
+    assert 0 < mean <= mx <= 16 and data["tolerance"]["fwd+bwd ms"]["timing"] is True
+
+
+def test_converge_table_at_a_tiny_scale(tmp_path, monkeypatch):
+    """The converge benchmark's results file: both arms, paired differences with an MDE, the
+    sub-claim columns, and the settings it ran with (a tiny PRESET here)."""
+    import importlib.util
+
+    from icml import results
+
+    spec = importlib.util.spec_from_file_location("converge", BENCH.with_name("converge.py"))
+    conv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conv)
+    monkeypatch.setattr(conv, "PRESET", {**conv.PRESET, "resolution": 12, "n_views": 2,
+                                         "n_test": 1, "n_points": 32, "iters_irradiance": 4,
+                                         "iters_geometry": 2, "iters_joint": 4,
+                                         "densify_until": 40, "rays_per_step": 16})
+    out = tmp_path / "converge.json"
+    monkeypatch.setattr(sys, "argv", ["converge.py", "--seeds", "2", "--out-results", str(out)])
+    conv.main()
+    data = results.load(out)
+    methods, diff = data["tables"]
+    assert [r[0] for r in methods["rows"]] == ["hdrgs", "expo-gs"]
+    assert "CRF error" in methods["columns"] and "floater fraction" in methods["columns"]
+    assert [r[0] for r in diff["rows"]][:3] == ["train-view LDR PSNR", "LDR-OE PSNR",
+                                                "LDR-NE PSNR"]
+    assert data["metrics"]["preset"]["n_floaters"] == 0
+    assert data["metrics"]["preset"]["plane_extent"] == 1.2
+    monkeypatch.setattr(sys, "argv", ["converge.py", "--set", "resolution=16",
+                                      "--out-results", str(out)])
+    with pytest.raises(SystemExit, match="PRESET"):
+        conv.main()
