@@ -110,6 +110,9 @@ class _SceneOpts:
     n_views: int = option(12, help="training views (each at t1, t3, t5)", ge=1)
     n_test: int = option(3, help="test views (all five exposures)", ge=1)
     n_points: int = option(256, help="SfM-like init points", ge=1)
+    plane_extent: float = option(0.0, help="synthetic scene's ground: 0 = infinite plane "
+                                 "(default), > 0 = a square slab of this half-size (the converge "
+                                 "benchmark's bounded scene: 1.2)", ge=0)
     data_dir: str = option("", help="an HDR-NeRF scene folder instead of the synthetic scene")
 
 
