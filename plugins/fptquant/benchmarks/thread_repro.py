@@ -6,7 +6,8 @@
    ``training.threads`` = ``--train-threads`` (1, the default since 0.3.8: both stages pinned
    to one thread; 0: the caller's count, as before 0.3.8). Also checks that merging with the
    rotation computed once gives the same weights as computing it per weight.
-2. the table's rows (``--rows``; FPTQuant-local from the trained
+2. the table's rows (``--rows``, default the 16k table's rows and FPTQuant-local at W4A4KV4;
+   FPTQuant-local from the trained
    transforms of step 1): calibrated, quantized (static arms integer-exact, as in
    ``real_model.py``) and evaluated on ``--eval-windows`` windows of the powered table's
    evaluation text, all at 1 thread and again all at 2 threads; per row the perplexity at each
@@ -40,8 +41,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--e2e-steps", type=int, default=2)
     ap.add_argument("--train-threads", type=int, default=1)
-    ap.add_argument("--rows", default="w4a4kv4/rtn/*,w8a8kv8/rtn/*,w4a8kv8/gptq/quarot,"
-                    "w4a8kv8/gptq/fptquant_local",
+    ap.add_argument("--rows", default="w4a8kv8/gptq/quarot,w4a8kv8/gptq/fptquant_local,"
+                    "w8a8kv8/rtn/quarot,w8a8kv8/rtn/fptquant_local,w4a4kv4/rtn/fptquant_local",
                     help="table rows bits/weights/arm (arm * = rtn, quarot, fptquant_local)")
     ap.add_argument("--eval-windows", type=int, default=2, help="256-token windows (0: none)")
     ap.add_argument("--calib", type=int, default=1, help="calibration sequences of 256")
