@@ -2,7 +2,7 @@
 context vocabulary (``constrain.py``: arguments and answers drawn from the words the chat shows,
 never the gold), on SynthGAIA levels 1 and 2.
 
-    python plugins/tipex/benchmarks/real_table.py --tasks 6 --replicas 5 --dtype-check 2 \
+    python plugins/tipex/benchmarks/real_table.py --tasks 3 --replicas 5 --dtype-check 1 \
         --out-results plugins/tipex/results/real_table.json
 
 Per level, per task, per structure (the bare agent: one tool-using worker on the whole task;
@@ -147,7 +147,7 @@ def _dtype_check(k: int, kind: str, suite: SynthGAIA, device: str, tool_first: s
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tasks", type=int, default=6, help="tasks per level")
+    ap.add_argument("--tasks", type=int, default=3, help="tasks per level")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2], choices=(1, 2, 3))
     ap.add_argument("--replicas", type=int, default=5, help="N of the largest row (<= 5)")
     ap.add_argument("--granularity", type=int, nargs=2, default=[2, 6], metavar=("G1", "G2"),
