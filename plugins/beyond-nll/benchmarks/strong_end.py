@@ -115,7 +115,10 @@ def eval_items(top, h: torch.Tensor, labels: torch.Tensor, batch: int = 64):
 def autocast(device: str, dtype: str):
     if dtype == "float32":
         return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    # cache_enabled=False: autocast caches the bfloat16 copy of each weight for as long as the
+    # context is open, so a training loop inside one context would keep using the weights of
+    # its first step (caught by --dtype-check: bfloat16 arms stayed at the prior, 0.1.6 pilot)
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 def check_args(a, n_layers: int | None = None) -> None:
