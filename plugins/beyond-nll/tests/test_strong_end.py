@@ -105,3 +105,44 @@ def test_tables_are_paired_seed_and_item_intervals(se, tmp_path):
     assert t["rows"][2][col("vs NLL [seeds x items 95% CI]")] is None  # NLL itself
     chk = results.find_table(data, "dtype-check")
     assert len(chk["rows"]) == 1 and chk["rows"][0][chk["columns"].index("items that agree")] == 1
+
+
+@pytest.mark.pretrained
+def test_runs_end_to_end_on_the_real_model(se, tmp_path):
+    out = tmp_path / "strong_end.json"
+    rc = se.main(["--seeds", "2", "--steps", "2", "--n-train", "8", "--n-test", "6",
+                  "--tail", "1", "--objectives", "logp,p", "--noise", "0,0.3",
+                  "--dtype-check", "1", "--out-results", str(out)])
+    assert rc == 0
+    data = results.load(out)
+    assert len(results.find_table(data, "strong-end")["rows"]) == 4
+    assert len(results.find_table(data, "dtype-check")["rows"]) == 1
+    runs = json.loads((tmp_path / "runs" / "strong_end.runs.json").read_text())["runs"]
+    assert len(runs) == 2 * 2 * 2 + 1 and all(len(r["items"]) == 6 for r in runs)
+
+
+def test_bfloat16_autocast_training_sees_its_own_updates(se):
+    """Regression (0.1.6): autocast's weight cache kept the first step's bfloat16 weights for the
+    whole training loop. Under ``autocast(..., "bfloat16")`` the trained model's logits must
+    follow the trained weights, not the starting ones."""
+    import torch
+
+    from icml.models import tiny_causal_lm
+
+    model = tiny_causal_lm("llama", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                           vocab_size=64, seed=0)
+    model.requires_grad_(False)
+    ids = torch.randint(4, 64, (12, 8), generator=torch.Generator().manual_seed(0))
+    labels = torch.full_like(ids, -100)
+    labels[:, 5:] = ids[:, 5:]
+    h = se.rm.bottom_hidden(model, ids, 1)
+    base = se.rm.TopLayers(model, 1)
+    where = se.rm.shifted(labels) != -100
+    with se.autocast("cpu", "bfloat16"):
+        top = se.rm.train_one(base, h, labels, "logp", steps=8, batch=4, lr=1e-2, seed=0, lora=0)
+        inside = top(h, where).float()
+        start = base(h, where).float()
+    with se.autocast("cpu", "bfloat16"):
+        fresh = top(h, where).float()
+    assert torch.allclose(inside, fresh, atol=1e-2)
+    assert (inside - start).abs().max() > 0.1
