@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     json_paths = [Path(a.json)] if a.json else []
     if a.out_results:  # the per-item outcomes beside the results file (follows ICML_RESULTS_DIR)
         target = results.target_path(a.out_results)
-        json_paths.append(target.parent / "runs" / f"{target.stem}.runs.json")
+        json_paths.append(target.parent / "items" / f"{target.stem}.items.json")
         json_paths[-1].parent.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(a.threads)
     t0 = time.time()

@@ -117,7 +117,7 @@ def test_runs_end_to_end_on_the_real_model(se, tmp_path):
     data = results.load(out)
     assert len(results.find_table(data, "strong-end")["rows"]) == 4
     assert len(results.find_table(data, "dtype-check")["rows"]) == 1
-    runs = json.loads((tmp_path / "runs" / "strong_end.runs.json").read_text())["runs"]
+    runs = json.loads((tmp_path / "items" / "strong_end.items.json").read_text())["runs"]
     assert len(runs) == 2 * 2 * 2 + 1 and all(len(r["items"]) == 6 for r in runs)
 
 
