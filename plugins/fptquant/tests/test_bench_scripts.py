@@ -113,6 +113,7 @@ def test_thread_repro_and_the_e2e_rows_on_a_tiny_model(tmp_path):
          "--out-results", str(tmp_path / "tr.json"))
     training, rows = R.load(tmp_path / "tr.json")["tables"]
     assert training["rows"][0][3] == "yes"  # training.threads=1: equal at 1 and 2 threads
+    assert training["rows"][0][5] == "yes"  # merging with Q once == Q per weight
     assert [r[:3] for r in rows["rows"]] == [["FP", "-", "FP (de-quantised Q4_1 checkpoint)"],
                                              ["W4A4KV4", "RTN", "FPTQuant-local"]]
     _run("real_model.py", "--model", model, "--bits", "w4a8kv8", "--arms",
