@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tool-first", default="named", choices=("named", "any", "off"))
+    ap.add_argument("--tool-first", default="named", choices=("named", "any", "off", "once"))
     ap.add_argument("--out-results", default="")
     a = ap.parse_args()
     if a.tasks < 1:
