@@ -3,20 +3,19 @@ the cached top-layer forward equals the full model, the tasks are held-out."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+
+from icml.testing import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "real_model.py"
 
 
 @pytest.fixture(scope="module")
 def rm():
-    spec = importlib.util.spec_from_file_location("beyond_nll_real_model", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(BENCH, "beyond_nll_real_model")
     return mod
 
 

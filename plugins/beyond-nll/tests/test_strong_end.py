@@ -4,7 +4,6 @@ same seeds and items, and bad settings are one-line errors before any model load
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from icml import ConfigError, results, stats
+from icml.testing import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "strong_end.py"
 WORDS = sorted({a + b + "ord" for a in "abcdefghij" for b in "klmnopqrst"})
@@ -19,9 +19,7 @@ WORDS = sorted({a + b + "ord" for a in "abcdefghij" for b in "klmnopqrst"})
 
 @pytest.fixture(scope="module")
 def se():
-    spec = importlib.util.spec_from_file_location("beyond_nll_strong_end", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(BENCH, "beyond_nll_strong_end")
     return mod
 
 

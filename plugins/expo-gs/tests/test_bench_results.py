@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from icml.testing import load_script
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 
 
@@ -47,13 +49,9 @@ def test_profile_writes_a_results_file(tmp_path):
 def test_converge_table_at_a_tiny_scale(tmp_path, monkeypatch):
     """The converge benchmark's results file: both arms, paired differences with an MDE, the
     sub-claim columns, and the settings it ran with (a tiny PRESET here)."""
-    import importlib.util
-
     from icml import results
 
-    spec = importlib.util.spec_from_file_location("converge", BENCH.with_name("converge.py"))
-    conv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conv)
+    conv = load_script(BENCH.with_name("converge.py"), "converge")
     monkeypatch.setattr(conv, "PRESET", {**conv.PRESET, "resolution": 12, "n_views": 2,
                                          "n_test": 1, "n_points": 32, "iters_irradiance": 4,
                                          "iters_geometry": 2, "iters_joint": 4,

@@ -1,7 +1,6 @@
 """benchmarks/bench.py method runs its (method, seed) cells as an icml sweep (issue 51): the
 same numbers, bit for bit, as one process training them in turn (the loop it replaced)."""
 
-import importlib.util
 from pathlib import Path
 
 from icml_expo_gs.config import ExpoGSConfig, TrainConfig
@@ -10,6 +9,7 @@ from icml_expo_gs.scene import make_synthetic_hdr_scene
 from icml_expo_gs.trainer import ExpoGSTrainer
 
 from icml.config import build_config
+from icml.testing import load_script
 
 TINY = ["resolution=8", "n_views=2", "n_test=1", "n_points=16", "n_floaters=4",
         "iters_irradiance=3", "iters_geometry=2", "iters_joint=3", "rays_per_step=16",
@@ -18,9 +18,7 @@ TINY = ["resolution=8", "n_views=2", "n_test=1", "n_points=16", "n_floaters=4",
 
 def _bench():
     path = Path(__file__).parents[1] / "benchmarks" / "bench.py"
-    spec = importlib.util.spec_from_file_location("expo_gs_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(path, "expo_gs_bench")
     return mod
 
 

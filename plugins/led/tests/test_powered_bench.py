@@ -1,18 +1,17 @@
 """The powered benchmark's selection rule and tables (no pretrained weights)."""
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from icml.testing import load_script
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "powered.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("led_powered_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(BENCH, "led_powered_bench")
     return mod
 
 

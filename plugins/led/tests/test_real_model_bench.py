@@ -1,18 +1,17 @@
 """The real-model benchmark script's arms and tables, on a tiny model (no pretrained weights)."""
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
+from icml.testing import load_script
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "real_model.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("led_real_model_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(BENCH, "led_real_model_bench")
     return mod
 
 

@@ -7,7 +7,6 @@ on it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 from dataclasses import replace
@@ -25,10 +24,9 @@ from icml_tipex.runner import ExecutionConfig, SolveResult, TipexRunner
 from icml_tipex.scripted import ScriptedModel, SimParams
 from icml_tipex.synthgaia import SynthGAIA
 
-_spec = importlib.util.spec_from_file_location("tipex_golden_des",
-                                              Path(__file__).with_name("golden.py"))
-golden = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(golden)
+from icml.testing import load_script
+
+golden = load_script(Path(__file__).with_name("golden.py"), "tipex_golden_des")
 
 PERFECT = SimParams(eps0=0, beta=0, plan_err=0, synth_err=0)
 

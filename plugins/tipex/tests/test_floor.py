@@ -3,7 +3,6 @@ must execute the same logic as the runner: each replica's path run straight thro
 event loop (zero-latency model and tools, no K, no call timeout) gives the same answer, tokens
 and calls per replica as the virtual-clock run, on chains, DAGs and replicated DAGs."""
 
-import importlib.util
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +12,8 @@ from icml_tipex.runner import ExecutionConfig, TipexRunner
 from icml_tipex.scripted import ScriptedModel
 from icml_tipex.synthgaia import SynthGAIA
 
+from icml.testing import load_script
+
 _BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -20,9 +21,7 @@ _BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def bench():
     sys.path.insert(0, str(_BENCH))  # bench.py imports throughput_ab's grid from there
     try:
-        spec = importlib.util.spec_from_file_location("tipex_bench", _BENCH / "bench.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = load_script(_BENCH / "bench.py", "tipex_bench")
         yield mod
     finally:
         sys.path.remove(str(_BENCH))

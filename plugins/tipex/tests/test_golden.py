@@ -9,16 +9,14 @@ every result field (floats as exact reprs) and the SHA-256 of the task's full JS
 A change that reorders events at equal virtual times, rounds a time differently or skips an
 event fails here."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("tipex_golden",
-                                              Path(__file__).with_name("golden.py"))
-golden = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(golden)
+from icml.testing import load_script
+
+golden = load_script(Path(__file__).with_name("golden.py"), "tipex_golden")
 
 
 @pytest.mark.parametrize("engine", ["sim", "asyncio"])
