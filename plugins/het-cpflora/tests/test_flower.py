@@ -339,4 +339,5 @@ def test_instruct_task_on_flower_simulation_matches_inprocess(tmp_path):
     res = simulate(parts[0][0], [d for _, d in parts], run.specs(), run.make_strategy(),
                    run.federation, run.lora, seed=run.seed)
     ref = [read_adapter(res.model, res.adapter(i)) for i in range(run.num_clients)]
+    assert len(ref) == run.num_clients == 2  # two clients, one instruction category each
     _assert_same_run(run, result, res, ref)
