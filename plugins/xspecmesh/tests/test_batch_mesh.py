@@ -2,18 +2,17 @@
 and one after another, for AR and XSpecMesh greedy, every row equal to its AR greedy output,
 fewer backbone calls when rows go together, every clock column declared a timing."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from icml.testing import load_script
 
 BATCH = Path(__file__).resolve().parents[1] / "benchmarks" / "batch_mesh.py"
 
 
 def test_batch_bench_writes_a_results_file_with_lossless_rows(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("xspecmesh_batch", BATCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(BATCH, "xspecmesh_batch")
     out = tmp_path / "batch_tiny.json"
     argv = ["--prompts", "6", "--batch", "3", "--n-train", "32", "--backbone-steps", "2",
             "--distill-steps", "2", "--max-new-tokens", "20", "--out-results", str(out)]

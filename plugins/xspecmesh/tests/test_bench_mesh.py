@@ -1,10 +1,11 @@
 """The mesh benchmark's results-file path (issue 47), on a tiny setting: the README's mesh
 tables are pending a rerun, and this is the path that rerun takes."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from icml.testing import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 TINY = ["--set", "n_train=64", "--set", "hidden_size=16", "--set", "num_layers=1",
@@ -14,9 +15,7 @@ TINY = ["--set", "n_train=64", "--set", "hidden_size=16", "--set", "num_layers=1
 
 
 def test_mesh_part_writes_a_results_file(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("xspecmesh_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(BENCH, "xspecmesh_bench")
     out = tmp_path / "mesh_tiny.json"
     argv = ["mesh", "--seeds", "1", "--meshes", "2", *TINY, "--out-results", str(out)]
     monkeypatch.setattr(sys, "argv", [str(BENCH), *argv])

@@ -3,18 +3,17 @@ transformers greedy, assisted generation with a draft model, prompt lookup, XSpe
 tree) runs on the same prompts, stays lossless against AR greedy, and every clock column is
 declared a timing."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from icml.testing import load_script
 
 PEERS = Path(__file__).resolve().parents[1] / "benchmarks" / "peers_mesh.py"
 
 
 def test_peers_write_a_results_file_with_lossless_arms(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("xspecmesh_peers", PEERS)
-    peers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peers)
+    peers = load_script(PEERS, "xspecmesh_peers")
     out = tmp_path / "peers_tiny.json"
     argv = ["--prompts", "2", "--n-train", "32", "--backbone-steps", "2",
             "--distill", "data:2", "greedy:2", "--max-new-tokens", "20", "--tree-widths", "2",

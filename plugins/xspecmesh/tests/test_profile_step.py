@@ -1,10 +1,11 @@
 """The per-step profile's results-file path on a tiny setting (issue 54): it writes every
 component row, declares every number a clock reading, and leaves the decoder unwrapped."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from icml.testing import load_script
 
 PROFILE = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_step.py"
 
@@ -13,9 +14,7 @@ def test_profile_writes_a_results_file_and_restores_the_loop(tmp_path, monkeypat
     from icml_xspecmesh import speculative as S
 
     before = (S._forward, S._draft_chains, S.crop_cache, S.Sampler.verify, S.Sampler.n_matching)
-    spec = importlib.util.spec_from_file_location("xspecmesh_profile", PROFILE)
-    prof = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prof)
+    prof = load_script(PROFILE, "xspecmesh_profile")
     out = tmp_path / "profile_tiny.json"
     argv = ["--meshes", "2", "--n-train", "32", "--backbone-steps", "2", "--distill-steps", "2",
             "--max-new-tokens", "20", "--out-results", str(out)]
