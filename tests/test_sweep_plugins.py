@@ -15,7 +15,6 @@ sweeps a full default job.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from icml import stats
 from icml.loader import load_plugins
 from icml.sweep import sweep
+from icml.testing import load_script
 from icml.testing.conformance import _to_set_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,10 +35,7 @@ def smoke_overrides(slug: str, capability: str) -> list[str]:
     path = ROOT / "plugins" / slug / "tests" / "test_conformance.py"
     if not path.is_file():
         pytest.skip(f"{slug}: no {path.relative_to(ROOT)} (installed without its tests)")
-    spec = importlib.util.spec_from_file_location(f"_sweep_conformance_{slug.replace('-', '_')}",
-                                                  path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(path, f"_sweep_conformance_{slug.replace('-', '_')}")
     for obj in vars(module).values():
         if isinstance(obj, type) and getattr(obj, "slug", None) == slug and \
                 isinstance(getattr(obj, "smoke", None), dict):
