@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
-import sys
 from typing import Any
 
 import numpy as np
@@ -123,21 +121,11 @@ def main() -> None:
              f"([BOS, class, 1 face]) in batches of {args.batch}, greedy, up to "
              f"{args.max_new_tokens} new tokens; K={K} KL heads; {args.threads} thread(s), "
              f"load {clock.load0} to {icml_results.load_average()}")
-    print(title)
-    print("| " + " | ".join(COLS) + " |")
-    for r in rows:
-        print("| " + " | ".join(icml_results.render_cell(c, ".3g") for c in r) + " |")
-    print(f"training {t_build:.0f} s, decoding {clock.wall() - t_build:.0f} s", file=sys.stderr)
-    if args.out_results:
-        command = "python plugins/xspecmesh/benchmarks/batch_mesh.py " + shlex.join(sys.argv[1:])
-        why = "clock reading on a shared machine"
-        tab = icml_results.make_table(title, COLS, rows, name="batch_mesh",
-                                      formats={c: ".3g" for c in COLS[2:]})
-        icml_results.write(args.out_results, [tab], command=command, plugin="xspecmesh",
-                           seeds=[0], quick=False, clock=clock, threads=args.threads,
-                           tolerance={c: {"timing": True, "why": why} for c in TIMING},
-                           metrics={"arms": metrics, "train_seconds": round(t_build, 1)})
-        print(f"results file: {args.out_results}", file=sys.stderr)
+    from icml_xspecmesh.timing import print_and_write
+
+    print_and_write(args, script="plugins/xspecmesh/benchmarks/batch_mesh.py", name="batch_mesh",
+                    title=title, cols=COLS, rows=rows, timing=TIMING, metrics=metrics,
+                    clock=clock, t_build=t_build)
 
 
 if __name__ == "__main__":

@@ -59,3 +59,31 @@ def interleaved(items: Sequence[Any], arms: Mapping[str, Callable[[Any], Any]], 
         for h in hooks.values():
             h.remove()
     return rec
+
+
+def print_and_write(args: Any, *, script: str, name: str, title: str, cols: Sequence[str],
+                    rows: Sequence[Sequence[Any]], timing: Sequence[str], metrics: Mapping,
+                    clock: Any, t_build: float) -> None:
+    """The tail the mesh timing scripts share: print the table as markdown and, with
+    ``args.out_results``, write it as a results file whose command is ``python <script> <argv>``
+    and whose ``timing`` columns are declared clock readings (shown, never compared)."""
+    import shlex
+    import sys
+
+    from icml import results as icml_results
+
+    print(title)
+    print("| " + " | ".join(cols) + " |")
+    for r in rows:
+        print("| " + " | ".join(icml_results.render_cell(c, ".3g") for c in r) + " |")
+    print(f"training {t_build:.0f} s, decoding {clock.wall() - t_build:.0f} s", file=sys.stderr)
+    if args.out_results:
+        command = f"python {script} " + shlex.join(sys.argv[1:])
+        why = "clock reading on a shared machine"
+        tab = icml_results.make_table(title, list(cols), [list(r) for r in rows], name=name,
+                                      formats={c: ".3g" for c in cols[2:]})
+        icml_results.write(args.out_results, [tab], command=command, plugin="xspecmesh",
+                           seeds=[0], quick=False, clock=clock, threads=args.threads,
+                           tolerance={c: {"timing": True, "why": why} for c in timing},
+                           metrics={"arms": dict(metrics), "train_seconds": round(t_build, 1)})
+        print(f"results file: {args.out_results}", file=sys.stderr)
