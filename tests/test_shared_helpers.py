@@ -106,6 +106,7 @@ def test_figure_heatmap_and_bands_write_png(tmp_path: Path) -> None:
 
 def test_load_script_imports_a_script_with_dataclasses_and_sibling_imports(tmp_path: Path) -> None:
     """``icml.testing.load_script``: the one way plugin tests import their benchmark scripts."""
+    import re
     import sys
 
     from icml.testing import load_script
@@ -119,6 +120,9 @@ def test_load_script_imports_a_script_with_dataclasses_and_sibling_imports(tmp_p
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
     with pytest.raises(RuntimeError, match="boom"):
         load_script(tmp_path / "broken.py")
-    assert "_icml_script_broken" not in sys.modules
+    assert not [m for m in sys.modules if m.startswith("_icml_script_") and m.endswith("broken")]
+    plain = load_script(tmp_path / "common_sib.py")  # default name: the plugin-like folders too
+    assert plain.__name__ == "_icml_script_" + "_".join(
+        re.sub(r"\W", "_", p) for p in (tmp_path.parent.name, tmp_path.name, "common_sib"))
     with pytest.raises(FileNotFoundError):
         load_script(tmp_path / "missing.py")

@@ -51,7 +51,7 @@ def test_converge_table_at_a_tiny_scale(tmp_path, monkeypatch):
     sub-claim columns, and the settings it ran with (a tiny PRESET here)."""
     from icml import results
 
-    conv = load_script(BENCH.with_name("converge.py"), "converge")
+    conv = load_script(BENCH.with_name("converge.py"), "expo_gs_converge")
     monkeypatch.setattr(conv, "PRESET", {**conv.PRESET, "resolution": 12, "n_views": 2,
                                          "n_test": 1, "n_points": 32, "iters_irradiance": 4,
                                          "iters_geometry": 2, "iters_joint": 4,

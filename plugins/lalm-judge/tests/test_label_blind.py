@@ -141,7 +141,7 @@ def test_real_judge_benchmark_prompts_are_label_blind():
     from pathlib import Path
 
     path = Path(__file__).parents[1] / "benchmarks" / "bench_real_judge.py"
-    mod = load_script(path, "bench_real_judge")
+    mod = load_script(path, "lalm_judge_bench_real_judge")
     _, items = mod.build(2, 0, ("first", "last"))
     kinds = [it[0] for it in items]
     assert kinds.count("control") == 4 and kinds.count("variant") == 20

@@ -253,7 +253,7 @@ def test_throughput_script_writes_a_results_file(tmp_path):
     import icml.results as R
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_throughput.py"
-    mod = load_script(script, "bench_throughput")
+    mod = load_script(script, "lalm_judge_bench_throughput")
     arms = "cli/nocache/w1" + (",library/cache/w1" if espeak_library_available() else "")
     out = tmp_path / "throughput.json"
     res = mod.main(["--n", "40", "--espeak-n", "2", "--arms", arms, "--out-results", str(out)])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -71,10 +72,13 @@ def load_script(path: str | os.PathLike[str], name: str | None = None, *,
     """Import a plugin's script that is not part of its package (``benchmarks/bench.py``) so a
     test can call its functions: ``bench = load_script(HERE.parent / "benchmarks" / "bench.py")``.
 
-    The module is registered in ``sys.modules`` under ``name`` (default: the file's stem,
-    prefixed ``_icml_script_``) before it runs, so its dataclasses and pickling work; a script
-    that imports its sibling files (``import common``) needs ``sibling_imports=True``, which puts
-    its folder on ``sys.path``. A script whose import fails is removed from ``sys.modules``.
+    The module is registered in ``sys.modules`` under ``name`` before it runs, so its dataclasses
+    and pickling work. The name is global to the test session: give one that names the plugin
+    (``"smart_bench_throughput"``, not ``"bench_throughput"``, which another plugin's test may
+    import from its own folder); the default is ``_icml_script_<plugin>_<folder>_<stem>``, from
+    the two folders above the file. A script that imports its sibling files (``import common``)
+    needs ``sibling_imports=True``, which puts its folder on ``sys.path``. A script whose import
+    fails is removed from ``sys.modules``.
     """
 
     import importlib.util
@@ -82,7 +86,8 @@ def load_script(path: str | os.PathLike[str], name: str | None = None, *,
     path = Path(path).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"no script at {path}")
-    name = name or f"_icml_script_{path.stem}"
+    name = name or "_icml_script_" + "_".join(
+        re.sub(r"\W", "_", part) for part in (path.parent.parent.name, path.parent.name, path.stem))
     if sibling_imports and str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(name, path)
