@@ -3,7 +3,6 @@
 import math
 import sys
 
-import numpy as np
 import pytest
 import torch
 from icml_expo_gs.metrics import hdr_psnr, mu_law, psnr, ssim
@@ -54,25 +53,13 @@ def test_exr_round_trip(tmp_path):
         read_exr(tmp_path / "none.exr")
 
 
-def test_hdr_nerf_loader_reads_exr_ground_truth(tmp_path):
+def test_hdr_nerf_loader_reads_exr_ground_truth(tmp_path, write_hdr_nerf_folder):
     pytest.importorskip("OpenEXR")
     from icml_expo_gs.exr import write_exr
-    from PIL import Image
 
-    (tmp_path / "input_images").mkdir()
     (tmp_path / "exr").mkdir()
-    rows = []
-    for v in range(2):
-        P = np.zeros((3, 5))
-        P[:, :3] = np.array([[0, 1, 0], [1, 0, 0], [0, 0, -1]])
-        P[:, 3] = [0, 0, 3 + v]
-        P[:, 4] = [8, 10, 12]
-        for k, e in enumerate((0.125, 0.5, 2, 8, 32)):
-            rows.append(np.concatenate([P.reshape(-1), [1, 10, e]]))
-            Image.fromarray(np.full((8, 10, 3), 40 * k, np.uint8)).save(
-                tmp_path / "input_images" / f"{v:03d}_{k}.png")
-        write_exr(tmp_path / "exr" / f"{v:03d}.exr", torch.full((8, 10, 3), 10.0 ** v))
-    np.save(tmp_path / "poses_bounds_exps.npy", np.stack(rows))
+    write_hdr_nerf_folder(tmp_path, lambda v: write_exr(tmp_path / "exr" / f"{v:03d}.exr",
+                                                        torch.full((8, 10, 3), 10.0 ** v)))
     sc = load_hdr_nerf(tmp_path, test_every=2)
     assert float(sc.test[0].hdr.max()) == 1.0 and float(sc.train[0].hdr.max()) == 10.0
     (tmp_path / "exr" / "001.exr").unlink()

@@ -1,6 +1,5 @@
 import math
 
-import numpy as np
 import pytest
 import torch
 from icml_expo_gs.config import ExpoGSConfig
@@ -221,21 +220,8 @@ def test_bad_input(scene):
     assert psnr(torch.zeros(2, 2), torch.zeros(2, 2)) > 100
 
 
-def test_load_hdr_nerf_folder(tmp_path):
-    from PIL import Image
-
-    (tmp_path / "input_images").mkdir()
-    rows = []
-    for v in range(2):
-        P = np.zeros((3, 5))
-        P[:, :3] = np.array([[0, 1, 0], [1, 0, 0], [0, 0, -1]])
-        P[:, 3] = [0, 0, 3 + v]
-        P[:, 4] = [8, 10, 12]
-        for k, e in enumerate((0.125, 0.5, 2, 8, 32)):
-            rows.append(np.concatenate([P.reshape(-1), [1, 10, e]]))
-            Image.fromarray(np.full((8, 10, 3), 40 * k, np.uint8)).save(
-                tmp_path / "input_images" / f"{v:03d}_{k}.png")
-    np.save(tmp_path / "poses_bounds_exps.npy", np.stack(rows))
+def test_load_hdr_nerf_folder(tmp_path, write_hdr_nerf_folder):
+    write_hdr_nerf_folder(tmp_path)
     sc = load_hdr_nerf(tmp_path, test_every=2)
     assert len(sc.test) == 1 and len(sc.train) == 1
     assert sc.train[0].exposures == [0.125, 2.0, 32.0] and len(sc.test[0].exposures) == 5
