@@ -59,19 +59,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     clock = icml_results.Clock()
 
-    from icml_xspecmesh.backbone import build_backbone, train_backbone
-    from icml_xspecmesh.dataset import CLASSES, make_primitive_dataset
+    from icml_xspecmesh.dataset import make_primitive_dataset
     from icml_xspecmesh.distill import distill_heads
     from icml_xspecmesh.heads import SpeculativeHeads
     from icml_xspecmesh.speculative import speculative_generate
-    from icml_xspecmesh.timing import interleaved
-    from icml_xspecmesh.tokenizer import MeshTokenizer
+    from icml_xspecmesh.timing import interleaved, tiny_mesh_backbone
 
-    tok = MeshTokenizer(n_bins=32, n_classes=len(CLASSES), axis_tokens=True)
-    data = make_primitive_dataset(args.n_train, seed=0, tokenizer=tok)
-    model = build_backbone(tok, hidden_size=64, num_layers=3, seed=0, device=args.device,
-                           max_positions=512)
-    train_backbone(model, data, steps=args.backbone_steps, batch_size=16, lr=5e-3, seed=0)
+    tok, data, model = tiny_mesh_backbone(args.n_train, args.backbone_steps, args.device)
     heads = SpeculativeHeads.from_model(model, num_heads=args.heads)
     distill_heads(model, heads, data, loss="kl", steps=args.distill_steps, batch_size=16,
                   lr=1e-2, seed=0)

@@ -87,3 +87,19 @@ def print_and_write(args: Any, *, script: str, name: str, title: str, cols: Sequ
                            tolerance={c: {"timing": True, "why": why} for c in timing},
                            metrics={"arms": dict(metrics), "train_seconds": round(t_build, 1)})
         print(f"results file: {args.out_results}", file=sys.stderr)
+
+
+def tiny_mesh_backbone(n_train: int, backbone_steps: int, device: str = "cpu") -> tuple:
+    """The mesh timing scripts' backbone: the mesh tokenizer (32 bins, axis tokens), ``n_train``
+    primitive meshes (seed 0) and a Llama backbone of hidden 64 x 3 layers trained on them for
+    ``backbone_steps`` steps (batch 16, lr 5e-3, seed 0). Returns ``(tok, data, model)``."""
+    from icml_xspecmesh.backbone import build_backbone, train_backbone
+    from icml_xspecmesh.dataset import CLASSES, make_primitive_dataset
+    from icml_xspecmesh.tokenizer import MeshTokenizer
+
+    tok = MeshTokenizer(n_bins=32, n_classes=len(CLASSES), axis_tokens=True)
+    data = make_primitive_dataset(n_train, seed=0, tokenizer=tok)
+    model = build_backbone(tok, hidden_size=64, num_layers=3, seed=0, device=device,
+                           max_positions=512)
+    train_backbone(model, data, steps=backbone_steps, batch_size=16, lr=5e-3, seed=0)
+    return tok, data, model
