@@ -85,10 +85,60 @@ def test_bench_rouge_writes_a_results_file(tmp_path):
     data = results.load(out)
     assert data["command"] == "python plugins/het-cpflora/benchmarks/bench_rouge.py " + \
         " ".join(args)
-    main, claims = data["tables"]
+    main, claims, mixer = data["tables"]
+    assert mixer["name"] == "mixer"
     arms = [r[0] for r in main["rows"]]
     assert arms == ["het-cpflora (fixed)", "het-cpflora (OOD)", "local"]
     assert main["rows"][2][7] == 0                      # local-only sends nothing
     assert main["rows"][0][7] > 0
     assert data["tolerance"]["s/run"]["timing"] is True
     assert any(r[0] == "generalization vs local-only" for r in claims["rows"])
+    cells = data["metrics"]["cells"]                    # per-prompt scores, seeds x prompts
+    assert len(cells["local"]["own_r1"]) == 1 and len(cells["local"]["own_r1"][0]) == 4
+
+
+def _rouge_bench():
+    from icml.testing import load_script
+
+    return load_script(BENCH / "bench_rouge.py", "het_cpflora_bench_rouge")
+
+
+def test_variance_components_recover_a_planted_split():
+    """Seeds x prompts table = seed effect + prompt effect + noise: the ANOVA split finds each
+    part, and the projected MDE shrinks with seeds only as far as the seed part allows."""
+    import numpy as np
+
+    bench = _rouge_bench()
+    rng = np.random.default_rng(0)
+    S, n = 400, 300
+    d = (rng.normal(0, 0.3, (S, 1)) + rng.normal(0, 0.2, (1, n))
+         + rng.normal(0, 0.5, (S, n)))
+    comp = bench.variance_components(d)
+    assert comp["seed"] == pytest.approx(0.09, rel=0.2)
+    assert comp["item"] == pytest.approx(0.04, rel=0.2)
+    assert comp["resid"] == pytest.approx(0.25, rel=0.05)
+    c = {"seed": 0.01, "item": 0.0, "resid": 0.0}
+    assert bench.projected_mde(c, 4, 10) == pytest.approx(2.8016 * 0.05, rel=1e-3)
+    assert bench.projected_mde(c, 4, 10 ** 6) == bench.projected_mde(c, 4, 10)
+    assert bench.projected_mde(c, 16, 10) == pytest.approx(bench.projected_mde(c, 4, 10) / 2)
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        bench.variance_components(d[:1])
+    # pure noise: the seed and prompt parts are (close to) 0, clipped at 0, never negative
+    comp0 = bench.variance_components(rng.normal(0, 1, (5, 40)))
+    assert min(comp0.values()) >= 0 and comp0["resid"] > 0.5
+
+
+def test_design_file_sets_defaults_and_rejects_unknown_keys(tmp_path):
+    import json
+
+    bench = _rouge_bench()
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps({"settings": {"seeds": [3, 4], "test_size": 7},
+                             "primary": ["het-cpflora (OOD) - fedit: own_r1"]}))
+    args = bench.parse_args(["--design", str(f)])
+    assert args.seeds == [3, 4] and args.test_size == 7 and args.rounds == 2
+    assert args.design_spec["primary"] == ["het-cpflora (OOD) - fedit: own_r1"]
+    assert bench.parse_args(["--design", str(f), "--test-size", "2"]).test_size == 2
+    f.write_text(json.dumps({"settings": {"test_sise": 7}}))
+    with pytest.raises(SystemExit, match="test_sise"):
+        bench.parse_args(["--design", str(f)])

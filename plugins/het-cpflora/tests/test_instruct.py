@@ -78,20 +78,16 @@ def test_encode_train_masks_the_prompt():
 def test_bench_rouge_data_is_instruct_clients():
     """benchmarks/bench_rouge.py builds exactly the task's data (``instruct_clients``), so
     the Flower task and the benchmark train on the same examples."""
-    import sys
     from pathlib import Path
 
     import torch
     from icml_het_cpflora.instruct import instruct_clients
 
     from icml.models import byte_tokenizer
+    from icml.testing import load_script
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(bench))
-    try:
-        from bench_rouge import build_data
-    finally:
-        sys.path.remove(str(bench))
+    build_data = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rouge.py",
+                             "het_cpflora_bench_rouge").build_data
     tok = byte_tokenizer()
     train, tests = build_data(tok, 3, 6, 2, 4)
     data, masks, tests2 = instruct_clients(tok, 4, 3, train_size=6, test_size=2)

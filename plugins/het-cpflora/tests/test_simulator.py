@@ -15,6 +15,7 @@ from icml_het_cpflora import (
     OODMixer,
     make_strategy,
     mixer_weights,
+    per_prompt_subspace_weights,
     read_adapter,
     similarity,
     simulate,
@@ -175,6 +176,44 @@ def test_mixer_weights_bounds_and_function_preservation():
     mixer = OODMixer.fit(model, ids, SPECS[0])
     ws = mixer.weights(model, ids)
     assert all(0 <= p <= 0.5 + 1e-9 and s + p == pytest.approx(1.0) for s, p in ws)
+
+
+def test_per_prompt_weights_equal_in_place_scaling_row_by_row():
+    """The batched OOD mixer (forward hooks scaling the lora_A output per row) gives each row
+    the adapter that in-place scaling of A_s, A_p gives it alone, and greedy generation with
+    per-row weights in one batch equals generating each prompt on its own."""
+    from icml_het_cpflora.instruct import generate
+
+    res = _run(HetCPFLoRA(), rounds=1)
+    model, name, spec = res.model, res.adapter(1), SPECS[1]
+    model.set_adapter(name)
+    ids = _data(1)[0].input_ids[:3]
+    weights = [(1.0, 1.0), (0.2, 0.7), (0.9, 0.05)]
+    before = read_adapter(model, name)
+    with torch.no_grad():
+        with per_prompt_subspace_weights(model, name, spec, weights):
+            batched = model(input_ids=ids).logits
+        for b, (w_s, w_p) in enumerate(weights):
+            with subspace_weights(model, name, spec, w_s, w_p):
+                one = model(input_ids=ids[b:b + 1]).logits[0]
+            torch.testing.assert_close(batched[b], one, rtol=1e-5, atol=1e-5)
+        plain = model(input_ids=ids).logits
+    assert _same(before, read_adapter(model, name))          # factors untouched
+    assert not torch.allclose(plain[1], batched[1])           # the weights do act
+    torch.testing.assert_close(plain[0], batched[0], rtol=1e-6, atol=1e-6)   # (1, 1) = none
+    with pytest.raises(ValueError, match="weight pairs"):
+        with per_prompt_subspace_weights(model, name, spec, weights[:2]):
+            model(input_ids=ids)
+    tok = byte_tokenizer()
+    prompts = ["r1234=", "s4321=", "c9876="]                 # equal length: no padding
+    got = generate(model, tok, prompts, max_new_tokens=5, batch_size=3,
+                   batch_context=lambda sl: per_prompt_subspace_weights(
+                       model, name, spec, weights[sl]))
+    want = []
+    for p, (w_s, w_p) in zip(prompts, weights):
+        with subspace_weights(model, name, spec, w_s, w_p):
+            want += generate(model, tok, [p], max_new_tokens=5)
+    assert got == want
 
 
 def test_bfloat16_round_and_qwen2_targets():

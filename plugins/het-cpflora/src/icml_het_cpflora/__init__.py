@@ -46,4 +46,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "similarity": "mixer",
     "mixer_weights": "mixer",
     "subspace_weights": "mixer",
+    "per_prompt_subspace_weights": "mixer",
 })

@@ -14,7 +14,8 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,8 +141,16 @@ def encode_train(tok: Any, examples: Sequence[Instruction], device: Any = "cpu"
 
 
 def generate(model: Any, tok: Any, prompts: Sequence[str], *, max_new_tokens: int,
-             batch_size: int = 16) -> list[str]:
-    """Greedy completions (left-padded batches), decoded without special tokens."""
+             batch_size: int = 16,
+             batch_context: Callable[[slice], AbstractContextManager[Any]] | None = None
+             ) -> list[str]:
+    """Greedy completions (left-padded batches), decoded without special tokens.
+
+    ``batch_context(sl)``, if given, is entered around the batch of ``prompts[sl]`` (e.g.
+    :func:`~icml_het_cpflora.mixer.per_prompt_subspace_weights` with those prompts' OOD
+    weights)."""
+    import contextlib
+
     import torch
 
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -152,7 +161,9 @@ def generate(model: Any, tok: Any, prompts: Sequence[str], *, max_new_tokens: in
         ids = torch.tensor([[pad] * (L - len(e)) + e for e in enc], device=model.device)
         mask = torch.tensor([[0] * (L - len(e)) + [1] * len(e) for e in enc],
                             device=model.device)
-        with torch.no_grad():
+        ctx = (batch_context(slice(s, s + len(enc))) if batch_context is not None
+               else contextlib.nullcontext())
+        with torch.no_grad(), ctx:
             gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
                                  max_new_tokens=max_new_tokens, pad_token_id=pad,
                                  eos_token_id=tok.eos_token_id)

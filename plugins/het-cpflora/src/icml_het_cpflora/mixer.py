@@ -116,3 +116,44 @@ def subspace_weights(model: Any, name: str, spec: ClientRankSpec, w_s: float,
         with torch.no_grad():
             for p, m in layers.items():
                 m.lora_A[name].weight.copy_(saved[p])
+
+
+@contextlib.contextmanager
+def per_prompt_subspace_weights(model: Any, name: str, spec: ClientRankSpec,
+                                weights: Sequence[tuple[float, float]]) -> Iterator[None]:
+    """Batched :func:`subspace_weights`: row b of every forward pass gets its own
+    ``weights[b] = (w_s, w_p)``, so prompts with different OOD weights share one padded batch
+    (one ``generate`` call instead of one per prompt).
+
+    Why it is the same adapter: scaling the rows of A by a diagonal D gives
+    B (D A) x = B (D (A x)), so multiplying the r_s shared and r_p personal components of the
+    ``lora_A`` output by (w_s, w_p) per row equals scaling A_s, A_p in place (up to float
+    rounding order). Implemented as forward hooks on adapter ``name``'s ``lora_A`` layers
+    (peft's vanilla LoRA: ``lora_B(lora_A(dropout(x))) * scaling``); removed on exit, the
+    factors are never touched. Every forward inside the block must have ``len(weights)`` rows
+    (greedy ``generate`` keeps the batch size)."""
+    import torch
+
+    layers = lora_layers(model, name)
+    if not weights:
+        raise ValueError("per_prompt_subspace_weights needs one (w_s, w_p) per batch row")
+    handles = []
+
+    def hook(module: Any, args: Any, out: Any) -> Any:
+        if out.shape[0] != len(weights):
+            raise ValueError(f"batch of {out.shape[0]} rows but {len(weights)} weight pairs")
+        scale = torch.tensor([[w_s] * spec.r_shared + [w_p] * spec.r_personal
+                              for w_s, w_p in weights], dtype=out.dtype, device=out.device)
+        return out * scale.view(out.shape[0], *([1] * (out.dim() - 2)), spec.rank)
+
+    try:
+        for m in layers.values():
+            A = m.lora_A[name]
+            if A.weight.shape[0] != spec.rank:
+                raise ValueError(f"adapter {name!r} has rank {A.weight.shape[0]}, spec says "
+                                 f"{spec.rank}")
+            handles.append(A.register_forward_hook(hook))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
