@@ -1,9 +1,14 @@
 """The two-tier table on real generations: SmolLM2-135M-Instruct, constrained decoding with the
-context vocabulary (``constrain.py``: arguments and answers drawn from the words the chat shows,
-never the gold), on SynthGAIA levels 1 and 2.
+scoped context vocabulary (``constrain.py``, ``vocab="scoped"``: arguments and answers drawn
+from the words the chat shows, never the gold; a plan of one subtask per item the question
+lists and a combining one; ``--vocab context`` is 0.3.2's), on SynthGAIA levels 1 and 2.
 
-    python plugins/tipex/benchmarks/real_table.py --tasks 3 --replicas 5 --dtype-check 1 \
+    python plugins/tipex/benchmarks/real_table.py --tasks 6 --replicas 5 --dtype-check 1 \
         --out-results plugins/tipex/results/real_table.json
+
+The ``stages`` table says where paths fail (judged afterwards against the task's facts): plan
+leaves per task fact, paths that fetched every fact, paths whose ``calc`` evaluated to the
+answer, paths answering right.
 
 Per level, per task, per structure (the bare agent: one tool-using worker on the whole task;
 the DAG: planner -> subtasks -> synthesizer, g = the level's ``--granularity``), one run of
@@ -119,8 +124,9 @@ def _paths(task: Task, events: list[dict[str, Any]], level: int, structure: str,
     return out
 
 
-def _dtype_check(k: int, kind: str, suite: SynthGAIA, device: str, tool_first: str, max_tokens: int,
-                 granularity: dict[int, int]) -> tuple[dict[str, Any], list[list[Any]]]:
+def _dtype_check(k: int, kind: str, suite: SynthGAIA, device: str, tool_first: str,
+                 max_tokens: int, granularity: dict[int, int], vocab: str
+                 ) -> tuple[dict[str, Any], list[list[Any]]]:
     import torch
     from icml_tipex.hf import load_chat_model
 
@@ -134,7 +140,7 @@ def _dtype_check(k: int, kind: str, suite: SynthGAIA, device: str, tool_first: s
     texts: dict[str, list[str]] = {}
     for name in ("bfloat16", "float32"):
         m = load_chat_model(kind, device=device, dtype=getattr(torch, name),
-                            constrained=True, tool_first=tool_first, vocab="context")
+                            constrained=True, tool_first=tool_first, vocab=vocab)
         texts[name] = [run(m.generate(msgs, temperature=0.0, seed=0, max_tokens=max_tokens),
                            "wall").text for _, msgs in prompts]
     rows = []
@@ -147,7 +153,7 @@ def _dtype_check(k: int, kind: str, suite: SynthGAIA, device: str, tool_first: s
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tasks", type=int, default=3, help="tasks per level")
+    ap.add_argument("--tasks", type=int, default=6, help="tasks per level")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2], choices=(1, 2, 3))
     ap.add_argument("--replicas", type=int, default=5, help="N of the largest row (<= 5)")
     ap.add_argument("--granularity", type=int, nargs=2, default=[2, 6], metavar=("G1", "G2"),
@@ -159,7 +165,10 @@ def main() -> None:
                     help="max_worker_steps of the bare agent at level 1 and at level 2 (its one "
                     "worker does every step: 4 and 8 calls at least)")
     ap.add_argument("--dag-steps", type=int, default=4, help="max_worker_steps per subtask")
-    ap.add_argument("--tool-first", default="once", choices=("named", "any", "off", "once"))
+    ap.add_argument("--tool-first", default="first",
+                    choices=("named", "any", "off", "once", "first"))
+    ap.add_argument("--vocab", default="scoped", choices=("context", "scoped", "free"),
+                    help="constrained decoding's free fields (constrain.py)")
     ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     ap.add_argument("--dtype-check", type=int, default=0, help="prompts per level and role")
     ap.add_argument("--device", default="cpu")
@@ -179,7 +188,7 @@ def main() -> None:
     gran = {1: a.granularity[0], 2: a.granularity[1], 3: a.granularity[1]}
     suite = SynthGAIA(seed=a.seed)
     model = load_chat_model(a.model, device=a.device, dtype=getattr(torch, a.dtype),
-                            constrained=True, tool_first=a.tool_first, vocab="context")
+                            constrained=True, tool_first=a.tool_first, vocab=a.vocab)
     runner = TipexRunner(model, suite.tools(), clock="wall")
     ns = sorted({1, a.replicas} | ({3} if a.replicas >= 3 else set()))
     # correct[level][structure]: tasks x replicas (0/1); voted[level][structure][N]: tasks
@@ -269,13 +278,15 @@ def main() -> None:
             gains.append([lvl, name, nt, round(d.value, 3), f"[{d.lo:.2f}, {d.hi:.2f}]",
                           round(mde, 2), verdict])
     t1 = R.make_table(
-        f"{model.name}, constrained (context vocabulary), T = {a.temperature}, "
+        f"{model.name}, constrained ({a.vocab} vocabulary, tool_first={a.tool_first}), "
+        f"T = {a.temperature}, "
         f"{a.dtype}: accuracy per level, structure and N (95% CI; MDE at 80% power)",
         ["level", "structure", "N", "tasks", "accuracy", "95% CI", "MDE", "tokens per task",
          "model calls per task", "critical-path calls", "failed paths"], rows, name="accuracy")
     t2 = R.make_table("The two tiers' gains, paired over tasks (95% CI; MDE at 80% power)",
                       ["level", "comparison", "tasks", "difference", "95% CI", "MDE",
                        "verdict"], gains, name="gains")
+    tables = [t1, t2]
     crows = []
     for (lvl, st), c in cost.items():
         crows.append([lvl, st, int(c["paths"]), int(c["gen"]), round(c["wall"], 1),
@@ -284,9 +295,27 @@ def main() -> None:
     t3 = R.make_table("Cost (wall clock, one thread, shared machine)",
                       ["level", "structure", "paths", "generated tokens", "wall s",
                        "wall s per path", "wall s per generated token"], crows, name="cost")
+    tables.append(t3)
+    srows = []
+    for lvl in a.levels:
+        for st in STRUCTURES:
+            ps = [p for p in paths if p[0] == lvl and p[1] == st]
+            ss = [x for x in steps if x[0] == lvl and x[1] == st and x[5] == "calc"]
+            calc_ok = {(x[2], x[3]) for x in ss if x[6]}
+            right = sum(int(v) for row in correct[lvl][st] for v in row)
+            srows.append([lvl, st, len(ps),
+                          round(sum(p[5] - 1 for p in ps) / max(1, sum(p[4] for p in ps)), 2)
+                          if st == "dag" else "-",
+                          sum(p[6] == p[4] for p in ps),
+                          sum((p[2], p[3]) in calc_ok for p in ps), right])
+    tables.append(R.make_table(
+        "Where paths fail (judged afterwards against the task's facts): plan leaves per fact "
+        "(DAG), paths that fetched every fact, whose calc evaluated to the answer, and that "
+        "answered right", ["level", "structure", "paths", "plan leaves per fact",
+                           "fetched every fact", "calc = answer", "answered right"], srows,
+        name="stages"))
     tol = {k: {"timing": True, "why": "wall time on a shared machine: shown, not compared"}
            for k in ("wall s", "wall s per path", "wall s per generated token")}
-    tables = [t1, t2, t3]
     metrics: dict[str, Any] = {
         "steps": steps, "steps_columns": ["level", "structure", "task", "replica",
                                           "prompt_tokens", "tool", "right"],
@@ -295,12 +324,12 @@ def main() -> None:
         "correct": {str(k): v for k, v in correct.items()},
         "voted": {str(k): {st: {str(n): x for n, x in v.items()} for st, v in d.items()}
                   for k, d in voted.items()},
-        "answers": answers, "dtype": a.dtype, "tool_first": a.tool_first,
+        "answers": answers, "dtype": a.dtype, "tool_first": a.tool_first, "vocab": a.vocab,
         "granularity": gran, "temperature": a.temperature, "replicas": R_,
         "constraint_stats": model.constraint_stats}
     if a.dtype_check:
         texts, drows = _dtype_check(a.dtype_check, a.model, suite, a.device, a.tool_first,
-                                    a.max_tokens, gran)
+                                    a.max_tokens, gran, a.vocab)
         tables.append(R.make_table("bfloat16 against float32: constrained greedy replies "
                                    "(levels 1 and 2)", ["role", "prompts",
                                                         "same reply"], drows, name="dtype"))

@@ -85,14 +85,18 @@ class Execution:
                              "must be a tool call: named (when the plan's subtask names its "
                              "tool, that tool; the default), any (every subtask, the bare "
                              "agent's too, calls some tool first), once (a subtask that names "
-                             "its tool calls it, then answers; others call some tool first) "
-                             "or off",
-                             choices=("named", "any", "off", "once"))
+                             "its tool calls it, then answers; others call some tool first), "
+                             "first (a subtask that names its tool calls it first, others some "
+                             "tool first; then CALL or ANSWER) or off",
+                             choices=("named", "any", "off", "once", "first"))
     constrained_vocab: str = option("context", help="constrained: what the free fields "
                                     "(tool arguments, answers, plan goals) may contain: context "
                                     "(words and numbers the chat shows: the task's text and the "
-                                    "results seen, never the gold) or free (bounded free text)",
-                                    choices=("context", "free"))
+                                    "results seen, never the gold), free (bounded free text) "
+                                    "or scoped (context, plus a plan of one subtask per item the "
+                                    "question lists and a combining one, and worker arguments "
+                                    "from the worker's own subtask)",
+                                    choices=("context", "free", "scoped"))
     base_url: str = option("", help="endpoint for model=http, e.g. http://127.0.0.1:8000/v1")
     http_model: str = option("default", help="model name sent to the endpoint")
     clock: str = option("virtual", help="virtual (deterministic latency; scripted model only) "

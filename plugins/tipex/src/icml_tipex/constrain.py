@@ -23,7 +23,17 @@ gold: a tool argument is a run of 1 to ``SPAN_WORDS`` consecutive words of the v
 (the task's question, the subtask's goal, earlier subtasks' results, tool results), an
 expression tool's argument (``calc``) a sum and difference of numbers shown there, an answer
 (``ANSWER:``, ``FINAL ANSWER:``) one word or number shown there, and a plan's goal a run of
-words of the question. ``vocab="free"``: 0.3.1's bounded free text."""
+words of the question. ``vocab="free"``: 0.3.1's bounded free text. ``vocab="scoped"``
+(0.3.3): the context vocabulary with two rules read from the task's text, never the gold: a
+plan has one leaf subtask per item the question lists (``question_items``: the clauses the
+question joins with "plus", "minus", "and" or commas, each leaf's goal that item, in order)
+and one final subtask that combines them (deps on every leaf); and a worker's names and
+phrases come from its own subtask (its goal, its parents' results, its tool results), the
+task's question only when those show no name and no number (the bare agent's goal is the
+question); a combining subtask's expression (``calc``) has each parent's result once, in the
+plan's order, the model choosing each sign; no call is made twice in one chat; and the
+synthesizer's answer is the result of the plan's final subtask (the one no other depends
+on) when that is a number or a name of the chat."""
 
 from __future__ import annotations
 
@@ -41,7 +51,7 @@ _GOALS = (48, 32, 20, 12, 6, 3, 1)  # goal lengths tried, longest first
 _FREE = (80, 48, 32, 20, 12, 6, 3, 1)  # free-text lengths tried (arguments, answers)
 
 
-VOCABS = ("context", "free")  # what the free fields may contain (see the module docstring)
+VOCABS = ("context", "free", "scoped")  # what the free fields may contain (module docstring)
 EXPR_TOOLS = ("calc",)  # tools whose argument is an arithmetic expression
 # the kind of each argument of SynthGAIA's tools (a function-calling schema; label-blind):
 # "name" a capitalized word the chat shows, "phrase" a run of its words with a name in it,
@@ -53,6 +63,19 @@ SPAN_WORDS = 5  # longest run of visible words a tool argument or a plan goal ma
 _WORD = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z][A-Za-z0-9'_-]*")
 _NUM = re.compile(r"-?\d+(?:\.\d+)?$")
 _SEGMENT = re.compile(r"[^;,.:\n()]+")  # runs never cross punctuation
+_CALLED = re.compile(r"CALL ([A-Za-z_]\w*)\((.*)\)$")  # a constrained reply's call
+# the connectives that separate the items a question lists ("A plus B minus C", "A, B and C")
+_ITEM_SPLIT = re.compile(r"\s*,\s*(?:and\s+|plus\s+|minus\s+)?|\s+(?:plus|minus|and)\s+")
+COMBINE_GOAL = "combine the results"  # the scoped plan's final subtask (the protocol's wording)
+
+
+def question_items(question: str) -> list[str]:
+    """The items a question lists: its text (without the final punctuation) split at "plus",
+    "minus", "and" and commas; ``[question]`` when it lists one. Label-blind: it reads the
+    question's wording only (the planner's input), never the task's facts or answer."""
+    q = question.strip().rstrip(".?!").strip()
+    items = [x.strip() for x in _ITEM_SPLIT.split(q) if x and x.strip()]
+    return [x for x in items if '"' not in x and "\\" not in x] or [q]
 
 
 class ContextVocab:
@@ -84,13 +107,21 @@ class ContextVocab:
         self.phrases = [s for s in self.spans if any(w in named for w in s.split(" "))]
         self.answers = self.numbers + self.names  # what an answer may be
         self.question_spans = spans_of([question]) if question else []
+        self.question_text = question
+        self.parents: list[str] = []  # set by ``of(scope="subtask")`` on a combining subtask
 
     @classmethod
-    def of(cls, messages: list[dict[str, str]]) -> ContextVocab:
+    def of(cls, messages: list[dict[str, str]], scope: str = "chat") -> ContextVocab:
         """The visible text of a protocol chat: each user line's content after its label
         (``Task:``, ``Subtask s1:``, ``Results of earlier subtasks:``, ``RESULT:``, a result's
-        ``s1:``), without the ``Tools:`` line, the ``Use at most`` line and the JSON block."""
+        ``s1:``), without the ``Tools:`` line, the ``Use at most`` line and the JSON block.
+        ``scope="subtask"``: a worker's chat without the ``Task:`` line (its own subtask's goal,
+        parents' results and tool results), unless those show no name and no number."""
+        if scope not in ("chat", "subtask"):
+            raise ValueError(f"scope={scope!r}: choose chat or subtask")
         segs: list[str] = []
+        task_segs: list[int] = []  # indices of the Task: line's segments
+        parents: list[str] = []  # the parents' results, in the plan's order
         question = ""
         for m in messages:
             if m["role"] != "user":
@@ -103,14 +134,26 @@ class ContextVocab:
                     continue
                 if line.startswith("Task:"):
                     question = question or line[5:].strip()
+                    task_segs.append(len(segs))
                 if line.startswith("Results of earlier subtasks:"):
                     body = line.split(":", 1)[1]
                     segs += [p.split(":", 1)[-1] for p in body.split(";")]
+                    parents += [p.split(":", 1)[-1].strip() for p in body.split(";")
+                                if ":" in p]
                     continue
                 # "Task: q", "Subtask s1: goal", "RESULT: x", "s1: x" -> the content
                 head, sep, rest = line.partition(": ")
                 segs.append(rest if sep and len(head.split()) <= 2 else line)
-        return cls([s for s in segs if s.strip() and s.strip() != "none"], question)
+        keep = [s for s in segs if s.strip() and s.strip() != "none"]
+        if scope == "subtask" and task_segs:
+            own = [s for i, s in enumerate(segs) if i not in task_segs
+                   and s.strip() and s.strip() != "none"]
+            cv = cls(own, question)
+            if len(parents) > 1 and all(_NUM.match(x) for x in parents):
+                cv.parents = parents  # a combining subtask: one term per parent (scoped)
+            if cv.names or cv.numbers:
+                return cv
+        return cls(keep, question)
 
 
 class GrammarTooLong(ValueError):
@@ -155,6 +198,27 @@ def planner_grammar(g: int, tools: Sequence[str], max_chars: int,
     raise GrammarTooLong(f"no plan fits {max_chars} tokens: raise execution.max_tokens")
 
 
+def planner_items_grammar(items: Sequence[str], g: int, tools: Sequence[str],
+                          max_chars: int) -> str | None:
+    """The scoped plan: one leaf subtask per listed item (goal: that item, ``deps: []``), then
+    one subtask that combines them (goal ``COMBINE_GOAL``, deps on every leaf); the model picks
+    each subtask's tool. None when the question lists fewer than two items, more than ``g``, or
+    the plan does not fit ``max_chars`` (the caller falls back to the context grammar)."""
+    k = len(items)
+    if k < 2 or k > g:
+        return None
+    tl = max(len(t) for t in tools)
+    parts, longest = [], len('{"subtasks": []}') + 2 * k
+    for i, goal in enumerate(list(items) + [COMBINE_GOAL], start=1):
+        deps = ", ".join(f'"s{j}"' for j in range(1, k + 1)) if i == k + 1 else ""
+        parts.append(f'\\{{"id": "s{i}", "goal": "{re.escape(goal)}", "tool": "{_alt(tools)}", '
+                     f'"deps": \\[{re.escape(deps)}\\]\\}}')
+        longest += len(f'{{"id": "s{i}", "goal": "{goal}", "tool": "", "deps": [{deps}]}}') + tl
+    if longest > max_chars:
+        return None
+    return '\\{"subtasks": \\[' + ", ".join(parts) + "\\]\\}"
+
+
 def _planner_pattern(m: int, goal: int, tools: Sequence[str],
                      goals: Sequence[str] | None = None) -> str:
     gp = _alt(goals) if goals else f'[^"\\\\\\n]{{1,{goal}}}'
@@ -183,21 +247,23 @@ def _fit(make: Any, max_chars: int, what: str) -> str:
                          "execution.max_tokens")
 
 
-TOOL_FIRST = ("named", "any", "off", "once")  # the worker's first reply: see _first_call
+TOOL_FIRST = ("named", "any", "off", "once", "first")  # the worker's first reply: _first_call
 
 
 def worker_grammar(tools: Mapping[str, int], max_chars: int, *,
                    call_only: Sequence[str] | None = None, answer_only: bool = False,
                    vocab: ContextVocab | None = None,
-                   arg_kinds: Mapping[str, Sequence[Any]] | None = None) -> str:
+                   arg_kinds: Mapping[str, Sequence[Any]] | None = None,
+                   avoid: Sequence[tuple[str, Sequence[str]]] = ()) -> str:
     """``CALL tool(a)`` / ``CALL tool(a, b)`` (the tool's arity; no parentheses or newlines in
     arguments, no comma inside one) or ``ANSWER: text``. ``call_only``: the reply must call one
     of these tools (no ANSWER), e.g. a subtask's first step that names its tool. ``vocab``: an
     argument is drawn from the chat's words by its kind in ``arg_kinds`` (tool -> one kind per
     argument, see ``SYNTHGAIA_ARGS``; undeclared: ``expr`` for ``EXPR_TOOLS``, else ``span``),
-    an answer is one of its numbers or names (see :class:`ContextVocab`); when a field has
-    nothing to draw from, the reply stays free text. ``answer_only``: the reply is an
-    ``ANSWER`` (no call)."""
+    an answer is one of its numbers or names (see :class:`ContextVocab`), and a call in
+    ``avoid`` (already made in this chat; the ``scoped`` vocabulary) is not admitted again;
+    when a field has nothing to draw from, the reply stays free text. ``answer_only``: the
+    reply is an ``ANSWER`` (no call)."""
     if answer_only:
         words = [x for x in vocab.answers if len("ANSWER: ") + len(x) <= max_chars] \
             if vocab is not None else []
@@ -212,7 +278,7 @@ def worker_grammar(tools: Mapping[str, int], max_chars: int, *,
     if vocab is not None:
         try:
             return _worker_context(allowed, max_chars, call_only is not None, vocab,
-                                   SYNTHGAIA_ARGS if arg_kinds is None else arg_kinds)
+                                   SYNTHGAIA_ARGS if arg_kinds is None else arg_kinds, avoid)
         except GrammarTooLong:
             pass  # (free text below, or its own error)
 
@@ -236,13 +302,23 @@ def _arg_choices(kind: Any, vocab: ContextVocab) -> list[str]:
 
 
 def _worker_context(allowed: Mapping[str, int], max_chars: int, call_only: bool,
-                    vocab: ContextVocab, arg_kinds: Mapping[str, Sequence[Any]]) -> str:
-    """The worker's grammar over the chat's words (see :func:`worker_grammar`)."""
+                    vocab: ContextVocab, arg_kinds: Mapping[str, Sequence[Any]],
+                    avoid: Sequence[tuple[str, Sequence[str]]] = ()) -> str:
+    """The worker's grammar over the chat's words (see :func:`worker_grammar`); ``avoid``:
+    calls (tool, args) already made in this chat, not admitted again (``expr`` tools
+    excepted)."""
     calls, longest = [], 0
     for t, a in allowed.items():
         kinds = list(arg_kinds.get(t, ("expr",) if t in EXPR_TOOLS else ("span",) * a))
         kinds = (kinds + ["span"] * a)[:a]
         room = max_chars - len(f"CALL {t}()") - 2 * (a - 1)
+        if kinds == ["expr"] and vocab.parents:  # each parent's result once, in order
+            arg = " [+-] ".join(re.escape(x) for x in vocab.parents)
+            n = len(" + ".join(vocab.parents))
+            if n <= room:
+                calls.append(re.escape(t) + "\\(" + arg + "\\)")
+                longest = max(longest, len(f"CALL {t}()") + n)
+            continue
         if kinds == ["expr"]:
             nums = [x for x in vocab.numbers if len(x) <= room]
             if not nums:
@@ -254,9 +330,19 @@ def _worker_context(allowed: Mapping[str, int], max_chars: int, call_only: bool,
             longest = max(longest, len(f"CALL {t}()") + w + k * (w + 3))
             continue
         choices = [[x for x in _arg_choices(k, vocab) if len(x) <= room // a] for k in kinds]
+        done = {tuple(args) for tool, args in avoid if tool == t and len(args) == a}
+        if done and a == 1:
+            choices = [[x for x in choices[0] if (x,) not in done]]
         if not all(choices):
             continue
-        calls.append(re.escape(t) + "\\(" + ", ".join(_alt(c) for c in choices) + "\\)")
+        if done and a == 2:  # per first argument, the second ones not yet called with it
+            alts = [f"{re.escape(x)}, {_alt(ys)}" for x in choices[0]
+                    if (ys := [y for y in choices[1] if (x, y) not in done])]
+            if not alts:
+                continue
+            calls.append(re.escape(t) + "\\((?:" + "|".join(alts) + ")\\)")
+        else:
+            calls.append(re.escape(t) + "\\(" + ", ".join(_alt(c) for c in choices) + "\\)")
         longest = max(longest, len(f"CALL {t}()") + 2 * (a - 1)
                       + sum(max(len(x) for x in c) for c in choices))
     words = [x for x in vocab.answers if len("ANSWER: ") + len(x) <= max_chars]
@@ -276,7 +362,11 @@ def _first_call(messages: list[dict[str, str]], tools: Mapping[str, int],
     ``named``: a subtask that names one of the tools (the plan's ``tool``) calls it first,
     before it may answer; ``any``: every subtask (the bare agent's too) calls some tool first;
     ``once``: a subtask that names its tool calls it first and then answers (one call per
-    subtask, as the plan assigns it), any other calls some tool first; ``off``: never held."""
+    subtask, as the plan assigns it), any other calls some tool first; ``first``: every
+    subtask calls some tool first (the worker picks it; the plan's tool is a hint in its
+    prompt); one that the plan gave a tool answers once a tool returned a number (a value;
+    after a name, e.g. a search's entity, it may call again), others (the bare agent) CALL or
+    ANSWER; ``off``: never held."""
     if tool_first == "off":
         return None
     from icml_tipex.roles import payload_of
@@ -286,9 +376,16 @@ def _first_call(messages: list[dict[str, str]], tools: Mapping[str, int],
     called = any(m["role"] == "assistant" for m in messages)
     if tool_first == "once" and named is not None:
         return False if called else [named]
+    if tool_first == "first" and named is not None:
+        if not called:
+            return list(tools)
+        last = messages[-1]["content"] if messages[-1]["role"] == "user" else ""
+        if _NUM.match(last.removeprefix("RESULT:").strip()):
+            return False  # a value came back: the subtask answers
+        return None
     if called:
         return None
-    if tool_first in ("any", "once"):
+    if tool_first in ("any", "once", "first"):
         return list(tools)
     return [named] if named is not None else None
 
@@ -328,16 +425,32 @@ def grammar_for(messages: list[dict[str, str]], tools: Mapping[str, int],
         raise ValueError(f"vocab={vocab!r}: choose one of {VOCABS}")
 
     role, chars = role_of(messages), max_tokens - 1
-    cv = ContextVocab.of(messages) if vocab == "context" and role in (
-        "planner", "worker", "synthesizer") else None
+    cv = ContextVocab.of(messages, "subtask" if vocab == "scoped" else "chat") \
+        if vocab != "free" and role in ("planner", "worker", "synthesizer") else None
     if role == "planner":
         g = int(payload_of(messages)["max_subtasks"])
+        if vocab == "scoped" and cv is not None:
+            pat = planner_items_grammar(question_items(cv.question_text), g, list(tools), chars)
+            if pat is not None:
+                return pat
         return planner_grammar(g, list(tools), chars, cv.question_spans if cv else None)
     if role == "worker":
         held = _first_call(messages, tools, tool_first)
+        avoid: list[tuple[str, list[str]]] = []
+        if vocab == "scoped":  # no call is made twice in one chat
+            for m in messages:
+                c = _CALLED.match(m["content"].strip()) if m["role"] == "assistant" else None
+                if c is not None and c.group(1) in tools:
+                    n = max(1, tools[c.group(1)])
+                    avoid.append((c.group(1), [x.strip() for x in c.group(2).split(",", n - 1)]))
         return worker_grammar(tools, chars, call_only=held or None, answer_only=held is False,
-                              vocab=cv, arg_kinds=arg_kinds)
+                              vocab=cv, arg_kinds=arg_kinds, avoid=avoid)
     if role == "synthesizer":
+        if vocab == "scoped" and cv is not None:  # the answer is the plan's final result
+            final = str((payload_of(messages).get("results") or {}).get(
+                payload_of(messages).get("final"), ""))
+            if final and final in cv.answers and len("FINAL ANSWER: ") + len(final) <= chars:
+                return "FINAL ANSWER: " + _alt([final])
         return synth_grammar(chars, cv)
     if role == "judge":
         return judge_grammar(len(payload_of(messages)["candidates"]), chars)
