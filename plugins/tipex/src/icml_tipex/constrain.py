@@ -33,7 +33,9 @@ task's question only when those show no name and no number (the bare agent's goa
 question); a combining subtask's expression (``calc``) has each parent's result once, in the
 plan's order, the model choosing each sign; no call is made twice in one chat; and the
 synthesizer's answer is the result of the plan's final subtask (the one no other depends
-on) when that is a number or a name of the chat."""
+on) when that is a number or a name of the chat. A worker whose subtask is the whole task (the
+bare agent) walks the same items in one chat (``_item_walk``): a fetching call per item until
+a number comes back, then ``calc`` of the values in order, then its result as the answer."""
 
 from __future__ import annotations
 
@@ -390,6 +392,48 @@ def _first_call(messages: list[dict[str, str]], tools: Mapping[str, int],
     return [named] if named is not None else None
 
 
+def _item_walk(messages: list[dict[str, str]], tools: Mapping[str, int], chars: int,
+               cv: ContextVocab, arg_kinds: Mapping[str, Sequence[Any]] | None,
+               avoid: Sequence[tuple[str, Sequence[str]]]) -> str | None:
+    """The scoped grammar of a worker whose subtask is the whole task (the bare agent): the
+    same rules as a plan of the question's items, run by one agent in one growing chat. Item
+    i (0-based) is current while i numbers came back from fetching calls: a call on item i's
+    words (and a name the last result showed, e.g. a search's entity); after every item, a
+    ``calc`` of the values in order (the model choosing each sign); after it, the answer is
+    its result. None when the question lists fewer than two items (the scoped rules apply)."""
+    items = question_items(cv.question_text)
+    k = len(items)
+    if k < 2:
+        return None
+    values: list[str] = []
+    last, calc_result = "", None
+    tool = None
+    for m in messages[2:]:
+        if m["role"] == "assistant":
+            c = _CALLED.match(m["content"].strip())
+            tool = c.group(1) if c else None
+        elif m["content"].startswith("RESULT:"):
+            last = m["content"].removeprefix("RESULT:").strip()
+            if tool in EXPR_TOOLS:
+                calc_result = last
+            elif _NUM.match(last):
+                values.append(last)
+    if calc_result is not None:
+        if len("ANSWER: ") + len(calc_result) > chars:
+            return None
+        return "ANSWER: " + _alt([calc_result])
+    if len(values) >= k:  # every item has its value: combine them
+        step = ContextVocab([], cv.question_text)
+        step.parents = values[:k]
+        return worker_grammar(tools, chars, call_only=list(EXPR_TOOLS), vocab=step,
+                              arg_kinds=arg_kinds, avoid=avoid)
+    segs = [items[len(values)]] + ([last] if last and not _NUM.match(last) else [])
+    step = ContextVocab(segs, cv.question_text)
+    fetch = [t for t in tools if t not in EXPR_TOOLS]
+    return worker_grammar(tools, chars, call_only=fetch, vocab=step, arg_kinds=arg_kinds,
+                          avoid=avoid)
+
+
 def synth_grammar(max_chars: int, vocab: ContextVocab | None = None) -> str:
     """``FINAL ANSWER: text``; with ``vocab``, one of the chat's numbers or names (the subtask
     results, the question's names)."""
@@ -443,6 +487,11 @@ def grammar_for(messages: list[dict[str, str]], tools: Mapping[str, int],
                 if c is not None and c.group(1) in tools:
                     n = max(1, tools[c.group(1)])
                     avoid.append((c.group(1), [x.strip() for x in c.group(2).split(",", n - 1)]))
+            sub = payload_of(messages).get("subtask") or {}
+            if cv is not None and sub.get("goal") == cv.question_text:
+                walk = _item_walk(messages, tools, chars, cv, arg_kinds, avoid)
+                if walk is not None:
+                    return walk
         return worker_grammar(tools, chars, call_only=held or None, answer_only=held is False,
                               vocab=cv, arg_kinds=arg_kinds, avoid=avoid)
     if role == "synthesizer":
