@@ -114,6 +114,15 @@ def projected_mde(comp: dict[str, float], seeds: int, items: int) -> float:
     return stats.mde(math.sqrt(se2))
 
 
+def prompts_needed(comp: dict[str, float], seeds: int, target: float) -> float:
+    """Prompts per seed at which :func:`projected_mde` with ``seeds`` seeds reaches ``target``
+    (``inf`` when the seed part alone is already above it)."""
+    se2 = (target / stats.mde(1.0)) ** 2 - comp["seed"] / seeds
+    if se2 <= 0:
+        return math.inf
+    return math.ceil((comp["item"] + 2 * comp["resid"] / seeds) / se2)
+
+
 def score(preds: list[str], refs: list) -> tuple[list[float], list[float]]:
     return ([rouge1(p, r.output) for p, r in zip(preds, refs)],
             [rougeL(p, r.output) for p, r in zip(preds, refs)])
@@ -308,6 +317,7 @@ def main(argv: list[str] | None = None) -> None:
                                "other ROUGE-L": ".3f", "bytes/round": ".0f", "vs FedIT": ".2f",
                                "s/run": ".0f"})
     primary = set(args.design_spec.get("primary", []))
+    target = args.design_spec.get("target_effect")
     claims, var_rows = [], []
     for what, a, b, key in CLAIMS:
         if a not in cells or b not in cells:
@@ -327,8 +337,8 @@ def main(argv: list[str] | None = None) -> None:
                              comp["resid"] / tot, math.sqrt(tot),
                              comp["seed"] / k, comp["item"] / n_items,
                              2 * comp["resid"] / (k * n_items), mde,
-                             projected_mde(comp, 2 * k, 2 * n_items),
-                             stats.mde(math.sqrt(comp["seed"] / k))])
+                             stats.mde(math.sqrt(comp["seed"] / k)),
+                             prompts_needed(comp, k, target) if target else None])
     claims_t = R.make_table(
         "The paper's claims as paired differences (same seeds, same prompts): mean [95% CI "
         "over seeds and prompts, crossed bootstrap], MDE of the paired difference (80% power); "
@@ -341,15 +351,16 @@ def main(argv: list[str] | None = None) -> None:
             f"Where the variance of the primary paired differences comes from ({k} seeds x "
             f"{n_items} prompts): shares of the per-cell variance (two-way random effects, "
             "ANOVA estimates), its SD, the three parts of se^2 of the mean (seed/S, prompt/I, "
-            "2 resid/(S I)), the bootstrap MDE, the MDE projected at twice the seeds and twice "
-            "the prompts, and the floor from the seed part alone at this many seeds",
+            "2 resid/(S I)), the bootstrap MDE, the floor that the seed part alone sets at "
+            f"{k} seeds, and the prompts (all clients, per seed) that {k} seeds would need for "
+            f"an MDE equal to the design's target effect ({target})",
             ["difference", "seed share", "prompt share", "residual share", "cell SD",
-             "se^2 seed", "se^2 prompt", "se^2 resid", "MDE", "MDE at 2S x 2I",
-             "MDE floor (seeds only)"], var_rows, name="variance",
+             "se^2 seed", "se^2 prompt", "se^2 resid", "MDE", "MDE floor (seeds only)",
+             "prompts for target"], var_rows, name="variance",
             formats={"seed share": ".2f", "prompt share": ".2f", "residual share": ".2f",
                      "cell SD": ".3f", "se^2 seed": ".2e", "se^2 prompt": ".2e",
-                     "se^2 resid": ".2e", "MDE": ".3f", "MDE at 2S x 2I": ".3f",
-                     "MDE floor (seeds only)": ".3f"}))
+                     "se^2 resid": ".2e", "MDE": ".3f", "MDE floor (seeds only)": ".3f",
+                     "prompts for target": ".0f"}))
     if w_p["own"]:
         tables.append(R.make_table(
             "OOD mixer: personal weight w_p it gives on the client's own-category prompts and on "

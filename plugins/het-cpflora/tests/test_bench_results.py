@@ -121,6 +121,10 @@ def test_variance_components_recover_a_planted_split():
     assert bench.projected_mde(c, 4, 10) == pytest.approx(2.8016 * 0.05, rel=1e-3)
     assert bench.projected_mde(c, 4, 10 ** 6) == bench.projected_mde(c, 4, 10)
     assert bench.projected_mde(c, 16, 10) == pytest.approx(bench.projected_mde(c, 4, 10) / 2)
+    n_t = bench.prompts_needed(c | {"item": 0.04}, 4, 0.2)
+    assert bench.projected_mde(c | {"item": 0.04}, 4, n_t) <= 0.2 < bench.projected_mde(
+        c | {"item": 0.04}, 4, n_t - 1)
+    assert bench.prompts_needed(c, 4, 0.1) == float("inf")    # the seed part alone is 0.14
     with pytest.raises(ValueError, match=">= 2 seeds"):
         bench.variance_components(d[:1])
     # pure noise: the seed and prompt parts are (close to) 0, clipped at 0, never negative
