@@ -39,12 +39,14 @@ class TransformersChatModel:
     ``constrained``: hold each role's reply to the protocol's grammar (``constrain.py``: the
     planner's JSON plan, the worker's CALL/ANSWER line, FINAL ANSWER, CHOICE) by a logits
     processor, so replies always parse; ``tools`` (name -> arity) are the tools the grammar
-    allows (SynthGAIA's by default); ``tool_first`` (``named``, ``any``, ``off``): whether a
-    worker's first reply on a subtask must be a tool call (``constrain.grammar_for``: by
-    default when the subtask names its tool); ``vocab`` (``context``, the default, or ``free``):
-    the free fields (arguments, answers, plan goals) restricted to words the chat shows
-    (``constrain.ContextVocab``: the task's text and the results it has seen, never the gold)
-    or bounded free text. Constrained calls run one at a time (no batching)."""
+    allows (SynthGAIA's by default); ``tool_first`` (``named``, ``any``, ``once``, ``first``,
+    ``off``): whether a worker's first reply on a subtask must be a tool call
+    (``constrain.grammar_for``: by default when the subtask names its tool); ``vocab``
+    (``context``, the default, ``scoped`` or ``free``): the free fields (arguments, answers,
+    plan goals) restricted to words the chat shows (``constrain.ContextVocab``: the task's text
+    and the results it has seen, never the gold; ``scoped`` adds the plan of the question's
+    items and worker arguments from the worker's own subtask) or bounded free text.
+    Constrained calls run one at a time (no batching)."""
 
     virtual_time = False
 
