@@ -6,8 +6,9 @@
    ``training.threads`` = ``--train-threads`` (1, the default since 0.3.8: both stages pinned
    to one thread; 0: the caller's count, as before 0.3.8). Also checks that merging with the
    rotation computed once gives the same weights as computing it per weight.
-2. the table's rows (``--rows``, default the 16k table's rows and FPTQuant-local at W4A4KV4;
-   FPTQuant-local from the trained
+2. the table's rows (``--rows``, default the QuaRot and FPTQuant-local rows at W4A8KV8 with
+   GPTQ and W8A8KV8, and FPTQuant-local at W4A4KV4 (RTN and GPTQ) and W6A6KV6; FPTQuant-local
+   from the trained
    transforms of step 1): calibrated, quantized (static arms integer-exact, as in
    ``real_model.py``) and evaluated on ``--eval-windows`` windows of the powered table's
    evaluation text, all at 1 thread and again all at 2 threads; per row the perplexity at each
@@ -15,6 +16,11 @@
 
     python plugins/fptquant/benchmarks/thread_repro.py                    # pinned: equal
     python plugins/fptquant/benchmarks/thread_repro.py --train-threads 0  # unpinned
+    python plugins/fptquant/benchmarks/thread_repro.py --solve-threads 0  # before 0.3.10
+
+``--solve-threads``: ``transforms.solve_threads`` (default the option's, 1: the Cayley solve
+of the residual rotation at one thread; 0: at the caller's count, which made the static
+FPTQuant rows differ at 1 and 2 threads in 0.3.9's run, through the merged weights).
 
 ``--out-results`` writes both as a results file (the README's tolerance comes from it).
 """
@@ -42,8 +48,11 @@ def main() -> None:
     ap.add_argument("--e2e-steps", type=int, default=2)
     ap.add_argument("--train-threads", type=int, default=1)
     ap.add_argument("--rows", default="w4a8kv8/gptq/quarot,w4a8kv8/gptq/fptquant_local,"
-                    "w8a8kv8/rtn/quarot,w8a8kv8/rtn/fptquant_local,w4a4kv4/rtn/fptquant_local",
+                    "w8a8kv8/rtn/quarot,w8a8kv8/rtn/fptquant_local,w4a4kv4/rtn/fptquant_local,"
+                    "w4a4kv4/gptq/fptquant_local,w6a6kv6/rtn/fptquant_local",
                     help="table rows bits/weights/arm (arm * = rtn, quarot, fptquant_local)")
+    ap.add_argument("--solve-threads", type=int, default=None,
+                    help="transforms.solve_threads (default: the option's default)")
     ap.add_argument("--eval-windows", type=int, default=2, help="256-token windows (0: none)")
     ap.add_argument("--calib", type=int, default=1, help="calibration sequences of 256")
     ap.add_argument("--model", default="smollm2-135m-instruct",
@@ -74,7 +83,8 @@ def main() -> None:
     ids = eval_token_ids(tok)
     calib = torch.tensor(ids[200_000:200_000 + args.calib * win]).view(-1, win)
     ev = torch.tensor(ids[:args.eval_windows * win]).view(-1, win)
-    cfg = FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True),
+    solve = {} if args.solve_threads is None else {"solve_threads": args.solve_threads}
+    cfg = FPTQuantConfig(transforms=TransformOptions(untie_embeddings=True, **solve),
                          quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=4, int_exact=True),
                          training=TrainingOptions(local_steps=args.steps,
                                                   local_row_fraction=0.125,
@@ -161,7 +171,8 @@ def main() -> None:
               "yes" if merged_same else "no"]], name="training",
             formats={"max abs difference": ".3g"})
         t2 = R.make_table(
-            f"Table rows at 1 vs 2 threads: calibration ({calib.numel()} tokens), "
+            f"Table rows at 1 vs 2 threads (transforms.solve_threads="
+            f"{cfg.transforms.solve_threads}): calibration ({calib.numel()} tokens), "
             f"quantization and evaluation ({ev.numel()} tokens, {len(ev)} windows)",
             ["bits", "weights", "arm", "perplexity, 1 thread", "perplexity, 2 threads",
              "|log-ppl difference|", "max |window NLL difference|", "equal bit for bit"],

@@ -11,7 +11,7 @@ import pytest
 import torch
 from icml_fptquant import FPTQuantConfig, apply_fpt_transforms, inject_outliers, training
 from icml_fptquant.apply import transform_parameters
-from icml_fptquant.config import QuantOptions, TrainingOptions
+from icml_fptquant.config import QuantOptions, TrainingOptions, TransformOptions
 from icml_fptquant.quantizers import round_clamp_ste
 
 
@@ -113,3 +113,55 @@ def test_training_is_the_same_at_any_caller_thread_count(tiny_model):
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
     with pytest.raises(ValueError, match="training.threads"):
         TrainingOptions(threads=-1)
+
+
+def test_merged_and_calibrated_model_is_the_same_at_any_caller_thread_count(tiny_model):
+    """``transforms.solve_threads`` (1) pins the Cayley solve of the residual rotation: the
+    merged weights, the rounded weights, the static ranges the MSE search picks and the
+    quantized model's logits are bit-identical whether the caller runs at 1 or 2 threads.
+    Hidden size 192, the smallest at which LAPACK's LU gave other bits at 2 threads on the
+    machine this was written on (so the test failed there with ``solve_threads=0``, the
+    behaviour before 0.3.10; 0.3.9's 1 vs 2 thread difference of the static FPTQuant rows on
+    SmolLM2, whose rotation is 576 x 576, came from this solve, not from the range search)."""
+    from icml_fptquant.quantize import merge_and_quantize, quantizers
+    from icml_fptquant.transforms import orthogonal_map
+
+    calib = torch.randint(4, 260, (2, 32), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(4, 260, (1, 24), generator=torch.Generator().manual_seed(4))
+    cfg = FPTQuantConfig(quant=QuantOptions(w_bits=4, a_bits=4, kv_bits=4, act_range="mse"))
+    assert cfg.transforms.solve_threads == 1
+    base = tiny_model("llama", hidden_size=192, num_heads=3, num_kv_heads=1,
+                      intermediate_size=256, num_layers=2).float()
+    first = apply_fpt_transforms(copy.deepcopy(base), cfg)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in transform_parameters(first):
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    state = first.fpt_transforms.state_dict()
+    out, before = [], torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            model = apply_fpt_transforms(copy.deepcopy(base), cfg)
+            model.fpt_transforms.load_state_dict(state)
+            merge_and_quantize(model, calib, cfg)
+            assert torch.get_num_threads() == n  # the caller's count is put back
+            out.append({
+                "weights": [m.fpt_qweight for m in model.modules()
+                            if getattr(m, "fpt_qweight", None) is not None],
+                "ranges": [torch.cat([q.lo, q.hi]) for q in quantizers(model)],
+                "logits": model(ids, use_cache=False).logits.detach()})
+        a = 0.05 * torch.randn(192, 192, generator=gen)
+        qs = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            qs.append(orthogonal_map(a, "cayley", threads=1))
+    finally:
+        torch.set_num_threads(before)
+    for key in ("weights", "ranges"):
+        assert len(out[0][key]) == len(out[1][key]) > 0
+        assert all(torch.equal(x, y) for x, y in zip(out[0][key], out[1][key])), key
+    assert torch.equal(out[0]["logits"], out[1]["logits"])
+    assert torch.equal(qs[0], qs[1])
+    with pytest.raises(ValueError, match="solve_threads"):
+        TransformOptions(solve_threads=-1)

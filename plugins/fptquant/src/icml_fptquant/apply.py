@@ -73,7 +73,8 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
         require_untied(model, opts.untie_embeddings)
         fuse_norms(model)
         ops.rotation = ResidualRotation(geo.hidden, opts.residual_rotation,
-                                        opts.orthogonal_map, seed, dtype, device)
+                                        opts.orthogonal_map, seed, dtype, device,
+                                        threads=opts.solve_threads)
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
         for parent, name in ((a, "q_proj"), (a, "k_proj"), (a, "v_proj"), (a, "o_proj"),
@@ -87,7 +88,7 @@ def apply_fpt_transforms(model: Any, config: FPTQuantConfig | None = None,
                 _reg(a.k_proj, name, HeadLeft(t, "key", geo.kv_heads, 1))
         if opts.value:
             v = ValueTransform(geo.kv_heads, geo.head_dim, opts.value_init,
-                               opts.orthogonal_map, dtype, device)
+                               opts.orthogonal_map, dtype, device, threads=opts.solve_threads)
             ops.value.append(v)
             for name in ("weight", "bias"):
                 _reg(a.v_proj, name, HeadLeft(v, "value", geo.kv_heads, 1))

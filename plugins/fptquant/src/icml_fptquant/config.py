@@ -67,6 +67,11 @@ class TransformOptions:
                                     choices=("hadamard", "random", "none"))
     orthogonal_map: str = option("cayley", help="parametrisation that keeps Q orthogonal",
                                  choices=("cayley", "matrix_exp"))
+    solve_threads: int = option(1, help="torch threads of the Cayley map's linear solve "
+                                "(LAPACK's LU rounds differently at each thread count, so Q "
+                                "and every weight and range calibrated after the merge would "
+                                "differ in the last bits); 0 = the caller's count, as before "
+                                "0.3.10", ge=0)
     prerope: bool = option(True, help="pre-RoPE scaled-rotation transform for queries/keys")
     value: bool = option(True, help="per-KV-head invertible value transform (v_proj/o_proj)")
     value_init: str = option("identity", help="value transform init (hadamard = QuaRot R2)",

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from icml_fptquant.apply import transform_parameters
 from icml_fptquant.config import FPTQuantConfig
 from icml_fptquant.qlinear import decoder_linears
-from icml_fptquant.transforms import cached_rotation
+from icml_fptquant.transforms import cached_rotation, pinned_threads  # noqa: F401 (API)
 
 
 @contextmanager
@@ -95,23 +95,6 @@ def outlier_norm(model: Any, p: float = 4.0, row_fraction: float = 1.0,
 
 def max_abs_weight(model: Any) -> float:
     return max(float(lin.weight.detach().abs().max()) for lin in decoder_linears(model).values())
-
-
-@contextmanager
-def pinned_threads(n: int) -> Iterator[None]:
-    """Run the block at ``n`` torch threads (``n == 0``: as the caller set them), then restore.
-    Float sums in matmuls and their backward are split by thread, so the same training run at
-    1 and 2 threads ends in states that differ by rounding, which the static quantized model
-    amplifies; a fixed count makes training the same at any thread count of the caller."""
-    if n < 0:
-        raise ValueError(f"training.threads={n} must be >= 0 (0 = the caller's setting)")
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def optimize_local(model: Any, config: FPTQuantConfig | None = None,

@@ -30,23 +30,50 @@ def _skew(a: torch.Tensor) -> torch.Tensor:
     return a - a.transpose(-1, -2)
 
 
-def orthogonal_map(a: torch.Tensor, kind: str) -> torch.Tensor:
+@contextmanager
+def pinned_threads(n: int) -> Iterator[None]:
+    """Run the block at ``n`` torch threads (``n == 0``: as the caller set them), then restore.
+    Float sums in matmuls and their backward are split by thread, so the same training run at
+    1 and 2 threads ends in states that differ by rounding, which the static quantized model
+    amplifies; a fixed count makes training the same at any thread count of the caller."""
+    if n < 0:
+        raise ValueError(f"threads={n} must be >= 0 (0 = the caller's setting)")
+    before = torch.get_num_threads()
+    if n and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def orthogonal_map(a: torch.Tensor, kind: str, threads: int = 0) -> torch.Tensor:
     """An orthogonal matrix from an unconstrained square (batch of) matrix ``a``; identity at
-    ``a = 0``. ``cayley``: (I - S)^{-1}(I + S); ``matrix_exp``: exp(S), with S = a - a^T."""
+    ``a = 0``. ``cayley``: (I - S)^{-1}(I + S); ``matrix_exp``: exp(S), with S = a - a^T.
+
+    ``threads``: torch threads of the Cayley solve (0: the caller's count). LAPACK's LU
+    factorisation splits its work by thread count, so on CPU the solve's result changes in
+    the last bits with the count (measured on SmolLM2's 576 x 576 rotation: up to 2e-7 at 1
+    vs 2 threads; the matmuls of the merge and matrix_exp do not change). A fixed count makes
+    Q, hence the merged weights and everything calibrated on them, the same at any thread
+    count of the caller (the transforms' ``solve_threads`` option, 1 by default)."""
     s = _skew(a)
     if kind == "matrix_exp":
         return torch.linalg.matrix_exp(s)
     if kind == "cayley":
         eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand_as(s)
-        return torch.linalg.solve(eye - s, eye + s)
+        with pinned_threads(threads if a.device.type == "cpu" else 0):
+            return torch.linalg.solve(eye - s, eye + s)
     raise ValueError(f"orthogonal_map {kind!r} unknown: use 'cayley' or 'matrix_exp'")
 
 
 class ResidualRotation(nn.Module):
-    """Learnable d x d orthogonal Q = Q0 · ortho(A), A initialised to zero."""
+    """Learnable d x d orthogonal Q = Q0 · ortho(A), A initialised to zero. ``threads``: see
+    :func:`orthogonal_map` (0: the caller's count)."""
 
     def __init__(self, d: int, init: str, kind: str, seed: int = 0,
-                 dtype: Any = torch.float32, device: Any = None) -> None:
+                 dtype: Any = torch.float32, device: Any = None, threads: int = 0) -> None:
         super().__init__()
         if init == "hadamard":
             q0 = grouped_hadamard(d, dtype, device)
@@ -55,7 +82,7 @@ class ResidualRotation(nn.Module):
         else:
             raise ValueError(f"residual rotation init {init!r} unknown: use 'hadamard' or "
                              "'random'")
-        self.kind = kind
+        self.kind, self.threads = kind, threads
         self.register_buffer("q0", q0)
         self.a = nn.Parameter(torch.zeros(d, d, dtype=dtype, device=device))
         self.cache: torch.Tensor | None = None  # set inside cached_rotation() only
@@ -63,7 +90,7 @@ class ResidualRotation(nn.Module):
     def matrix(self) -> torch.Tensor:
         if self.cache is not None:
             return self.cache
-        return self.q0 @ orthogonal_map(self.a, self.kind)
+        return self.q0 @ orthogonal_map(self.a, self.kind, self.threads)
 
 
 @contextmanager
@@ -109,10 +136,11 @@ class PreRoPETransform(nn.Module):
 
 
 class ValueTransform(nn.Module):
-    """Per KV head M_g = R0 · ortho(A_g) · diag(exp(d_g)), invertible by construction."""
+    """Per KV head M_g = R0 · ortho(A_g) · diag(exp(d_g)), invertible by construction.
+    ``threads``: see :func:`orthogonal_map` (0: the caller's count)."""
 
     def __init__(self, kv_heads: int, head_dim: int, init: str, kind: str,
-                 dtype: Any = torch.float32, device: Any = None) -> None:
+                 dtype: Any = torch.float32, device: Any = None, threads: int = 0) -> None:
         super().__init__()
         if init == "identity":
             r0 = torch.eye(head_dim, dtype=dtype, device=device)
@@ -120,7 +148,7 @@ class ValueTransform(nn.Module):
             r0 = grouped_hadamard(head_dim, dtype, device)
         else:
             raise ValueError(f"value_init {init!r} unknown: use 'identity' or 'hadamard'")
-        self.kind = kind
+        self.kind, self.threads = kind, threads
         self.register_buffer("r0", r0)
         self.a = nn.Parameter(torch.zeros(kv_heads, head_dim, head_dim, dtype=dtype,
                                           device=device))
@@ -128,7 +156,7 @@ class ValueTransform(nn.Module):
                                                  device=device))
 
     def rotation(self) -> torch.Tensor:
-        return self.r0 @ orthogonal_map(self.a, self.kind)
+        return self.r0 @ orthogonal_map(self.a, self.kind, self.threads)
 
     def matrices(self) -> torch.Tensor:
         return self.rotation() * torch.exp(self.log_diag).unsqueeze(-2)
