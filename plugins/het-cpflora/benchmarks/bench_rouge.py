@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
         "primary = pre-registered endpoint (design file)",
         ["claim", "difference", "metric", "endpoint", "estimate", "MDE", "verdict"], claims,
         name="claims", formats={"estimate": ".3f", "MDE": ".3f"})
-    tables = [main_t, claims_t]
+    tables = [main_t] + ([claims_t] if claims else [])
     if var_rows:
         tables.append(R.make_table(
             f"Where the variance of the primary paired differences comes from ({k} seeds x "
