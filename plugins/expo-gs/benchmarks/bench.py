@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 def _scene(n: int, res: int, seed: int = 0):  # noqa: ANN202
@@ -170,6 +171,126 @@ def profile(args: argparse.Namespace) -> None:
         print(f"results file: {path}")
 
 
+SPEED_RES = (64, 128, 256)
+SPEED_N = (1000, 10000, 50000)
+# bytes of peak memory per Gaussian-pixel pair (above ~250 MB of torch itself), from the
+# committed raster.json cells: dense 256² x 1024 (4.1 GB, 67M pairs) and tiled 256² x 4096
+# (1.0 GB, 10M pairs); used only to skip cells before running them
+BYTES_PER_PAIR = {"dense": 60.0, "tiled": 75.0}
+
+
+def _pairs(n: int, res: int, tile: int = 16) -> tuple[int, int]:
+    """Gaussian-pixel pairs each rasterizer evaluates on the benchmark scene: tiled
+    ``Σ_tiles pixels_t · M_t`` (M_t = Gaussians whose 3-sigma box meets tile t), dense
+    ``H·W·N_visible``."""
+    from icml_expo_gs.rasterizer import project
+
+    cam, p = _scene(n, res)
+    proj = project(p[0].detach(), p[1].detach(), p[2].detach(), p[3].detach(), cam)
+    m2, rr = proj.means2d, proj.radii
+    tiled = 0
+    for y0 in range(0, res, tile):
+        for x0 in range(0, res, tile):
+            m = int(((m2[:, 0] + rr >= x0) & (m2[:, 0] - rr <= x0 + tile) & (m2[:, 1] + rr >= y0)
+                     & (m2[:, 1] - rr <= y0 + tile)).sum())
+            tiled += m * min(tile, res - y0) * min(tile, res - x0)
+    return tiled, res * res * int(m2.shape[0])
+
+
+def speed_arm(mode: str, n: int, res: int, repeats: int) -> dict[str, float]:
+    """One (mode, N, image) cell in its own process: forward + backward of features (RGB)
+    and depth, median of ``repeats`` after a warm-up, split into projection, compositing
+    forward and backward; peak RSS of the process."""
+    import torch
+    from icml_expo_gs.rasterizer import project, rasterize, rasterize_dense
+
+    torch.set_num_threads(1)
+    cam, p = _scene(n, res)
+    raster = rasterize if mode == "tiled" else rasterize_dense
+    kw = {"tile": 16} if mode == "tiled" else {}
+    times: dict[str, list[float]] = {"project": [], "fwd": [], "bwd": []}
+    for i in range(repeats + 1):
+        for q in p:
+            q.grad = None
+        t0 = time.perf_counter()
+        proj = project(p[0], p[1], p[2], p[3], cam)
+        t1 = time.perf_counter()
+        f = torch.cat([p[4][proj.index], proj.depths[:, None]], -1)
+        r = raster(proj, f, res, res, **kw)
+        t2 = time.perf_counter()
+        r["features"].sum().backward()
+        t3 = time.perf_counter()
+        if i:
+            for k, v in (("project", t1 - t0), ("fwd", t2 - t1), ("bwd", t3 - t2)):
+                times[k].append(1000 * v)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {**med, "ms": sum(med.values()),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def speed(args: argparse.Namespace) -> None:
+    """The issue's speed grid: forward + backward per image at 64²-256² with 1k-50k
+    Gaussians, tiled vs dense, each cell a fresh process. A cell whose estimated peak memory
+    (pairs x BYTES_PER_PAIR + 0.25 GB) exceeds ``--mem-cap-gb`` is skipped, with the estimate
+    as the reason, before it runs."""
+    from icml import results
+
+    clock = results.Clock()
+    threads = results.apply_threads(1)
+    grid = [(16, 100)] if args.grid == "tiny" else [(r, n) for r in SPEED_RES for n in SPEED_N]
+    rows = []
+    for res, n in grid:
+        pt, pd = _pairs(n, res)
+        cell: dict[str, Any] = {}
+        notes = []
+        for mode, pairs in (("tiled", pt), ("dense", pd)):
+            est = pairs * BYTES_PER_PAIR[mode] / 2 ** 30 + 0.25
+            if est > args.mem_cap_gb:
+                notes.append(f"{mode} skipped: est. {est:.1f} GB > {args.mem_cap_gb:g} GB cap")
+                continue
+            out = subprocess.run([sys.executable, __file__, "_speed", mode, str(n), str(res),
+                                  str(args.repeats)], capture_output=True, text=True, check=True)
+            cell[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        t, d = cell.get("tiled"), cell.get("dense")
+        rows.append([f"{res}²", n, pt / 1e6, pd / 1e6,
+                     t["project"] if t else None, t["fwd"] if t else None,
+                     t["bwd"] if t else None, t["ms"] if t else None, d["ms"] if d else None,
+                     t["ms"] / d["ms"] if t and d else None,
+                     1e6 * t["ms"] / pt if t else None, 1e6 * d["ms"] / pd if d else None,
+                     t["peak_rss_mb"] if t else None, d["peak_rss_mb"] if d else None,
+                     "; ".join(notes) or "-"])
+        print(json.dumps(rows[-1]), flush=True)
+    cols = ["image", "Gaussians", "tiled pairs M", "dense pairs M", "tiled project ms",
+            "tiled composite fwd ms", "tiled backward ms", "tiled fwd+bwd ms", "dense fwd+bwd ms",
+            "tiled / dense time", "tiled ns per pair", "dense ns per pair",
+            "tiled peak RSS MB", "dense peak RSS MB", "note"]
+    ms = {c: ".0f" for c in cols[4:9]}
+    table = results.make_table(
+        "Forward + backward per image, tiled vs dense, one thread (median of repeats after a "
+        "warm-up; pairs = Gaussian-pixel pairs evaluated)", cols, rows, name="speed",
+        formats=ms | {"tiled pairs M": ".1f", "dense pairs M": ".1f",
+                      "tiled / dense time": ".2f", "tiled ns per pair": ".0f",
+                      "dense ns per pair": ".0f", "tiled peak RSS MB": ".0f",
+                      "dense peak RSS MB": ".0f"})
+    print(results.render_table(table))
+    if args.out_results:
+        cmd = ("OMP_NUM_THREADS=1 python plugins/expo-gs/benchmarks/bench.py speed "
+               + (f"--grid {args.grid} " if args.grid != "full" else "")
+               + f"--repeats {args.repeats} --mem-cap-gb {args.mem_cap_gb:g} "
+               f"--out-results {args.out_results}")
+        tol = {c: {"timing": True, "why": "clock reading on a shared machine"}
+               for c in cols[4:12]}
+        tol |= {c: {"rel": 0.25, "why": "peak RSS of a fresh process, ~250 MB of it torch "
+                                        "itself; allocator- and version-dependent"}
+                for c in cols[12:14]}
+        path = results.write(args.out_results, [table], command=cmd, plugin="expo-gs",
+                             quick=False, clock=clock, threads=threads, tolerance=tol,
+                             notes="pairs are counted on the benchmark scene (random Gaussians, "
+                                   "scales 0.02-0.07 at distance 3); skipped cells name their "
+                                   "memory estimate")
+        print(f"results file: {path}")
+
+
 METHOD_KEYS = (("ldr_oe_psnr", "LDR-OE PSNR"), ("ldr_ne_psnr", "LDR-NE PSNR"),
                ("hdr_psnr", "HDR PSNR (mu-law)"), ("depth_rmse", "depth RMSE"),
                ("floater_fraction", "floater fraction"))
@@ -253,12 +374,16 @@ def method(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_speed":
+        mode, n, res, reps = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        print(json.dumps(speed_arm(mode, n, res, reps)))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "_arm":
         mode, n, res, reps = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
         print(json.dumps(one_arm(mode, n, res, reps)))
         return
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=("raster", "method", "profile"))
+    p.add_argument("what", choices=("raster", "method", "profile", "speed"))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--workers", type=int, default=None,
                    help="method: sweep worker processes (default: the cores this process may "
@@ -266,10 +391,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--grid", choices=sorted(GRIDS), default="full",
                    help="raster sizes: full (the README's) or tiny (a smoke test)")
+    p.add_argument("--mem-cap-gb", type=float, default=4.0,
+                   help="speed: skip a cell whose estimated peak memory exceeds this")
     p.add_argument("--out-results", default=None,
                    help="also write a results file (plugins/expo-gs/results/NAME.json)")
     args = p.parse_args()
-    {"raster": raster, "method": method, "profile": profile}[args.what](args)
+    {"raster": raster, "method": method, "profile": profile, "speed": speed}[args.what](args)
 
 
 if __name__ == "__main__":

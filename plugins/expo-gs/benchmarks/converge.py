@@ -33,7 +33,7 @@ PRESET: dict[str, Any] = {
     "densify_until": 420, "max_gaussians": 800, "grad_threshold": 1e-3,
     "lr_means": 8e-3, "lr_color": 8e-2, "lr_opacity": 8e-2, "lr_scales": 2e-2,
 }
-SCENE_KEYS = ("resolution", "n_views", "n_test", "n_points", "plane_extent")
+SCENE_KEYS = ("resolution", "n_views", "n_test", "n_points", "plane_extent", "supersample")
 METHODS = ("hdrgs", "expo-gs")
 KEYS = (("train_ldr_psnr", "train-view LDR PSNR"), ("ldr_oe_psnr", "LDR-OE PSNR"),
         ("ldr_ne_psnr", "LDR-NE PSNR"), ("hdr_psnr", "HDR PSNR (mu-law)"),
@@ -44,11 +44,23 @@ FMT = {"train-view LDR PSNR": ".2f", "LDR-OE PSNR": ".2f", "LDR-NE PSNR": ".2f",
        "floater fraction": ".3f", "Gaussians": ".0f", "train s": ".0f"}
 
 
+_TYPES: dict[str, Any] = {"resolution": int, "n_views": int, "n_test": int, "n_points": int,
+                          "plane_extent": float, "supersample": int}
+
+
 def _parse(sets: list[str]) -> dict[str, Any]:
+    """PRESET with ``key=value`` overrides, each cast to its config field's type."""
+    from icml_expo_gs.config import ExpoGSConfig
+
+    for f in dataclasses.fields(ExpoGSConfig):
+        if f.type in ("int", "float", "str", int, float, str):
+            _TYPES.setdefault(f.name, {"int": int, "float": float, "str": str}.get(f.type,
+                                                                                   f.type))
     out = dict(PRESET)
     for s in sets:
         k, v = s.split("=", 1)
-        out[k] = type(PRESET.get(k, 0.0))(float(v)) if k in PRESET else float(v)
+        cast = _TYPES.get(k, float)
+        out[k] = v if cast is str else cast(float(v))
     return out
 
 
@@ -69,7 +81,8 @@ def run_cell(settings: dict[str, Any], method: str, seed: int, curve_every: int 
     sc = {k: settings[k] for k in SCENE_KEYS}
     tr = {k: v for k, v in settings.items() if k not in SCENE_KEYS}
     scene = make_synthetic_hdr_scene(sc["resolution"], sc["n_views"], sc["n_test"], seed=seed,
-                                     n_points=sc["n_points"], plane_extent=sc["plane_extent"])
+                                     n_points=sc["n_points"], plane_extent=sc["plane_extent"],
+                                     supersample=int(sc.get("supersample", 1)))
     cfg = dataclasses.replace(ExpoGSConfig(**tr), method=method)
     t0 = time.perf_counter()
 

@@ -37,6 +37,11 @@ class ExpoGSConfig:
     lr_quats: float = option(1e-3, help="quaternion lr", gt=0)
     lr_opacity: float = option(5e-2, help="opacity lr", gt=0)
     lr_color: float = option(2.5e-2, help="log-irradiance lr", gt=0)
+    lr_decay: float = option(1.0, help="final factor of the log-irradiance (SH bands too), "
+                             "opacity, scale and quaternion lrs (exponential decay over "
+                             "training; 1 = constant, the default and 3DGS's choice; the "
+                             "converge30 benchmark: 0.1)",
+                             gt=0, le=1)
     lr_tonemapper: float = option(5e-3, help="tone-mapper lr (decays x0.1; HDR-GS 5e-4)", gt=0)
     sh_degree: int = option(0, help="SH degree of the (log-irradiance) colours, 0-3 (0 = DC "
                             "only, the default; HDR-GS 3); higher bands lr = lr_color/20",
@@ -113,6 +118,9 @@ class _SceneOpts:
     plane_extent: float = option(0.0, help="synthetic scene's ground: 0 = infinite plane "
                                  "(default), > 0 = a square slab of this half-size (the converge "
                                  "benchmark's bounded scene: 1.2)", ge=0)
+    supersample: int = option(1, help="synthetic scene: rays per pixel side for anti-aliased "
+                              "HDR ground truth (1 = one ray per pixel, the default; the "
+                              "converge benchmark's scene: 4)", ge=1)
     data_dir: str = option("", help="an HDR-NeRF scene folder instead of the synthetic scene")
 
 

@@ -29,7 +29,8 @@ def _scene(ctx: icml.RunContext, cfg: Any) -> Any:
         except (FileNotFoundError, ValueError) as e:
             raise icml.ConfigError(f"config key 'data_dir': {e}") from e
     return make_synthetic_hdr_scene(cfg.resolution, cfg.n_views, cfg.n_test, seed=ctx.seed,
-                                    n_points=cfg.n_points, plane_extent=cfg.plane_extent)
+                                    n_points=cfg.n_points, plane_extent=cfg.plane_extent,
+                                    supersample=cfg.supersample)
 
 
 def _trainer_cfg(cfg: ExpoGSConfig, method: str) -> ExpoGSConfig:

@@ -134,12 +134,19 @@ def sphere_trace(cam: Camera, steps: int = 96, far: float = 8.0, plane_extent: f
 def make_synthetic_hdr_scene(resolution: int = 32, n_views: int = 16, n_test: int = 4,
                              exposures: tuple[float, ...] = EXPOSURES, seed: int = 0,
                              n_points: int = 256, point_noise: float = 0.02,
-                             quantize: bool = True, plane_extent: float = 0.0) -> HDRScene:
+                             quantize: bool = True, plane_extent: float = 0.0,
+                             supersample: int = 1) -> HDRScene:
     """Render the synthetic scene on a ring of ``n_views + n_test`` cameras. Training views get
     the OE exposures (t1, t3, t5), test views all five. ``points`` are noisy GT surface samples
     (standing in for SfM points). ``plane_extent > 0`` bounds the ground to a square slab of
     that half-size (by default the ground is an infinite plane, whose far part covers about a
-    fifth of the pixels at depths 4-8)."""
+    fifth of the pixels at depths 4-8). ``supersample = s > 1`` makes the HDR ground truth
+    anti-aliased: each pixel's radiance is the mean of an ``s x s`` grid of rays inside it (a
+    camera integrates over the pixel area), so edges and checkers are the same smooth function
+    of the 3D scene in every view; depth, hit mask and init points stay one ray per pixel
+    centre. ``supersample=1`` (default) is one ray per pixel, as before."""
+    if supersample < 1:
+        raise ValueError(f"supersample {supersample!r}: use an integer >= 1")
     if not plane_extent >= 0:
         raise ValueError(f"plane_extent {plane_extent!r}: use 0 (infinite plane) or > 0")
     if resolution < 4:
@@ -158,6 +165,13 @@ def make_synthetic_hdr_scene(resolution: int = 32, n_views: int = 16, n_test: in
         cam = look_at(eye, torch.tensor([0.0, -0.15, 0.0]), torch.tensor([0.0, -1.0, 0.0]),
                       fov_deg=45, width=resolution, height=resolution)
         hdr, z = sphere_trace(cam, plane_extent=plane_extent)
+        if supersample > 1:
+            hi = look_at(eye, torch.tensor([0.0, -0.15, 0.0]), torch.tensor([0.0, -1.0, 0.0]),
+                         fov_deg=45, width=resolution * supersample,
+                         height=resolution * supersample)
+            hdr_hi, _ = sphere_trace(hi, plane_extent=plane_extent)
+            hdr = torch.nn.functional.avg_pool2d(hdr_hi.permute(2, 0, 1)[None], supersample
+                                                 )[0].permute(1, 2, 0).contiguous()
         ex = [exposures[k] for k in (OE if i < n_views else range(5))]
         ldr = []
         for e in ex:

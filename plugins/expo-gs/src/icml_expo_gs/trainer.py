@@ -165,6 +165,7 @@ class ExpoGSTrainer:
         lr = {"means": c.lr_means, "scales": c.lr_scales, "quats": c.lr_quats,
               "opacity": c.lr_opacity, "color": c.lr_color, "tonemapper": c.lr_tonemapper}
         opt = torch.optim.Adam(param_groups(m, tm, lr), eps=1e-15)
+        base = {gr["name"]: gr["lr"] for gr in opt.param_groups}
         total = c.iters_irradiance + c.iters_joint
         extent = float(scene.bounds)
         hist: dict[str, list[float]] = {"loss": [], "n_gaussians": [], "geo": []}
@@ -180,6 +181,8 @@ class ExpoGSTrainer:
                     gr["lr"] = c.lr_means * 0.01 ** f
                 elif gr["name"] == "tonemapper":
                     gr["lr"] = c.lr_tonemapper * 0.1 ** f
+                elif c.lr_decay != 1.0:
+                    gr["lr"] = base[gr["name"]] * c.lr_decay ** f
 
         def density(it: int, sdf: SDFNetwork | None) -> None:
             if not (c.densify_from <= it <= c.densify_until and it % c.densify_every == 0
