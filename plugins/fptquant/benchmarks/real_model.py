@@ -159,6 +159,44 @@ def thread_tolerance(path):
                   f"per-window NLL difference of {d:.2g} (this is twice it)"}}
 
 
+def verdicts(rows, tol, n_greedy):
+    """Per width and weight quantizer with a QuaRot and an FPTQuant-local row: who wins, by the
+    rule fixed before the 0.3.10 run (CHANGELOG): FPTQuant-local minus QuaRot in mean NLL per
+    token, paired over windows; a winner when the 95% CI excludes 0 and the difference is
+    larger than ``tol`` (the declared 1 vs 2 thread tolerance, 0 when none), else "no
+    difference". "usable": the arm's greedy Wilson interval reaches FP's (overlaps it)."""
+    from icml import stats
+
+    def interval(k):
+        return stats.proportion_ci([1] * k + [0] * (n_greedy - k)) if n_greedy else None
+
+    fp_ci = interval(rows[0]["zero_shot"])
+    out = []
+    for q in rows:
+        if q["arm"] != "quarot":
+            continue
+        loc = next((r for r in rows if r["bits"] == q["bits"] and r["wq"] == q["wq"]
+                    and r["arm"] == "fptquant_local"), None)
+        if loc is None or loc.get("vs_quarot") is None:
+            continue
+        e = loc["vs_quarot"]
+        d = float(e.value)
+        if e.lo > 0 and d > tol:
+            win = "QuaRot"
+        elif e.hi < 0 and -d > tol:
+            win = "FPTQuant-local"
+        else:
+            win = "no difference"
+
+        def usable(r):
+            c = interval(r["zero_shot"])
+            return "-" if c is None else ("yes" if c.hi >= fp_ci.lo else "no")
+        out.append([q["bits"], q["wq"], d, f"[{e.lo:.3f}, {e.hi:.3f}]", loc["mde"], tol, win,
+                    q["ppl"], loc["ppl"], f"{q['zero_shot']}/{n_greedy}",
+                    f"{loc['zero_shot']}/{n_greedy}", usable(q), usable(loc)])
+    return out
+
+
 def _wilson(k, n):
     """Wilson 95% interval of k correct out of n (``icml.stats.proportion_ci``)."""
     from icml import stats
@@ -526,10 +564,25 @@ def run() -> None:
                 [[r["bits"], r["wq"], val(r["vs_local"]), rng(r["vs_local"]), r["mde_local"]]
                  for r in e2e], name="e2e",
                 formats={"log-ppl minus local's": ".3f", "MDE (log-ppl)": ".3f"}))
+        thread_tol = thread_tolerance(args.tolerance_from)
+        verdict = verdicts(rows, thread_tol.get("*", {}).get("abs", 0.0), len(keep))
+        if verdict:  # the summary's verdicts, rendered from the file (0.3.10)
+            tables.append(R.make_table(
+                "What wins at each width: FPTQuant-local (static) minus QuaRot (dynamic), mean "
+                "NLL per token paired over windows; winner when the 95% CI excludes 0 and the "
+                "difference exceeds the declared 1 vs 2 thread tolerance; usable: greedy "
+                "Wilson interval overlaps FP's",
+                ["bits", "weights", "FPTQuant-local minus QuaRot (log-ppl)", "95% CI",
+                 "MDE (log-ppl)", "thread tolerance", "winner", "QuaRot perplexity",
+                 "FPTQuant-local perplexity", "QuaRot greedy", "FPTQuant-local greedy",
+                 "QuaRot usable", "FPTQuant-local usable"], verdict, name="verdict",
+                formats={"FPTQuant-local minus QuaRot (log-ppl)": ".3f", "MDE (log-ppl)": ".3f",
+                         "thread tolerance": ".2g", "QuaRot perplexity": ".2f",
+                         "FPTQuant-local perplexity": ".2f"}))
         R.write(args.out_results, tables, plugin="fptquant", seeds=[0], clock=clock,
                 threads=threads, quick=False,
                 tolerance={"CPU s": {"timing": True, "why": "CPU time of this machine: shown, "
-                                     "not compared"}, **thread_tolerance(args.tolerance_from)},
+                                     "not compared"}, **thread_tol},
                 command=" ".join(["python", "plugins/fptquant/benchmarks/real_model.py"]
                                  + [shlex.quote(x) for x in sys.argv[1:]]))
     elif args.out_results:

@@ -77,8 +77,16 @@ def test_real_model_table_writes_its_results_file_on_a_tiny_model(tmp_path):
          "1", "--local-steps", "1", "--prompts", "2", "--threads", "1", "--stats",
          "--out-results", str(tmp_path / "real.json"))
     data = R.load(tmp_path / "real.json")
-    (table,) = data["tables"]
+    table, verdict = data["tables"]
     rows = [dict(zip(table["columns"], r)) for r in table["rows"]]
+    # the summary's verdict (0.3.10): one row per width with both arms, named by the rule
+    (v,) = [dict(zip(verdict["columns"], r)) for r in verdict["rows"]]
+    assert verdict["name"] == "verdict" and (v["bits"], v["weights"]) == ("W6A6KV6", "RTN")
+    assert v["FPTQuant-local minus QuaRot (log-ppl)"] == rows[3]["log-ppl minus QuaRot's"]
+    lo, hi = (float(x) for x in v["95% CI"].strip("[]").split(","))
+    assert v["winner"] == ("QuaRot" if lo > 0 else "FPTQuant-local" if hi < 0
+                           else "no difference")
+    assert v["thread tolerance"] == 0 and v["QuaRot usable"] in ("yes", "no", "-")
     assert [r["arm"] for r in rows][1:] == ["no transform", "QuaRot (dynamic per-token)",
                                            "FPTQuant-local"]
     assert rows[0]["arm"].startswith("FP") and rows[1]["log-ppl gap closed"] == 0
@@ -123,7 +131,10 @@ def test_thread_repro_and_the_e2e_rows_on_a_tiny_model(tmp_path):
          "--prompts", "2", "--threads", "1", "--stats", "--tolerance-from",
          str(tmp_path / "tr.json"), "--out-results", str(tmp_path / "real.json"))
     data = R.load(tmp_path / "real.json")
-    table, e2e = data["tables"]
+    table, e2e, verdict = data["tables"]
+    assert verdict["rows"][0][:2] == ["W4A8KV8", "RTN"]
+    tol = data["tolerance"].get("*", {}).get("abs", 0.0)
+    assert verdict["rows"][0][5] == tol  # the declared thread tolerance is the rule's margin
     assert [r[2] for r in table["rows"]][1:] == ["QuaRot (dynamic per-token)", "FPTQuant-local",
                                                  "FPTQuant-end-to-end"]
     assert e2e["name"] == "e2e" and [r[:2] for r in e2e["rows"]] == [["W4A8KV8", "RTN"]]
