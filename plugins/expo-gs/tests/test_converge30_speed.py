@@ -83,6 +83,23 @@ def test_converge30_table_at_a_tiny_scale(tmp_path, monkeypatch):
     assert data["tolerance"]["train s"]["timing"] is True
     assert data["tolerance"]["LDR-OE PSNR"]["abs"] >= 0
     assert data["metrics"]["preset"]["supersample"] == 2
+    # two shards (seed 0, seed 1) merged give the same equal-iteration numbers as one run
+    parts = []
+    for first in (1, 0):
+        part = tmp_path / f"part{first}.json"
+        monkeypatch.setattr(sys, "argv", ["converge30.py", "--seeds", "1", "--first-seed",
+                                          str(first), "--cells-out", str(part)])
+        conv.main()
+        parts.append(str(part))
+    merged = tmp_path / "merged.json"
+    monkeypatch.setattr(sys, "argv", ["converge30.py", "--from-cells", *parts,
+                                      "--out-results", str(merged)])
+    conv.main()
+    mdata = results.load(merged)
+    assert mdata["command"] == data["command"].replace(str(out), str(merged))
+    for a, b in zip(mdata["tables"][0]["rows"][:2], arms["rows"][:2], strict=True):
+        assert a[:8] == b[:8]  # arm, then the seven metrics (Gaussians, time: not compared)
+    assert [s["seeds"] for s in mdata["metrics"]["shards"]] == [[0], [1]]
 
 
 def test_speed_grid_writes_a_results_file_and_skips_by_memory(tmp_path):
