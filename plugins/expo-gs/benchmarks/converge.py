@@ -78,7 +78,7 @@ def run_cell(settings: dict[str, Any], method: str, seed: int, curve_every: int 
     from icml_expo_gs.tonemap import camera_response
     from icml_expo_gs.trainer import ExpoGSTrainer
 
-    sc = {k: settings[k] for k in SCENE_KEYS}
+    sc = {"supersample": 1, **{k: settings[k] for k in SCENE_KEYS if k in settings}}
     tr = {k: v for k, v in settings.items() if k not in SCENE_KEYS}
     scene = make_synthetic_hdr_scene(sc["resolution"], sc["n_views"], sc["n_test"], seed=seed,
                                      n_points=sc["n_points"], plane_extent=sc["plane_extent"],
