@@ -155,3 +155,10 @@ def test_new_in_process_and_refuses_to_overwrite(tmp_path: Path) -> None:
     res = invoke("new", "my-method", "--dir", str(tmp_path))
     assert res.exit_code == 2 and "already exists" in res.output
     assert invoke("new", "Bad_Slug", "--dir", str(tmp_path)).exit_code == 2
+
+
+def test_reproduce_refuses_write_with_record_machine() -> None:
+    """--write accepts a rerun as the main file; --record-machine keeps the main file and writes
+    another machine's copy: asking for both is a usage error, before anything reruns."""
+    res = invoke("reproduce", "dxpp", "--write", "--record-machine")
+    assert res.exit_code == 2 and "exclude each other" in res.output

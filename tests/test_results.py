@@ -266,6 +266,45 @@ def test_files_record_the_cpus_kernel_flags_and_reruns_name_a_changed_machine(
     assert rerun_file("demo", path).message == ""  # equal cells: no note
 
 
+def test_a_machine_reference_copy_is_recorded_and_then_checked(tmp_path, monkeypatch) -> None:
+    """On another CPU a rerun may differ from the main file (float kernels): --record-machine
+    writes it as this machine's reference copy (main file and README untouched), later reruns
+    here compare with the copy, a copy whose command is not the main file's says so, and a
+    copy that the rerun no longer needs (equal to the main file) is removed."""
+    monkeypatch.delenv(R.RESULTS_DIR_ENV, raising=False)
+    path = _demo_repo(tmp_path, "0.5")
+    readme = path.parent.parent / "README.md"
+    data = json.loads(path.read_text())
+    data["command"] = data["command"].replace("make.py 0.5", "make.py 0.75")  # "this machine"
+    data["cpu"], data["cpu_flags"] = "Some Other CPU", ["sse4_2"]
+    path.write_text(json.dumps(data))
+    main_before, readme_before = path.read_text(), readme.read_text()
+    assert R.machine_key(data) != R.machine_key()
+    assert R.machine_key() == R.machine_key({"cpu": R.cpu_model(), "cpu_flags": R.cpu_flags()})
+    copy = R.machine_copy(path, R.machine_key())
+    assert copy.parent.parent == path.parent / R.MACHINES_DIR
+    assert rerun_file("demo", path).status == "differs"
+    out = rerun_file("demo", path, record_machine=True)
+    assert out.status == "ok" and "recorded machines/" in out.message, out
+    assert "Some Other CPU" in out.message
+    assert copy.is_file() and R.load(copy)["tables"][0]["rows"] == [["a", 0.75]]
+    assert path.read_text() == main_before and readme.read_text() == readme_before
+    assert R.files(path.parent) == [path]  # copies are not results files of their own
+    out = rerun_file("demo", path)
+    assert out.status == "ok" and "reference copy machines/" in out.message, out
+    # the copy is checked like a main file: another number differs from it
+    data["command"] = data["command"].replace("make.py 0.75", "make.py 0.9")
+    path.write_text(json.dumps(data))
+    out = rerun_file("demo", path)
+    assert out.status == "differs" and "record it again" in out.message
+    assert [(d.committed, d.rerun) for d in out.diffs] == [("0.75", "0.9")]
+    # a rerun equal to the main file needs no copy: recording removes it
+    data["command"] = data["command"].replace("make.py 0.9", "make.py 0.5")
+    path.write_text(json.dumps(data))
+    out = rerun_file("demo", path, record_machine=True)
+    assert out.status == "ok" and "removed" in out.message and not copy.exists()
+
+
 @pytest.mark.parametrize(("heading", "exempt"), [
     ("Configuration", True), ("Options", True), ("Using the CLI", True),
     ("Exit statuses of the CLI", True), ("The hostile trial's cases (tests)", True),

@@ -24,7 +24,7 @@ from icml.types import Paper, PluginInfo, RunContext, RunResult, Table
 
 _quiet.install()  # two offline-mode warnings of peft's imports that are not failures
 
-__version__ = "0.1.9"
+__version__ = "0.1.10"
 CAPABILITIES = tuple(CAPABILITY_HOOKS)
 
 __all__ = [

@@ -298,6 +298,11 @@ def reproduce(
     write: Annotated[bool, typer.Option("--write", help="Accept the reruns: overwrite the "
                                         "results files and re-render the README tables.")
                      ] = False,
+    record_machine: Annotated[bool, typer.Option(
+        "--record-machine", help="On a machine other than a file's (CPU model, kernel flags), "
+        "write a rerun that differs as this machine's reference copy (results/machines/KEY/); "
+        "later reruns here compare with it. Read the differences first: the main file stays "
+        "the README's evidence.")] = False,
 ) -> None:
     """Rerun the commands behind a plugin's README tables and compare with the committed
     results files; prints every cell that differs. Exit 1 when any differs or fails."""
@@ -311,13 +316,16 @@ def reproduce(
         raise _fail(f"--threads must be >= 1, got {threads}", 2)
     if all_ == (slug is not None):
         raise _fail("name one plugin, or pass --all", 2)
+    if write and record_machine:
+        raise _fail("--write and --record-machine exclude each other", 2)
     slugs = [r.slug for r in _host().all_records] if all_ else [slug]
     con = _console()
     outcomes = []
     for s in slugs:
         try:
             outcomes += do_reproduce(s, tables or (), quick=quick, threads=threads, raw=raw,
-                                     write=write, echo=lambda m: typer.echo(m, err=True))
+                                     write=write, record_machine=record_machine,
+                                     echo=lambda m: typer.echo(m, err=True))
         except ResultsError as exc:
             raise _fail(str(exc), 2) from None
     for o in outcomes:

@@ -40,9 +40,16 @@ def _env(tmp: Path, threads: int | None) -> dict[str, str]:
 
 
 def rerun_file(slug: str, path: Path, *, threads: int | None = None, raw: bool = False,
-               write: bool = False, echo: Callable[[str], None] = lambda s: None) -> Outcome:
+               write: bool = False, record_machine: bool = False,
+               echo: Callable[[str], None] = lambda s: None) -> Outcome:
     """Rerun one results file's command and compare (``write``: accept the rerun as the new
-    committed file and re-render the README's blocks)."""
+    committed file and re-render the README's blocks).
+
+    On a machine other than the file's (:func:`icml.results.machine_key`: CPU model and kernel
+    flags) the rerun is compared with that machine's reference copy where one is committed
+    (:func:`icml.results.machine_copy`), else with the main file. ``record_machine``: where the
+    rerun's machine is not the main file's and the rerun differs from it, write the rerun as
+    this machine's reference copy (the main file and the README stay as they are)."""
     committed = R.load(path)
     root = R.repo_root(path.parent)
     with tempfile.TemporaryDirectory(prefix="icml-reproduce-") as tmp_name:
@@ -63,8 +70,33 @@ def rerun_file(slug: str, path: Path, *, threads: int | None = None, raw: bool =
             return Outcome(slug, path.name, "failed", wall,
                            message=f"the command failed ({why}):\n{tail}")
         fresh = R.load(out)
-        diffs = R.compare(committed, fresh, raw=raw)
-        note = R.machine_note(committed, fresh) if diffs else ""
+        other_machine = R.machine_key(fresh) != R.machine_key(committed)
+        copy = R.machine_copy(path, R.machine_key(fresh))
+        reference, against = committed, ""
+        if other_machine and copy.is_file() and not write:
+            reference = R.load(copy)
+            against = (f"compared with this machine's reference copy "
+                       f"{copy.relative_to(path.parent).as_posix()} (the main file was made on "
+                       f"{committed.get('cpu')!r})")
+            if reference.get("command") != committed.get("command"):
+                against += "; its command is not the main file's: record it again"
+            elif str(reference.get("created", "")) < str(committed.get("created", "")):
+                against += "; the main file is newer: if the code changed, record it again"
+        diffs = R.compare(reference, fresh, raw=raw)
+        note = R.machine_note(reference, fresh) if diffs else ""
+        note = "; ".join(x for x in (against, note) if x)
+        if record_machine and other_machine and not write:
+            where = copy.relative_to(path.parent).as_posix()
+            if not R.compare(committed, fresh, raw=raw):  # equal to the main file: no copy
+                if copy.is_file():
+                    copy.unlink()
+                    note = f"removed {where} (the rerun equals the main file)"
+            elif diffs or not copy.is_file():
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(out, copy)
+                note = "; ".join(x for x in (R.machine_note(committed, fresh),
+                                             f"recorded {where}") if x)
+            diffs = []
         if write:
             shutil.copyfile(out, path)
             readme = R.readme_of(path.parent)
@@ -75,14 +107,15 @@ def rerun_file(slug: str, path: Path, *, threads: int | None = None, raw: bool =
 
 def reproduce(slug: str, names: Sequence[str] = (), *, quick: bool = False,
               threads: int | None = None, raw: bool = False, write: bool = False,
+              record_machine: bool = False,
               echo: Callable[[str], None] = lambda s: None) -> list[Outcome]:
     """Rerun ``slug``'s results files (all, the ``names`` given, or the quick ones)."""
     rdir = R.results_dir(slug)
     paths = R.files(rdir, names, quick=quick)
     if not paths:
         raise R.ResultsError(f"{slug}: no {'quick ' if quick else ''}results files in {rdir}")
-    return [rerun_file(slug, p, threads=threads, raw=raw, write=write, echo=echo)
-            for p in paths]
+    return [rerun_file(slug, p, threads=threads, raw=raw, write=write,
+                       record_machine=record_machine, echo=echo) for p in paths]
 
 
 __all__ = ["Outcome", "reproduce", "rerun_file"]

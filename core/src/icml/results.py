@@ -285,6 +285,36 @@ def machine_note(committed: Mapping[str, Any], fresh: Mapping[str, Any]) -> str:
             + " (float kernels differ with them)") if bits else ""
 
 
+#: The folder (under a results folder) of per-machine reference copies: ``machines/<key>/``.
+MACHINES_DIR = "machines"
+
+
+def machine_key(data: Mapping[str, Any] | None = None) -> str:
+    """The name of a machine's reference-copy folder: its CPU model and a short hash of its
+    kernel flags (of a results file's ``cpu``/``cpu_flags``, or of this machine). Two machines
+    with one key run the same float kernels as far as the file can tell."""
+    import hashlib
+
+    cpu = (data or {}).get("cpu") if data is not None else cpu_model()
+    flags = (data or {}).get("cpu_flags") if data is not None else cpu_flags()
+    digest = hashlib.sha256(",".join(sorted(flags or [])).encode()).hexdigest()[:8]
+    return f"{_slug(str(cpu or 'unknown'))}-{digest}"
+
+
+def machine_copy(path: str | Path, key: str) -> Path:
+    """Where the reference copy of results file ``path`` for machine ``key`` lives:
+    ``<results>/machines/<key>/<name>.json``.
+
+    Float kernels differ between CPU models (and flags), and a training run that is
+    bit-identical at 1 and 2 threads on one machine can end elsewhere on another. The README's
+    tables come from the main file; a reference copy is the same command's output on another
+    machine, committed with ``icml reproduce --record-machine`` once its conclusions were
+    read, so ``icml reproduce`` on that machine checks the code against it bit for bit as shown
+    instead of failing on every kernel difference. The main file stays the evidence."""
+    path = Path(path)
+    return path.parent / MACHINES_DIR / key / path.name
+
+
 def _versions(plugin: str | None) -> dict[str, str]:
     out = {"python": platform.python_version()}
     names = ["icml-core"] + ([f"icml-{plugin}"] if plugin else []) + \
@@ -719,7 +749,8 @@ def files(rdir: Path, names: Sequence[str] = (), *, quick: bool = False) -> list
 __all__ = [
     "Clock", "Diff", "KERNEL_FLAGS", "QUICK_WALL_S", "ResultsError", "SCHEMA", "apply_threads",
     "caption", "compare", "cpu_capability", "cpu_flags", "cpu_model", "env_threads", "files",
-    "find_table", "load", "make_table", "machine_note", "readme_problems",
+    "find_table", "load", "make_table", "machine_copy", "machine_key", "machine_note",
+    "MACHINES_DIR", "readme_problems",
     "render_block", "render_cell", "render_readme", "render_table", "repo_root", "results_dir",
     "readme_of", "CORE_SLUG",
     "target_path", "unrendered_tables", "write",
