@@ -122,8 +122,7 @@ def profile(args: argparse.Namespace) -> None:
     """Where the time of one forward + backward goes: projection, tiled compositing (forward)
     and the backward pass, timed separately (median of ``--repeats`` after a warm-up), with the
     per-tile Gaussian counts that set the compositing cost (``Σ_tiles tile² · M_tile``)."""
-    import torch
-    from icml_expo_gs.rasterizer import project, rasterize
+    from icml_expo_gs.rasterizer import rasterize
 
     from icml import results
 
@@ -132,19 +131,7 @@ def profile(args: argparse.Namespace) -> None:
     rows = []
     for res, n in (GRIDS["tiny"] if args.grid == "tiny" else PROFILE_GRID):
         cam, p = _scene(n, res)
-        times: dict[str, list[float]] = {"project": [], "fwd": [], "bwd": []}
-        for i in range(args.repeats + 1):
-            t0 = time.perf_counter()
-            proj = project(p[0], p[1], p[2], p[3], cam)
-            t1 = time.perf_counter()
-            f = torch.cat([p[4][proj.index], proj.depths[:, None]], -1)
-            r = rasterize(proj, f, res, res, tile=16)
-            t2 = time.perf_counter()
-            r["features"].sum().backward()
-            t3 = time.perf_counter()
-            if i:
-                for k, v in (("project", t1 - t0), ("fwd", t2 - t1), ("bwd", t3 - t2)):
-                    times[k].append(1000 * v)
+        times, proj = _time_passes(p, cam, res, rasterize, args.repeats, tile=16)
         m2, rr = proj.means2d.detach(), proj.radii
         cnt = [int(((m2[:, 0] + rr >= x0) & (m2[:, 0] - rr <= x0 + 16) & (m2[:, 1] + rr >= y0)
                     & (m2[:, 1] - rr <= y0 + 16)).sum())
@@ -197,17 +184,13 @@ def _pairs(n: int, res: int, tile: int = 16) -> tuple[int, int]:
     return tiled, res * res * int(m2.shape[0])
 
 
-def speed_arm(mode: str, n: int, res: int, repeats: int) -> dict[str, float]:
-    """One (mode, N, image) cell in its own process: forward + backward of features (RGB)
-    and depth, median of ``repeats`` after a warm-up, split into projection, compositing
-    forward and backward; peak RSS of the process."""
+def _time_passes(p: list, cam: Any, res: int, raster: Any, repeats: int,
+                 **kw: Any) -> tuple[dict[str, list[float]], Any]:
+    """``repeats`` timed forward + backward passes after one warm-up (ms each: projection,
+    compositing forward, backward), gradients cleared before each; the last projection too."""
     import torch
-    from icml_expo_gs.rasterizer import project, rasterize, rasterize_dense
+    from icml_expo_gs.rasterizer import project
 
-    torch.set_num_threads(1)
-    cam, p = _scene(n, res)
-    raster = rasterize if mode == "tiled" else rasterize_dense
-    kw = {"tile": 16} if mode == "tiled" else {}
     times: dict[str, list[float]] = {"project": [], "fwd": [], "bwd": []}
     for i in range(repeats + 1):
         for q in p:
@@ -223,6 +206,21 @@ def speed_arm(mode: str, n: int, res: int, repeats: int) -> dict[str, float]:
         if i:
             for k, v in (("project", t1 - t0), ("fwd", t2 - t1), ("bwd", t3 - t2)):
                 times[k].append(1000 * v)
+    return times, proj
+
+
+def speed_arm(mode: str, n: int, res: int, repeats: int) -> dict[str, float]:
+    """One (mode, N, image) cell in its own process: forward + backward of features (RGB)
+    and depth, median of ``repeats`` after a warm-up, split into projection, compositing
+    forward and backward; peak RSS of the process."""
+    import torch
+    from icml_expo_gs.rasterizer import rasterize, rasterize_dense
+
+    torch.set_num_threads(1)
+    cam, p = _scene(n, res)
+    raster = rasterize if mode == "tiled" else rasterize_dense
+    kw = {"tile": 16} if mode == "tiled" else {}
+    times, _ = _time_passes(p, cam, res, raster, repeats, **kw)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {**med, "ms": sum(med.values()),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
