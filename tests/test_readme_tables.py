@@ -82,3 +82,21 @@ def test_icml_stats_is_the_only_bootstrap() -> None:
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, "bootstraps outside icml.stats (call icml.stats instead): " + \
         ", ".join(offenders)
+
+
+def test_machine_reference_copies_belong_to_their_main_files() -> None:
+    """A reference copy (results/machines/KEY/NAME.json, icml-core 0.1.10) is the main file's
+    command rerun on another machine: same command and plugin, made on the machine its folder
+    names, a machine other than the main file's, and not older than the main file."""
+    copies = sorted((ROOT / "plugins").glob("*/results/machines/*/*.json"))
+    for copy in copies:
+        main = copy.parents[2] / copy.name
+        assert main.is_file(), f"{copy}: no main file {main.name}"
+        c, m = R.load(copy), R.load(main)
+        again = ("record it again on that machine (icml reproduce --record-machine) or delete it;"
+                 " a rerun there then compares with the main file")
+        assert (c["command"], c.get("plugin")) == (m["command"], m.get("plugin")), \
+            f"{copy}: not its main file's command: {again}"
+        assert R.machine_key(c) == copy.parent.name != R.machine_key(m), copy
+        assert str(c.get("created", "")) >= str(m.get("created", "")), \
+            f"{copy}: older than its main file: {again}"
