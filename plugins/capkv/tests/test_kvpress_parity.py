@@ -71,13 +71,21 @@ def test_snapkv_pooling_differs_only_at_the_edges() -> None:
 
 @pytest.mark.pretrained
 def test_same_kept_positions_as_kvpress_on_the_pretrained_model(smol) -> None:
+    from icml import results as R
     from icml.data import eval_text
 
+    # kvpress's kept sets were recorded on each machine (CPU model + kernel flags): near-tied
+    # key norms order differently on another CPU's kernels (knorm@0.5 on the Intel Xeon with
+    # AMX vs the AMD EPYC), while ours equals kvpress's on each machine it was recorded on
+    records = DATA["pretrained"]["kept_sha256_by_machine"]
+    if R.machine_key() not in records:
+        pytest.skip(f"no kvpress record for this machine ({R.machine_key()}; recorded: "
+                    f"{', '.join(records)}): record one with `nox -s bench_capkv_kvpress`")
     model, tok = smol
     n = DATA["pretrained"]["n_tokens"]
     ids = tok(eval_text()[:20000], add_special_tokens=False, return_tensors="pt")["input_ids"]
     ids = ids[:, :n]
-    for name, digest in DATA["pretrained"]["kept_sha256"].items():
+    for name, digest in records[R.machine_key()].items():
         policy, ratio = name.split("@")
         ours = CMP.our_kept(model, ids, policy, float(ratio), CMP.KVPRESS_OPTIONS[policy])
         assert hashlib.sha256(json.dumps(ours).encode()).hexdigest() == digest, name
